@@ -5,6 +5,7 @@ the hot path pays no msgpack cost; every other known frame carries a msgpack map
 Unknown keys are ignored and unknown frame types are reported and skipped, so peers of different
 versions can talk. Nothing here touches a socket or an event loop (see protocol/PROTOCOL.md).
 """
+# ruff: noqa: RUF009  -- wfield() returns a dataclasses.Field (with a default_factory for mutable defaults).
 
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ class FrameType(IntEnum):
 class ProtocolError(Exception):
     """A frame that cannot be accepted. ``code`` is what an ERROR frame reports for it."""
 
-    code = "protocol_error"
+    code = "protocol"
 
     def __init__(self, message: str, frame_type: int | None = None, field_name: str | None = None) -> None:
         self.frame_type = frame_type
@@ -114,7 +115,9 @@ def _check_kind(kind: str, value: Any) -> bool:
     if kind == "str_list":
         return isinstance(value, list) and all(isinstance(v, str) for v in value)
     if kind == "str_map":
-        return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
+        return isinstance(value, dict) and all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+        )
     if kind == "map":
         return isinstance(value, dict) and all(isinstance(k, str) for k in value)
     if kind == "list":
@@ -136,11 +139,14 @@ _KIND_WORDS = {
 }
 
 
-def wfield(kind: str, *, nullable: bool = False, key: str | None = None, default: Any = dataclasses.MISSING) -> Any:
-    """Declare a wire field: its msgpack kind, whether nil is allowed, and its key if not the attribute name."""
+def wfield(
+    kind: str, *, nullable: bool = False, key: str | None = None, default: Any = dataclasses.MISSING
+) -> Any:
+    """Declare a wire field: its msgpack kind, whether nil is allowed, its key if not the attribute's name."""
     meta = {"kind": kind, "nullable": nullable, "key": key}
     if isinstance(default, list | dict):
-        factory = (lambda d=default: type(d)(d))
+        def factory(d: Any = default) -> Any:
+            return type(d)(d)
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)
 
@@ -188,7 +194,7 @@ class Data(Frame):
     """Raw bytes: PTY output (shellper to client) or input (client to shellper). Not msgpack."""
 
     TYPE = FrameType.DATA
-    data: bytes = b""
+    data: bytes = wfield("bin", default=b"")
 
 
 @dataclass(frozen=True)
@@ -434,6 +440,7 @@ class Decoder:
         self._buf = bytearray()
         self._pos = 0
         self._skip = 0
+        self._skip_type = 0
 
     @property
     def buffered(self) -> int:
@@ -462,6 +469,7 @@ class Decoder:
             drop = min(length, len(buf) - self._pos)
             self._pos += drop
             self._skip = length - drop
+            self._skip_type = frame_type
             self._compact()
             return Skipped(frame_type, length)
         if avail < HEADER_SIZE + length:
@@ -485,8 +493,10 @@ class Decoder:
         """The stream ended: complain if it ended inside a frame."""
         remaining = self.buffered + self._skip
         if remaining:
-            frame_type = self._buf[self._pos] if self.buffered else None
-            raise TruncatedFrame(f"stream ended inside a frame: {remaining} bytes missing or unparsed", frame_type)
+            frame_type = self._buf[self._pos] if self.buffered else self._skip_type
+            raise TruncatedFrame(
+                f"stream ended inside a frame: {remaining} bytes missing or unparsed", frame_type
+            )
 
     def _compact(self) -> None:
         # Drop consumed bytes once they dominate the buffer: amortised O(1) per byte.

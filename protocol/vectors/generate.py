@@ -1,0 +1,493 @@
+#!/usr/bin/env python3
+"""Regenerate the golden vectors (frames.json, invalid.json) from the cases declared below.
+
+The files exist so that a second implementation can test itself without running Python: every
+case spells out the frame and the exact bytes. Expected outcomes of the stream cases are declared
+by hand here, never computed by the codec, so tests/test_wire.py checks the codec against them.
+
+    python3 protocol/vectors/generate.py            # rewrite the files
+    python3 protocol/vectors/generate.py --check    # exit 1 if the files are out of date
+    python3 protocol/vectors/generate.py --example  # print the hex dump used in PROTOCOL.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import struct
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+if str(ROOT) not in sys.path:  # run as a script from a checkout
+    sys.path.insert(0, str(ROOT))
+
+import msgpack  # noqa: E402
+
+from shellper.wire import (  # noqa: E402
+    FRAME_CLASSES,
+    HEADER,
+    MAX_FRAME_SIZE,
+    Data,
+    DecodedEvent,
+    Error,
+    Event,
+    Exit,
+    Frame,
+    FrameType,
+    Gap,
+    Hello,
+    Ping,
+    Pong,
+    Replay,
+    Resize,
+    Signal,
+    Skipped,
+    Spawn,
+    Status,
+    StatusReply,
+    Stop,
+    Unknown,
+    Welcome,
+    encode,
+)
+
+FRAMES_PATH = HERE / "frames.json"
+INVALID_PATH = HERE / "invalid.json"
+
+# --------------------------------------------------------------------------------------------- JSON form
+
+
+def to_json(value: Any) -> Any:
+    """JSON form of a decoded msgpack value: binary becomes {"hex": "..."}; order of map keys is kept."""
+    if isinstance(value, bytes | bytearray):
+        return {"hex": bytes(value).hex()}
+    if isinstance(value, dict):
+        return {k: to_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [to_json(v) for v in value]
+    return value
+
+
+def from_json(value: Any) -> Any:
+    """Inverse of to_json: an object whose only key is "hex" is binary."""
+    if isinstance(value, dict):
+        if list(value) == ["hex"] and isinstance(value["hex"], str):
+            return bytes.fromhex(value["hex"])
+        return {k: from_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [from_json(v) for v in value]
+    return value
+
+
+def frame_to_json(frame: Frame) -> dict[str, Any]:
+    return {"type": frame.TYPE.name, "code": int(frame.TYPE), "fields": to_json(frame.to_map())}
+
+
+def frame_from_json(obj: dict[str, Any]) -> Frame:
+    """Build the frame a JSON case describes, field by field (wire keys mapped to attribute names)."""
+    cls = FRAME_CLASSES[obj["code"]]
+    if cls.TYPE.name != obj["type"]:
+        raise ValueError(f"type {obj['type']!r} does not match code {obj['code']}")
+    by_key = {f.metadata["key"] or f.name: f.name for f in dataclasses.fields(cls)}
+    fields = from_json(obj["fields"])
+    unknown = set(fields) - set(by_key)
+    if unknown:
+        raise ValueError(f"{cls.TYPE.name} has no fields {sorted(unknown)}")
+    return cls(**{by_key[k]: v for k, v in fields.items()})
+
+
+def event_to_json(event: DecodedEvent) -> dict[str, Any]:
+    if isinstance(event, Skipped):
+        return {"kind": "skipped", "frame_type": event.frame_type, "length": event.length}
+    if isinstance(event, Unknown):
+        return {"kind": "unknown", "frame_type": event.frame_type, "length": event.length}
+    return {"kind": "frame", **frame_to_json(event)}
+
+
+def event_from_json(obj: dict[str, Any]) -> DecodedEvent:
+    if obj["kind"] == "skipped":
+        return Skipped(obj["frame_type"], obj["length"])
+    if obj["kind"] == "unknown":
+        return Unknown(obj["frame_type"], obj["length"])
+    return frame_from_json(obj)
+
+
+def stream_from_json(case: dict[str, Any]) -> bytes:
+    """The input bytes of an invalid.json case: "hex", or "hex_parts" for streams too big to spell out."""
+    if "hex" in case:
+        return bytes.fromhex(case["hex"])
+    out = bytearray()
+    for part in case["hex_parts"]:
+        if "repeat" in part:
+            out += bytes.fromhex(part["repeat"]) * part["count"]
+        else:
+            out += bytes.fromhex(part["hex"])
+    return bytes(out)
+
+
+# --------------------------------------------------------------------------------------------- frames.json
+
+EXIT_CRASH = Exit(
+    code=None, signal="SIGSEGV", core=True, uptime=12.5, exit_class="crash",
+    reason="killed by SIGSEGV (core dumped)", state="backoff", child_pid=4243, time=1767225600.25,
+    restart_in=2.0, stderr_tail="Segmentation fault\n",
+)
+EXIT_RECORD = EXIT_CRASH.to_map()
+BOOT_ID = "0d6ec1b5-6a4e-4b0e-9c36-3f1f8a2b7c11"
+INSTANCE_ID = "9f2c4e61b0a84d7c8e5f1a3b2c4d6e8f"
+ALL_BYTES = bytes(range(256))
+BIG = 2**63 + 5
+U64_MAX = 2**64 - 1
+
+FRAME_CASES: list[tuple[str, Frame]] = [
+    ("DATA empty", Data(b"")),
+    ("DATA text", Data(b"hello\r\n")),
+    ("DATA all 256 byte values", Data(ALL_BYTES)),
+    ("DATA utf-8 and escapes", Data("\x1b[1mh\u00e9llo \u2713 \U0001f389\x1b[0m".encode())),
+    ("RESIZE 80x24", Resize(cols=80, rows=24)),
+    ("RESIZE minimum", Resize(cols=1, rows=1)),
+    ("RESIZE maximum", Resize(cols=65535, rows=65535)),
+    ("SIGNAL plain name", Signal(signal="INT")),
+    ("SIGNAL SIG-prefixed", Signal(signal="SIGTERM")),
+    ("EXIT all fields (crash by signal)", EXIT_CRASH),
+    ("EXIT minimal (code 0, signal nil)", Exit(code=0, signal=None)),
+    ("EXIT negative code, unicode reason", Exit(
+        code=-1, signal=None, core=False, uptime=0.001, exit_class="permanent",
+        reason="exec failed: \u00abno such file\u00bb /opt/\u00e9t\u00e9/bin", state="fatal",
+        child_pid=None, time=1767225600.0, restart_in=None, stderr_tail="",
+    )),
+    ("EXIT requested on STOP", Exit(
+        code=None, signal="SIGTERM", core=False, uptime=3600.0, exit_class="requested",
+        reason="stopped on request", state="stopping", child_pid=77, time=1767229200.5,
+    )),
+    ("REPLAY minimal (empty at 0)", Replay(offset=0)),
+    ("REPLAY with data", Replay(offset=1024, data=b"$ ls\r\nREADME\r\n$ ")),
+    ("REPLAY with preamble and gap", Replay(
+        offset=8388608, data=b"\x1b[2J\x1b[Hok\r\n", gap=4096,
+        preamble=b"\x1b[?1049h\x1b[?25l\x1b[?2004h\x1b]2;build\x07",
+    )),
+    ("REPLAY large uint64 offset", Replay(offset=BIG, data=b"x", gap=BIG - 1)),
+    ("REPLAY maximum uint64 offset", Replay(offset=U64_MAX)),
+    ("PING without nonce", Ping()),
+    ("PING with nonce", Ping(nonce=7)),
+    ("PING negative nonce", Ping(nonce=-123456)),
+    ("PING uint64 nonce", Ping(nonce=U64_MAX)),
+    ("PONG without nonce", Pong()),
+    ("PONG with nonce", Pong(nonce=7)),
+    ("HELLO minimal", Hello(version=2, role="tower")),
+    ("HELLO all fields", Hello(
+        version=2, role="terminal", resume_from=BIG, replay_bytes=65536, events_after=17,
+        client="tower-client/0.1",
+    )),
+    ("HELLO viewer, unicode client",
+     Hello(version=2, role="viewer", events_after=0, client="\u89c2\u5bdf\u8005 \U0001f440")),
+    ("HELLO newer client version", Hello(version=3, role="tower", replay_bytes=0)),
+    ("WELCOME minimal", Welcome(
+        version=2, name="s", shellper_pid=1, shellper_start_time=0, boot_id=BOOT_ID,
+        instance_id=INSTANCE_ID, state="starting", cols=80, rows=24, ring_start=0, ring_end=0,
+    )),
+    ("WELCOME all fields", Welcome(
+        version=2, name="build-\u00e9", shellper_pid=4242, shellper_start_time=123456789,
+        boot_id=BOOT_ID, instance_id=INSTANCE_ID, state="backoff", cols=120, rows=40, ring_start=BIG,
+        ring_end=BIG + 8388608, child_pid=None, state_reason="restarting in 2.0 s after crash",
+        last_output_at=1767225600.125, exit=EXIT_RECORD, event_seq=42, role="viewer", min_version=2,
+        max_frame=MAX_FRAME_SIZE,
+    )),
+    ("SPAWN minimal", Spawn()),
+    ("SPAWN all fields", Spawn(
+        argv=["claude", "--resume", "\u00e9t\u00e9 \U0001f680"], cwd="/home/u/\u9879\u76ee",
+        env={"LANG": "C.UTF-8", "TERM": "xterm-256color", "EMPTY": ""}, clear_ring=True,
+    )),
+    ("SPAWN empty env", Spawn(env={}, clear_ring=False)),
+    ("ERROR minimal", Error(code="internal", message="")),
+    ("ERROR all fields", Error(
+        code="bad_field", message="RESIZE frame: field 'cols' must be an unsigned integer, got str",
+        frame_type=2, fatal=True,
+    )),
+    ("ERROR unicode message", Error(code="bad_signal", message="signal \u00abSEGV\u00bb is not allowed")),
+    ("EVENT minimal", Event(seq=1, kind="spawned")),
+    ("EVENT spawned", Event(seq=1, kind="spawned", time=1767225600.0,
+                            data={"child_pid": 4243, "argv": ["bash", "-l"]})),
+    ("EVENT exited", Event(seq=2, kind="exited", time=1767225612.5, data=EXIT_RECORD)),
+    ("EVENT restart_scheduled", Event(seq=3, kind="restart_scheduled", time=1767225612.5,
+                                      data={"delay": 2.0, "at": 1767225614.5})),
+    ("EVENT gave_up", Event(seq=4, kind="gave_up", time=1767225700.0,
+                            data={"reason": "5 crashes in 60 s with the same last line"})),
+    ("EVENT client_attached", Event(seq=5, kind="client_attached", time=1767225701.0,
+                                    data={"client_id": 3, "role": "terminal", "client": "afx-attach"})),
+    ("EVENT client_detached", Event(seq=6, kind="client_detached", time=1767225702.0,
+                                    data={"client_id": 3, "role": "terminal", "reason": "closed"})),
+    ("EVENT resized", Event(seq=7, kind="resized", time=1767225703.0, data={"cols": 100, "rows": 30})),
+    ("EVENT events_missed", Event(seq=0, kind="events_missed", time=1767225704.0,
+                                  data={"from": 1, "to": 1041})),
+    ("EVENT unknown kind", Event(seq=BIG, kind="from_the_future", data={"x": [1, "two", None, True]})),
+    ("STATUS", Status()),
+    ("STATUS_REPLY minimal", StatusReply(state="running")),
+    ("STATUS_REPLY with info", StatusReply(state="exited", info={
+        "child_pid": None, "ring_start": 0, "ring_end": BIG, "clients": 2, "restarts": 1,
+        "exit": EXIT_RECORD,
+    })),
+    ("STOP default grace", Stop()),
+    ("STOP grace", Stop(grace=2.5)),
+    ("STOP grace as integer", Stop(grace=0)),
+    ("GAP", Gap(offset=1_048_576, missed=524_288)),
+    ("GAP large offsets", Gap(offset=BIG, missed=BIG - 1)),
+]
+
+
+def frame_cases() -> list[dict[str, Any]]:
+    return [{"name": name, **frame_to_json(frame), "hex": encode(frame).hex()} for name, frame in FRAME_CASES]
+
+
+# --------------------------------------------------------------------------------------------- invalid.json
+
+
+def raw(frame_type: int, payload: bytes) -> bytes:
+    """A frame built by hand, bypassing the encoder."""
+    return HEADER.pack(frame_type, len(payload)) + payload
+
+
+def pk(obj: Any) -> bytes:
+    return msgpack.packb(obj, use_bin_type=True)  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True)
+class Repeat:
+    """A run of one byte string, so that a 16 MiB stream stays a few bytes in the JSON file."""
+
+    chunk: bytes
+    count: int
+
+
+@dataclass(frozen=True)
+class StreamCase:
+    name: str
+    stream: bytes | list[bytes | Repeat]
+    error: str | None = None
+    frame_type: int | None = None
+    field: str | None = None
+    events: tuple[DecodedEvent, ...] = ()
+    note: str = ""
+
+
+PING = encode(Ping(nonce=1))
+R = FrameType.RESIZE
+H = FrameType.HELLO
+HELLO_OK = {"version": 2, "role": "tower"}
+
+STREAM_CASES: list[StreamCase] = [
+    # --- framing
+    StreamCase("truncated header (1 byte)", b"\x06", "truncated", 6),
+    StreamCase("truncated header (4 bytes)", b"\x06\x00\x00\x00", "truncated", 6),
+    StreamCase("truncated payload", PING[:-1], "truncated", 6),
+    StreamCase("truncated DATA payload after a full frame", PING + raw(1, b"hello")[:-2], "truncated", 1,
+               events=(Ping(nonce=1),)),
+    StreamCase("oversized: 16 MiB + 1 declared, skipped, then a PING decodes",
+               [HEADER.pack(1, MAX_FRAME_SIZE + 1), Repeat(b"\x00", MAX_FRAME_SIZE + 1), PING],
+               events=(Skipped(1, MAX_FRAME_SIZE + 1), Ping(nonce=1)),
+               note="the payload is discarded as it arrives; a shellper answers ERROR too_large instead"),
+    StreamCase("oversized: stream ends inside the skipped payload",
+               HEADER.pack(8, 0xFFFFFFFF) + b"\x00" * 10, "truncated", 8,
+               events=(Skipped(8, 0xFFFFFFFF),)),
+    StreamCase("unknown type 0x7F skipped, then a PING decodes", raw(0x7F, b"abc") + PING,
+               events=(Unknown(0x7F, 3), Ping(nonce=1))),
+    StreamCase("unknown type 0x00 with empty payload", raw(0x00, b"") + PING,
+               events=(Unknown(0x00, 0), Ping(nonce=1))),
+    StreamCase("unknown type 0xFF with a msgpack payload", raw(0xFF, pk({"a": 1})),
+               events=(Unknown(0xFF, 4),)),
+    StreamCase("several frames in one chunk", PING + encode(Data(b"ab")) + encode(Resize(cols=80, rows=24)),
+               events=(Ping(nonce=1), Data(b"ab"), Resize(cols=80, rows=24))),
+    # --- payload not a map
+    StreamCase("payload is a msgpack array", raw(6, pk([1])), "bad_payload", 6),
+    StreamCase("payload is a msgpack int", raw(2, pk(5)), "bad_payload", 2),
+    StreamCase("payload is msgpack nil", raw(13, pk(None)), "bad_payload", 13),
+    StreamCase("payload is msgpack bin", raw(8, pk(b"\x81\xa1a\x01")), "bad_payload", 8),
+    StreamCase("payload is the never-used byte 0xc1", raw(6, b"\xc1"), "bad_payload", 6),
+    StreamCase("payload is garbage bytes", raw(12, b"\xde\xad\xbe\xef"), "bad_payload", 12),
+    StreamCase("payload map truncated", raw(2, b"\x82\xa4cols\x50"), "bad_payload", 2),
+    StreamCase("payload has trailing bytes after the map", raw(6, pk({"nonce": 1}) + b"\x00"),
+               "bad_payload", 6),
+    StreamCase("version 1 JSON HELLO", raw(8, b'{"version":1,"clientType":"tower"}'), "bad_payload", 8,
+               note="protocol version 1 (JSON) is not served"),
+    StreamCase("string is not valid UTF-8", raw(3, b"\x81\xa6signal\xa2\xff\xfe"), "bad_payload", 3),
+    StreamCase("integer map key", raw(2, b"\x82\x01\x50\xa4rows\x18"), "bad_payload", 2),
+    StreamCase("binary map key", raw(2, pk({b"cols": 80, "rows": 24})), "bad_payload", 2),
+    StreamCase("nil map key", raw(6, b"\x81\xc0\x01"), "bad_payload", 6),
+    # --- missing required fields
+    StreamCase("RESIZE missing rows", raw(R, pk({"cols": 80})), "missing_field", 2, "rows"),
+    StreamCase("HELLO empty payload", raw(H, b""), "missing_field", 8, "version"),
+    StreamCase("HELLO missing role", raw(H, pk({"version": 2})), "missing_field", 8, "role"),
+    StreamCase("SIGNAL empty map", raw(3, pk({})), "missing_field", 3, "signal"),
+    StreamCase("EXIT missing code (nil allowed, absence is not)", raw(4, pk({"signal": None})),
+               "missing_field", 4, "code"),
+    StreamCase("REPLAY missing offset", raw(5, pk({"data": b""})), "missing_field", 5, "offset"),
+    StreamCase("WELCOME missing instance_id", raw(9, pk({
+        "version": 2, "name": "s", "shellper_pid": 1, "shellper_start_time": 0, "boot_id": BOOT_ID,
+        "state": "running", "cols": 80, "rows": 24, "ring_start": 0, "ring_end": 0,
+    })), "missing_field", 9, "instance_id"),
+    StreamCase("ERROR missing message", raw(11, pk({"code": "internal"})), "missing_field", 11, "message"),
+    StreamCase("EVENT missing kind", raw(12, pk({"seq": 1})), "missing_field", 12, "kind"),
+    StreamCase("STATUS_REPLY missing state", raw(14, pk({"info": {}})), "missing_field", 14, "state"),
+    StreamCase("GAP missing missed", raw(16, pk({"offset": 5})), "missing_field", 16, "missed"),
+    # --- wrong field types
+    StreamCase("RESIZE cols as string", raw(R, pk({"cols": "80", "rows": 24})), "bad_field", 2, "cols"),
+    StreamCase("RESIZE cols as float", raw(R, pk({"cols": 80.0, "rows": 24})), "bad_field", 2, "cols"),
+    StreamCase("RESIZE rows negative", raw(R, pk({"cols": 80, "rows": -1})), "bad_field", 2, "rows"),
+    StreamCase("RESIZE cols nil", raw(R, pk({"cols": None, "rows": 24})), "bad_field", 2, "cols"),
+    StreamCase("SIGNAL as a number (version 1 style)", raw(3, pk({"signal": 2})), "bad_field", 3, "signal"),
+    StreamCase("HELLO role nil", raw(H, pk({"version": 2, "role": None})), "bad_field", 8, "role"),
+    StreamCase("HELLO resume_from negative", raw(H, pk({**HELLO_OK, "resume_from": -1})),
+               "bad_field", 8, "resume_from"),
+    StreamCase("HELLO client nil (not nullable)", raw(H, pk({**HELLO_OK, "client": None})),
+               "bad_field", 8, "client"),
+    StreamCase("REPLAY data as string", raw(5, pk({"offset": 0, "data": "text"})), "bad_field", 5, "data"),
+    StreamCase("EXIT code as float", raw(4, pk({"code": 1.0, "signal": None})), "bad_field", 4, "code"),
+    StreamCase("EXIT signal as number", raw(4, pk({"code": None, "signal": 11})), "bad_field", 4, "signal"),
+    StreamCase("SPAWN argv as string", raw(10, pk({"argv": "bash -l"})), "bad_field", 10, "argv"),
+    StreamCase("SPAWN argv element not a string", raw(10, pk({"argv": ["sleep", 5]})),
+               "bad_field", 10, "argv"),
+    StreamCase("SPAWN env value not a string", raw(10, pk({"env": {"N": 1}})), "bad_field", 10, "env"),
+    StreamCase("EVENT data as array", raw(12, pk({"seq": 1, "kind": "x", "data": []})),
+               "bad_field", 12, "data"),
+    StreamCase("STOP grace as string", raw(15, pk({"grace": "5"})), "bad_field", 15, "grace"),
+    StreamCase("WELCOME exit as array", raw(9, pk({
+        "version": 2, "name": "s", "shellper_pid": 1, "shellper_start_time": 0, "boot_id": BOOT_ID,
+        "instance_id": INSTANCE_ID, "state": "running", "cols": 80, "rows": 24, "ring_start": 0,
+        "ring_end": 0, "exit": [],
+    })), "bad_field", 9, "exit"),
+    # --- bool is not an integer
+    StreamCase("bool where int expected: RESIZE cols", raw(R, pk({"cols": True, "rows": 24})),
+               "bad_field", 2, "cols"),
+    StreamCase("bool where int expected: HELLO version", raw(H, pk({"version": True, "role": "tower"})),
+               "bad_field", 8, "version"),
+    StreamCase("bool where int expected: PING nonce", raw(6, pk({"nonce": False})), "bad_field", 6, "nonce"),
+    StreamCase("bool where number expected: STOP grace", raw(15, pk({"grace": True})),
+               "bad_field", 15, "grace"),
+    StreamCase("int where bool expected: ERROR fatal", raw(11, pk({"code": "x", "message": "", "fatal": 1})),
+               "bad_field", 11, "fatal"),
+    # --- accepted variations (no error)
+    StreamCase("unknown key ignored", raw(R, pk({"cols": 80, "rows": 24, "future": [1, {"x": b"\x00"}]})),
+               events=(Resize(cols=80, rows=24),)),
+    StreamCase("unknown keys ignored in HELLO", raw(H, pk({"clientType": "tower", **HELLO_OK, "zz": None})),
+               events=(Hello(version=2, role="tower"),)),
+    StreamCase("keys in another order: RESIZE", raw(R, pk({"rows": 24, "cols": 80})),
+               events=(Resize(cols=80, rows=24),)),
+    StreamCase("keys in another order: HELLO", raw(H, pk({
+        "client": "c", "events_after": 9, "role": "viewer", "resume_from": 100, "version": 2,
+    })), events=(Hello(version=2, role="viewer", resume_from=100, events_after=9, client="c"),)),
+    StreamCase("absent optionals take their defaults: EXIT", raw(4, pk({"signal": None, "code": 0})),
+               events=(Exit(code=0, signal=None),)),
+    StreamCase("explicit nil for an optional",
+               raw(H, pk({**HELLO_OK, "resume_from": None, "replay_bytes": None})),
+               events=(Hello(version=2, role="tower"),)),
+    StreamCase("empty control payload is an empty map: STATUS", raw(13, b""), events=(Status(),)),
+    StreamCase("empty control payload is an empty map: PING", raw(6, b""), events=(Ping(),)),
+    StreamCase("empty control payload is an empty map: STOP", raw(15, b""), events=(Stop(),)),
+    StreamCase("integer in a float field", raw(15, pk({"grace": 3})), events=(Stop(grace=3),)),
+    StreamCase("float32 in a float field", raw(15, b"\x81\xa5grace\xca" + struct.pack(">f", 2.5)),
+               events=(Stop(grace=2.5),)),
+    StreamCase("non-minimal integer encoding", raw(R, b"\x82\xa4cols\xcf" + (80).to_bytes(8, "big")
+                                                   + b"\xa4rows\xcd\x00\x18"),
+               events=(Resize(cols=80, rows=24),)),
+    StreamCase("str8 encoding of a short string", raw(3, b"\x81\xd9\x06signal\xd9\x03INT"),
+               events=(Signal(signal="INT"),)),
+    StreamCase("map16 encoding of a small map", raw(6, b"\xde\x00\x01\xa5nonce\x07"),
+               events=(Ping(nonce=7),)),
+]
+
+
+def _stream_json(stream: bytes | list[bytes | Repeat]) -> dict[str, Any]:
+    if isinstance(stream, bytes):
+        return {"hex": stream.hex()}
+    return {"hex_parts": [
+        {"repeat": p.chunk.hex(), "count": p.count} if isinstance(p, Repeat) else {"hex": p.hex()}
+        for p in stream
+    ]}
+
+
+def invalid_cases() -> list[dict[str, Any]]:
+    out = []
+    for c in STREAM_CASES:
+        case: dict[str, Any] = {"name": c.name, **_stream_json(c.stream), "error": c.error,
+                                "frame_type": c.frame_type, "field": c.field,
+                                "events": [event_to_json(e) for e in c.events]}
+        if c.note:
+            case["note"] = c.note
+        out.append(case)
+    return out
+
+
+# --------------------------------------------------------------------------------------------- example
+
+EXAMPLE_OUTPUT = b"$ echo hi\r\nhi\r\n$ "
+EXAMPLE: list[tuple[str, Frame]] = [
+    ("client -> shellper", Hello(version=2, role="tower", replay_bytes=65536, client="example/1")),
+    ("shellper -> client", Welcome(
+        version=2, name="demo", shellper_pid=4242, shellper_start_time=1234567, boot_id=BOOT_ID,
+        instance_id=INSTANCE_ID, state="running", cols=80, rows=24, ring_start=0,
+        ring_end=len(EXAMPLE_OUTPUT), child_pid=4243, last_output_at=1767225600.5, event_seq=1,
+        role="tower",
+    )),
+    ("shellper -> client", Replay(offset=0, data=EXAMPLE_OUTPUT, preamble=b"\x1b[?2004h")),
+    ("shellper -> client", Data(b"ls\r\n")),
+]
+
+
+def hexdump(data: bytes) -> list[str]:
+    lines = []
+    for i in range(0, len(data), 16):
+        chunk = data[i:i + 16]
+        hexes = " ".join(f"{b:02x}" for b in chunk)
+        text = "".join(chr(b) if 0x20 <= b < 0x7F else "." for b in chunk)
+        lines.append(f"  {i:04x}  {hexes:<47}  |{text}|")
+    return lines
+
+
+def example_hexdump() -> str:
+    """The worked example in PROTOCOL.md, exactly as it appears there."""
+    lines: list[str] = []
+    for direction, frame in EXAMPLE:
+        wire = encode(frame)
+        size = len(wire) - HEADER.size
+        lines.append(f"{direction}: {frame.TYPE.name} (type 0x{frame.TYPE:02x}, payload {size} bytes)")
+        lines.extend(hexdump(wire))
+        lines.append("")
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+# --------------------------------------------------------------------------------------------- main
+
+
+def render(cases: list[dict[str, Any]]) -> str:
+    return json.dumps(cases, indent=2, ensure_ascii=False) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--check", action="store_true", help="fail if the files differ from the cases")
+    parser.add_argument("--example", action="store_true", help="print the PROTOCOL.md worked example")
+    args = parser.parse_args(argv)
+    if args.example:
+        sys.stdout.write(example_hexdump())
+        return 0
+    wanted = {FRAMES_PATH: render(frame_cases()), INVALID_PATH: render(invalid_cases())}
+    stale = [p for p, text in wanted.items() if not p.exists() or p.read_text(encoding="utf-8") != text]
+    if args.check:
+        for p in stale:
+            print(f"out of date: {p}", file=sys.stderr)
+        return 1 if stale else 0
+    for p in stale:
+        p.write_text(wanted[p], encoding="utf-8")
+        print(f"wrote {p}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
