@@ -1,0 +1,214 @@
+"""Where a session's files live, and file operations that never follow a planted symlink.
+
+Every session owns four files in one runtime directory: ``NAME.sock`` (the server socket),
+``NAME.json`` (the session record), ``NAME.lock`` (flock held for the shellper's life) and
+``NAME.log`` (its own diagnostics). The directory is the security boundary: it must be a real
+directory owned by us with no group/other access, so nothing inside it can be swapped by another
+user. Checks use lstat/O_NOFOLLOW so a symlink is reported, never traversed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+SUN_PATH_MAX = 108
+"""sizeof(sockaddr_un.sun_path) on Linux, including the terminating NUL."""
+MAX_NAME_LEN = 64
+SOCKET_SUFFIX = ".sock"
+RECORD_SUFFIX = ".json"
+LOCK_SUFFIX = ".lock"
+LOG_SUFFIX = ".log"
+
+_NAME_CHARS = re.compile(r"[A-Za-z0-9._-]+")
+
+
+class PathError(Exception):
+    """Base class for runtime-directory and session-path failures."""
+
+
+class UnsafeDirError(PathError):
+    """The runtime directory exists but cannot be trusted (symlink, not ours, too open, not a dir)."""
+
+    def __init__(self, path: str | os.PathLike[str], reason: str) -> None:
+        self.path = Path(path)
+        self.reason = reason
+        super().__init__(f"unsafe runtime directory {self.path}: {reason}")
+
+
+class PathTooLong(PathError):
+    """A socket path would not fit in sockaddr_un.sun_path, so bind()/connect() would fail."""
+
+    def __init__(self, path: str | os.PathLike[str], length: int, limit: int = SUN_PATH_MAX - 1) -> None:
+        self.path = Path(path)
+        self.length = length
+        self.limit = limit
+        super().__init__(
+            f"socket path {self.path} is {length} bytes; Unix sockets allow at most {limit}: "
+            "use a shorter --dir or $SHELLPER_DIR"
+        )
+
+
+class BadName(PathError, ValueError):
+    """A session name that could escape the directory, hide as a dotfile, or look like an option."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        self.name = name
+        self.reason = reason
+        super().__init__(f"invalid session name {name!r}: {reason}")
+
+
+def runtime_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
+    """Pick the runtime directory: --dir, else $SHELLPER_DIR, else $XDG_RUNTIME_DIR/shellper, else /tmp.
+
+    Empty environment values count as unset. Relative paths are made absolute now, so a later chdir
+    cannot move the sessions.
+    """
+    if explicit is not None and os.fspath(explicit) != "":
+        return Path(os.path.abspath(os.fspath(explicit)))
+    env = os.environ.get("SHELLPER_DIR")
+    if env:
+        return Path(os.path.abspath(env))
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    if xdg:
+        return Path(os.path.abspath(xdg)) / "shellper"
+    return Path(f"/tmp/shellper-{os.geteuid()}")
+
+
+def _check_dir_stat(path: Path, st: os.stat_result) -> None:
+    if stat.S_ISLNK(st.st_mode):
+        raise UnsafeDirError(path, "is a symlink; remove it (shellper never follows a symlinked directory)")
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafeDirError(path, "exists but is not a directory")
+    uid = os.geteuid()
+    if st.st_uid != uid:
+        raise UnsafeDirError(path, f"is owned by uid {st.st_uid}, not by us (uid {uid})")
+    perm = stat.S_IMODE(st.st_mode)
+    if perm & 0o077:
+        raise UnsafeDirError(
+            path, f"is group/world accessible (mode {perm:04o}); fix with chmod 700 {path}"
+        )
+
+
+def check_socket_path(path: str | os.PathLike[str]) -> None:
+    """Raise PathTooLong if ``path`` cannot be bound as an AF_UNIX socket address."""
+    length = len(os.fsencode(path))
+    if length > SUN_PATH_MAX - 1:
+        raise PathTooLong(path, length)
+
+
+def ensure_runtime_dir(path: str | os.PathLike[str]) -> Path:
+    """Create the runtime directory 0700 (parents as needed), or verify an existing one is safe.
+
+    Verification is done on an O_NOFOLLOW|O_DIRECTORY descriptor, so the directory checked is the
+    directory used, not whatever a racing rename put at the path. Also checks that the shortest
+    possible socket name fits in sun_path; the exact per-name check is in :meth:`SessionPaths.for_name`.
+    """
+    p = Path(os.path.abspath(os.fspath(path)))
+    check_socket_path(p / f"x{SOCKET_SUFFIX}")
+    try:
+        os.makedirs(p.parent, mode=0o700, exist_ok=True)
+    except OSError as e:
+        raise UnsafeDirError(p, f"cannot create its parent: {e.strerror or e}") from e
+    created = False
+    try:
+        os.mkdir(p, 0o700)
+        created = True
+    except FileExistsError:
+        pass
+    except OSError as e:
+        raise UnsafeDirError(p, f"cannot create it: {e.strerror}") from e
+    if not created:
+        try:
+            st = os.lstat(p)
+        except OSError as e:
+            raise UnsafeDirError(p, f"cannot stat it: {e.strerror}") from e
+        _check_dir_stat(p, st)  # clear messages for symlink / file / owner / mode
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        raise UnsafeDirError(p, f"cannot open it without following links: {e.strerror}") from e
+    try:
+        if created:
+            # mkdir's mode is filtered by the umask; make it exactly 0700 on the very inode we made.
+            os.fchmod(fd, 0o700)
+        _check_dir_stat(p, os.fstat(fd))
+    finally:
+        os.close(fd)
+    return p
+
+
+def validate_name(name: str) -> str:
+    """Return ``name`` if it is a safe session name: 1-64 of [A-Za-z0-9._-], not starting with '.' or '-'."""
+    if not isinstance(name, str):
+        raise BadName(repr(name), "must be a string")
+    if not name:
+        raise BadName(name, "is empty")
+    if len(name) > MAX_NAME_LEN:
+        raise BadName(name, f"is {len(name)} characters; at most {MAX_NAME_LEN} allowed")
+    if name[0] in ".-":
+        raise BadName(name, f"must not start with {name[0]!r}")
+    if not _NAME_CHARS.fullmatch(name):
+        bad = next(c for c in name if not _NAME_CHARS.fullmatch(c))
+        raise BadName(name, f"contains {bad!r}; only letters, digits, '.', '_' and '-' are allowed")
+    return name
+
+
+@dataclass(frozen=True)
+class SessionPaths:
+    """The per-session file names inside a runtime directory."""
+
+    dir: Path
+    name: str
+    socket: Path
+    record: Path
+    lock: Path
+    log: Path
+
+    @classmethod
+    def for_name(cls, directory: str | os.PathLike[str], name: str) -> SessionPaths:
+        """Validate ``name`` and build its paths; raises BadName or PathTooLong (socket path)."""
+        validate_name(name)
+        d = Path(os.path.abspath(os.fspath(directory)))
+        paths = cls(
+            dir=d,
+            name=name,
+            socket=d / f"{name}{SOCKET_SUFFIX}",
+            record=d / f"{name}{RECORD_SUFFIX}",
+            lock=d / f"{name}{LOCK_SUFFIX}",
+            log=d / f"{name}{LOG_SUFFIX}",
+        )
+        check_socket_path(paths.socket)
+        return paths
+
+
+def _unlink_if(path: str | os.PathLike[str], test: int) -> bool:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    if stat.S_IFMT(st.st_mode) != test:
+        return False
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def unlink_if_socket(path: str | os.PathLike[str]) -> bool:
+    """Remove ``path`` only if lstat says it is a socket (never a symlink or a file); True if removed."""
+    return _unlink_if(path, stat.S_IFSOCK)
+
+
+def unlink_if_regular(path: str | os.PathLike[str]) -> bool:
+    """Remove ``path`` only if lstat says it is a regular file (a symlink is left alone); True if removed."""
+    return _unlink_if(path, stat.S_IFREG)
+
+
+def open_nofollow(path: str | os.PathLike[str], flags: int, mode: int = 0o600) -> int:
+    """os.open plus O_NOFOLLOW|O_CLOEXEC: a symlink at ``path`` fails with ELOOP instead of being followed."""
+    return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
