@@ -1,0 +1,320 @@
+"""``shellper``: start, inspect, attach to and stop sessions.
+
+Every failure is one line on stderr naming what was wrong, and a non-zero exit status: 2 for a bad
+argument, 1 for everything else (no such session, a stale socket, permission).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from shellper import __version__, wire
+from shellper.client import Client, ClientError, RemoteError, SessionGone
+from shellper.config import DEFAULT_RING_BYTES, DEFAULT_TERM, STDERR_MODES, ConfigError, SessionConfig
+from shellper.exits import PolicyError, RestartPolicy
+from shellper.launch import LaunchError, launch, run_foreground
+from shellper.paths import PathError, runtime_dir, validate_name
+from shellper.sessions import SessionInfo, list_sessions
+
+
+class CliError(Exception):
+    """A failure worth one line to the user."""
+
+
+def _size(text: str) -> int:
+    """Byte counts: plain integers or with a K/M/G suffix (powers of 1024)."""
+    units = {"k": 1024, "m": 1024**2, "g": 1024**3}
+    t = text.strip().lower().removesuffix("ib").removesuffix("b")
+    try:
+        if t and t[-1] in units:
+            return int(float(t[:-1]) * units[t[-1]])
+        return int(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 8388608, 8M, 512K)") from None
+
+
+def _env_pair(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    return key, value
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="shellper", description="Hold a terminal session in a long-lived process.")
+    p.add_argument("--version", action="version", version=f"shellper {__version__}")
+    p.add_argument("--dir", help="runtime directory (default $SHELLPER_DIR, $XDG_RUNTIME_DIR/shellper, "
+                   "/tmp/shellper-$UID)")
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+
+    run = sub.add_parser("run", help="start a session: shellper run NAME [options] -- COMMAND [ARGS...]")
+    run.add_argument("name")
+    run.add_argument("command", nargs=argparse.REMAINDER, help="the program to run, after --")
+    run.add_argument("--foreground", action="store_true", help="run in this process instead of detaching")
+    run.add_argument("--cwd", help="working directory of the child (default: the current one)")
+    run.add_argument("--env", action="append", type=_env_pair, default=[], metavar="K=V",
+                     help="set a variable for the child (repeatable)")
+    run.add_argument("--no-inherit-env", dest="inherit_env", action="store_false",
+                     help="start the child with only --env variables (plus TERM)")
+    run.add_argument("--cols", type=int, default=80)
+    run.add_argument("--rows", type=int, default=24)
+    run.add_argument("--term", default=DEFAULT_TERM)
+    run.add_argument("--ring-bytes", type=_size, default=DEFAULT_RING_BYTES, help="scrollback kept (default 8M)")
+    run.add_argument("--stderr", choices=STDERR_MODES, default="auto",
+                     help="pty: a separate terminal for fd 2, captured for exit reasons; merged: one terminal "
+                     "(shells need it for job control); pipe; auto (default): merged for shells, else pty")
+    run.add_argument("--grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL on stop")
+    run.add_argument("--husk-ttl", type=float, default=None,
+                     help="seconds an exited/fatal session stays around before it stops itself (default: forever)")
+    RestartPolicy.add_arguments(run)
+
+    ls = sub.add_parser("ls", help="list sessions")
+    ls.add_argument("--json", action="store_true")
+
+    att = sub.add_parser("attach", help="attach this terminal to a session")
+    att.add_argument("name")
+    att.add_argument("--detach-key", default="^\\", help="key that detaches (default ^\\, i.e. Ctrl-\\)")
+    att.add_argument("--read-only", action="store_true", help="attach as a viewer: no input, no resize")
+    att.add_argument("--no-replay", action="store_true", help="show only new output")
+
+    send = sub.add_parser("send", help="type text into a session")
+    send.add_argument("name")
+    send.add_argument("text")
+    send.add_argument("--enter", action="store_true", help="press Enter after the text")
+
+    tail = sub.add_parser("tail", help="print a session's recent output")
+    tail.add_argument("name")
+    tail.add_argument("--bytes", type=_size, default=None, help="at most this much of the end (default: all held)")
+    tail.add_argument("--follow", "-f", action="store_true", help="keep printing new output until interrupted")
+    tail.add_argument("--plain", action="store_true", help="strip escape sequences and carriage returns")
+
+    sig = sub.add_parser("signal", help="send a signal to the session's child process group")
+    sig.add_argument("name")
+    sig.add_argument("signal", help="one of " + " ".join(wire.SIGNALS))
+
+    rs = sub.add_parser("resize", help="set the session's terminal size")
+    rs.add_argument("name")
+    rs.add_argument("cols", type=int)
+    rs.add_argument("rows", type=int)
+
+    st = sub.add_parser("stop", help="stop a session: its whole process tree, then the shellper")
+    st.add_argument("name")
+    st.add_argument("--grace", type=float, default=None)
+
+    status = sub.add_parser("status", help="a session's state, exits and clients")
+    status.add_argument("name")
+    status.add_argument("--json", action="store_true")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        handler = _COMMANDS[args.cmd]
+        return handler(args)
+    except (CliError, ClientError, LaunchError, PathError, ConfigError, PolicyError) as exc:
+        print(f"shellper: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def _dir(args: argparse.Namespace) -> Path:
+    return runtime_dir(args.dir)
+
+
+def _connect(args: argparse.Namespace, role: str = "tower", **hello: Any) -> Client:
+    validate_name(args.name)
+    path = _dir(args) / f"{args.name}.sock"
+    client = Client(path, role, client_name=f"shellper-cli:{args.cmd}")
+    try:
+        client.connect(**hello)
+    except ClientError as exc:
+        client.close()
+        raise CliError(f"session {args.name!r}: {exc.message}") from None
+    return client
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise CliError("run: no command given; usage: shellper run NAME [options] -- COMMAND [ARGS...]")
+    env = dict(os.environ) if args.inherit_env else {}
+    env.update(dict(args.env))
+    config = SessionConfig(
+        name=args.name, argv=command, dir=str(_dir(args)), cwd=os.path.abspath(args.cwd or os.getcwd()), env=env,
+        cols=args.cols, rows=args.rows, term=args.term, ring_bytes=args.ring_bytes, stderr_mode=args.stderr,
+        grace=args.grace, husk_ttl=args.husk_ttl, policy=RestartPolicy.from_arguments(args))
+    if not os.path.isdir(config.cwd):
+        raise CliError(f"run: --cwd {config.cwd} is not a directory")
+    if args.foreground:
+        return run_foreground(config)
+    info = launch(config)
+    print(json.dumps(info.to_dict()), flush=True)
+    return 0
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    sessions = list_sessions(_dir(args))
+    if args.json:
+        print(json.dumps([s.to_dict() for s in sessions], indent=2))
+        return 0
+    if not sessions:
+        print(f"no sessions in {_dir(args)}")
+        return 0
+    rows: list[tuple[str, ...]] = [("NAME", "STATE", "PID", "CHILD", "UPTIME", "CLIENTS", "RING", "LAST EXIT")]
+    rows += [_ls_row(s) for s in sessions]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    return 0
+
+
+def _ls_row(s: SessionInfo) -> tuple[str, ...]:
+    return (s.name, s.state, str(s.pid or "-"), str(s.child_pid or "-"), _duration(s.uptime),
+            "-" if s.clients is None else str(s.clients), _bytes(s.ring_bytes), s.last_exit or "-")
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s < 86400 else f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def _bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "K", "M", "G"):
+        if n < 1024 or unit == "G":
+            return f"{n}{unit}" if unit == "B" else f"{n:.1f}{unit}"
+        n = n / 1024  # type: ignore[assignment]
+    return str(n)
+
+
+def cmd_attach(args: argparse.Namespace) -> int:
+    from shellper.attach import attach
+
+    validate_name(args.name)
+    return attach(_dir(args) / f"{args.name}.sock", name=args.name, detach_key=args.detach_key,
+                  read_only=args.read_only, replay=not args.no_replay)
+
+
+def cmd_send(args: argparse.Namespace) -> int:
+    text = args.text + ("\r" if args.enter else "")
+    with _connect(args, "terminal", replay_bytes=0) as client:
+        client.write(text.encode())
+        client.request(wire.Ping(nonce=1), wire.Pong)  # the shellper has taken the input once it answers
+    return 0
+
+
+def cmd_tail(args: argparse.Namespace) -> int:
+    from shellper.textutil import strip_ansi
+
+    out = sys.stdout.buffer
+    with _connect(args, "viewer", replay_bytes=args.bytes) as client:
+        assert client.welcome is not None and client.replay is not None
+        end = client.welcome.ring_end
+
+        def emit(data: bytes) -> None:
+            out.write(strip_ansi(data) if args.plain else data)
+            out.flush()
+
+        emit(client.replay.data)
+        while args.follow or client.output.next_offset < end:
+            try:
+                frame = client.recv()
+            except SessionGone:
+                break
+            if isinstance(frame, wire.Data):
+                emit(frame.data)
+            elif isinstance(frame, wire.Exit) and args.follow:
+                print(f"\n[shellper: {frame.reason or 'child exited'}]", file=sys.stderr)
+    return 0
+
+
+def cmd_signal(args: argparse.Namespace) -> int:
+    bare = args.signal.upper().removeprefix("SIG")
+    if bare not in wire.SIGNALS:
+        raise CliError(f"signal: {args.signal!r} is not one of {' '.join(wire.SIGNALS)}")
+    with _connect(args, "tower", replay_bytes=0) as client:
+        client.send(wire.Signal(signal=bare))
+        _confirm(client)
+    return 0
+
+
+def cmd_resize(args: argparse.Namespace) -> int:
+    if not (1 <= args.cols <= 65535 and 1 <= args.rows <= 65535):
+        raise CliError(f"resize: {args.cols}x{args.rows} is outside 1..65535")
+    with _connect(args, "terminal", replay_bytes=0) as client:
+        client.send(wire.Resize(cols=args.cols, rows=args.rows))
+        _confirm(client)
+    return 0
+
+
+def _confirm(client: Client) -> None:
+    """A PING round trip: any ERROR for what we sent arrives before the PONG."""
+    client.send(wire.Ping(nonce=7))
+    while True:
+        frame = client.recv(timeout=client.timeout)
+        if frame is None:
+            raise CliError("the session did not answer")
+        if isinstance(frame, wire.Error):
+            raise RemoteError(client.path, frame)
+        if isinstance(frame, wire.Pong):
+            return
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    with _connect(args, "tower", replay_bytes=0) as client:
+        client.send(wire.Stop(grace=args.grace))
+        deadline = time.monotonic() + (args.grace if args.grace is not None else 5.0) + 15.0
+        while time.monotonic() < deadline:
+            try:
+                frame = client.recv(timeout=max(0.0, deadline - time.monotonic()))
+            except SessionGone:
+                print(f"stopped {args.name}")
+                return 0
+            if isinstance(frame, wire.Error):
+                raise RemoteError(client.path, frame)
+    raise CliError(f"stop: session {args.name!r} did not stop in time")
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    with _connect(args, "viewer", replay_bytes=0) as client:
+        reply = client.request(wire.Status(), wire.StatusReply)
+    assert isinstance(reply, wire.StatusReply)
+    if args.json:
+        print(json.dumps({"state": reply.state, **reply.info}, indent=2, default=str))
+        return 0
+    info = reply.info
+    print(f"{info.get('name')}: {reply.state}" + (f" ({info['state_reason']})" if info.get("state_reason") else ""))
+    print(f"  shellper pid {info.get('shellper_pid')}, child pid {info.get('child_pid') or '-'}, "
+          f"up {_duration(info.get('uptime'))}")
+    print(f"  command {' '.join(info.get('argv') or [])} in {info.get('cwd')}")
+    print(f"  output {info.get('ring_end')} bytes, ring holds {info.get('ring_end', 0) - info.get('ring_start', 0)}")
+    print(f"  exits {info.get('exit_count')}, restarts {info.get('restarts')}")
+    last = info.get("last_exit")
+    if last:
+        print(f"  last exit: {last.get('class')}: {last.get('reason')}")
+    print(f"  clients: {len(info.get('clients') or [])}")
+    return 0
+
+
+_COMMANDS = {
+    "run": cmd_run, "ls": cmd_ls, "attach": cmd_attach, "send": cmd_send, "tail": cmd_tail,
+    "signal": cmd_signal, "resize": cmd_resize, "stop": cmd_stop, "status": cmd_status,
+}
+
+if __name__ == "__main__":
+    sys.exit(main())

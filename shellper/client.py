@@ -1,0 +1,247 @@
+"""A blocking client for one shellper socket: what the CLI uses, and what tower_client builds on.
+
+It owns one connection and one decoder and tracks the output offset, so a caller always knows where
+to resume. Errors are typed and carry the socket path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import select
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+from shellper import wire
+
+
+F = TypeVar("F", bound=wire.Frame)
+
+
+class ClientError(Exception):
+    """Talking to a session failed; ``path`` is its socket."""
+
+    def __init__(self, path: str | os.PathLike[str], message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = str(path)
+        self.message = message
+
+
+class SessionNotFound(ClientError):
+    """No socket at that path (no such session, or it has stopped)."""
+
+
+class ConnectionRefused(ClientError):
+    """A socket file is there but nothing answers: a stale file, or a shellper that died."""
+
+
+class SessionGone(ClientError):
+    """The shellper closed the connection."""
+
+
+class Timeout(ClientError):
+    """No answer within the deadline."""
+
+
+class RemoteError(ClientError):
+    """The shellper answered with an ERROR frame."""
+
+    def __init__(self, path: str | os.PathLike[str], error: wire.Error) -> None:
+        super().__init__(path, f"{error.code}: {error.message}")
+        self.error = error
+
+
+class ProtocolViolation(ClientError):
+    """The shellper sent something this client cannot accept."""
+
+
+@dataclass
+class Output:
+    """Where this client is in the session's output stream."""
+
+    next_offset: int = 0
+    gaps: list[tuple[int, int]] = field(default_factory=list)  # (offset resumed at, bytes missed)
+
+
+class Client:
+    """One connection: ``connect()`` does the handshake; then ``recv()`` frames and ``send()`` them."""
+
+    def __init__(self, path: str | os.PathLike[str], role: str = "tower", *, client_name: str = "",
+                 timeout: float = 5.0) -> None:
+        self.path = str(path)
+        self.role = role
+        self.client_name = client_name
+        self.timeout = timeout
+        self.sock: socket.socket | None = None
+        self.decoder = wire.Decoder()
+        self.welcome: wire.Welcome | None = None
+        self.replay: wire.Replay | None = None
+        self.output = Output()
+        self.exit: wire.Exit | None = None
+        self._pending: list[wire.DecodedEvent] = []
+
+    # ----------------------------------------------------------------------------------- connect
+
+    def connect(self, *, resume_from: int | None = None, replay_bytes: int | None = None,
+                events_after: int | None = None) -> wire.Welcome:
+        """Connect, send HELLO, and wait for WELCOME and REPLAY (both always come)."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self.path)
+        except FileNotFoundError:
+            sock.close()
+            raise SessionNotFound(self.path, "no such session socket") from None
+        except ConnectionRefusedError:
+            sock.close()
+            raise ConnectionRefused(self.path, "nothing is listening (stale socket)") from None
+        except PermissionError:
+            sock.close()
+            raise ClientError(self.path, "permission denied") from None
+        except TimeoutError:
+            sock.close()
+            raise Timeout(self.path, f"connect timed out after {self.timeout:g} s") from None
+        except OSError as exc:
+            sock.close()
+            raise ClientError(self.path, f"connect failed: {exc.strerror or exc}") from None
+        self.sock = sock
+        self.send(wire.Hello(version=wire.PROTOCOL_VERSION, role=self.role, resume_from=resume_from,
+                             replay_bytes=replay_bytes, events_after=events_after, client=self.client_name))
+        deadline = time.monotonic() + self.timeout
+        welcome = self._expect(wire.Welcome, deadline)
+        self.welcome = welcome
+        self.replay = self._expect(wire.Replay, deadline)
+        self.output.next_offset = self.replay.offset + len(self.replay.data)
+        if self.replay.gap:
+            self.output.gaps.append((self.replay.offset, self.replay.gap))
+        return welcome
+
+    def _expect(self, kind: type[F], deadline: float) -> F:
+        while True:
+            frame = self._next_raw(deadline)
+            if isinstance(frame, wire.Error):
+                raise RemoteError(self.path, frame)
+            if isinstance(frame, kind):
+                return frame
+            if isinstance(frame, wire.Frame):
+                raise ProtocolViolation(self.path, f"expected {kind.TYPE.name}, got {frame.TYPE.name}")
+
+    # ----------------------------------------------------------------------------------- I/O
+
+    def send(self, frame: wire.Frame) -> None:
+        self.send_bytes(wire.encode(frame))
+
+    def send_bytes(self, data: bytes) -> None:
+        if self.sock is None:
+            raise SessionGone(self.path, "not connected")
+        try:
+            self.sock.sendall(data)
+        except TimeoutError:
+            raise Timeout(self.path, f"send timed out after {self.timeout:g} s") from None
+        except OSError as exc:
+            raise SessionGone(self.path, f"connection lost: {exc.strerror or exc}") from None
+
+    def write(self, data: bytes) -> None:
+        """Input for the child."""
+        self.send_bytes(wire.encode_data(data))
+
+    def recv(self, timeout: float | None = None) -> wire.Frame | None:
+        """The next frame (output offsets tracked), or None if nothing came within ``timeout``.
+
+        Raises SessionGone when the shellper closes the connection.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            frame = self._next_raw(deadline)
+        except Timeout:
+            return None
+        while not isinstance(frame, wire.Frame):  # Skipped / Unknown: a newer peer's frame, ignored
+            frame = self._next_raw(deadline)
+        if isinstance(frame, wire.Data):
+            self.output.next_offset += len(frame.data)
+        elif isinstance(frame, wire.Gap):
+            self.output.gaps.append((frame.offset, frame.missed))
+            self.output.next_offset = frame.offset
+        elif isinstance(frame, wire.Exit):
+            self.exit = frame
+        return frame
+
+    def request(self, frame: wire.Frame, reply: type[wire.Frame], timeout: float | None = None) -> wire.Frame:
+        """Send ``frame`` and return the first frame of type ``reply``; other frames are kept for recv()."""
+        self.send(frame)
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        skipped: list[wire.DecodedEvent] = []
+        try:
+            while True:
+                got = self._next_raw(deadline)
+                if isinstance(got, reply):
+                    return got
+                if isinstance(got, wire.Error) and got.frame_type == frame.TYPE:
+                    raise RemoteError(self.path, got)
+                skipped.append(got)
+        finally:
+            self._pending[:0] = skipped
+
+    def _next_raw(self, deadline: float | None) -> wire.DecodedEvent:
+        if self._pending:
+            return self._pending.pop(0)
+        while True:
+            try:
+                event = self.decoder.next_event()
+            except wire.ProtocolError as exc:
+                raise ProtocolViolation(self.path, str(exc)) from None
+            if event is not None:
+                return event
+            self._fill(deadline)
+
+    def _fill(self, deadline: float | None) -> None:
+        if self.sock is None:
+            raise SessionGone(self.path, "not connected")
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise Timeout(self.path, "no frame before the deadline")
+            readable, _, _ = select.select([self.sock], [], [], left)
+            if not readable:
+                raise Timeout(self.path, "no frame before the deadline")
+        else:
+            select.select([self.sock], [], [])
+        try:
+            chunk = self.sock.recv(1024 * 1024)
+        except BlockingIOError:
+            return
+        except TimeoutError:
+            raise Timeout(self.path, "no frame before the deadline") from None
+        except OSError as exc:
+            if exc.errno == errno.ECONNRESET:
+                chunk = b""
+            else:
+                raise SessionGone(self.path, f"connection lost: {exc.strerror or exc}") from None
+        if not chunk:
+            raise SessionGone(self.path, "the shellper closed the connection")
+        self.decoder.feed(chunk)
+
+    def fileno(self) -> int:
+        if self.sock is None:
+            raise SessionGone(self.path, "not connected")
+        return self.sock.fileno()
+
+    def close(self) -> None:
+        if self.sock is not None:
+            with contextlib.suppress(OSError):
+                self.sock.close()
+            self.sock = None
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def socket_path(directory: str | os.PathLike[str], name: str) -> Path:
+    return Path(directory) / f"{name}.sock"

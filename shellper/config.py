@@ -1,0 +1,84 @@
+"""What a session is started with: one dataclass shared by the CLI, `launch()` and the server."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from shellper.exits import RestartPolicy
+
+DEFAULT_RING_BYTES = 8 * 1024 * 1024
+MIN_RING_BYTES = 64 * 1024
+MAX_RING_BYTES = 1024 * 1024 * 1024
+DEFAULT_TERM = "xterm-256color"
+DEFAULT_GRACE = 5.0
+HANDSHAKE_TIMEOUT = 10.0
+STDERR_MODES = ("auto", "pty", "merged", "pipe")
+JOB_CONTROL_SHELLS = frozenset({"bash", "zsh", "fish", "sh", "dash", "ksh", "mksh", "tcsh", "csh", "nu", "xonsh"})
+"""Shells do job control on the terminal at fd 2, which must then be the controlling terminal."""
+
+
+def resolve_stderr_mode(mode: str, argv: list[str]) -> str:
+    """``auto``: a separate stderr terminal (captured for exit reasons) unless the child is a shell.
+
+    Only one terminal can be a process's controlling terminal. A shell on a second PTY at fd 2 stays
+    interactive but loses job control, so shells get the classic single PTY.
+    """
+    if mode != "auto":
+        return mode
+    program = os.path.basename(argv[0]) if argv else ""
+    return "merged" if program.lstrip("-") in JOB_CONTROL_SHELLS else "pty"
+
+
+class ConfigError(ValueError):
+    """A session option that cannot work; ``option`` names it."""
+
+    def __init__(self, option: str, message: str) -> None:
+        super().__init__(f"{option}: {message}")
+        self.option = option
+
+
+@dataclass
+class SessionConfig:
+    name: str
+    argv: list[str]
+    dir: str
+    cwd: str
+    env: dict[str, str]
+    cols: int = 80
+    rows: int = 24
+    term: str = DEFAULT_TERM
+    ring_bytes: int = DEFAULT_RING_BYTES
+    stderr_mode: str = "auto"
+    grace: float = DEFAULT_GRACE
+    husk_ttl: float | None = None
+    handshake_timeout: float = HANDSHAKE_TIMEOUT
+    policy: RestartPolicy = field(default_factory=RestartPolicy)
+
+    def validate(self) -> None:
+        if not self.argv:
+            raise ConfigError("command", "no command given (put it after --)")
+        if not 1 <= self.cols <= 65535 or not 1 <= self.rows <= 65535:
+            raise ConfigError("--cols/--rows", f"size {self.cols}x{self.rows} is outside 1..65535")
+        if not MIN_RING_BYTES <= self.ring_bytes <= MAX_RING_BYTES:
+            raise ConfigError("--ring-bytes", f"{self.ring_bytes} is outside {MIN_RING_BYTES}..{MAX_RING_BYTES}")
+        if self.stderr_mode not in STDERR_MODES:
+            raise ConfigError("--stderr", f"{self.stderr_mode!r} is not one of {', '.join(STDERR_MODES)}")
+        if self.grace < 0:
+            raise ConfigError("--grace", "must not be negative")
+        if self.husk_ttl is not None and self.husk_ttl < 0:
+            raise ConfigError("--husk-ttl", "must not be negative")
+
+    def to_json(self) -> str:
+        data = dataclasses.asdict(self)
+        data["policy"] = self.policy.to_dict()
+        return json.dumps(data, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> SessionConfig:
+        data: dict[str, Any] = json.loads(text)
+        data["policy"] = RestartPolicy.from_dict(data.get("policy") or {})
+        return cls(**data)

@@ -1,0 +1,164 @@
+"""Starting a session: detached (the default) or in the caller's process.
+
+The detached shellper is a grandchild of the launcher in a session of its own, with stdin on /dev/null and
+stdout/stderr on its log file, so neither a closed pipe nor a terminal hang-up can reach it. The config
+travels over a pipe on stdin, never in argv, so the child's environment is not visible in ``ps``. The
+launcher returns once the daemon reports, over a dedicated pipe, that its socket accepts connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from shellper.config import SessionConfig
+from shellper.logfile import LogFile, redirect_stdio
+from shellper.paths import SessionPaths, ensure_runtime_dir, validate_name
+from shellper.record import SessionLock
+
+LAUNCH_TIMEOUT = 10.0
+
+
+class LaunchError(RuntimeError):
+    """The session did not start; ``name`` and, when known, the log path say where to look."""
+
+    def __init__(self, name: str, message: str, log: Path | None = None) -> None:
+        super().__init__(message)
+        self.name = name
+        self.log = log
+
+
+@dataclass(frozen=True)
+class LaunchInfo:
+    name: str
+    pid: int
+    start_time: int
+    boot_id: str
+    instance_id: str
+    child_pid: int | None
+    socket: str
+    record: str
+    log: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def prepare(config: SessionConfig) -> SessionPaths:
+    """Check everything that can be checked before a process is started."""
+    config.validate()
+    validate_name(config.name)
+    directory = ensure_runtime_dir(Path(config.dir))
+    paths = SessionPaths.for_name(directory, config.name)
+    if SessionLock.is_locked(paths.lock):
+        raise LaunchError(config.name, f"session {config.name!r} is already running in {directory}")
+    return paths
+
+
+def launch(config: SessionConfig, timeout: float = LAUNCH_TIMEOUT) -> LaunchInfo:
+    """Start a detached shellper and return once its socket accepts connections."""
+    paths = prepare(config)
+    ready_r, ready_w = os.pipe()
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "shellper.daemon", config.name, str(paths.dir)],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            pass_fds=(ready_w,), start_new_session=True, close_fds=True,
+            env={**os.environ, "SHELLPER_READY_FD": str(ready_w)},
+        )
+    except OSError:
+        os.close(ready_r)
+        os.close(ready_w)
+        raise
+    os.close(ready_w)
+    try:
+        assert proc.stdin is not None
+        proc.stdin.write(config.to_json().encode())
+        proc.stdin.close()
+        proc.wait()  # the intermediate process exits as soon as it has forked the daemon
+        reply = _read_until_eof(ready_r, timeout)
+    finally:
+        os.close(ready_r)
+    if not reply:
+        raise LaunchError(config.name, f"shellper for {config.name!r} exited before it was ready"
+                          f"{_log_tail(paths.log)}", paths.log)
+    message = json.loads(reply)
+    if "error" in message:
+        raise LaunchError(config.name, str(message["error"]), paths.log)
+    return LaunchInfo(**{k: message[k] for k in LaunchInfo.__dataclass_fields__})
+
+
+def _read_until_eof(fd: int, timeout: float) -> bytes:
+    deadline = time.monotonic() + timeout
+    out = bytearray()
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise LaunchError("?", f"shellper did not report ready within {timeout:g} s")
+        readable, _, _ = select.select([fd], [], [], left)
+        if not readable:
+            continue
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return bytes(out)
+        out += chunk
+
+
+def _log_tail(log: Path) -> str:
+    try:
+        lines = log.read_text(errors="replace").splitlines()[-5:]
+    except OSError:
+        return ""
+    return (": " + " | ".join(lines)) if lines else ""
+
+
+def run_foreground(config: SessionConfig, announce: bool = True) -> int:
+    """Run the session in this process until it stops; print the info line once ready."""
+    paths = prepare(config)
+    log = LogFile(paths.log)
+
+    def ready(info: dict[str, Any]) -> None:
+        if announce:
+            print(json.dumps(info), flush=True)
+
+    from shellper.server import serve
+
+    return asyncio.run(serve(config, paths, log, ready))
+
+
+def daemon_main(argv: list[str]) -> int:
+    """Entry of ``python -m shellper.daemon``: fork once more, detach, serve, report readiness."""
+    ready_fd = int(os.environ.pop("SHELLPER_READY_FD", "-1"))
+    config = SessionConfig.from_json(sys.stdin.buffer.read().decode())
+    if os.fork():
+        os._exit(0)  # the launcher reaps this intermediate; the daemon is nobody's child to wait for
+    os.set_inheritable(ready_fd, False)
+    paths = SessionPaths.for_name(Path(config.dir), config.name)
+    log = LogFile(paths.log)
+    redirect_stdio(paths.log)
+
+    def report(message: dict[str, Any]) -> None:
+        nonlocal ready_fd
+        if ready_fd >= 0:
+            try:
+                os.write(ready_fd, json.dumps(message).encode())
+            finally:
+                os.close(ready_fd)
+                ready_fd = -1
+
+    from shellper.server import serve
+
+    try:
+        return asyncio.run(serve(config, paths, log, report))
+    except BaseException as exc:
+        log.write(f"fatal: {type(exc).__name__}: {exc}")
+        report({"error": str(exc) or type(exc).__name__})
+        return 1

@@ -1,0 +1,591 @@
+"""The session: one PTY child, its scrollback, its clients and its supervisor, on one asyncio loop.
+
+Everything that happens is a reaction to a file descriptor or a signal (PTY readable, socket readable,
+SIGCHLD, SIGTERM); the loop holds no periodic timer, so an idle session costs nothing. The only timers
+are one-shot: a pending client's handshake deadline, a scheduled restart, the husk time-to-live.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from shellper import __version__, wire
+from shellper.child import Child, SpawnError, build_env, spawn_child
+from shellper.child import resize as resize_child
+from shellper.clients import ClientConn
+from shellper.config import SessionConfig, resolve_stderr_mode
+from shellper.exits import Action, ExitEvidence, Supervisor, describe_exit, signal_name
+from shellper.identity import boot_id, start_time
+from shellper.logfile import LogFile
+from shellper.paths import SessionPaths, unlink_if_regular, unlink_if_socket
+from shellper.reaper import descendants, set_child_subreaper
+from shellper.record import SessionLock, SessionRecord, write_record
+from shellper.ring import Scrollback
+
+READ_CHUNK = 256 * 1024
+"""Most bytes taken from the PTY per wakeup: drain what is there, but let clients and signals in between."""
+STDERR_TAIL_BYTES = 8 * 1024
+EVENT_HISTORY = 1000
+INPUT_HIGH_WATER = 1024 * 1024
+"""Pending keyboard input above which we stop reading from the sending client (the child is slow)."""
+REQUESTED_WINDOW = 10.0
+"""An exit within this many seconds of a terminating SIGNAL from a client counts as requested."""
+TERMINATING = {signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGKILL}
+
+
+class Session:
+    """Holds the child, the ring and the clients; decides what follows each exit."""
+
+    def __init__(self, config: SessionConfig, paths: SessionPaths, log: LogFile) -> None:
+        self.config = config
+        self.paths = paths
+        self.log = log
+        self.loop = asyncio.get_running_loop()
+        self.scrollback = Scrollback(config.ring_bytes)
+        self.supervisor = Supervisor(config.policy)
+        self.instance_id = uuid.uuid4().hex
+        self.boot_id = boot_id()
+        self.pid = os.getpid()
+        self.start_time = start_time(self.pid) or 0
+        self.cols, self.rows = config.cols, config.rows
+        self.state = "starting"
+        self.state_reason = ""
+        self.child: Child | None = None
+        self.child_argv = list(config.argv)
+        self.child_cwd = config.cwd
+        self.child_env = dict(config.env)
+        self.last_output_at: float | None = None
+        self.last_exit: dict[str, Any] | None = None
+        self.exits: deque[dict[str, Any]] = deque(maxlen=50)
+        self.exit_count = 0
+        self.restarts = 0
+        self.next_restart_at: float | None = None
+        self.created_at = time.time()
+        self.clients: dict[int, ClientConn] = {}
+        self.tower: ClientConn | None = None
+        self.events: deque[wire.Event] = deque(maxlen=EVENT_HISTORY)
+        self.event_seq = 0
+        self.stderr_tail = bytearray()
+        self._next_client_id = 1
+        self._input = bytearray()
+        self._input_paused: set[ClientConn] = set()
+        self._restart_handle: asyncio.TimerHandle | None = None
+        self._husk_handle: asyncio.TimerHandle | None = None
+        self._requested_at = 0.0
+        self._stop_requested = False
+        self._server: asyncio.AbstractServer | None = None
+        self._lock: SessionLock | None = None
+        self.done = asyncio.Event()
+
+    # ----------------------------------------------------------------------------------- lifecycle
+
+    async def start(self) -> None:
+        """Lock, spawn the first child, listen. Raises (and cleans up) if any step fails."""
+        self._lock = SessionLock.acquire(self.paths.lock, self.config.name)
+        try:
+            unlink_if_socket(self.paths.socket)  # stale: the lock says nobody owns it
+            with contextlib.suppress(OSError):
+                set_child_subreaper()
+            self._spawn(self.child_argv, self.child_cwd, self.child_env, first=True)
+            old_umask = os.umask(0o177)
+            try:
+                self._server = await self.loop.create_unix_server(
+                    lambda: ClientConn(self), path=str(self.paths.socket), backlog=128)
+            finally:
+                os.umask(old_umask)
+        except BaseException:
+            self._cleanup_child_fds()
+            if self.child is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.child.pid, signal.SIGKILL)
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(self.child.pid, 0)
+            self._remove_files(keep_log=True)
+            raise
+        self.loop.add_signal_handler(signal.SIGCHLD, self._on_sigchld)
+        self.loop.add_signal_handler(signal.SIGTERM, self.request_stop)
+        self.loop.add_signal_handler(signal.SIGINT, self.request_stop)
+        self.loop.add_signal_handler(signal.SIGHUP, lambda: None)
+        self.loop.add_signal_handler(signal.SIGUSR1, self._on_sigusr1)
+        self.log.write(f"shellper {__version__} started: pid={self.pid} session={self.config.name} "
+                       f"socket={self.paths.socket}")
+        self._on_sigchld()  # a child that died before the handler existed
+        self._write_record()
+
+    def info_line(self) -> dict[str, Any]:
+        """What the launcher prints once the socket accepts connections."""
+        return {
+            "name": self.config.name, "pid": self.pid, "start_time": self.start_time, "boot_id": self.boot_id,
+            "instance_id": self.instance_id, "child_pid": self.child.pid if self.child else None,
+            "socket": str(self.paths.socket), "record": str(self.paths.record), "log": str(self.paths.log),
+        }
+
+    def request_stop(self, grace: float | None = None) -> None:
+        if self._stop_requested:
+            return
+        self._stop_requested = True
+        self.loop.create_task(self._stop(self.config.grace if grace is None else grace))
+
+    async def _stop(self, grace: float) -> None:
+        self._set_state("stopping", "stop requested")
+        self._cancel_timers()
+        self._requested_at = time.monotonic()
+        await self._terminate_tree(grace)
+        self._on_sigchld()
+        if self.child is not None:  # exit not seen (reaped elsewhere?): report it anyway
+            self._child_gone(None, requested=True)
+        closing = [client.closed for client in self.clients.values()]
+        for client in list(self.clients.values()):
+            client.close_after_flush()
+        if closing:  # let the last frames (EXIT) reach the clients; a stuck one does not hold us up
+            await asyncio.wait(closing, timeout=2.0)
+        if self._server is not None:
+            self._server.close()
+        self.log.write("stopped")
+        self._remove_files(keep_log=False)
+        self.done.set()
+
+    def _remove_files(self, keep_log: bool) -> None:
+        unlink_if_socket(self.paths.socket)
+        unlink_if_regular(self.paths.record)
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+        if not keep_log:
+            self.log.close()
+            unlink_if_regular(self.paths.log)
+            unlink_if_regular(self.paths.log.with_name(self.paths.log.name + ".1"))
+
+    def _cancel_timers(self) -> None:
+        for handle in (self._restart_handle, self._husk_handle):
+            if handle is not None:
+                handle.cancel()
+        self._restart_handle = self._husk_handle = None
+        self.next_restart_at = None
+
+    def _on_sigusr1(self) -> None:
+        """Recreate the socket if someone removed it (the runtime directory was cleaned, say)."""
+        if self.paths.socket.exists() or self._server is None:
+            return
+        self.log.write("socket missing: recreating it")
+        self._server.close()
+        self.loop.create_task(self._relisten())
+
+    async def _relisten(self) -> None:
+        try:
+            self.paths.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            old_umask = os.umask(0o177)
+            try:
+                self._server = await self.loop.create_unix_server(
+                    lambda: ClientConn(self), path=str(self.paths.socket), backlog=128)
+            finally:
+                os.umask(old_umask)
+            self._write_record()
+        except OSError as exc:
+            self.log.write(f"could not recreate socket: {exc}")
+
+    # ----------------------------------------------------------------------------------- the child
+
+    def _spawn(self, argv: list[str], cwd: str, env: dict[str, str], *, first: bool = False) -> bool:
+        """Start a child; on exec failure either raise (first start) or treat it as a permanent exit."""
+        full_env = build_env(env, {"SHELLPER_SESSION": self.config.name}, self.config.term, inherit=True)
+        try:
+            child = spawn_child(argv, cwd=cwd, env=full_env, cols=self.cols, rows=self.rows,
+                                stderr_mode=resolve_stderr_mode(self.config.stderr_mode, argv))
+        except SpawnError as exc:
+            if first:
+                raise
+            self.log.write(f"spawn failed: {exc}")
+            self._handle_exit(ExitEvidence(code=None, signal=None, core=False, uptime=0.0, requested=False,
+                                           spawn_error=str(exc)), child_pid=None)
+            return False
+        self.child = child
+        self.stderr_tail.clear()
+        self.loop.add_reader(child.master_fd, self._on_pty_readable, child, child.master_fd)
+        if child.stderr_fd is not None:
+            self.loop.add_reader(child.stderr_fd, self._on_pty_readable, child, child.stderr_fd)
+        self._set_state("running", "")
+        self.log.write(f"spawned pid={child.pid} argv={argv!r}")
+        self._event("spawned", {"child_pid": child.pid, "argv": argv})
+        return True
+
+    def _on_pty_readable(self, child: Child, fd: int) -> None:
+        chunks: list[bytes] = []
+        total = 0
+        while total < READ_CHUNK:
+            try:
+                chunk = os.read(fd, READ_CHUNK)
+            except BlockingIOError:
+                break
+            except OSError:  # EIO: every slave end is closed
+                chunk = b""
+            if not chunk:
+                self.loop.remove_reader(fd)
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        if not chunks:
+            return
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        if fd == child.stderr_fd:
+            self.stderr_tail += data
+            if len(self.stderr_tail) > STDERR_TAIL_BYTES:
+                del self.stderr_tail[:-STDERR_TAIL_BYTES]
+        self._output(data)
+
+    def _output(self, data: bytes) -> None:
+        """Append to the ring and hand to every client that is caught up."""
+        old_end = self.scrollback.end
+        self.scrollback.append(data)
+        self.last_output_at = time.time()
+        frame = wire.encode_data(data)
+        for client in self.clients.values():
+            client.on_output(old_end, frame)
+
+    def _notice(self, text: str) -> None:
+        """A one-line notice for people attached; it is part of the output stream (and the ring)."""
+        self._output(b"\r\n\x1b[7m[shellper] " + text.encode() + b"\x1b[0m\r\n")
+
+    def _drain_child_output(self, child: Child) -> None:
+        for fd in (child.master_fd, child.stderr_fd):
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    self._on_pty_readable(child, fd)
+
+    def _cleanup_child_fds(self) -> None:
+        child = self.child
+        if child is None:
+            return
+        for fd in (child.master_fd, child.stderr_fd):
+            if fd is not None:
+                with contextlib.suppress(ValueError, OSError):
+                    self.loop.remove_reader(fd)
+                with contextlib.suppress(ValueError, OSError):
+                    self.loop.remove_writer(fd)
+        child.close()
+
+    def write_input(self, data: bytes, client: ClientConn) -> None:
+        if self.child is None:
+            client.send_error("not_running", "the child is not running; input dropped", wire.FrameType.DATA)
+            return
+        was_empty = not self._input
+        self._input += data
+        if was_empty:
+            self._flush_input()
+        if len(self._input) > INPUT_HIGH_WATER and client.transport is not None:
+            client.transport.pause_reading()
+            self._input_paused.add(client)
+
+    def _flush_input(self) -> None:
+        child = self.child
+        if child is None:
+            self._input.clear()
+            return
+        try:
+            while self._input:
+                n = os.write(child.master_fd, self._input[:65536])
+                del self._input[:n]
+        except BlockingIOError:
+            pass
+        except OSError as exc:
+            self.log.write(f"input write failed: {exc}")
+            self._input.clear()
+        with contextlib.suppress(ValueError, OSError):
+            if self._input:
+                self.loop.add_writer(child.master_fd, self._flush_input)
+            else:
+                self.loop.remove_writer(child.master_fd)
+        if len(self._input) <= INPUT_HIGH_WATER // 2 and self._input_paused:
+            for client in self._input_paused:
+                if client.transport is not None and not client.transport.is_closing():
+                    client.transport.resume_reading()
+            self._input_paused.clear()
+
+    def resize(self, cols: int, rows: int) -> None:
+        self.cols, self.rows = cols, rows
+        if self.child is not None:
+            resize_child(self.child, cols, rows)
+        self._event("resized", {"cols": cols, "rows": rows})
+
+    def send_signal(self, name: str, client: ClientConn) -> None:
+        bare = name.upper().removeprefix("SIG")
+        if bare not in wire.SIGNALS:
+            client.send_error("bad_signal", f"signal {name!r} is not one of {', '.join(wire.SIGNALS)}",
+                              wire.FrameType.SIGNAL)
+            return
+        if self.child is None:
+            client.send_error("not_running", "the child is not running", wire.FrameType.SIGNAL)
+            return
+        signum = signal.Signals["SIG" + bare]
+        if signum in TERMINATING:
+            self._requested_at = time.monotonic()
+        self.log.write(f"signal {signum.name} to group {self.child.pid} from client {client.client_id}")
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.child.pid, signum)
+
+    async def respawn(self, spawn: wire.Spawn, client: ClientConn | None) -> None:
+        """SPAWN: end the current child's tree (death confirmed), then start the new one."""
+        self._cancel_timers()
+        self._requested_at = time.monotonic()
+        await self._terminate_tree(self.config.grace)
+        self._on_sigchld()
+        if spawn.argv is not None:
+            self.child_argv = list(spawn.argv)
+        if spawn.cwd is not None:
+            self.child_cwd = spawn.cwd
+        if spawn.env is not None:
+            self.child_env = dict(spawn.env)
+        if spawn.clear_ring:
+            self.scrollback.clear()
+        self.supervisor.reset()
+        if self._stop_requested:
+            return
+        if not self._spawn(self.child_argv, self.child_cwd, self.child_env) and client is not None:
+            client.send_error("spawn_failed", self.state_reason, wire.FrameType.SPAWN)
+        self._write_record()
+
+    async def _terminate_tree(self, grace: float) -> None:
+        """SIGTERM the child's group and every descendant, wait ``grace``, SIGKILL, and confirm death."""
+        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+            pids = descendants(self.pid)
+            if not pids:
+                return
+            if self.child is not None and sig == signal.SIGTERM:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(self.child.pid, signal.SIGCONT)
+                    os.killpg(self.child.pid, sig)
+            await self._signal_and_wait(pids, sig, wait)
+        left = descendants(self.pid)
+        if left:
+            self.log.write(f"processes survived SIGKILL: {left}")
+
+    async def _signal_and_wait(self, pids: list[int], sig: int, timeout: float) -> None:
+        waiters: list[asyncio.Future[None]] = []
+        fds: list[int] = []
+        for pid in pids:
+            try:
+                fd = os.pidfd_open(pid)
+            except OSError:
+                continue
+            fds.append(fd)
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(fd, sig)
+            fut: asyncio.Future[None] = self.loop.create_future()
+            self.loop.add_reader(fd, _set_done, fut)
+            waiters.append(fut)
+        try:
+            if waiters:
+                await asyncio.wait(waiters, timeout=timeout)
+        finally:
+            for fd in fds:
+                self.loop.remove_reader(fd)
+                os.close(fd)
+        self._on_sigchld()
+
+    def _on_sigchld(self) -> None:
+        """Reap every child (we are a subreaper: orphans of the session land here too)."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if self.child is not None and pid == self.child.pid:
+                self._child_gone(status)
+
+    def _child_gone(self, status: int | None, requested: bool = False) -> None:
+        child = self.child
+        assert child is not None
+        self._drain_child_output(child)
+        self._cleanup_child_fds()
+        self.child = None
+        self._input.clear()
+        code: int | None = None
+        signum: int | None = None
+        core = False
+        if status is not None:
+            if os.WIFEXITED(status):
+                code = os.WEXITSTATUS(status)
+            elif os.WIFSIGNALED(status):
+                signum = os.WTERMSIG(status)
+                core = os.WCOREDUMP(status)
+        now = time.monotonic()
+        requested = requested or self._stop_requested or (now - self._requested_at) < REQUESTED_WINDOW
+        tail = bytes(self.stderr_tail).decode("utf-8", "replace")
+        evidence = ExitEvidence(code=code, signal=signum, core=core, uptime=now - child.started_at,
+                                requested=requested, stderr_tail=tail)
+        self._handle_exit(evidence, child_pid=child.pid)
+
+    def _handle_exit(self, evidence: ExitEvidence, child_pid: int | None) -> None:
+        decision = self.supervisor.on_exit(evidence, time.monotonic())
+        if self._stop_requested:
+            state = "stopping"
+        else:
+            state = {Action.RESTART: "backoff", Action.EXITED: "exited", Action.FATAL: "fatal"}[decision.action]
+        record: dict[str, Any] = {
+            "code": evidence.code,
+            "signal": signal_name(evidence.signal) if evidence.signal else None,
+            "core": evidence.core,
+            "uptime": round(evidence.uptime, 3),
+            "class": decision.classification.cls.value,
+            "reason": decision.reason,
+            "state": state,
+            "child_pid": child_pid,
+            "time": time.time(),
+            "restart_in": decision.delay if state == "backoff" else None,
+            "stderr_tail": evidence.stderr_tail[-2000:],
+            "restarts": decision.restart_count,
+            "breaker": self.supervisor.snapshot(),
+            "spawn_error": evidence.spawn_error,
+        }
+        self.last_exit = record
+        self.exits.append(record)
+        self.exit_count += 1
+        self.restarts = decision.restart_count
+        self.log.write(f"child {child_pid} {describe_exit(evidence)}: {decision.classification.cls.value}; "
+                       f"{decision.reason}")
+        if state == "backoff":
+            self.next_restart_at = time.time() + decision.delay
+        self.state, self.state_reason = state, decision.reason
+        self._write_record()  # the exit is on disk before anyone hears of it
+        exit_frame = wire.encode(wire.Exit.from_map(record))
+        for client in self.clients.values():
+            client.send_control_at(self.scrollback.end, exit_frame)
+        self._event("exited", record)
+        if state == "backoff":
+            self._notice(f"child {describe_exit(evidence)}; restarting in {decision.delay:.1f} s "
+                         f"(restart {decision.restart_count})")
+            self._restart_handle = self.loop.call_later(decision.delay, self._restart_now)
+            self._event("restart_scheduled", {"delay": decision.delay, "at": self.next_restart_at})
+        elif state in ("exited", "fatal"):
+            self._notice(f"child {describe_exit(evidence)}; {decision.reason}")
+            if state == "fatal":
+                self._event("gave_up", {"reason": decision.reason})
+            if self.config.husk_ttl is not None:
+                self._husk_handle = self.loop.call_later(self.config.husk_ttl, self.request_stop)
+
+    def _restart_now(self) -> None:
+        self._restart_handle = None
+        self.next_restart_at = None
+        if self._stop_requested or self.child is not None:
+            return
+        self.loop.create_task(self._restart_task())
+
+    async def _restart_task(self) -> None:
+        await self._terminate_tree(self.config.grace)  # leftovers of the old child would fight the new one
+        if not self._stop_requested and self.child is None:
+            self._spawn(self.child_argv, self.child_cwd, self.child_env)
+            self._write_record()
+
+    # ----------------------------------------------------------------------------------- clients
+
+    def new_client_id(self) -> int:
+        cid = self._next_client_id
+        self._next_client_id += 1
+        return cid
+
+    def register(self, client: ClientConn) -> None:
+        if client.role == "tower":
+            old = self.tower
+            if old is not None and old is not client:
+                old.send_error("replaced", f"a new tower connection (client {client.client_id}) replaced this one",
+                               None, fatal=True)
+            self.tower = client
+        self.clients[client.client_id] = client
+        self._event("client_attached", {"client_id": client.client_id, "role": client.role, "client": client.name})
+
+    def unregister(self, client: ClientConn, reason: str) -> None:
+        if self.clients.pop(client.client_id, None) is None:
+            return
+        if self.tower is client:
+            self.tower = None
+        self._input_paused.discard(client)
+        self._event("client_detached", {"client_id": client.client_id, "role": client.role, "reason": reason})
+
+    def welcome(self, role: str) -> wire.Welcome:
+        return wire.Welcome(
+            version=wire.PROTOCOL_VERSION, name=self.config.name, shellper_pid=self.pid,
+            shellper_start_time=self.start_time, boot_id=self.boot_id, instance_id=self.instance_id,
+            state=self.state, cols=self.cols, rows=self.rows, ring_start=self.scrollback.start,
+            ring_end=self.scrollback.end, child_pid=self.child.pid if self.child else None,
+            state_reason=self.state_reason, last_output_at=self.last_output_at,
+            exit=self.last_exit, event_seq=self.event_seq, role=role)
+
+    def status(self) -> wire.StatusReply:
+        now = time.time()
+        info: dict[str, Any] = {
+            "name": self.config.name, "shellper_pid": self.pid, "instance_id": self.instance_id,
+            "child_pid": self.child.pid if self.child else None,
+            "child_uptime": round(time.monotonic() - self.child.started_at, 3) if self.child else None,
+            "uptime": round(now - self.created_at, 3), "state_reason": self.state_reason,
+            "argv": self.child_argv, "cwd": self.child_cwd, "cols": self.cols, "rows": self.rows,
+            "ring_start": self.scrollback.start, "ring_end": self.scrollback.end,
+            "ring_capacity": self.config.ring_bytes, "last_output_at": self.last_output_at,
+            "exit_count": self.exit_count, "restarts": self.restarts, "last_exit": self.last_exit,
+            "next_restart_at": self.next_restart_at, "event_seq": self.event_seq,
+            "clients": [c.describe() for c in self.clients.values()],
+        }
+        return wire.StatusReply(state=self.state, info=info)
+
+    def events_after(self, seq: int) -> list[wire.Event]:
+        held = [e for e in self.events if e.seq > seq]
+        first_held = self.events[0].seq if self.events else self.event_seq + 1
+        if seq + 1 < first_held and seq < self.event_seq:
+            missed = wire.Event(seq=0, kind="events_missed", time=time.time(),
+                                data={"from": seq + 1, "to": first_held - 1})
+            return [missed, *held]
+        return held
+
+    def _event(self, kind: str, data: dict[str, Any]) -> None:
+        self.event_seq += 1
+        event = wire.Event(seq=self.event_seq, kind=kind, time=time.time(), data=data)
+        self.events.append(event)
+        frame = wire.encode(event)
+        for client in self.clients.values():
+            if client.wants_events:
+                client.send_control_at(self.scrollback.end, frame)
+
+    def _set_state(self, state: str, reason: str) -> None:
+        self.state, self.state_reason = state, reason
+        self._write_record()
+
+    def _write_record(self) -> None:
+        child = self.child
+        record = SessionRecord(
+            name=self.config.name, boot_id=self.boot_id, shellper_pid=self.pid,
+            shellper_start_time=self.start_time, instance_id=self.instance_id,
+            child_pid=child.pid if child else None, child_pgid=child.pid if child else None,
+            child_start_time=child.start_time if child else None, command=self.child_argv, cwd=self.child_cwd,
+            socket=str(self.paths.socket), state=self.state, state_reason=self.state_reason,
+            created_at=self.created_at, last_exit_at=self.last_exit["time"] if self.last_exit else None,
+            next_restart_at=self.next_restart_at, exits=list(self.exits), exit_count=self.exit_count,
+            restarts=self.restarts, breaker=self.supervisor.snapshot(), ring_bytes=self.config.ring_bytes,
+            stderr_mode=resolve_stderr_mode(self.config.stderr_mode, self.child_argv), version=__version__)
+        try:
+            write_record(self.paths.record, record)
+        except OSError as exc:  # disk full, directory removed: keep serving, say so
+            self.log.write(f"could not write record {self.paths.record}: {exc}")
+
+
+def _set_done(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+async def serve(config: SessionConfig, paths: SessionPaths, log: LogFile,
+                on_ready: Callable[[dict[str, Any]], None]) -> int:
+    """Run a session until it stops. ``on_ready`` gets the info line once the socket accepts."""
+    session = Session(config, paths, log)
+    await session.start()
+    on_ready(session.info_line())
+    await session.done.wait()
+    return 0

@@ -1,0 +1,109 @@
+"""What is in a runtime directory: each session's record, whether its owner is alive, what it says.
+
+The lock answers "is somebody alive" without signalling anyone; the socket answers "is it serving";
+the record says what it is. A record without a live lock is stale; a socket without a record is too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from shellper import wire
+from shellper.client import Client, ClientError
+from shellper.paths import LOCK_SUFFIX, RECORD_SUFFIX, SOCKET_SUFFIX, BadName, validate_name
+from shellper.record import RecordError, SessionLock, SessionRecord, read_record
+
+PROBE_TIMEOUT = 2.0
+
+
+@dataclass
+class SessionInfo:
+    name: str
+    state: str  # the record's state, or "stale" (no live owner) / "unreachable" (owner alive, socket silent)
+    reason: str = ""
+    pid: int | None = None
+    child_pid: int | None = None
+    uptime: float | None = None
+    clients: int | None = None
+    ring_bytes: int | None = None
+    last_exit: str | None = None
+    locked: bool = False
+    answers: bool = False
+    record: SessionRecord | None = None
+    status: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.pop("record")
+        return out
+
+
+def session_names(directory: Path) -> list[str]:
+    """Every name that has a record, socket or lock file in ``directory`` (sorted)."""
+    names: set[str] = set()
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+        for entry in directory.iterdir():
+            for suffix in (RECORD_SUFFIX, SOCKET_SUFFIX, LOCK_SUFFIX):
+                if entry.name.endswith(suffix):
+                    stem = entry.name[: -len(suffix)]
+                    with contextlib.suppress(BadName):
+                        names.add(validate_name(stem))
+    return sorted(names)
+
+
+def probe_status(socket_path: Path, timeout: float = PROBE_TIMEOUT) -> wire.StatusReply | None:
+    """Ask a session for its STATUS as a viewer that wants no replay; None if it does not answer."""
+    client = Client(socket_path, "viewer", client_name="shellper-ls", timeout=timeout)
+    try:
+        client.connect(replay_bytes=0)
+        reply = client.request(wire.Status(), wire.StatusReply)
+        return reply if isinstance(reply, wire.StatusReply) else None
+    except ClientError:
+        return None
+    finally:
+        client.close()
+
+
+def inspect_session(directory: Path, name: str, probe: bool = True) -> SessionInfo:
+    base = directory / name
+    info = SessionInfo(name=name, state="stale")
+    try:
+        info.record = read_record(base.with_name(name + RECORD_SUFFIX))
+    except (RecordError, OSError) as exc:
+        info.reason = f"no readable record: {exc}"
+    info.locked = SessionLock.is_locked(base.with_name(name + LOCK_SUFFIX))
+    record = info.record
+    if record is not None:
+        info.pid, info.child_pid, info.state = record.shellper_pid, record.child_pid, record.state
+        info.reason = record.state_reason
+        info.uptime = time.time() - record.created_at
+        if record.exits:
+            last = record.exits[-1]
+            info.last_exit = f"{last.get('class', '?')}: {last.get('reason', '')}"
+    if not info.locked:
+        info.state = "stale"
+        info.reason = "no live shellper holds this session's lock"
+        return info
+    if probe:
+        reply = probe_status(base.with_name(name + SOCKET_SUFFIX))
+        if reply is None:
+            info.state = "unreachable"
+            info.reason = "the shellper is alive but its socket does not answer"
+        else:
+            info.answers = True
+            info.status = reply.info
+            info.state = reply.state
+            info.reason = str(reply.info.get("state_reason") or "")
+            info.child_pid = reply.info.get("child_pid")
+            info.clients = max(0, len(reply.info.get("clients") or []) - 1)  # not counting this probe
+            end, start = reply.info.get("ring_end", 0), reply.info.get("ring_start", 0)
+            info.ring_bytes = end - start
+    return info
+
+
+def list_sessions(directory: Path, probe: bool = True) -> list[SessionInfo]:
+    return [inspect_session(directory, name, probe) for name in session_names(directory)]
