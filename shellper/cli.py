@@ -55,7 +55,7 @@ def _parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="start a session: shellper run NAME [options] -- COMMAND [ARGS...]")
     run.add_argument("name")
-    run.add_argument("command", nargs=argparse.REMAINDER, help="the program to run, after --")
+    run.add_argument("command", nargs="*", help="the program to run and its arguments, after --")
     run.add_argument("--foreground", action="store_true", help="run in this process instead of detaching")
     run.add_argument("--cwd", help="working directory of the child (default: the current one)")
     run.add_argument("--env", action="append", type=_env_pair, default=[], metavar="K=V",
@@ -114,7 +114,17 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command: list[str] = []
+    if "--" in argv:  # everything after the first -- is the child's, options included
+        cut = argv.index("--")
+        argv, command = argv[:cut], argv[cut + 1:]
     args = _parser().parse_args(argv)
+    if command:
+        if args.cmd != "run":
+            print(f"shellper: {args.cmd}: unexpected arguments after --: {' '.join(command)}", file=sys.stderr)
+            return 2
+        args.command = [*args.command, *command]
     try:
         handler = _COMMANDS[args.cmd]
         return handler(args)
@@ -143,8 +153,6 @@ def _connect(args: argparse.Namespace, role: str = "tower", **hello: Any) -> Cli
 
 def cmd_run(args: argparse.Namespace) -> int:
     command = list(args.command)
-    if command and command[0] == "--":
-        command = command[1:]
     if not command:
         raise CliError("run: no command given; usage: shellper run NAME [options] -- COMMAND [ARGS...]")
     env = dict(os.environ) if args.inherit_env else {}

@@ -158,7 +158,6 @@ def daemon_main(argv: list[str]) -> int:
 
     try:
         return asyncio.run(serve(config, paths, log, report))
-    except BaseException as exc:
-        log.write(f"fatal: {type(exc).__name__}: {exc}")
+    except BaseException as exc:  # the launcher shows this; the session's files are already removed
         report({"error": str(exc) or type(exc).__name__})
         return 1

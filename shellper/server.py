@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import signal
 import time
 import uuid
@@ -108,7 +109,7 @@ class Session:
                     os.killpg(self.child.pid, signal.SIGKILL)
                 with contextlib.suppress(ChildProcessError):
                     os.waitpid(self.child.pid, 0)
-            self._remove_files(keep_log=True)
+            self._remove_files(keep_log=False)  # a session that never started leaves nothing behind
             raise
         self.loop.add_signal_handler(signal.SIGCHLD, self._on_sigchld)
         self.loop.add_signal_handler(signal.SIGTERM, self.request_stop)
@@ -426,7 +427,7 @@ class Session:
         self._handle_exit(evidence, child_pid=child.pid)
 
     def _handle_exit(self, evidence: ExitEvidence, child_pid: int | None) -> None:
-        decision = self.supervisor.on_exit(evidence, time.monotonic())
+        decision = self.supervisor.on_exit(evidence, time.monotonic(), random.random())
         if self._stop_requested:
             state = "stopping"
         else:

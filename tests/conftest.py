@@ -1,0 +1,202 @@
+"""Shared fixtures: real sessions in private runtime directories, and a leak check on every test.
+
+Every test must leave behind what it found: no extra open fds in the test process, no child process
+(running or zombie), and — for tests that start sessions through ``sessions`` — no shellper, no
+descendant of one, and no file in its runtime directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shellper import wire
+from shellper.client import Client, ClientError
+from shellper.config import SessionConfig
+from shellper.exits import RestartPolicy
+from shellper.launch import LaunchInfo, launch
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+
+
+def _open_fds() -> set[int]:
+    return {int(fd) for fd in os.listdir("/proc/self/fd")}
+
+
+def _children(pid: int) -> set[int]:
+    out: set[int] = set()
+    with contextlib.suppress(FileNotFoundError):
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(FileNotFoundError), open(f"/proc/{pid}/task/{task}/children") as fh:
+                out.update(int(p) for p in fh.read().split())
+    return out
+
+
+def wait_gone(pid: int, timeout: float = 10.0) -> bool:
+    """Wait (on a pidfd, no polling) until ``pid`` has exited; True if it did."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        readable, _, _ = select.select([fd], [], [], timeout)
+        return bool(readable)
+    finally:
+        os.close(fd)
+
+
+def poll_until(predicate: Any, timeout: float = 10.0, interval: float = 0.02, what: str = "condition") -> Any:
+    """Poll ``predicate`` until it returns something truthy, or fail the test at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(interval)
+
+
+@pytest.fixture(autouse=True)
+def no_leaks() -> Iterator[None]:
+    """Fail a test that leaves an fd open or a child process (or zombie) behind in the test process."""
+    fds_before = _open_fds()
+    kids_before = _children(os.getpid())
+    yield
+    deadline = time.monotonic() + 5.0
+    while True:
+        extra_kids = _children(os.getpid()) - kids_before
+        extra_fds = _open_fds() - fds_before
+        if not extra_kids and not extra_fds:
+            return
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
+    for pid in extra_kids:  # clean up so the next test starts clean, then fail this one
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+    details = []
+    if extra_kids:
+        details.append(f"child processes left: {sorted(extra_kids)}")
+    if extra_fds:
+        details.append(f"fds left open: {sorted(extra_fds)} -> "
+                       + ", ".join(_fd_target(fd) for fd in sorted(extra_fds)))
+    pytest.fail("leak: " + "; ".join(details))
+
+
+def _fd_target(fd: int) -> str:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return "?"
+
+
+@pytest.fixture
+def runtime_dir() -> Iterator[Path]:
+    """A private runtime directory short enough for socket paths; must be empty again at the end."""
+    path = Path(tempfile.mkdtemp(prefix="sp-", dir="/tmp"))
+    os.chmod(path, 0o700)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@dataclass
+class Sessions:
+    """Starts real shellpers in one runtime directory and guarantees they are gone afterwards."""
+
+    dir: Path
+    started: list[LaunchInfo] = field(default_factory=list)
+
+    def start(self, name: str, argv: list[str], **options: Any) -> LaunchInfo:
+        policy = options.pop("policy", None) or RestartPolicy()
+        env = options.pop("env", None) or dict(os.environ)
+        config = SessionConfig(name=name, argv=argv, dir=str(self.dir), cwd=options.pop("cwd", str(ROOT)),
+                               env=env, policy=policy, **options)
+        info = launch(config)
+        self.started.append(info)
+        return info
+
+    def connect(self, name: str, role: str = "tower", timeout: float = 10.0, **hello: Any) -> Client:
+        client = Client(self.dir / f"{name}.sock", role, client_name="test", timeout=timeout)
+        try:
+            client.connect(**hello)
+        except BaseException:
+            client.close()
+            raise
+        return client
+
+    def stop(self, name: str, grace: float | None = None) -> None:
+        info = next(i for i in self.started if i.name == name)
+        with contextlib.suppress(ClientError), self.connect(name, replay_bytes=0) as client:
+            client.send(wire.Stop(grace=grace))
+            with contextlib.suppress(ClientError):
+                while True:
+                    client.recv(timeout=30)
+        assert wait_gone(info.pid, 30), f"shellper {info.pid} did not exit after STOP"
+
+    def cleanup(self) -> list[str]:
+        problems: list[str] = []
+        for info in self.started:
+            if not wait_gone(info.pid, 0):
+                problems.append(f"session {info.name} (pid {info.pid}) still running at teardown")
+                with contextlib.suppress(ClientError):
+                    self.stop(info.name, grace=1.0)
+                if not wait_gone(info.pid, 10):
+                    os.kill(info.pid, signal.SIGKILL)
+                    wait_gone(info.pid, 10)
+        leftovers = sorted(p.name for p in self.dir.iterdir()) if self.dir.exists() else []
+        if leftovers:
+            problems.append(f"files left in the runtime directory: {leftovers}")
+        return problems
+
+
+@pytest.fixture
+def sessions(runtime_dir: Path) -> Iterator[Sessions]:
+    s = Sessions(runtime_dir)
+    yield s
+    problems = s.cleanup()
+    if problems:
+        pytest.fail("; ".join(problems))
+
+
+def read_until(client: Client, needle: bytes, timeout: float = 10.0) -> bytes:
+    """Collect output (REPLAY data first) until ``needle`` appears; fail at the deadline."""
+    assert client.replay is not None
+    seen = bytearray(client.replay.data)
+    deadline = time.monotonic() + timeout
+    while needle not in seen:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            pytest.fail(f"{needle!r} not seen within {timeout:g} s; got {bytes(seen[-300:])!r}")
+        frame = client.recv(timeout=left)
+        if isinstance(frame, wire.Data):
+            seen += frame.data
+    return bytes(seen)
+
+
+def recv_until(client: Client, kind: type[wire.Frame], timeout: float = 10.0,
+               where: Any = None) -> Any:
+    """The next frame of ``kind`` (matching ``where`` if given); fail at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            pytest.fail(f"no {kind.TYPE.name} frame within {timeout:g} s")
+        frame = client.recv(timeout=left)
+        if isinstance(frame, kind) and (where is None or where(frame)):
+            return frame

@@ -1,0 +1,16 @@
+"""The shortest path through a real session: launch, input, output, stop, nothing left."""
+
+from __future__ import annotations
+
+from conftest import Sessions, read_until
+
+
+def test_launch_echo_stop(sessions: Sessions) -> None:
+    info = sessions.start("smoke", ["cat"])
+    with sessions.connect("smoke") as client:
+        assert client.welcome is not None
+        assert client.welcome.shellper_pid == info.pid
+        assert client.welcome.child_pid == info.child_pid
+        client.write(b"ping-123\n")
+        read_until(client, b"ping-123\r\n")
+    sessions.stop("smoke")

@@ -1,0 +1,242 @@
+"""Exit classification and restarts with real children: the shellper stops retrying on its own."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sys
+from typing import Any
+
+import pytest
+from conftest import PY, Sessions, poll_until, read_until, recv_until
+
+from shellper import wire
+from shellper.client import Client
+from shellper.exits import RestartPolicy
+from shellper.record import read_record
+
+FAST = {"backoff_initial": 0.02, "backoff_max": 0.1, "jitter": 0.0}
+"""Short backoffs so a crash loop plays out in well under a second; the breaker bounds are what we test."""
+
+
+def policy(**overrides: Any) -> RestartPolicy:
+    return RestartPolicy(**{**FAST, **overrides})
+
+
+def events_until(client: Client, kind: str, timeout: float = 15.0) -> list[wire.Event]:
+    """Every EVENT up to and including the first of ``kind``."""
+    seen: list[wire.Event] = []
+    while True:
+        event = recv_until(client, wire.Event, timeout)
+        seen.append(event)
+        if event.kind == kind:
+            return seen
+
+
+def kinds(events: list[wire.Event], kind: str) -> list[wire.Event]:
+    return [e for e in events if e.kind == kind]
+
+
+def settle(sessions: Sessions, name: str, state: str) -> dict[str, Any]:
+    """Poll STATUS until the session reaches ``state``; returns its info."""
+    def check() -> dict[str, Any] | None:
+        with sessions.connect(name, "viewer", replay_bytes=0) as c:
+            reply = c.request(wire.Status(), wire.StatusReply)
+        assert isinstance(reply, wire.StatusReply)
+        return reply.info if reply.state == state else None
+    info: dict[str, Any] = poll_until(check, 15, what=f"state {state}")
+    return info
+
+
+def test_segfault_restarts_then_breaker_goes_fatal(sessions: Sessions) -> None:
+    crash = [PY, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"]
+    sessions.start("segv", crash, policy=policy(breaker_count=3, min_uptime=5, breaker_window=60))
+    with sessions.connect("segv", events_after=0) as tower:
+        events = events_until(tower, "gave_up")
+    exits = kinds(events, "exited")
+    assert len(kinds(events, "spawned")) == 3 == len(exits)
+    assert all(e.data["class"] == "crash" and e.data["signal"] == "SIGSEGV" for e in exits)
+    assert [e.data["state"] for e in exits] == ["backoff", "backoff", "fatal"]
+    assert "crash loop" in kinds(events, "gave_up")[0].data["reason"]
+    info = settle(sessions, "segv", "fatal")
+    assert info["child_pid"] is None and info["exit_count"] == 3
+    sessions.stop("segv")
+
+
+def test_fast_exit_loop_is_bounded(sessions: Sessions) -> None:
+    bound = 4
+    sessions.start("loop", ["sh", "-c", "exit 1"],
+                   policy=policy(breaker_count=bound, min_uptime=2, breaker_window=30, same_error_count=0))
+    with sessions.connect("loop", events_after=0) as tower:
+        events = events_until(tower, "gave_up")
+        spawned = len(kinds(events, "spawned"))
+        assert spawned == bound, f"{spawned} spawns for a breaker of {bound}"
+        # Nothing spawns after giving up: a PING round trip proves no event was still on its way.
+        tower.request(wire.Ping(nonce=5), wire.Pong)
+        assert tower.recv(timeout=0) is None
+    record = read_record(sessions.dir / "loop.json")
+    assert record.state == "fatal" and record.exit_count == bound
+    assert all(e["class"] == "crash" and e["code"] == 1 for e in record.exits)
+    sessions.stop("loop")
+
+
+def test_spawn_of_missing_command_is_fatal_at_once(sessions: Sessions) -> None:
+    sessions.start("nocmd", ["cat"], policy=policy())
+    with sessions.connect("nocmd", replay_bytes=0) as tower:
+        tower.send(wire.Spawn(argv=["/nonexistent/agent", "--resume", "x"]))
+        exit_frame = recv_until(tower, wire.Exit, where=lambda f: f.exit_class == "permanent")
+        assert exit_frame.state == "fatal"
+        assert "ENOENT" in exit_frame.reason or "No such file" in exit_frame.reason
+        error = recv_until(tower, wire.Error)
+        assert error.code == "spawn_failed" and not error.fatal
+    info = settle(sessions, "nocmd", "fatal")
+    assert info["restarts"] == 0
+    sessions.stop("nocmd")
+
+
+def test_launch_of_missing_command_fails_and_leaves_nothing(sessions: Sessions) -> None:
+    from shellper.launch import LaunchError
+
+    with pytest.raises(LaunchError, match="nonexistent"):
+        sessions.start("bad", ["/nonexistent/agent"])
+    assert list(sessions.dir.iterdir()) == []
+
+
+def test_session_id_in_use_is_fatal_by_pattern(sessions: Sessions) -> None:
+    script = "import sys; sys.stderr.write('Error: Session ID 1234 is already in use\\n'); sys.exit(1)"
+    sessions.start("collide", [PY, "-c", script], stderr_mode="pty", policy=policy())
+    with sessions.connect("collide", events_after=0) as tower:
+        events = events_until(tower, "gave_up")
+    exits = kinds(events, "exited")
+    assert len(exits) == 1 and len(kinds(events, "spawned")) == 1
+    assert exits[0].data["class"] == "permanent"
+    assert "already in use" in exits[0].data["reason"]
+    assert "already in use" in exits[0].data["stderr_tail"]
+    sessions.stop("collide")
+
+
+def test_clean_exit_is_not_restarted(sessions: Sessions) -> None:
+    sessions.start("clean", ["sh", "-c", "echo bye; exit 0"], policy=policy())
+    info = settle(sessions, "clean", "exited")
+    assert info["last_exit"]["class"] == "clean" and info["restarts"] == 0
+    with sessions.connect("clean") as viewer:
+        assert viewer.welcome is not None and viewer.welcome.exit is not None
+        out = read_until(viewer, b"not restarted")  # the notice people attached see
+        assert b"bye" in out
+    sessions.stop("clean")
+
+
+def test_sigkill_from_outside_is_a_crash_and_restarts(sessions: Sessions) -> None:
+    info = sessions.start("victim", ["sleep", "300"], policy=policy())
+    assert info.child_pid is not None
+    with sessions.connect("victim", replay_bytes=0) as tower:
+        os.kill(info.child_pid, signal.SIGKILL)
+        exit_frame = recv_until(tower, wire.Exit)
+        assert exit_frame.exit_class == "crash" and exit_frame.signal == "SIGKILL"
+        assert exit_frame.state == "backoff"
+        spawned = recv_until(tower, wire.Event, where=lambda e: e.kind == "spawned")
+        assert spawned.data["child_pid"] != info.child_pid
+    sessions.stop("victim")
+
+
+def test_sigterm_through_client_is_requested_and_not_restarted(sessions: Sessions) -> None:
+    sessions.start("term", ["sleep", "300"], policy=policy())
+    with sessions.connect("term", replay_bytes=0) as tower:
+        tower.send(wire.Signal(signal="TERM"))
+        exit_frame = recv_until(tower, wire.Exit)
+    assert exit_frame.exit_class == "requested" and exit_frame.state == "exited"
+    settle(sessions, "term", "exited")
+    sessions.stop("term")
+
+
+def test_healthy_runs_reset_the_backoff(sessions: Sessions) -> None:
+    # Each run outlives healthy_uptime, so every restart waits the initial delay again and the
+    # breaker never opens; a crash loop of the same length without healthy runs would be fatal.
+    pol = policy(backoff_initial=0.05, backoff_max=5.0, healthy_uptime=0.3, min_uptime=0.3,
+                 breaker_count=2, breaker_window=10, same_error_count=0)
+    sessions.start("healthy", ["sh", "-c", "sleep 0.4; exit 1"], policy=pol)
+    with sessions.connect("healthy", replay_bytes=0) as tower:
+        delays = [recv_until(tower, wire.Exit).restart_in for _ in range(3)]
+    assert delays == [0.05, 0.05, 0.05]
+    sessions.stop("healthy")
+
+
+def test_backoff_grows_without_healthy_runs(sessions: Sessions) -> None:
+    pol = policy(backoff_initial=0.02, backoff_max=5.0, min_uptime=3, breaker_count=4, breaker_window=60,
+                 same_error_count=0)
+    sessions.start("grow", ["sh", "-c", "exit 2"], policy=pol)
+    with sessions.connect("grow", replay_bytes=0) as tower:
+        delays = [recv_until(tower, wire.Exit).restart_in for _ in range(3)]
+    assert delays == [0.02, 0.04, 0.08]
+    sessions.stop("grow")
+
+
+def test_bash_is_interactive_with_stderr_captured(sessions: Sessions) -> None:
+    sessions.start("bash", ["bash", "--norc", "--noprofile", "-i"], stderr_mode="pty",
+                   env={"PATH": os.environ["PATH"], "PS1": "PROMPT$ "})
+    with sessions.connect("bash") as tower:
+        read_until(tower, b"PROMPT$ ")
+        tower.write(b"echo flags=$-=$((40 + 2))\r")  # the echoed command line cannot match the needle
+        out = read_until(tower, b"=42\r\n")
+        tower.write(b"echo to-stderr >&2\r")
+        read_until(tower, b"to-stderr\r\n")
+        flags = re.search(rb"flags=([A-Za-z]+)=42", out)
+        assert flags is not None and b"i" in flags.group(1)  # interactive although fd 2 is another terminal
+        tower.write(b"exit 7\r")
+        exit_frame = recv_until(tower, wire.Exit)
+    assert exit_frame.code == 7 and "to-stderr" in exit_frame.stderr_tail
+    sessions.stop("bash")
+
+
+def test_python_repl_is_interactive_with_stderr_captured(sessions: Sessions) -> None:
+    sessions.start("py", [sys.executable, "-q", "-i"], stderr_mode="pty")
+    with sessions.connect("py") as tower:
+        read_until(tower, b">>> ")
+        tower.write(b"print(6 * 7)\r")
+        read_until(tower, b"42\r\n")
+        tower.write(b"1/0\r")
+        read_until(tower, b"ZeroDivisionError")
+        tower.write(b"raise SystemExit(5)\r")
+        exit_frame = recv_until(tower, wire.Exit)
+    assert exit_frame.code == 5 and "ZeroDivisionError" in exit_frame.stderr_tail
+    sessions.stop("py")
+
+
+def test_tower_connecting_late_reads_every_exit(sessions: Sessions) -> None:
+    sessions.start("late", ["sh", "-c", "exit 9"],
+                   policy=policy(breaker_count=3, min_uptime=5, breaker_window=60, same_error_count=0))
+    settle(sessions, "late", "fatal")
+    with sessions.connect("late", events_after=0) as tower:
+        assert tower.welcome is not None and tower.welcome.state == "fatal"
+        assert tower.welcome.exit is not None and tower.welcome.exit["code"] == 9
+        last_exit = recv_until(tower, wire.Exit)
+        assert last_exit.state == "fatal"
+        events = events_until(tower, "gave_up")
+    exits = kinds(events, "exited")
+    assert [e.data["code"] for e in exits] == [9, 9, 9]
+    assert [e.seq for e in events] == sorted(e.seq for e in events)
+    record = read_record(sessions.dir / "late.json")
+    assert [e["code"] for e in record.exits] == [9, 9, 9] and record.state == "fatal"
+    sessions.stop("late")
+
+
+def test_spawn_from_tower_revives_a_fatal_session(sessions: Sessions) -> None:
+    sessions.start("revive", ["sh", "-c", "exit 1"],
+                   policy=policy(breaker_count=2, min_uptime=5, breaker_window=60, same_error_count=0))
+    settle(sessions, "revive", "fatal")
+    with sessions.connect("revive", replay_bytes=0) as tower:
+        tower.send(wire.Spawn(argv=["cat"]))
+        spawned = recv_until(tower, wire.Event, where=lambda e: e.kind == "spawned")
+        assert spawned.data["argv"] == ["cat"]
+    info = settle(sessions, "revive", "running")
+    assert info["argv"] == ["cat"]
+    sessions.stop("revive")
+
+
+def test_husk_ttl_stops_an_exited_session(sessions: Sessions) -> None:
+    from conftest import wait_gone
+
+    info = sessions.start("husk", ["true"], husk_ttl=0.2, policy=policy())
+    assert wait_gone(info.pid, 15)
+    assert list(sessions.dir.iterdir()) == []
