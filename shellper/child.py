@@ -33,7 +33,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from shellper.record import read_start_time
+from shellper.identity import start_time as read_start_time
 
 STDERR_MODES = ("pty", "merged", "pipe")
 DEFAULT_TERM = "xterm-256color"
@@ -221,9 +221,15 @@ def spawn_child(
         report_r, report_w = os.pipe()  # both CLOEXEC: EOF on report_r means exec succeeded
         opened += [report_r, report_w]
         parent = os.getpid()
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - runs in the child, which always leaves via exec or _exit
-            _exec_in_child(executable, argv, env, cwd, slave, err_slave, report_w, parent, pdeathsig)
+        # Block every signal across fork: until the child has reset the dispositions, a signal would
+        # run the parent's handlers in the child (e.g. write to asyncio's wakeup fd).
+        old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+        try:
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - runs in the child, which always leaves via exec or _exit
+                _exec_in_child(executable, argv, env, cwd, slave, err_slave, report_w, parent, pdeathsig)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
         started_at = time.monotonic()
     except BaseException:
         for fd in opened:
@@ -233,22 +239,28 @@ def spawn_child(
 
     for fd in {slave, err_slave, report_w}:
         os.close(fd)
-    report = _read_all(report_r)
-    os.close(report_r)
+    try:
+        report = _read_all(report_r)
+    except BaseException:  # interrupted while waiting for exec: leave nothing behind
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+        report = b"interrupted"
+        raise
+    finally:
+        os.close(report_r)
+        if report:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+            for parent_fd in (master, err_master):
+                if parent_fd is not None:
+                    os.close(parent_fd)
     if report:
-        os.waitpid(pid, 0)
-        for parent_fd in (master, err_master):
-            if parent_fd is not None:
-                os.close(parent_fd)
         raise _decode_report(argv, report, cwd)
 
     for parent_fd in (master, err_master):
         if parent_fd is not None:
             os.set_blocking(parent_fd, False)
-    try:
-        start_time = read_start_time(pid)
-    except (OSError, ValueError, IndexError):  # pragma: no cover - the unreaped child's /proc entry exists
-        start_time = 0
+    start_time = read_start_time(pid) or 0  # the unreaped child's /proc entry exists
     return Child(
         pid=pid,
         pgid=pid,

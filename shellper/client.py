@@ -18,7 +18,6 @@ from typing import TypeVar
 
 from shellper import wire
 
-
 F = TypeVar("F", bound=wire.Frame)
 
 

@@ -37,7 +37,6 @@ MAX_EXITS = 50
 """Exit entries kept in the record; ``exit_count`` keeps the total."""
 STATES = ("starting", "running", "backoff", "exited", "fatal", "stopping", "stopped")
 STDERR_MODES = ("pty", "merged", "pipe")
-BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 
 
 def _own_version() -> str:
@@ -77,25 +76,6 @@ class AlreadyRunning(Exception):
 
 
 # --- identity helpers -----------------------------------------------------------------------------
-
-
-def read_boot_id() -> str:
-    """The kernel's per-boot UUID: a record from another boot describes nothing that can be alive."""
-    with open(BOOT_ID_PATH, encoding="ascii") as f:
-        return f.read().strip()
-
-
-def read_start_time(pid: int | str = "self") -> int:
-    """Kernel start time of ``pid`` in clock ticks (field 22 of /proc/<pid>/stat).
-
-    Parsed after the *last* ')' because comm may contain spaces and parentheses. Raw ticks are kept
-    (not epoch seconds) because wall-clock steps move epoch-derived values.
-    """
-    with open(f"/proc/{pid}/stat", "rb") as f:
-        data = f.read()
-    rest = data[data.rindex(b")") + 2 :].split()
-    # rest[0] is field 3 (state), so field 22 is rest[19].
-    return int(rest[19])
 
 
 def cmdline_sha256(pid: int | str = "self") -> str:
@@ -277,7 +257,10 @@ def write_record(path: str | os.PathLike[str], record: SessionRecord) -> None:
     is refused. Failures raise RecordError (with ``errno`` set for I/O errors); the temp file is removed.
     """
     p = Path(path)
-    data = record.to_json()
+    try:
+        data = record.to_json()
+    except RecordError as e:
+        raise RecordError(p, e.reason) from e
     try:
         if stat.S_ISDIR(os.lstat(p).st_mode):
             raise RecordError(p, "is a directory; refusing to replace it")

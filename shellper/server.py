@@ -13,7 +13,6 @@ import os
 import random
 import signal
 import time
-import uuid
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -28,7 +27,7 @@ from shellper.identity import boot_id, start_time
 from shellper.logfile import LogFile
 from shellper.paths import SessionPaths, unlink_if_regular, unlink_if_socket
 from shellper.reaper import descendants, set_child_subreaper
-from shellper.record import SessionLock, SessionRecord, write_record
+from shellper.record import RecordError, SessionLock, SessionRecord, cmdline_sha256, new_instance_id, write_record
 from shellper.ring import Scrollback
 
 READ_CHUNK = 256 * 1024
@@ -52,10 +51,12 @@ class Session:
         self.loop = asyncio.get_running_loop()
         self.scrollback = Scrollback(config.ring_bytes)
         self.supervisor = Supervisor(config.policy)
-        self.instance_id = uuid.uuid4().hex
+        self.instance_id = new_instance_id()
         self.boot_id = boot_id()
         self.pid = os.getpid()
         self.start_time = start_time(self.pid) or 0
+        self._pgid, self._sid = os.getpgid(0), os.getsid(0)
+        self._cmdline_sha256 = cmdline_sha256()
         self.cols, self.rows = config.cols, config.rows
         self.state = "starting"
         self.state_reason = ""
@@ -563,7 +564,8 @@ class Session:
         child = self.child
         record = SessionRecord(
             name=self.config.name, boot_id=self.boot_id, shellper_pid=self.pid,
-            shellper_start_time=self.start_time, instance_id=self.instance_id,
+            shellper_start_time=self.start_time, instance_id=self.instance_id, shellper_pgid=self._pgid,
+            shellper_sid=self._sid, cmdline_sha256=self._cmdline_sha256,
             child_pid=child.pid if child else None, child_pgid=child.pid if child else None,
             child_start_time=child.start_time if child else None, command=self.child_argv, cwd=self.child_cwd,
             socket=str(self.paths.socket), state=self.state, state_reason=self.state_reason,
@@ -573,7 +575,7 @@ class Session:
             stderr_mode=resolve_stderr_mode(self.config.stderr_mode, self.child_argv), version=__version__)
         try:
             write_record(self.paths.record, record)
-        except OSError as exc:  # disk full, directory removed: keep serving, say so
+        except (OSError, RecordError) as exc:  # disk full, directory removed: keep serving, say so
             self.log.write(f"could not write record {self.paths.record}: {exc}")
 
 

@@ -20,7 +20,7 @@ import pytest
 
 from shellper import child as child_mod
 from shellper.child import Child, SpawnError, build_env, reap, resize, resolve_command, spawn_child
-from shellper.record import read_start_time
+from shellper.identity import start_time as read_start_time
 
 REPO = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -464,9 +464,11 @@ def test_kill_9_of_the_shellper_takes_a_hup_ignoring_child_down(pdeathsig: int) 
             with open(f"/proc/{grandchild}/stat", "rb") as f:
                 assert f.read().rsplit(b")", 1)[1].split()[0] in (b"S", b"R")
     finally:
-        if holder.poll() is None:
-            holder.kill()
-            holder.wait()
+        holder.kill()
+        holder.wait()
+        for stream in (holder.stdin, holder.stdout):
+            if stream is not None:
+                stream.close()
         if grandchild is not None:
             try:
                 if read_start_time(grandchild) == int(ticks_s):
@@ -484,3 +486,15 @@ def test_pdeathsig_follows_the_forking_thread(spawn: Spawn) -> None:
     t.join()
     status = wait_reaped(box[0])
     assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+
+
+def test_spawn_from_a_thread_still_resets_signals(spawn: Spawn) -> None:
+    """signal.signal() works in the forked child even when a non-main thread forked."""
+    box: list[Child] = []
+    t = threading.Thread(target=lambda: box.append(
+        spawn(["grep", "-E", "^Sig(Ign|Blk)", "/proc/self/status"], pdeathsig=0)))
+    t.start()
+    t.join()
+    out = read_until_eof(box[0].master_fd).decode().split()
+    assert out == ["SigBlk:", "0000000000000000", "SigIgn:", "0000000000000000"]
+    assert exit_code(box[0]) == 0

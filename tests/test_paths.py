@@ -89,16 +89,17 @@ def test_ensure_accepts_existing_safe_dir(tmp_path: Path) -> None:
     assert ensure_runtime_dir(target) == target  # idempotent
 
 
-def test_ensure_refuses_group_world_accessible_dir(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", [0o755, 0o750, 0o710, 0o701, 0o720, 0o777])
+def test_ensure_refuses_group_world_accessible_dir(tmp_path: Path, mode: int) -> None:
     target = tmp_path / "run"
     target.mkdir()
-    os.chmod(target, 0o755)
+    os.chmod(target, mode)
     with pytest.raises(UnsafeDirError) as info:
         ensure_runtime_dir(target)
     assert info.value.path == target
-    assert "group/world accessible (mode 0755)" in str(info.value)
+    assert f"group/world accessible (mode {mode:04o})" in str(info.value)
     assert f"chmod 700 {target}" in str(info.value)
-    assert stat.S_IMODE(os.lstat(target).st_mode) == 0o755  # reported, never "fixed" behind our back
+    assert stat.S_IMODE(os.lstat(target).st_mode) == mode  # reported, never "fixed" behind our back
 
 
 def test_ensure_refuses_symlinked_dir(tmp_path: Path) -> None:

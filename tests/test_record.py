@@ -18,6 +18,7 @@ import psutil
 import pytest
 
 from shellper import record as rec
+from shellper.identity import boot_id, start_time
 from shellper.record import (
     MAX_EXITS,
     MAX_RECORD_BYTES,
@@ -33,12 +34,21 @@ from shellper.record import (
 REPO = Path(__file__).resolve().parent.parent
 
 
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """Kill, reap, and close the pipes of a helper process."""
+    proc.kill()
+    proc.wait()
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
+        if stream is not None:
+            stream.close()
+
+
 def make_record(**overrides: Any) -> SessionRecord:
     base: dict[str, Any] = dict(
         name="main",
-        boot_id=rec.read_boot_id(),
+        boot_id=boot_id(),
         shellper_pid=os.getpid(),
-        shellper_start_time=rec.read_start_time(),
+        shellper_start_time=start_time(os.getpid()),
         instance_id=rec.new_instance_id(),
         command=["bash", "-l", "arg with spaces", "\u00e9\u2603"],
         cwd="/tmp",
@@ -260,21 +270,20 @@ def test_read_start_time_matches_psutil_for_odd_comm() -> None:
         assert proc.stdout.readline() == b"ok\n"
         with open(f"/proc/{proc.pid}/stat", "rb") as f:
             assert b"(a) b (c)" in f.read()
-        ticks = rec.read_start_time(proc.pid)
+        ticks = start_time(proc.pid)
         boot = psutil.boot_time()
         hz = os.sysconf("SC_CLK_TCK")
         assert abs(boot + ticks / hz - psutil.Process(proc.pid).create_time()) < 0.05
-        assert rec.read_start_time(proc.pid) == ticks  # stable
-        assert rec.read_start_time() != ticks  # and distinct from ours
+        assert start_time(proc.pid) == ticks  # stable
+        assert start_time(os.getpid()) != ticks  # and distinct from ours
     finally:
-        proc.kill()
-        proc.wait()
+        stop(proc)
 
 
 def test_boot_id_and_cmdline_hash() -> None:
-    boot = rec.read_boot_id()
+    boot = boot_id()
     assert len(boot) == 36 and boot.count("-") == 4
-    assert rec.read_boot_id() == boot
+    assert boot_id() == boot
     assert len(rec.cmdline_sha256()) == 64
     assert rec.cmdline_sha256(os.getpid()) == rec.cmdline_sha256("self")
     assert rec.new_instance_id() != rec.new_instance_id()
@@ -305,8 +314,7 @@ def holder(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
         assert proc.stdout.readline() == b"held\n"
         yield proc, path
     finally:
-        proc.kill()
-        proc.wait()
+        stop(proc)
 
 
 def test_lock_is_exclusive_across_processes(holder: tuple[subprocess.Popen[bytes], Path]) -> None:

@@ -1,0 +1,431 @@
+"""``shellper attach``: make this terminal a window onto a session, as dtach's client does.
+
+Why it looks like this: attach is the path people feel (every keystroke, every screenful) and the
+path benchmarked against dtach, so it is one ``poll`` loop with no timers (an idle attach never
+wakes), input is forwarded in large reads, and all output the socket has delivered is decoded and
+written to the terminal in one ``write`` per wakeup. Around that loop it does what dtach does not:
+replays recent output (with the mode preamble, so a TUI comes back on the right screen), reports
+the child's exit and returns its status, and leaves the user's terminal as it found it: cooked mode
+restored on every way out (detach, exit, error, SIGTERM, SIGHUP), and any mode the session switched
+on (alternate screen, mouse, bracketed paste, ...) switched off again (zmx #26/#263).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import select
+import signal
+import sys
+import termios
+import threading
+import tty
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+from shellper import wire
+from shellper.client import Client, ClientError, RemoteError, SessionGone
+from shellper.modes import FULL_RESET_SEQUENCE, ModeTracker
+
+__all__ = [
+    "DEFAULT_DETACH_KEY",
+    "REPLAY_BYTES",
+    "DetachKeyError",
+    "attach",
+    "exit_status",
+    "parse_detach_key",
+]
+
+DEFAULT_DETACH_KEY = "^\\"
+"""Ctrl-\\ (0x1C), as dtach, abduco and zmx."""
+REPLAY_BYTES = 1024 * 1024
+"""Most output replayed on attach. The ring may hold 8 MiB; a terminal needs a few screenfuls, and a
+multi-megabyte replay makes attach slow (the original cut its viewer seed to 1 MiB, #1198)."""
+STDIN_READ = 65536
+SOCKET_READ = 1024 * 1024
+
+_DIM = b"\x1b[2m"
+_PLAIN = b"\x1b[0m"
+
+
+class DetachKeyError(ValueError):
+    """A ``--detach-key`` that is not ``^X`` notation, a single ASCII character or ``none``."""
+
+    def __init__(self, spec: str, problem: str) -> None:
+        super().__init__(f"--detach-key {spec!r}: {problem}")
+        self.spec = spec
+
+
+def parse_detach_key(spec: str) -> int | None:
+    """The byte a detach key spec stands for: ``^\\`` -> 0x1C, ``^?`` -> 0x7F, ``q`` -> 0x71.
+
+    ``none`` (or an empty string) disables detaching by key: only a signal or the child's exit ends
+    the attach then.
+    """
+    if spec in ("", "none"):
+        return None
+    if len(spec) == 2 and spec[0] == "^":
+        c = spec[1]
+        if c == "?":
+            return 0x7F
+        code = ord(c.upper()) ^ 0x40
+        if code >= 0x20:
+            raise DetachKeyError(spec, f"^{c} is not a control key (^@, ^A..^Z, ^[, ^\\, ^], ^^, ^_ or ^?)")
+        return code
+    if len(spec) == 1 and ord(spec) < 0x80:
+        return ord(spec)
+    raise DetachKeyError(spec, "expected ^X notation (e.g. ^\\ or ^Q), a single ASCII character, or none")
+
+
+def _signal_number(name: str | None) -> int | None:
+    if not name:
+        return None
+    bare = name.strip().upper()
+    if bare.isdigit():
+        return int(bare)
+    try:
+        return int(signal.Signals[bare if bare.startswith("SIG") else "SIG" + bare])
+    except KeyError:
+        return None
+
+
+def exit_status(frame: wire.Exit) -> int:
+    """What a shell would report for the child: its code, or 128 + the signal that killed it."""
+    if frame.code is not None:
+        return frame.code
+    signum = _signal_number(frame.signal)
+    return 128 + signum if signum is not None else 1
+
+
+def describe(frame: wire.Exit) -> str:
+    """The child's end in one line: the shellper's reason if it gave one, else the code or signal."""
+    if frame.reason:
+        return frame.reason
+    if frame.code is not None:
+        return f"code {frame.code}"
+    if frame.signal:
+        return f"killed by {frame.signal}" + (" (core dumped)" if frame.core else "")
+    return "child exited"
+
+
+# ----------------------------------------------------------------------------------------- plumbing
+
+
+class _Signalled(BaseException):
+    """SIGTERM or SIGHUP arrived: unwind to the cleanup, which restores the terminal."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+class _TerminalGone(Exception):
+    """The user's terminal returned EIO/EPIPE: nothing more can be shown."""
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Write everything, also to a descriptor someone else set non-blocking."""
+    view = memoryview(data)
+    while view:
+        try:
+            n = os.write(fd, view)
+        except BlockingIOError:
+            select.select([], [fd], [])
+            continue
+        except OSError as exc:
+            raise _TerminalGone(str(exc)) from None
+        view = view[n:]
+
+
+def _window_size(fd: int) -> tuple[int, int] | None:
+    """(cols, rows) of the terminal on ``fd``, or None if it is not one or reports no size."""
+    try:
+        size = os.get_terminal_size(fd)
+    except OSError:
+        return None
+    if size.columns <= 0 or size.lines <= 0:
+        return None
+    return min(size.columns, 65535), min(size.lines, 65535)
+
+
+@dataclass
+class _Outcome:
+    status: int
+    message: str = ""  # printed on its own line once the terminal is restored
+    to_stderr: bool = False
+
+
+class _Attachment:
+    """One attach: the connection, the user's terminal, and the loop between them."""
+
+    def __init__(self, client: Client, *, detach_byte: int | None, read_only: bool,
+                 stdin_fd: int, stdout_fd: int) -> None:
+        self.client = client
+        self.detach_byte = detach_byte
+        self.read_only = read_only
+        self.stdin_fd = stdin_fd
+        self.stdout_fd = stdout_fd
+        self.stdin_is_tty = os.isatty(stdin_fd)
+        self.stdin_open = True
+        self.saved_tty: list[Any] | None = None
+        self.modes = ModeTracker()
+        self.modes_known = True  # False once output was skipped: the terminal's modes are unknown then
+        self.fed = 0
+        self.cleaning = False
+        self.late_signal: int | None = None
+        self.old_handlers: dict[int, Any] = {}
+        self.old_wakeup = -1
+        self.wake_r = self.wake_w = -1
+
+    # ------------------------------------------------------------------------------- terminal
+
+    def setup(self) -> None:
+        """Signals first (so a SIGTERM from now on restores), then raw mode."""
+        if threading.current_thread() is threading.main_thread():
+            self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+            self.old_wakeup = signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
+            for signum in (signal.SIGTERM, signal.SIGHUP):
+                self.old_handlers[signum] = signal.signal(signum, self._on_fatal_signal)
+            self.old_handlers[signal.SIGWINCH] = signal.signal(signal.SIGWINCH, _ignore)
+        if self.stdin_is_tty:
+            self.saved_tty = termios.tcgetattr(self.stdin_fd)
+            tty.setraw(self.stdin_fd, termios.TCSADRAIN)
+
+    def _on_fatal_signal(self, signum: int, _frame: FrameType | None) -> None:
+        if self.cleaning:
+            self.late_signal = self.late_signal or signum
+            return
+        raise _Signalled(signum)
+
+    def restore(self, reset: bool) -> None:
+        """Undo setup. Never raises: the terminal may already be gone."""
+        self.cleaning = True
+        if reset:
+            with contextlib.suppress(_TerminalGone):
+                _write_all(self.stdout_fd, self.reset_sequence())
+        if self.saved_tty is not None:
+            with contextlib.suppress(termios.error, OSError):
+                termios.tcsetattr(self.stdin_fd, termios.TCSADRAIN, self.saved_tty)
+            self.saved_tty = None
+        if self.wake_w >= 0:
+            for signum, handler in self.old_handlers.items():
+                signal.signal(signum, handler)
+            signal.set_wakeup_fd(self.old_wakeup)
+            os.close(self.wake_r)
+            os.close(self.wake_w)
+            self.wake_r = self.wake_w = -1
+        self.old_handlers.clear()
+
+    def reset_sequence(self) -> bytes:
+        return self.modes.reset_sequence() if self.modes_known else FULL_RESET_SEQUENCE
+
+    def send_size(self) -> None:
+        if self.read_only or not self.stdin_is_tty:
+            return
+        size = _window_size(self.stdin_fd)
+        if size is not None:
+            self.client.send(wire.Resize(cols=size[0], rows=size[1]))
+
+    # ------------------------------------------------------------------------------- output
+
+    def show(self, data: bytes) -> None:
+        """Session output to the terminal, noting the modes it switches."""
+        if data:
+            self.modes.feed(self.fed, data)
+            self.fed += len(data)
+            _write_all(self.stdout_fd, data)
+
+    def note(self, text: str) -> None:
+        """A dim line of our own between session output (it is not part of the session's stream)."""
+        _write_all(self.stdout_fd, b"\r\n" + _DIM + text.encode(errors="replace") + _PLAIN + b"\r\n")
+
+    def start_output(self) -> None:
+        replay = self.client.replay
+        assert replay is not None
+        if replay.gap:
+            self.modes_known = False
+        self.show(replay.preamble + replay.data)
+        if replay.gap:
+            self.note(f"[shellper: {replay.gap} bytes skipped]")
+
+    def on_socket(self) -> _Outcome | None:
+        """Take what the socket has, write all of its output at once, act on control frames in order."""
+        client = self.client
+        assert client.sock is not None
+        try:
+            chunk = client.sock.recv(SOCKET_READ)
+        except (BlockingIOError, InterruptedError):
+            return None
+        except OSError as exc:
+            if exc.errno != errno.ECONNRESET:
+                raise SessionGone(client.path, f"connection lost: {exc.strerror or exc}") from None
+            chunk = b""
+        if not chunk:
+            return _Outcome(1, "[session closed]")
+        client.decoder.feed(chunk)
+        batch: list[bytes] = []
+        try:
+            for event in client.decoder.events():
+                if isinstance(event, wire.Data):
+                    batch.append(event.data)
+                    client.output.next_offset += len(event.data)
+                    continue
+                if not isinstance(event, wire.Frame):
+                    continue  # a newer peer's frame type, or an oversized one: skipped
+                self.show(b"".join(batch))
+                batch.clear()
+                outcome = self.on_control(event)
+                if outcome is not None:
+                    return outcome
+        except wire.ProtocolError as exc:
+            self.show(b"".join(batch))
+            return _Outcome(1, f"shellper: protocol error from {client.path}: {exc}", to_stderr=True)
+        self.show(b"".join(batch))
+        return None
+
+    def on_control(self, frame: wire.Frame) -> _Outcome | None:
+        client = self.client
+        if isinstance(frame, wire.Gap):
+            client.output.gaps.append((frame.offset, frame.missed))
+            client.output.next_offset = frame.offset
+            self.modes_known = False
+            self.note(f"[shellper: {frame.missed} bytes skipped]")
+        elif isinstance(frame, wire.Exit):
+            client.exit = frame
+            if frame.state == "backoff":
+                # The shellper restarts the child: switch off what the dead one left on, carry on.
+                _write_all(self.stdout_fd, self.reset_sequence())
+                self.modes = ModeTracker()
+                self.modes_known = True
+                when = f" in {frame.restart_in:g} s" if frame.restart_in is not None else ""
+                self.note(f"[exited: {describe(frame)}; restarting{when}]")
+                return None
+            return _Outcome(exit_status(frame), f"[exited: {describe(frame)}]")
+        elif isinstance(frame, wire.Error):
+            if frame.fatal:
+                return _Outcome(1, f"shellper: {frame.message}", to_stderr=True)
+            self.note(f"shellper: {frame.message}")
+        return None
+
+    # ------------------------------------------------------------------------------- input
+
+    def on_stdin(self) -> _Outcome | None:
+        try:
+            data = os.read(self.stdin_fd, STDIN_READ)
+        except (BlockingIOError, InterruptedError):
+            return None
+        except OSError as exc:
+            raise _TerminalGone(str(exc)) from None
+        if not data:
+            if self.read_only:  # a viewer needs no input: keep watching
+                self.stdin_open = False
+                return None
+            return _Outcome(0, "[detached]")
+        cut = data.find(self.detach_byte) if self.detach_byte is not None else -1
+        if cut >= 0:
+            data = data[:cut]
+        if data and not self.read_only:
+            self.client.write(data)
+        return _Outcome(0, "[detached]") if cut >= 0 else None
+
+    def on_wakeup(self) -> None:
+        try:
+            got = os.read(self.wake_r, 256)
+        except BlockingIOError:
+            return
+        if signal.SIGWINCH in got:
+            self.send_size()
+
+    # ------------------------------------------------------------------------------- loop
+
+    def run(self) -> _Outcome:
+        self.start_output()
+        self.send_size()
+        sock_fd = self.client.fileno()
+        poller = select.poll()
+        poller.register(sock_fd, select.POLLIN)
+        poller.register(self.stdin_fd, select.POLLIN)
+        if self.wake_r >= 0:
+            poller.register(self.wake_r, select.POLLIN)
+        while True:
+            ready = dict(poller.poll())
+            # Window size first: input typed after a resize must reach the child after it.
+            if self.wake_r in ready:
+                self.on_wakeup()
+            if sock_fd in ready:
+                outcome = self.on_socket()
+                if outcome is not None:
+                    return outcome
+            if self.stdin_fd in ready:
+                outcome = self.on_stdin()
+                if outcome is not None:
+                    return outcome
+                if not self.stdin_open:
+                    poller.unregister(self.stdin_fd)
+
+
+def _ignore(_signum: int, _frame: FrameType | None) -> None:
+    """SIGWINCH needs a Python handler for the wakeup fd to see it; the loop does the work."""
+
+
+def attach(socket_path: str | os.PathLike[str], *, name: str | None = None,
+           detach_key: str = DEFAULT_DETACH_KEY, read_only: bool = False, replay: bool = True,
+           stdin_fd: int = 0, stdout_fd: int = 1) -> int:
+    """Attach the terminal on ``stdin_fd``/``stdout_fd`` to a session until detach or exit.
+
+    Returns 0 on detach, the child's status (code, or 128 + signal) when it exits, 1 when the session
+    goes away or the connection fails, 2 for a bad detach key, 128 + signal on SIGTERM/SIGHUP.
+    """
+    label = f"session {name!r}" if name else str(socket_path)
+    try:
+        detach_byte = parse_detach_key(detach_key)
+    except DetachKeyError as exc:
+        print(f"shellper: {exc}", file=sys.stderr)
+        return 2
+    client = Client(socket_path, "viewer" if read_only else "terminal", client_name="shellper-attach")
+    try:
+        client.connect(replay_bytes=REPLAY_BYTES if replay else 0)
+    except RemoteError as exc:
+        client.close()
+        print(f"shellper: {label}: {exc.error.message}", file=sys.stderr)
+        return 1
+    except ClientError as exc:
+        client.close()
+        print(f"shellper: {label}: {exc.message}", file=sys.stderr)
+        return 1
+    assert client.sock is not None
+    client.sock.settimeout(None)  # input waits for a slow child rather than failing after 5 s
+    session = _Attachment(client, detach_byte=detach_byte, read_only=read_only,
+                          stdin_fd=stdin_fd, stdout_fd=stdout_fd)
+    outcome = _Outcome(1)
+    reset = True
+    try:
+        session.setup()
+        outcome = session.run()
+    except _Signalled as sig:
+        hangup = sig.signum == signal.SIGHUP
+        reset = not hangup
+        outcome = _Outcome(128 + sig.signum, "" if hangup else "[detached]")
+    except _TerminalGone:
+        reset = False
+        outcome = _Outcome(1)
+    except SessionGone:
+        outcome = _Outcome(1, "[session closed]")
+    except ClientError as exc:
+        outcome = _Outcome(1, f"shellper: {label}: {exc.message}", to_stderr=True)
+    finally:
+        session.restore(reset)
+        client.close()
+    if outcome.message:
+        line = f"\r\n{outcome.message}\r\n"
+        with contextlib.suppress(OSError):
+            if outcome.to_stderr:
+                sys.stderr.write(line)
+                sys.stderr.flush()
+            else:
+                os.write(stdout_fd, line.encode(errors="replace"))
+    if session.late_signal is not None:
+        return 128 + session.late_signal
+    return outcome.status
