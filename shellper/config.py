@@ -22,7 +22,7 @@ JOB_CONTROL_SHELLS = frozenset({"bash", "zsh", "fish", "sh", "dash", "ksh", "mks
 
 
 def resolve_stderr_mode(mode: str, argv: list[str]) -> str:
-    """``auto``: a separate stderr terminal (captured for exit reasons) unless the child is a shell.
+    """``auto``: a separate stderr terminal (captured for exit reasons) unless the child is an interactive shell.
 
     Only one terminal can be a process's controlling terminal. A shell on a second PTY at fd 2 stays
     interactive but loses job control, so shells get the classic single PTY.
@@ -30,7 +30,9 @@ def resolve_stderr_mode(mode: str, argv: list[str]) -> str:
     if mode != "auto":
         return mode
     program = os.path.basename(argv[0]) if argv else ""
-    return "merged" if program.lstrip("-") in JOB_CONTROL_SHELLS else "pty"
+    options = argv[1:]
+    interactive = all(a.startswith("-") for a in options) and "-c" not in options  # no script, no -c
+    return "merged" if program.lstrip("-") in JOB_CONTROL_SHELLS and interactive else "pty"
 
 
 class ConfigError(ValueError):

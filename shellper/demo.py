@@ -75,6 +75,13 @@ def main() -> int:
         _wait_for(directory, name, "clean exit")
         _cli(directory, "status", name)
         _cli(directory, "stop", name)
+        # A child that can never succeed: the shellper gives up on its own and says why.
+        _cli(directory, "run", "crashy", "--backoff-initial", "0.05", "--min-uptime", "5", "--breaker-count", "3",
+             "--", "sh", "-c", "echo 'cannot open config: /etc/agent.toml' >&2; exit 1")
+        _wait_for(directory, "crashy", "crash loop")
+        _cli(directory, "ls")
+        _cli(directory, "tail", "crashy", "--plain")
+        _cli(directory, "stop", "crashy")
         left = sorted(p.name for p in Path(directory).iterdir())
         _say(f"ls {directory}")
         print("(empty: nothing left behind)" if not left else "\n".join(left))

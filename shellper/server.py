@@ -464,7 +464,7 @@ class Session:
             client.send_control_at(self.scrollback.end, exit_frame)
         self._event("exited", record)
         if state == "backoff":
-            self._notice(f"child {describe_exit(evidence)}; restarting in {decision.delay:.1f} s "
+            self._notice(f"child {describe_exit(evidence)}; restarting in {decision.delay:.2g} s "
                          f"(restart {decision.restart_count})")
             self._restart_handle = self.loop.call_later(decision.delay, self._restart_now)
             self._event("restart_scheduled", {"delay": decision.delay, "at": self.next_restart_at})

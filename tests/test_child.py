@@ -360,7 +360,7 @@ def test_child_gets_no_stray_fds_and_default_signals(spawn: Spawn) -> None:
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
         os.close(leak)
     out = read_until_eof(c.master_fd).decode().split()
-    assert out[:4] == ["SigBlk:", "0000000000000000", "SigIgn:", "0000000000000000"]
+    assert settable_signal_masks(out[:4]) == ["SigBlk:", 0, "SigIgn:", 0]
     assert out[4:] == ["0", "1", "2", "3"]  # 3 is ls's own directory fd
     assert exit_code(c) == 0
 
@@ -496,5 +496,15 @@ def test_spawn_from_a_thread_still_resets_signals(spawn: Spawn) -> None:
     t.start()
     t.join()
     out = read_until_eof(box[0].master_fd).decode().split()
-    assert out == ["SigBlk:", "0000000000000000", "SigIgn:", "0000000000000000"]
+    assert settable_signal_masks(out) == ["SigBlk:", 0, "SigIgn:", 0]
     assert exit_code(box[0]) == 0
+
+
+def settable_signal_masks(fields: list[str]) -> list[object]:
+    """SigBlk/SigIgn with the signals no process can reset masked out.
+
+    glibc reserves real-time signals 32 and 33 (Python cannot touch them); whatever disposition the test
+    runner inherited for those passes through to every child, so only the others are the spawner's job.
+    """
+    settable = sum(1 << (int(s) - 1) for s in signal.valid_signals() if int(s) < 65)
+    return [int(f, 16) & settable if i % 2 else f for i, f in enumerate(fields)]
