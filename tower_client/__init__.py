@@ -1,0 +1,41 @@
+"""tower_client: what a supervising server (the Tower) needs to live with shellpers across its restarts.
+
+* :mod:`~tower_client.client` - blocking, asyncio and resuming clients (no output lost on reconnect).
+* :mod:`~tower_client.discover` - what is really in a runtime directory (never signals).
+* :mod:`~tower_client.reconcile` - the registry and the pure adopt / terminate / respawn / clean / leave table.
+* :mod:`~tower_client.apply` - carry decisions out: identity-checked terminate, lock-guarded clean.
+* :mod:`~tower_client.holders` - who holds a conversation id; mint-or-reclaim, foreign wins.
+* :mod:`~tower_client.identity` - process identity (boot id, pid, kernel start ticks) and pidfds.
+"""
+
+from tower_client.apply import Outcome, Report, apply, clean_session, terminate_session
+from tower_client.client import AsyncClient, AsyncResumingClient, Client, ResumingClient
+from tower_client.discover import Observed, discover, discover_async, observe
+from tower_client.holders import Holder, Verdict, find_holders, mint_or_reclaim
+from tower_client.reconcile import Action, Decision, Registry, RegistryError, load_registry, reconcile
+
+__all__ = [
+    "Action",
+    "AsyncClient",
+    "AsyncResumingClient",
+    "Client",
+    "Decision",
+    "Holder",
+    "Observed",
+    "Outcome",
+    "Registry",
+    "RegistryError",
+    "Report",
+    "ResumingClient",
+    "Verdict",
+    "apply",
+    "clean_session",
+    "discover",
+    "discover_async",
+    "find_holders",
+    "load_registry",
+    "mint_or_reclaim",
+    "observe",
+    "reconcile",
+    "terminate_session",
+]

@@ -1,0 +1,337 @@
+"""tower_client.client against real shellpers (and a few fake servers for the error paths)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+
+import pytest
+from test_tower_support import Sessions, identity, is_dead, kill_verified, session_dir, wait_for
+
+from shellper import wire
+from tower_client.client import (
+    AsyncClient,
+    AsyncResumingClient,
+    Client,
+    ClientError,
+    ConnectionRefused,
+    InstanceMismatch,
+    PeerMismatch,
+    ProtocolViolation,
+    Reconnected,
+    RemoteError,
+    ResumingClient,
+    SessionGone,
+    SessionNotFound,
+    Timeout,
+)
+
+CAT = ["cat"]
+
+
+@pytest.fixture
+def sessions() -> Iterator[Sessions]:
+    with session_dir() as s:
+        yield s
+
+
+def echoed(token: bytes) -> Callable[[bytes], bool]:
+    """The tty's echo and cat's copy of ``token`` have both arrived."""
+    return lambda b: b.count(token) >= 2
+
+
+async def read_until(client: AsyncClient, predicate: Callable[[bytes], bool], got: bytearray,
+                     timeout: float = 10.0) -> None:
+    """Consume frames into ``got`` (DATA only) until ``predicate(got)``."""
+    async with asyncio.timeout(timeout):
+        while not predicate(bytes(got)):
+            frame = await client.recv()
+            if isinstance(frame, wire.Data):
+                got += frame.data
+
+
+# --------------------------------------------------------------------------------------------- basics
+
+
+def test_async_client_handshake_requests_and_exit(sessions: Sessions) -> None:
+    info = sessions.launch("basic", CAT)
+
+    async def main() -> None:
+        async with AsyncClient(info.socket) as c:
+            welcome = await c.connect(expect_instance_id=info.instance_id, expect_pid=info.pid)
+            assert isinstance(welcome, wire.Welcome) and welcome.name == "basic" and welcome.role == "tower"
+            assert c.peer_pid() == info.pid and not c.exited
+            assert c.replay is not None and c.output.next_offset == c.replay.offset + len(c.replay.data)
+            assert (await c.status()).state == "running"
+            assert await c.ping() >= 0
+            await c.resize(101, 33)
+            status = await c.status()
+            assert (status.info["cols"], status.info["rows"]) == (101, 33)
+            got = bytearray(c.replay.data)
+            await c.write(b"hello\n")
+            await read_until(c, lambda b: b.count(b"hello") >= 2, got)  # tty echo + cat's copy
+            assert c.output.next_offset == c.replay.offset + len(got)
+            await c.signal("TERM")
+            async with asyncio.timeout(10):
+                async for frame in c:
+                    if isinstance(frame, wire.Exit):
+                        break
+            assert c.exited and c.exit is not None and c.exit.signal == "SIGTERM"
+
+    asyncio.run(main())
+
+
+def test_async_client_refuses_wrong_instance_or_pid(sessions: Sessions) -> None:
+    info = sessions.launch("who", CAT)
+
+    async def main() -> None:
+        with pytest.raises(InstanceMismatch) as e1:
+            await AsyncClient(info.socket).connect(expect_instance_id="0" * 32)
+        assert e1.value.path == info.socket and e1.value.found == info.instance_id
+        with pytest.raises(PeerMismatch) as e2:
+            await AsyncClient(info.socket, "viewer").connect(expect_pid=info.pid + 100000)
+        assert e2.value.path == info.socket
+
+    asyncio.run(main())
+
+
+# --------------------------------------------------------------------------------------------- typed errors
+
+
+def _fake_server(path: str, reply: bytes | None) -> Callable[[], Awaitable[asyncio.AbstractServer]]:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(1)  # the HELLO has started arriving
+        if reply:
+            writer.write(reply)
+            await writer.drain()
+        writer.close()
+
+    async def start() -> asyncio.AbstractServer:
+        return await asyncio.start_unix_server(handle, path)
+
+    return start
+
+
+@pytest.mark.parametrize(("reply", "error"), [
+    (None, SessionGone),
+    (b"\x09\x00\x00\x00\x01\xc1", ProtocolViolation),  # WELCOME whose payload is not msgpack
+    (wire.encode(wire.Pong(nonce=1)), ProtocolViolation),  # not WELCOME
+    (wire.encode(wire.Error(code="unsupported_version", message="no", fatal=True)), RemoteError),
+    (b"\x09\x00\x00\x01", SessionGone),  # closes inside a header
+])
+def test_async_client_typed_errors_from_servers(tmp_path: Path, reply: bytes | None,
+                                                error: type[ClientError]) -> None:
+    path = str(tmp_path / "x.sock")
+
+    async def main() -> None:
+        server = await _fake_server(path, reply)()
+        async with server:
+            with pytest.raises(error) as info:
+                await AsyncClient(path, handshake_timeout=5).connect()
+            assert info.value.path == path
+
+    asyncio.run(main())
+
+
+def test_async_client_typed_connect_errors(tmp_path: Path) -> None:
+    missing = str(tmp_path / "missing.sock")
+    stale = str(tmp_path / "stale.sock")
+    silent = str(tmp_path / "silent.sock")
+    s1 = socket.socket(socket.AF_UNIX)
+    s1.bind(stale)
+    s1.close()  # the file stays; nobody listens
+    s2 = socket.socket(socket.AF_UNIX)
+    s2.bind(silent)
+    s2.listen(1)  # connect succeeds (backlog), but nothing ever answers
+
+    async def main() -> None:
+        for path, kind in ((missing, SessionNotFound), (stale, ConnectionRefused), (silent, Timeout)):
+            with pytest.raises(kind) as info:
+                await AsyncClient(path, handshake_timeout=0.2).connect()
+            assert info.value.path == path
+
+    try:
+        asyncio.run(main())
+    finally:
+        s2.close()
+
+
+# --------------------------------------------------------------------------------------------- resume
+
+
+def test_resume_from_offset_gives_exact_bytes(sessions: Sessions) -> None:
+    """Connect, read some, disconnect, more output is produced, reconnect with resume_from: no loss."""
+    info = sessions.launch("resume", CAT)
+
+    async def main() -> None:
+        tower = AsyncClient(info.socket)
+        await tower.connect()
+        assert tower.replay is not None and tower.replay.offset == 0
+        seen = bytearray(tower.replay.data)
+        await tower.write(b"one\n")
+        await read_until(tower, lambda b: b.count(b"one") >= 2, seen)
+        resume_at = tower.output.next_offset
+        assert resume_at == len(seen)
+        await tower.close()
+
+        term = AsyncClient(info.socket, "terminal")  # produces output while the tower is away
+        await term.connect()
+        assert term.replay is not None
+        full = bytearray(term.replay.data)
+        await term.write(b"two\n")
+        await read_until(term, lambda b: b.count(b"two") >= 2, full)
+        status = await term.status()
+        assert status.info["ring_end"] == len(full)  # everything produced so far is in `full`
+        await term.close()
+
+        again = AsyncClient(info.socket)
+        await again.connect(resume_from=resume_at)
+        assert again.replay is not None
+        assert (again.replay.offset, again.replay.gap, again.replay.preamble) == (resume_at, 0, b"")
+        assert bytes(seen) + again.replay.data == bytes(full)
+        assert again.output.next_offset == len(full)
+        await again.close()
+
+    asyncio.run(main())
+
+
+def test_async_resuming_client_loses_nothing_across_a_dropped_connection(sessions: Sessions) -> None:
+    info = sessions.launch("drop", CAT)
+
+    async def main() -> None:
+        term = AsyncClient(info.socket, "terminal")
+        await term.connect()
+        full = bytearray(term.replay.data if term.replay else b"")
+        tower = AsyncResumingClient(info.socket)
+        await tower.connect()
+        stream = bytearray()
+        markers: list[Reconnected] = []
+
+        async def pull(until: bytes) -> None:
+            async with asyncio.timeout(10):
+                while until not in stream:
+                    item = await tower.recv()
+                    if isinstance(item, wire.Data):
+                        stream.extend(item.data)
+                    elif isinstance(item, Reconnected):
+                        markers.append(item)
+                    elif isinstance(item, wire.Gap):
+                        raise AssertionError(f"unexpected gap {item}")
+
+        for i in range(6):
+            line = f"line-{i}\n".encode()
+            await term.write(line)
+            await read_until(term, echoed(line.strip()), full)
+            if i == 2:
+                tower.abort()  # the connection drops; lines 3.. are produced while it is gone
+            if i < 2:
+                await pull(line.strip() + b"\r\n" + line.strip())
+        await pull(b"line-5\r\nline-5")
+        await read_until(term, lambda b: b.endswith(b"line-5\r\n"), full)
+        async with asyncio.timeout(10):
+            while len(stream) < len(full):
+                item = await tower.recv()
+                if isinstance(item, wire.Data):
+                    stream.extend(item.data)
+        assert bytes(stream) == bytes(full)
+        assert tower.reconnects == 1 and len(markers) == 1 and markers[0].gap == 0
+        assert tower.output.next_offset == len(full) and tower.output.gaps == []
+        await tower.close()
+        await term.close()
+
+    asyncio.run(main())
+
+
+def test_sync_resuming_client_loses_nothing(sessions: Sessions) -> None:
+    info = sessions.launch("sync", CAT)
+    term = Client(info.socket, "terminal")
+    term.connect()
+    assert term.replay is not None
+    full = bytearray(term.replay.data)
+
+    def term_until(token: bytes) -> None:
+        while full.count(token) < 2:  # tty echo + cat's copy
+            frame = term.recv(10)
+            assert frame is not None, f"no output for {token!r}"
+            if isinstance(frame, wire.Data):
+                full.extend(frame.data)
+
+    with ResumingClient(info.socket) as tower:
+        tower.connect()
+        stream = bytearray()
+        term.write(b"alpha\n")
+        term_until(b"alpha")
+        tower.abort()
+        term.write(b"beta\n")
+        term_until(b"beta")
+        kinds = []
+        while len(stream) < len(full):
+            item = tower.recv(10)
+            assert item is not None
+            kinds.append(type(item).__name__)
+            if isinstance(item, wire.Data):
+                stream.extend(item.data)
+        assert bytes(stream) == bytes(full)
+        assert "Reconnected" in kinds and tower.reconnects == 1 and tower.output.next_offset == len(full)
+    term.close()
+
+
+def test_resuming_client_does_not_resume_a_stopped_session(sessions: Sessions) -> None:
+    info = sessions.launch("stopme", CAT)
+    shellper = identity(info.pid)
+
+    async def main() -> None:
+        tower = AsyncResumingClient(info.socket)
+        await tower.connect()
+        await tower.stop(grace=1.0)
+        items = [item async for item in tower]  # ends: EXIT(state=stopping), then the close
+        assert any(isinstance(i, wire.Exit) and i.state == "stopping" for i in items)
+        assert tower.reconnects == 0
+        with pytest.raises(SessionGone):
+            await tower.recv()
+
+    asyncio.run(main())
+    wait_for(lambda: is_dead(shellper), what="the shellper to exit")
+
+
+def test_resuming_client_yields_to_a_newer_tower(sessions: Sessions) -> None:
+    """A second tower replaces the first; the first must not reconnect and fight it."""
+    info = sessions.launch("two-towers", CAT)
+
+    async def main() -> None:
+        first = AsyncResumingClient(info.socket)
+        await first.connect()
+        second = AsyncClient(info.socket)
+        await second.connect()
+        async with asyncio.timeout(10):
+            items = [item async for item in first]
+        assert any(isinstance(i, wire.Error) and i.code == "replaced" for i in items)
+        assert first.reconnects == 0
+        assert (await second.ping()) >= 0  # the newer tower is still connected
+        await second.close()
+
+    asyncio.run(main())
+
+
+def test_resuming_client_refuses_a_new_instance_under_the_same_name(sessions: Sessions) -> None:
+    """Offsets of one instance mean nothing to the next: resuming must fail, typed, not splice."""
+    info = sessions.launch("reborn", CAT)
+    shellper = identity(info.pid)
+    sessions.track(identity(info.child_pid or 0))
+
+    async def main() -> None:
+        viewer = AsyncResumingClient(info.socket, "viewer")
+        await viewer.connect()
+        kill_verified(shellper)  # dies without a word: the viewer just loses its connection
+        reborn = sessions.launch("reborn", CAT)
+        assert reborn.instance_id != info.instance_id
+        with pytest.raises(InstanceMismatch) as e:
+            async with asyncio.timeout(20):
+                async for _ in viewer:
+                    pass
+        assert e.value.expected == info.instance_id and e.value.found == reborn.instance_id
+        await viewer.close()
+
+    asyncio.run(main())

@@ -1,0 +1,141 @@
+"""Helpers for the live tower_client tests (no tests here): short runtime dirs, real shellpers, cleanup.
+
+Every shellper and helper process a test starts is recorded by identity and killed (by pidfd, after an
+identity check) when the test ends, with its whole tree, whatever the test did.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from shellper.config import SessionConfig
+from shellper.exits import RestartPolicy
+from shellper.identity import IdentityError, ProcessIdentity, boot_id, open_verified, read_stat
+from shellper.launch import LaunchInfo, launch
+from shellper.reaper import descendants
+
+T = TypeVar("T")
+
+REPO = str(Path(__file__).resolve().parent.parent)
+
+
+def wait_for(predicate: Callable[[], T | None], timeout: float = 10.0, what: str = "condition") -> T:
+    """Poll ``predicate`` until it returns something truthy, or fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(0.005)  # polling interval, not synchronisation
+
+
+def identity(pid: int) -> ProcessIdentity:
+    ident = ProcessIdentity.of(pid)
+    assert ident is not None, f"pid {pid} does not exist"
+    return ident
+
+
+def is_dead(ident: ProcessIdentity) -> bool:
+    """Gone, a zombie (init here may leave re-parented zombies around), or another process."""
+    st = read_stat(ident.pid)
+    return st is None or st.state == "Z" or st.start_time != ident.start_time
+
+
+def alive(ident: ProcessIdentity) -> bool:
+    return not is_dead(ident)
+
+
+def tree(pid: int) -> list[ProcessIdentity]:
+    """Identities of ``pid``'s descendants now."""
+    out = []
+    for p in descendants(pid):
+        ident = ProcessIdentity.of(p)
+        if ident is not None:
+            out.append(ident)
+    return out
+
+
+def kill_verified(ident: ProcessIdentity) -> None:
+    with contextlib.suppress(IdentityError, OSError):
+        fd = open_verified(ident, allow_zombie=True)
+        try:
+            fd.send_signal(signal.SIGKILL)
+            fd.wait_dead(5.0)
+        finally:
+            fd.close()
+
+
+@dataclass
+class Sessions:
+    """Launch real shellpers into one private runtime directory; everything is killed at the end."""
+
+    dir: Path
+    launched: list[LaunchInfo] = field(default_factory=list)
+    tracked: list[ProcessIdentity] = field(default_factory=list)
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def launch(self, name: str, argv: list[str], **config: Any) -> LaunchInfo:
+        config.setdefault("grace", 1.0)
+        config.setdefault("policy", RestartPolicy())
+        info = launch(SessionConfig(name=name, argv=argv, dir=str(self.dir), cwd="/", env=dict(os.environ),
+                                    **config))
+        self.launched.append(info)
+        self.tracked.append(ProcessIdentity(info.boot_id, info.pid, info.start_time))
+        return info
+
+    def spawn(self, argv: list[str], **kw: Any) -> subprocess.Popen[bytes]:
+        """A helper process in a session of its own (so it is nobody's group member)."""
+        proc = subprocess.Popen(argv, start_new_session=True, stdin=subprocess.DEVNULL, **kw)
+        self.procs.append(proc)
+        self.tracked.append(identity(proc.pid))
+        return proc
+
+    def track(self, ident: ProcessIdentity) -> None:
+        self.tracked.append(ident)
+
+    def cleanup(self) -> None:
+        for ident in list(self.tracked):
+            if ident.is_alive():
+                for member in tree(ident.pid):
+                    self.tracked.append(member)
+        for ident in reversed(self.tracked):
+            kill_verified(ident)
+        for proc in self.procs:
+            with contextlib.suppress(OSError):
+                proc.kill()
+            proc.wait(5)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def session_dir() -> Iterator[Sessions]:
+    """A fresh 0700 directory under /tmp (short: sun_path is 108 bytes) and cleanup of all it ran."""
+    d = Path(tempfile.mkdtemp(prefix="tc-", dir="/tmp"))
+    os.chmod(d, 0o700)
+    s = Sessions(d)
+    try:
+        yield s
+    finally:
+        s.cleanup()
+
+
+def sleeper_argv(*extra: str) -> list[str]:
+    """A foreign-looking long sleeper; ``extra`` lands in its argv (sys.argv[1:])."""
+    return [sys.executable, "-c", "import time; time.sleep(120)", *extra]
+
+
+__all__ = ["REPO", "Sessions", "alive", "boot_id", "identity", "is_dead", "session_dir", "sleeper_argv",
+           "tree", "wait_for"]

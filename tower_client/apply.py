@@ -1,0 +1,318 @@
+"""Carry out reconcile decisions: terminate and clean for real, adopt by verifying, the rest reported.
+
+* terminate: re-verify the shellper through a pidfd (boot id + start ticks), pin its descendants, then
+  ask it to STOP over its socket (it kills its own tree, confirms the deaths and removes its files) -
+  but only if the socket answers as the recorded instance from the recorded pid. If STOP cannot be
+  delivered or the shellper does not exit in time: :func:`shellper.reaper.terminate_tree` (SIGTERM,
+  grace, SIGKILL, confirmed death, all through pidfds). Either way every descendant pinned before the
+  first signal must be dead afterwards, or :class:`~shellper.identity.SurvivorError` is raised.
+* clean: take the session lock ourselves (so nobody can start the session meanwhile, and proving no
+  live owner), remove the socket (only if it is a socket), record and log (only regular files), then
+  release the lock, which removes the lock file. Nothing is followed through a symlink.
+* adopt: connect as a viewer and check the instance id and peer pid; the connection is closed again.
+  The Tower then attaches its own (resuming) client with ``expect_instance_id`` from the record -
+  returning open connections would force one concurrency model on it.
+* respawn / leave: reported only; the Tower relaunches with its own launch parameters.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from shellper import wire
+from shellper.client import Client, ClientError
+from shellper.config import DEFAULT_GRACE
+from shellper.identity import (
+    IdentityError,
+    IdentityMismatch,
+    PidFd,
+    ProcessGone,
+    ProcessIdentity,
+    SurvivorError,
+    open_verified,
+    read_stat,
+)
+from shellper.paths import SessionPaths, unlink_if_regular, unlink_if_socket
+from shellper.reaper import TerminateReport, descendants, terminate_tree
+from shellper.record import AlreadyRunning, SessionLock, SessionRecord
+from tower_client.client import InstanceMismatch, PeerMismatch, peer_pid
+from tower_client.discover import PROBE_TIMEOUT
+from tower_client.reconcile import Action, Decision
+
+__all__ = [
+    "CONFIRM_TIMEOUT",
+    "Outcome",
+    "Report",
+    "Termination",
+    "apply",
+    "clean_session",
+    "terminate_session",
+    "verify_session",
+]
+
+CONFIRM_TIMEOUT = 2.0
+"""Seconds SIGKILLed processes get to exit before they count as survivors."""
+STOP_MARGIN = 10.0
+"""A STOPped shellper gets ``grace`` + this long to exit (its SIGKILL wait, flushing EXIT to clients)."""
+
+
+# --------------------------------------------------------------------------------------------- clean
+
+
+def clean_session(paths: SessionPaths) -> tuple[str, ...]:
+    """Remove a dead session's files while holding its lock; returns the paths removed.
+
+    Raises AlreadyRunning if a live process holds the lock (nothing removed), LockError if the lock
+    file cannot be opened safely (e.g. it is a symlink).
+    """
+    had_lock_file = paths.lock.is_file() and not paths.lock.is_symlink()
+    lock = SessionLock.acquire(paths.lock, paths.name)
+    removed: list[str] = []
+    try:
+        if unlink_if_socket(paths.socket):
+            removed.append(str(paths.socket))
+        for path in (paths.record, paths.log, paths.log.with_name(paths.log.name + ".1")):
+            if unlink_if_regular(path):
+                removed.append(str(path))
+    finally:
+        lock.release()
+    if had_lock_file and not paths.lock.exists():
+        removed.append(str(paths.lock))
+    return tuple(removed)
+
+
+# --------------------------------------------------------------------------------------------- verify
+
+
+def verify_session(record: SessionRecord, paths: SessionPaths,
+                   timeout: float = PROBE_TIMEOUT) -> wire.Welcome:
+    """Handshake as a viewer; InstanceMismatch / PeerMismatch unless it is the recorded shellper."""
+    client = Client(paths.socket, "viewer", client_name="tower-client-verify", timeout=timeout)
+    try:
+        welcome = client.connect(replay_bytes=0)
+        _check_peer(client, welcome, record)
+        return welcome
+    finally:
+        client.close()
+
+
+def _check_peer(client: Client, welcome: wire.Welcome, record: SessionRecord) -> None:
+    if welcome.instance_id != record.instance_id:
+        raise InstanceMismatch(client.path, record.instance_id, welcome.instance_id)
+    seen = peer_pid(client.sock) if client.sock is not None else None
+    if seen != record.shellper_pid or welcome.shellper_pid != record.shellper_pid:
+        raise PeerMismatch(client.path, record.shellper_pid, seen)
+
+
+# --------------------------------------------------------------------------------------------- terminate
+
+
+@dataclass(frozen=True)
+class Termination:
+    """How a session ended: ``method`` "stop" (graceful, over the socket) or "signals" (pidfd path)."""
+
+    name: str
+    pid: int
+    method: str
+    stop_error: str | None
+    tree: tuple[int, ...]
+    stragglers: tuple[int, ...]
+    removed: tuple[str, ...]
+    report: TerminateReport | None = None
+
+
+def _pin_tree(leader: PidFd) -> dict[int, PidFd]:
+    """Pidfds of the leader's descendants, each kept only if /proc showed it under a pinned parent."""
+    pinned: dict[int, PidFd] = {}
+    for pid in descendants(leader.pid):
+        try:
+            fd = PidFd.open(pid)
+        except ProcessGone:
+            continue
+        try:
+            st = read_stat(pid)
+            ok = st is not None and (st.ppid == leader.pid or st.ppid in pinned) and fd.is_unreaped()
+        except (IdentityError, OSError):
+            ok = False
+        if ok:
+            pinned[pid] = fd
+        else:
+            fd.close()
+    return pinned
+
+
+def _send_stop(record: SessionRecord, paths: SessionPaths, grace: float, timeout: float) -> Client:
+    """Connect as the tower, insist on the recorded instance and pid, send STOP. Caller closes."""
+    client = Client(paths.socket, "tower", client_name="tower-client-terminate", timeout=timeout)
+    try:
+        welcome = client.connect(replay_bytes=0)
+        _check_peer(client, welcome, record)
+        client.send(wire.Stop(grace=grace))
+    except BaseException:
+        client.close()
+        raise
+    return client
+
+
+def _finish_stragglers(tree: dict[int, PidFd], grace: float, confirm_timeout: float) -> tuple[int, ...]:
+    """Pinned descendants still alive after the shellper died: TERM, grace, KILL, confirm."""
+    alive = [fd for fd in tree.values() if not fd.wait_dead(0)]
+    if not alive:
+        return ()
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, confirm_timeout)):
+        for fd in alive:
+            with contextlib.suppress(ProcessGone, PermissionError):
+                fd.send_signal(sig)
+        deadline = time.monotonic() + wait
+        for fd in alive:
+            fd.wait_dead(max(0.0, deadline - time.monotonic()))
+        still = [fd for fd in alive if not fd.wait_dead(0)]
+        if not still:
+            return tuple(fd.pid for fd in alive)
+        alive = still
+    raise SurvivorError(tuple(fd.pid for fd in alive))
+
+
+def terminate_session(record: SessionRecord, paths: SessionPaths, *, grace: float = DEFAULT_GRACE,
+                      stop_timeout: float | None = None, connect_timeout: float = PROBE_TIMEOUT,
+                      confirm_timeout: float = CONFIRM_TIMEOUT) -> Termination:
+    """End a verified shellper and its whole tree; see the module docstring for the order of attempts.
+
+    Raises ProcessGone (nothing to do), IdentityMismatch (pid reused: nothing signalled),
+    InstanceMismatch / PeerMismatch (the socket answers as someone else: nothing signalled),
+    SurvivorError (something outlived SIGKILL).
+    """
+    ident = ProcessIdentity(record.boot_id, record.shellper_pid, record.shellper_start_time)
+    leader = open_verified(ident)
+    tree = _pin_tree(leader)
+    report: TerminateReport | None = None
+    stop_error: str | None = None
+    try:
+        method = "stop"
+        try:
+            client = _send_stop(record, paths, grace, connect_timeout)
+        except (InstanceMismatch, PeerMismatch):
+            raise
+        except ClientError as exc:
+            stop_error = str(exc)
+            dead = False
+        else:
+            try:
+                dead = leader.wait_dead(grace + STOP_MARGIN if stop_timeout is None else stop_timeout)
+            finally:
+                client.close()
+            if not dead:
+                stop_error = "the shellper did not exit after STOP"
+        if not dead:
+            method = "signals"
+            with contextlib.suppress(ProcessGone):
+                report = terminate_tree(ident, grace, confirm_timeout=confirm_timeout)
+        stragglers = _finish_stragglers(tree, grace, confirm_timeout)
+    finally:
+        for fd in tree.values():
+            fd.close()
+        leader.close()
+    removed: tuple[str, ...] = ()
+    if any(p.exists() or p.is_symlink() for p in (paths.socket, paths.record, paths.lock, paths.log)):
+        with contextlib.suppress(AlreadyRunning):  # a new shellper took the name: its files now
+            removed = clean_session(paths)
+    return Termination(record.name, record.shellper_pid, method, stop_error, tuple(tree), stragglers, removed,
+                       report)
+
+
+# --------------------------------------------------------------------------------------------- apply
+
+
+@dataclass
+class Outcome:
+    """What happened to one decision. ``result``: adopted, terminated, already_gone, cleaned, reported,
+    skipped (the situation changed: nothing done) or failed (``error`` says why)."""
+
+    decision: Decision
+    result: str
+    ok: bool
+    detail: str = ""
+    removed: tuple[str, ...] = ()
+    termination: Termination | None = None
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = self.decision.to_dict()
+        out.update(result=self.result, ok=self.ok, outcome=self.detail, removed=list(self.removed),
+                   error=self.error)
+        if self.termination is not None:
+            t = self.termination
+            out["termination"] = {"method": t.method, "stop_error": t.stop_error, "tree": list(t.tree),
+                                  "stragglers": list(t.stragglers)}
+        return out
+
+
+@dataclass
+class Report:
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(o.ok for o in self.outcomes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "outcomes": [o.to_dict() for o in self.outcomes]}
+
+
+def apply(decisions: Iterable[Decision], *, grace: float = DEFAULT_GRACE, stop_timeout: float | None = None,
+          probe_timeout: float = PROBE_TIMEOUT, confirm_timeout: float = CONFIRM_TIMEOUT) -> Report:
+    """Carry out ``decisions`` in order. Never raises for one decision's failure: it is reported."""
+    report = Report()
+    failed: set[str] = set()
+    for d in decisions:
+        try:
+            outcome = _apply_one(d, grace, stop_timeout, probe_timeout, confirm_timeout, d.name in failed)
+        except Exception as exc:  # one session's trouble must not stop the others
+            outcome = Outcome(d, "failed", False, error=f"{type(exc).__name__}: {exc}")
+        if not outcome.ok:
+            failed.add(d.name)
+        report.outcomes.append(outcome)
+    return report
+
+
+def _apply_one(d: Decision, grace: float, stop_timeout: float | None, probe_timeout: float,
+               confirm_timeout: float, blocked: bool) -> Outcome:
+    obs = d.observed
+    if d.action in (Action.LEAVE, Action.RESPAWN):
+        if blocked:
+            return Outcome(d, "skipped", False, "an earlier step for this session failed")
+        return Outcome(d, "reported", True, "left untouched" if d.action is Action.LEAVE else
+                       "for the Tower to relaunch")
+    if obs is None:
+        return Outcome(d, "failed", False, error="decision carries no observation")
+    paths = SessionPaths.for_name(obs.dir, d.name)
+    if d.action is Action.CLEAN:
+        try:
+            removed = clean_session(paths)
+        except AlreadyRunning:
+            return Outcome(d, "skipped", False, "a live process now holds the lock: nothing removed")
+        return Outcome(d, "cleaned", True, f"removed {len(removed)} file(s)", removed)
+    record = obs.record
+    if record is None:
+        return Outcome(d, "failed", False, error="decision carries no record")
+    if d.action is Action.ADOPT:
+        welcome = verify_session(record, paths, probe_timeout)
+        return Outcome(d, "adopted", True, f"instance {welcome.instance_id} answers ({welcome.state})")
+    try:
+        term = terminate_session(record, paths, grace=grace, stop_timeout=stop_timeout,
+                                 connect_timeout=probe_timeout, confirm_timeout=confirm_timeout)
+    except IdentityMismatch as exc:
+        return Outcome(d, "skipped", False, "the pid now belongs to another process: nothing signalled",
+                       error=str(exc))
+    except ProcessGone as exc:
+        gone_removed: tuple[str, ...] = ()
+        with contextlib.suppress(AlreadyRunning):
+            gone_removed = clean_session(paths)
+        return Outcome(d, "already_gone", True, str(exc), gone_removed)
+    detail = f"stopped via {term.method}" + (f" ({term.stop_error})" if term.stop_error else "")
+    return Outcome(d, "terminated", True, detail, term.removed, term)

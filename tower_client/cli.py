@@ -1,0 +1,151 @@
+"""``tower-client``: look at a runtime directory, reconcile it against a registry, find id holders, reap.
+
+Exit status: 0 done, 1 something could not be done (refused, failed, survivors), 2 bad input (usage,
+unreadable or invalid registry, bad name or session id, unsafe directory).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from shellper.identity import IdentityError, ProcessGone
+from shellper.paths import PathError, SessionPaths, runtime_dir
+from tower_client.apply import apply, terminate_session
+from tower_client.client import ClientError
+from tower_client.discover import Observed, discover, observe
+from tower_client.holders import BadSessionId, find_holders
+from tower_client.reconcile import RegistryError, load_registry, reconcile
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tower-client", description="Adopt or terminate shellper sessions.")
+    p.add_argument("--dir", help="runtime directory (default: $SHELLPER_DIR, $XDG_RUNTIME_DIR/shellper, "
+                   "/tmp/shellper-UID)")
+    sub = p.add_subparsers(dest="command", required=True)
+    ls = sub.add_parser("ls", help="what is in the runtime directory, verified")
+    ls.add_argument("--json", action="store_true")
+    rc = sub.add_parser("reconcile", help="decide adopt/terminate/respawn/clean/leave against a registry")
+    rc.add_argument("--registry", required=True,
+                    help='JSON file: {"sessions": [{"name": ..., "instance_id": ... or null}]}')
+    rc.add_argument("--apply", action="store_true", help="carry out terminate and clean (default: dry run)")
+    rc.add_argument("--json", action="store_true")
+    rc.add_argument("--husk-max-age", type=float, metavar="S",
+                    help="terminate registered husks whose child exited more than S s ago")
+    rc.add_argument("--grace", type=float, default=5.0, metavar="S", help="SIGTERM-to-SIGKILL grace (5)")
+    ho = sub.add_parser("holders", help="live processes carrying a conversation/session id")
+    ho.add_argument("session_id")
+    ho.add_argument("--json", action="store_true")
+    rp = sub.add_parser("reap", help="identity-checked terminate of one session and its whole tree")
+    rp.add_argument("name")
+    rp.add_argument("--grace", type=float, default=5.0, metavar="S")
+    rp.add_argument("--json", action="store_true")
+    return p
+
+
+def _emit(args: argparse.Namespace, data: Any, lines: list[str]) -> None:
+    if args.json:
+        print(json.dumps(data, indent=1, default=str))
+    else:
+        for line in lines:
+            print(line)
+
+
+def _ls(args: argparse.Namespace, directory: Path) -> int:
+    seen = discover(directory)
+    rows = [f"{'NAME':20} {'STATE':10} {'PID':>8} {'IDENTITY':11} {'LOCK':6} {'SOCKET':9} CHILD"]
+    for o in seen:
+        lock = {True: "held", False: "free", None: "?"}[o.locked]
+        rows.append(f"{o.name:20} {o.state or '-':10} {o.pid or '-':>8} {_identity(o):11} {lock:6} "
+                    f"{o.probe:9} {o.child}")
+    _emit(args, [o.to_dict() for o in seen], rows if seen else [f"no sessions in {directory}"])
+    return EXIT_OK
+
+
+def _identity(o: Observed) -> str:
+    return "prev-boot" if o.boot == "previous" else o.identity
+
+
+def _reconcile(args: argparse.Namespace, directory: Path) -> int:
+    registry = load_registry(args.registry)
+    decisions = reconcile(registry, discover(directory), now=time.time(), husk_max_age=args.husk_max_age)
+    lines = [f"{d.action:9} {d.name:20} {d.reason:22} {d.detail}" for d in decisions] or ["nothing to do"]
+    if not args.apply:
+        _emit(args, {"applied": False, "decisions": [d.to_dict() for d in decisions]}, lines)
+        return EXIT_OK
+    report = apply(decisions, grace=args.grace)
+    lines = [f"{o.decision.action:9} {o.decision.name:20} {o.result:12} {o.error or o.detail}"
+             for o in report.outcomes] or ["nothing to do"]
+    _emit(args, {"applied": True, **report.to_dict()}, lines)
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def _holders(args: argparse.Namespace, directory: Path) -> int:
+    holders = find_holders(args.session_id, directory)
+    foreign = [h for h in holders if h.own is None]
+    verdict = "mint" if foreign else ("reclaim" if holders else "resume")
+    lines = [f"{h.pid:>8} {h.kind:7} {h.via:6} {h.reason}" for h in holders] or ["no holders"]
+    lines.append(f"mint-or-reclaim would: {verdict}")
+    _emit(args, {"session_id": args.session_id, "would": verdict, "holders": [h.to_dict() for h in holders]},
+          lines)
+    return EXIT_OK
+
+
+def _reap(args: argparse.Namespace, directory: Path) -> int:
+    o = observe(directory, args.name)
+    refusal = _refuse_reap(o)
+    if refusal:
+        _emit(args, {"name": args.name, "reaped": False, "reason": refusal}, [f"refused: {refusal}"])
+        return EXIT_FAILED
+    assert o.record is not None
+    try:
+        term = terminate_session(o.record, SessionPaths.for_name(directory, args.name), grace=args.grace)
+    except ProcessGone as exc:
+        _emit(args, {"name": args.name, "reaped": False, "reason": str(exc)}, [f"already gone: {exc}"])
+        return EXIT_OK
+    data = {"name": args.name, "reaped": True, "pid": term.pid, "method": term.method,
+            "tree": list(term.tree), "stragglers": list(term.stragglers), "removed": list(term.removed),
+            "stop_error": term.stop_error}
+    _emit(args, data, [f"reaped {args.name} (pid {term.pid}, {len(term.tree)} descendant(s)) "
+                       f"via {term.method}"])
+    return EXIT_OK
+
+
+def _refuse_reap(o: Observed) -> str:
+    """Why ``reap`` will not touch this session ("" if it may)."""
+    if o.record is None:
+        return o.record_error or "no session record"
+    if o.boot != "current":
+        return "the record is from another boot: nothing of it can be alive"
+    if o.identity != "verified":
+        return f"identity not verified ({o.identity}): {o.identity_detail}"
+    if not o.locked or not o.lock_owner_ok:
+        return "the recorded process does not hold the session lock"
+    if o.probe == "answered" and (o.welcome_instance_id != o.record.instance_id or o.peer_pid != o.pid):
+        return "the socket answers as another shellper than the record names"
+    return ""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        directory = runtime_dir(args.dir)
+        handler = {"ls": _ls, "reconcile": _reconcile, "holders": _holders, "reap": _reap}[args.command]
+        return handler(args, directory)
+    except (RegistryError, BadSessionId, PathError, ValueError) as exc:
+        print(f"tower-client: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (ClientError, IdentityError, OSError) as exc:
+        print(f"tower-client: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

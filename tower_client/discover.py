@@ -1,0 +1,357 @@
+"""Look at a runtime directory and say, per session name, what is really there. Never signals.
+
+For each name: the record (or why it cannot be used), whether the recorded shellper is the process
+now at that pid (boot id, then kernel start ticks), whether the session lock is held and by which
+pid (``/proc/locks``), whether the socket answers a handshake (as a *viewer* asking for no replay, so
+an attached tower is not displaced) and with which instance id and peer pid, the state, and whether
+the recorded child still lives. A record from another boot is recognised by its boot id alone: no
+probe, no /proc lookup of a pid that means nothing in this boot.
+
+The result is plain data (:class:`Observed`) for :func:`tower_client.reconcile.reconcile`, which
+makes every decision; nothing here decides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from shellper.identity import IdentityUnreadable, ProcessIdentity, boot_id, read_stat
+from shellper.paths import PathError, SessionPaths, UnsafeDirError
+from shellper.record import LockError, RecordError, SessionLock, SessionRecord, read_record
+from shellper.sessions import session_names
+from tower_client.client import (
+    AsyncClient,
+    ClientError,
+    ConnectionRefused,
+    RemoteError,
+    SessionNotFound,
+    Timeout,
+)
+
+__all__ = [
+    "PROBE_CONCURRENCY",
+    "PROBE_TIMEOUT",
+    "Observed",
+    "check_dir",
+    "discover",
+    "discover_async",
+    "lock_owners",
+    "observe",
+    "observe_async",
+]
+
+PROBE_TIMEOUT = 2.0
+"""Seconds a socket gets to connect and to send WELCOME + REPLAY."""
+PROBE_CONCURRENCY = 16
+"""Probes run at once: a directory of unresponsive sockets costs ~PROBE_TIMEOUT per 16 sessions."""
+PROBE_CLIENT_NAME = "tower-client-discover"
+
+Boot = Literal["current", "previous", "unknown"]
+IdentityState = Literal["verified", "gone", "mismatch", "unreadable", "unchecked"]
+ProbeState = Literal["answered", "absent", "refused", "timeout", "rejected", "error", "skipped"]
+ChildState = Literal["alive", "gone", "mismatch", "unreadable", "none", "unchecked"]
+
+FILE_KINDS = ("sock", "json", "lock", "log")
+
+
+@dataclass(frozen=True)
+class Observed:
+    """Facts about one session name in one runtime directory, as seen at ``observed_at``.
+
+    * ``files``: which of NAME.sock/.json/.lock/.log exist (lstat; any file type).
+    * ``record`` / ``record_error``: the parsed record, or why not; ``record_corrupt`` is True when its
+      *content* is bad (safe to clean if nobody owns it), False when it could not be read at all.
+    * ``boot``: the record's boot id vs this boot's. ``identity``: the recorded pid now carries the
+      recorded start ticks (verified), no longer exists or is a zombie (gone), carries other ticks
+      (mismatch: pid reused), /proc unreadable (unreadable: unknown, never "gone").
+    * ``locked``: the lock is held (None: could not tell). ``lock_owners``: pids holding it per
+      /proc/locks (None: not determinable).
+    * ``probe``: what the socket did; on "answered", ``welcome_instance_id``, ``welcome_pid`` (what
+      WELCOME claims) and ``peer_pid`` (SO_PEERCRED: who really serves the socket) say who.
+    * ``state``: WELCOME's state if answered, else the record's. ``child``: the recorded child's identity.
+    """
+
+    name: str
+    dir: str = ""
+    files: frozenset[str] = frozenset()
+    record: SessionRecord | None = None
+    record_error: str | None = None
+    record_corrupt: bool = False
+    boot: Boot = "unknown"
+    identity: IdentityState = "unchecked"
+    identity_detail: str = ""
+    locked: bool | None = False
+    lock_owners: tuple[int, ...] | None = None
+    probe: ProbeState = "skipped"
+    probe_detail: str = ""
+    welcome_instance_id: str | None = None
+    welcome_pid: int | None = None
+    peer_pid: int | None = None
+    state: str | None = None
+    child: ChildState = "unchecked"
+    child_pid: int | None = None
+    observed_at: float = field(default_factory=time.time)
+
+    @property
+    def pid(self) -> int | None:
+        return self.record.shellper_pid if self.record is not None else None
+
+    @property
+    def instance_id(self) -> str | None:
+        return self.record.instance_id if self.record is not None else None
+
+    @property
+    def lock_owner_ok(self) -> bool:
+        """The lock holder is the recorded pid, or /proc/locks cannot tell us who holds it."""
+        if self.lock_owners is None or self.record is None:
+            return True
+        visible = [p for p in self.lock_owners if p > 0]
+        return not visible or self.record.shellper_pid in visible
+
+    @property
+    def is_husk(self) -> bool:
+        """The shellper lives but its child has exited for good (exited / fatal)."""
+        return self.state in ("exited", "fatal")
+
+    def husk_since(self) -> float | None:
+        """Wall-clock time the child last exited (from the record), else when the session was created."""
+        if self.record is None:
+            return None
+        return self.record.last_exit_at if self.record.last_exit_at is not None else self.record.created_at
+
+    def to_dict(self) -> dict[str, Any]:
+        rec = self.record
+        return {
+            "name": self.name, "dir": self.dir, "files": sorted(self.files),
+            "record": None if rec is None else {
+                "pid": rec.shellper_pid, "start_time": rec.shellper_start_time, "boot_id": rec.boot_id,
+                "instance_id": rec.instance_id, "state": rec.state, "child_pid": rec.child_pid,
+                "command": rec.command, "cwd": rec.cwd, "created_at": rec.created_at,
+                "last_exit_at": rec.last_exit_at,
+            },
+            "record_error": self.record_error, "record_corrupt": self.record_corrupt, "boot": self.boot,
+            "identity": self.identity, "identity_detail": self.identity_detail, "locked": self.locked,
+            "lock_owners": None if self.lock_owners is None else list(self.lock_owners),
+            "probe": self.probe, "probe_detail": self.probe_detail,
+            "welcome_instance_id": self.welcome_instance_id, "peer_pid": self.peer_pid,
+            "state": self.state, "child": self.child, "child_pid": self.child_pid,
+            "observed_at": self.observed_at,
+        }
+
+
+# --------------------------------------------------------------------------------------------- pieces
+
+
+def check_dir(directory: str | os.PathLike[str]) -> Path | None:
+    """The directory to scan, or None if it does not exist; UnsafeDirError if it cannot be trusted."""
+    p = Path(os.path.abspath(os.fspath(directory)))
+    try:
+        st = os.lstat(p)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise UnsafeDirError(p, f"cannot stat it: {e.strerror}") from e
+    if stat.S_ISLNK(st.st_mode):
+        raise UnsafeDirError(p, "is a symlink (never followed)")
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafeDirError(p, "is not a directory")
+    if st.st_uid != os.geteuid():
+        raise UnsafeDirError(p, f"is owned by uid {st.st_uid}, not by us (uid {os.geteuid()})")
+    return p
+
+
+def lock_owners(path: str | os.PathLike[str]) -> tuple[int, ...] | None:
+    """Pids holding a lock on the inode at ``path`` per /proc/locks; None if that cannot be read.
+
+    Pids outside our pid namespace show as 0 or -1 there; callers treat those as "unknown".
+    """
+    try:
+        st = os.stat(path, follow_symlinks=False)
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    want = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    owners: list[int] = []
+    for line in lines:
+        parts = line.split()
+        if len(parts) < 6 or parts[1] == "->":  # "->" marks a waiter, not a holder
+            continue
+        if parts[5] == want:
+            try:
+                owners.append(int(parts[4]))
+            except ValueError:
+                return None
+    return tuple(owners)
+
+
+def _files(paths: SessionPaths) -> frozenset[str]:
+    present = set()
+    for kind, path in zip(FILE_KINDS, (paths.socket, paths.record, paths.lock, paths.log), strict=True):
+        try:
+            os.lstat(path)
+            present.add(kind)
+        except OSError:
+            continue
+    return frozenset(present)
+
+
+def _identity(ident: ProcessIdentity) -> tuple[IdentityState, str]:
+    try:
+        st = read_stat(ident.pid)
+    except IdentityUnreadable as e:
+        return "unreadable", str(e)
+    if st is None:
+        return "gone", f"pid {ident.pid} does not exist"
+    if st.state == "Z":
+        return "gone", f"pid {ident.pid} is a zombie"
+    if st.start_time != ident.start_time:
+        return "mismatch", (f"pid {ident.pid} started at tick {st.start_time}, the record says "
+                            f"{ident.start_time}: another process")
+    return "verified", f"pid {ident.pid} started at tick {st.start_time}"
+
+
+async def _probe(paths: SessionPaths, timeout: float) -> tuple[dict[str, Any], int | None]:
+    """Facts from a handshake, and the child pid WELCOME reported."""
+    client = AsyncClient(paths.socket, "viewer", client_name=PROBE_CLIENT_NAME, connect_timeout=timeout,
+                         handshake_timeout=timeout)
+    try:
+        welcome = await client.connect(replay_bytes=0)
+        facts = {"probe": "answered", "welcome_instance_id": welcome.instance_id,
+                 "welcome_pid": welcome.shellper_pid, "peer_pid": client.peer_pid(), "state": welcome.state,
+                 "probe_detail": f"WELCOME from pid {welcome.shellper_pid} ({welcome.state})"}
+        return facts, welcome.child_pid
+    except SessionNotFound as e:
+        return {"probe": "absent", "probe_detail": e.message}, None
+    except ConnectionRefused as e:
+        return {"probe": "refused", "probe_detail": e.message}, None
+    except Timeout as e:
+        return {"probe": "timeout", "probe_detail": e.message}, None
+    except RemoteError as e:
+        return {"probe": "rejected", "probe_detail": e.message}, None
+    except ClientError as e:
+        return {"probe": "error", "probe_detail": f"{type(e).__name__}: {e.message}"}, None
+    finally:
+        await client.close()
+
+
+_CHILD_STATE: dict[IdentityState, ChildState] = {
+    "verified": "alive", "gone": "gone", "mismatch": "mismatch", "unreadable": "unreadable",
+    "unchecked": "unchecked",
+}
+
+
+def _child(record: SessionRecord, welcome_child: int | None, answered: bool) -> tuple[ChildState, int | None]:
+    if answered and welcome_child is None:
+        return "none", None
+    pid = welcome_child if answered else record.child_pid
+    if pid is None:
+        return "none", None
+    if pid == record.child_pid and record.child_start_time is not None:
+        state, _ = _identity(ProcessIdentity(record.boot_id, pid, record.child_start_time))
+        return _CHILD_STATE[state], pid
+    try:  # a child newer than the record: all we can say is that its pid is a live child of the shellper
+        st = read_stat(pid)
+    except IdentityUnreadable:
+        return "unreadable", pid
+    alive = st is not None and st.state != "Z" and st.ppid == record.shellper_pid
+    return ("alive" if alive else "gone"), pid
+
+
+# --------------------------------------------------------------------------------------------- observe
+
+
+async def observe_async(directory: str | os.PathLike[str], name: str, *,
+                        probe_timeout: float = PROBE_TIMEOUT) -> Observed:
+    """Everything about one name (raises BadName / PathTooLong for a name that cannot be a session)."""
+    paths = SessionPaths.for_name(directory, name)
+    facts: dict[str, Any] = {"name": name, "dir": str(paths.dir), "files": _files(paths)}
+    record: SessionRecord | None = None
+    try:
+        record = read_record(paths.record)
+    except FileNotFoundError:
+        pass
+    except RecordError as e:
+        facts["record_error"] = str(e)
+        facts["record_corrupt"] = e.errno is None
+    if record is not None and record.name != name:
+        facts["record_error"] = f"session record {paths.record}: names session {record.name!r}, not {name!r}"
+        facts["record_corrupt"] = True
+        record = None
+    facts["record"] = record
+    try:
+        facts["locked"] = SessionLock.is_locked(paths.lock)
+    except LockError as e:
+        facts["locked"] = None
+        facts["identity_detail"] = str(e)
+    if facts["locked"]:
+        facts["lock_owners"] = lock_owners(paths.lock)
+    current_boot: str | None
+    try:
+        current_boot = boot_id()
+    except IdentityUnreadable:
+        current_boot = None
+    if record is not None:
+        facts["state"] = record.state
+        if current_boot is None:
+            facts["boot"] = "unknown"
+        elif record.boot_id != current_boot:
+            facts["boot"] = "previous"
+            facts["identity_detail"] = f"recorded under boot {record.boot_id}, this is boot {current_boot}"
+            return Observed(**facts)  # nothing recorded can be alive: no probe, no /proc lookups
+        else:
+            facts["boot"] = "current"
+            ident = ProcessIdentity(record.boot_id, record.shellper_pid, record.shellper_start_time)
+            facts["identity"], facts["identity_detail"] = _identity(ident)
+    welcome_child: int | None = None
+    if "sock" in facts["files"]:
+        probed, welcome_child = await _probe(paths, probe_timeout)
+        facts.update(probed)
+    else:
+        facts["probe"], facts["probe_detail"] = "absent", "no socket file"
+    if record is not None and facts["boot"] == "current":
+        facts["child"], facts["child_pid"] = _child(record, welcome_child, facts["probe"] == "answered")
+    return Observed(**facts)
+
+
+async def discover_async(directory: str | os.PathLike[str], *, probe_timeout: float = PROBE_TIMEOUT,
+                         concurrency: int = PROBE_CONCURRENCY) -> list[Observed]:
+    """Observe every session name in ``directory`` (sorted), probing at most ``concurrency`` at once."""
+    d = check_dir(directory)
+    if d is None:
+        return []
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(name: str) -> Observed:
+        async with gate:
+            return await observe_async(d, name, probe_timeout=probe_timeout)
+
+    names = [n for n in session_names(d) if _is_session_name(d, n)]
+    return list(await asyncio.gather(*(one(n) for n in names)))
+
+
+def _is_session_name(d: Path, name: str) -> bool:
+    """A name whose socket path would not fit in sun_path cannot be a session: skip it."""
+    try:
+        SessionPaths.for_name(d, name)
+    except PathError:
+        return False
+    return True
+
+
+def observe(directory: str | os.PathLike[str], name: str, *,
+            probe_timeout: float = PROBE_TIMEOUT) -> Observed:
+    """Blocking :func:`observe_async` (runs its own event loop: not from inside one)."""
+    return asyncio.run(observe_async(directory, name, probe_timeout=probe_timeout))
+
+
+def discover(directory: str | os.PathLike[str], *, probe_timeout: float = PROBE_TIMEOUT,
+             concurrency: int = PROBE_CONCURRENCY) -> list[Observed]:
+    """Blocking :func:`discover_async` (runs its own event loop: not from inside one)."""
+    return asyncio.run(discover_async(directory, probe_timeout=probe_timeout, concurrency=concurrency))
