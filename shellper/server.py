@@ -97,12 +97,7 @@ class Session:
             with contextlib.suppress(OSError):
                 set_child_subreaper()
             self._spawn(self.child_argv, self.child_cwd, self.child_env, first=True)
-            old_umask = os.umask(0o177)
-            try:
-                self._server = await self.loop.create_unix_server(
-                    lambda: ClientConn(self), path=str(self.paths.socket), backlog=128)
-            finally:
-                os.umask(old_umask)
+            await self._listen()
         except BaseException:
             self._cleanup_child_fds()
             if self.child is not None:
@@ -181,15 +176,19 @@ class Session:
         self._server.close()
         self.loop.create_task(self._relisten())
 
+    async def _listen(self) -> None:
+        """Bind the socket already 0600 (umask), so no other user can connect in between."""
+        old_umask = os.umask(0o177)
+        try:
+            self._server = await self.loop.create_unix_server(
+                lambda: ClientConn(self), path=str(self.paths.socket), backlog=128)
+        finally:
+            os.umask(old_umask)
+
     async def _relisten(self) -> None:
         try:
             self.paths.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-            old_umask = os.umask(0o177)
-            try:
-                self._server = await self.loop.create_unix_server(
-                    lambda: ClientConn(self), path=str(self.paths.socket), backlog=128)
-            finally:
-                os.umask(old_umask)
+            await self._listen()
             self._write_record()
         except OSError as exc:
             self.log.write(f"could not recreate socket: {exc}")
