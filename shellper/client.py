@@ -65,6 +65,14 @@ class Output:
     next_offset: int = 0
     gaps: list[tuple[int, int]] = field(default_factory=list)  # (offset resumed at, bytes missed)
 
+    def advance(self, frame: wire.Frame) -> None:
+        """Move past a DATA or GAP frame (other frames carry no output)."""
+        if isinstance(frame, wire.Data):
+            self.next_offset += len(frame.data)
+        elif isinstance(frame, wire.Gap):
+            self.gaps.append((frame.offset, frame.missed))
+            self.next_offset = frame.offset
+
 
 class Client:
     """One connection: ``connect()`` does the handshake; then ``recv()`` frames and ``send()`` them."""
@@ -160,12 +168,8 @@ class Client:
             return None
         while not isinstance(frame, wire.Frame):  # Skipped / Unknown: a newer peer's frame, ignored
             frame = self._next_raw(deadline)
-        if isinstance(frame, wire.Data):
-            self.output.next_offset += len(frame.data)
-        elif isinstance(frame, wire.Gap):
-            self.output.gaps.append((frame.offset, frame.missed))
-            self.output.next_offset = frame.offset
-        elif isinstance(frame, wire.Exit):
+        self.output.advance(frame)
+        if isinstance(frame, wire.Exit):
             self.exit = frame
         return frame
 

@@ -336,12 +336,8 @@ class AsyncClient:
         return frame
 
     def _account(self, frame: wire.Frame) -> None:
-        if isinstance(frame, wire.Data):
-            self.output.next_offset += len(frame.data)
-        elif isinstance(frame, wire.Gap):
-            self.output.gaps.append((frame.offset, frame.missed))
-            self.output.next_offset = frame.offset
-        elif isinstance(frame, wire.Exit):
+        self.output.advance(frame)
+        if isinstance(frame, wire.Exit):
             self.exit = frame
         elif isinstance(frame, wire.Event) and frame.seq > 0:
             self.last_event_seq = max(self.last_event_seq or 0, frame.seq)
@@ -530,12 +526,9 @@ class _ResumeState:
         return items
 
     def account(self, item: ResumeItem) -> None:
-        if isinstance(item, wire.Data):
-            self.output.next_offset += len(item.data)
-        elif isinstance(item, wire.Gap):
-            self.output.gaps.append((item.offset, item.missed))
-            self.output.next_offset = item.offset
-        elif isinstance(item, wire.Exit):
+        if isinstance(item, wire.Frame):
+            self.output.advance(item)
+        if isinstance(item, wire.Exit):
             self.exit = item
         elif isinstance(item, wire.Event) and item.seq > 0:
             self.last_event_seq = max(self.last_event_seq or 0, item.seq)
