@@ -34,6 +34,7 @@ __all__ = [
     "REPLAY_BYTES",
     "DetachKeyError",
     "attach",
+    "describe",
     "exit_status",
     "parse_detach_key",
 ]
@@ -251,7 +252,7 @@ class _Attachment:
             self.note(f"[shellper: {replay.gap} bytes skipped]")
 
     def on_socket(self) -> _Outcome | None:
-        """Take what the socket has, write all of its output at once, act on control frames in order."""
+        """Take what the socket has, then act on every frame it completed."""
         client = self.client
         assert client.sock is not None
         try:
@@ -265,6 +266,15 @@ class _Attachment:
         if not chunk:
             return _Outcome(1, "[session closed]")
         client.decoder.feed(chunk)
+        return self.on_frames()
+
+    def on_frames(self) -> _Outcome | None:
+        """Every complete frame buffered: output written in one go, control frames acted on in order.
+
+        Also called before the first poll: frames that came in the same read as WELCOME and REPLAY
+        (a late EXIT, say) are already in the decoder, and the socket may never be readable again.
+        """
+        client = self.client
         batch: list[bytes] = []
         try:
             for event in client.decoder.events():
@@ -318,6 +328,10 @@ class _Attachment:
             return None
         except OSError as exc:
             raise _TerminalGone(str(exc)) from None
+        # A SIGWINCH sent before these bytes were typed may be delivered only as this read (or the poll
+        # before it) returns: its wake byte is in the pipe although poll did not report it. The resize
+        # must reach the child first, or a program reads the old size after the user's next key.
+        self.take_signals()
         if not data:
             if self.read_only:  # a viewer needs no input: keep watching
                 self.stdin_open = False
@@ -330,7 +344,10 @@ class _Attachment:
             self.client.write(data)
         return _Outcome(0, "[detached]") if cut >= 0 else None
 
-    def on_wakeup(self) -> None:
+    def take_signals(self) -> None:
+        """Act on signals noted in the wakeup pipe (only SIGWINCH needs the loop)."""
+        if self.wake_r < 0:
+            return
         try:
             got = os.read(self.wake_r, 256)
         except BlockingIOError:
@@ -343,6 +360,9 @@ class _Attachment:
     def run(self) -> _Outcome:
         self.start_output()
         self.send_size()
+        outcome = self.on_frames()
+        if outcome is not None:
+            return outcome
         sock_fd = self.client.fileno()
         poller = select.poll()
         poller.register(sock_fd, select.POLLIN)
@@ -351,9 +371,8 @@ class _Attachment:
             poller.register(self.wake_r, select.POLLIN)
         while True:
             ready = dict(poller.poll())
-            # Window size first: input typed after a resize must reach the child after it.
             if self.wake_r in ready:
-                self.on_wakeup()
+                self.take_signals()
             if sock_fd in ready:
                 outcome = self.on_socket()
                 if outcome is not None:
@@ -415,6 +434,8 @@ def attach(socket_path: str | os.PathLike[str], *, name: str | None = None,
         outcome = _Outcome(1, "[session closed]")
     except ClientError as exc:
         outcome = _Outcome(1, f"shellper: {label}: {exc.message}", to_stderr=True)
+    except (OSError, termios.error) as exc:  # the terminal could not be set up (or the pipe made)
+        outcome = _Outcome(1, f"shellper: attach: {exc}", to_stderr=True)
     finally:
         session.restore(reset)
         client.close()

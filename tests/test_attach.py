@@ -1,0 +1,587 @@
+"""``shellper attach`` driven as a person would: a real session, a real terminal (pexpect's PTY), keys.
+
+Every session is started with the CLI in a short runtime directory under /tmp (the socket path limit is
+108 bytes) and stopped in teardown, which then checks that nothing is left: no socket, record or lock
+file, no shellper and no child process. Synchronisation is always an expect() with a deadline.
+Frame sequences a real session produces only by chance (an EXIT in the same read as WELCOME) come
+from a scripted fake shellper on a real Unix socket instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pexpect
+import psutil
+import pytest
+
+from shellper import wire
+from shellper.attach import DetachKeyError, attach, describe, exit_status, parse_detach_key
+
+REPO = Path(__file__).resolve().parents[1]
+TIMEOUT = 10.0
+PROMPT = b"psh> "
+BASH = ["bash", "--norc", "--noprofile", "-i"]
+GRACE = "0.1"
+SESSION_OPTS = ["--env", "PS1=psh> ", "--env", "HISTFILE=", "--grace", GRACE]
+DETACH = b"\x1c"
+
+# A full-screen program: enters the alternate screen, writes more than the ring keeps (so a replay
+# starts after the ?1049h and only the preamble can restore it), draws its screen and waits.
+ALT_SCREEN_PROGRAM = r"""
+import sys
+w = sys.stdout.write
+w("\x1b[?1049h\x1b[H\x1b[2J")
+for i in range(1500):
+    w("filler %05d %s\r\n" % (i, "x" * 60))
+w("\x1b[H\x1b[2J" + "SCREEN-" + "A")
+sys.stdout.flush()
+sys.stdin.readline()
+"""
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    env.pop("SHELLPER_DIR", None)
+    return env
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _wait_gone(pids: list[int], timeout: float = TIMEOUT) -> list[int]:
+    deadline = time.monotonic() + timeout
+    left = [p for p in pids if not _gone(p)]
+    while left and time.monotonic() < deadline:
+        with contextlib.suppress(psutil.Error):
+            psutil.wait_procs([psutil.Process(p) for p in left if not _gone(p)], timeout=0.2)
+        left = [p for p in left if not _gone(p)]
+    return left
+
+
+@dataclass
+class Sessions:
+    """A runtime directory, the sessions (name -> pids) started in it, and the terminals spawned."""
+
+    dir: str
+    env: dict[str, str]
+    started: dict[str, list[int]] = field(default_factory=dict)
+    spawned: list[pexpect.spawn] = field(default_factory=list)
+
+    def cli_args(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "shellper.cli", "--dir", self.dir, *args]
+
+    def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(self.cli_args(*args), capture_output=True, text=True, env=self.env,
+                              cwd=REPO, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
+        if check:
+            assert proc.returncode == 0, f"shellper {' '.join(args)}: rc={proc.returncode} {proc.stderr}"
+        return proc
+
+    def run(self, name: str, *argv: str, opts: tuple[str, ...] = ()) -> dict[str, Any]:
+        proc = self.cli("run", *SESSION_OPTS, *opts, name, "--", *argv)
+        info: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+        self.started[name] = [info["pid"]] + ([info["child_pid"]] if info.get("child_pid") else [])
+        return info
+
+    def shell(self, name: str, *opts: str) -> None:
+        self.run(name, *BASH, opts=opts)
+
+    def spawn(self, argv: list[str], dimensions: tuple[int, int] = (24, 80)) -> pexpect.spawn:
+        child = pexpect.spawn(argv[0], argv[1:], env=self.env, cwd=str(REPO), dimensions=dimensions,
+                              timeout=TIMEOUT)
+        child.ptyproc.delayafterclose = 0  # we wait for the exit ourselves (_finish, _discard)
+        child.delaybeforesend = None  # no echo-timing guesswork: every test expects what it waits for
+        self.spawned.append(child)
+        return child
+
+    def attach(self, name: str, *opts: str, dimensions: tuple[int, int] = (24, 80)) -> pexpect.spawn:
+        return self.spawn(self.cli_args("attach", name, *opts), dimensions)
+
+    def follow(self, name: str) -> pexpect.spawn:
+        """``tail --follow --plain``: a watcher to expect() a session's output on."""
+        return self.spawn(self.cli_args("tail", name, "--follow", "--plain"))
+
+    def type_line(self, name: str, text: str) -> None:
+        self.cli("send", name, text, "--enter")
+
+    def stop(self, name: str) -> None:
+        pids = self.started.pop(name)
+        self.cli("stop", name, "--grace", GRACE)
+        left = _wait_gone(pids)
+        assert not left, f"still running after stop {name}: {left}"
+
+    def close_terminals(self) -> None:
+        for child in self.spawned:
+            _discard(child)
+        self.spawned.clear()
+
+    def teardown(self) -> None:
+        """Stop every session, then check that nothing is left behind."""
+        self.close_terminals()
+        problems: list[str] = []
+        for name, pids in list(self.started.items()):
+            try:
+                self.stop(name)
+            except (AssertionError, subprocess.SubprocessError) as exc:
+                problems.append(str(exc))
+                for pid in pids:  # by pid only, and only what this test started
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+        leftovers = sorted(os.listdir(self.dir))
+        shutil.rmtree(self.dir, ignore_errors=True)
+        assert not problems, problems
+        assert not leftovers, f"files left in the runtime dir: {leftovers}"
+
+
+def _discard(child: pexpect.spawn) -> None:
+    """End a terminal's program now (SIGKILL by pid) and reap it, without pexpect's polite delays."""
+    if not child.closed:
+        if child.isalive():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child.pid, signal.SIGKILL)
+            child.wait()
+        child.close()
+
+
+def _finish(child: pexpect.spawn) -> int:
+    """Wait for the program in a terminal to end by itself; its exit status."""
+    child.expect(pexpect.EOF)
+    child.wait()
+    child.close()
+    assert child.exitstatus is not None, f"died by signal {child.signalstatus}"
+    return int(child.exitstatus)
+
+
+@pytest.fixture
+def sessions() -> Iterator[Sessions]:
+    """A runtime directory of its own, for tests that end or change their sessions."""
+    s = Sessions(tempfile.mkdtemp(prefix="shpa-", dir="/tmp"), _env())
+    try:
+        yield s
+    finally:
+        s.teardown()
+
+
+@pytest.fixture(scope="module")
+def _shared() -> Iterator[Sessions]:
+    s = Sessions(tempfile.mkdtemp(prefix="shps-", dir="/tmp"), _env())
+    try:
+        s.shell("sh")
+        yield s
+    finally:
+        s.teardown()
+
+
+@pytest.fixture
+def shared(_shared: Sessions) -> Iterator[Sessions]:
+    """One long-lived shell session ``sh`` for the tests that only attach, type and detach.
+
+    Each test types its own markers (computed by the shell, so the echo of the typed line never matches).
+    """
+    try:
+        yield _shared
+    finally:
+        _shared.close_terminals()
+
+
+# ------------------------------------------------------------------------------------------- pure logic
+
+
+@pytest.mark.parametrize(("spec", "byte"), [
+    ("^\\", 0x1C), ("^Q", 0x11), ("^q", 0x11), ("^A", 0x01), ("^@", 0x00), ("^[", 0x1B), ("^]", 0x1D),
+    ("^_", 0x1F), ("^?", 0x7F), ("^", 0x5E), ("q", ord("q")), ("~", ord("~")), ("\x1d", 0x1D),
+    ("none", None), ("", None),
+])
+def test_parse_detach_key(spec: str, byte: int | None) -> None:
+    assert parse_detach_key(spec) == byte
+
+
+@pytest.mark.parametrize("spec", ["^1", "^ ", "^é", "ab", "é", "C-a", "^\\\\"])
+def test_parse_detach_key_rejects(spec: str) -> None:
+    with pytest.raises(DetachKeyError) as info:
+        parse_detach_key(spec)
+    assert info.value.spec == spec
+
+
+@pytest.mark.parametrize(("fields", "status", "text"), [
+    ({"code": 3, "signal": None}, 3, "code 3"),
+    ({"code": 0, "signal": None}, 0, "code 0"),
+    ({"code": None, "signal": "SIGKILL"}, 137, "killed by SIGKILL"),
+    ({"code": None, "signal": "TERM"}, 143, "killed by TERM"),
+    ({"code": None, "signal": "SIGSEGV", "core": True}, 139, "killed by SIGSEGV (core dumped)"),
+    ({"code": None, "signal": None, "reason": "exec failed: ENOENT"}, 1, "exec failed: ENOENT"),
+    ({"code": 1, "signal": None, "reason": "crash: exit 1 after 2 s"}, 1, "crash: exit 1 after 2 s"),
+])
+def test_exit_status_and_description(fields: dict[str, Any], status: int, text: str) -> None:
+    frame = wire.Exit(**fields)
+    assert exit_status(frame) == status
+    assert describe(frame) == text
+
+
+# ------------------------------------------------------------------------------------------- scripted shellper
+# A fake shellper on a real Unix socket sends a fixed byte string right after HELLO, in one write: frames
+# that arrive together with WELCOME and REPLAY are the case a real session produces only by chance.
+
+WELCOME = wire.Welcome(version=wire.PROTOCOL_VERSION, name="fake", shellper_pid=1, shellper_start_time=1,
+                       boot_id="b", instance_id="i", state="running", cols=80, rows=24, ring_start=0, ring_end=6)
+HANDSHAKE = wire.encode(WELCOME) + wire.encode(wire.Replay(offset=0, data=b"hello\n"))
+
+
+def _exit(**fields: Any) -> bytes:
+    return wire.encode(wire.Exit(**{"code": None, "signal": None, **fields}))
+
+
+def _data(data: bytes) -> bytes:
+    return wire.encode_data(data)
+
+
+def _serve_once(path: str, script: bytes, hold: float) -> threading.Thread:
+    """Accept one client, answer its HELLO with ``script``, keep the connection ``hold`` s at most."""
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(1)
+
+    def serve() -> None:
+        with server:
+            conn, _ = server.accept()
+            with conn:
+                decoder = wire.Decoder()
+                while not any(isinstance(e, wire.Hello) for e in decoder.events()):
+                    decoder.feed(conn.recv(65536))
+                conn.sendall(script)
+                conn.settimeout(hold)
+                with contextlib.suppress(OSError):
+                    while conn.recv(65536):
+                        pass
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize(("script", "status", "shown", "err"), [
+    (_exit(code=5), 5, [b"hello", b"[exited: code 5]"], ""),
+    (_exit(signal="SIGSEGV", core=True), 139, [b"[exited: killed by SIGSEGV (core dumped)]"], ""),
+    (wire.encode(wire.Gap(offset=106, missed=100)) + _data(b"later") + _exit(code=0),
+     0, [b"hello", b"[shellper: 100 bytes skipped]", b"later", b"[exited: code 0]"], ""),
+    (_data(b"\x1b[?1049h\x1b[?1000hTUI") + _exit(code=1),
+     1, [b"TUI", b"\x1b[?1000l", b"\x1b[?1049l", b"[exited: code 1]"], ""),
+    (_exit(code=1, state="backoff", restart_in=0.5, reason="crash") + _data(b"again") + _exit(code=2),
+     2, [b"[exited: crash; restarting in 0.5 s]", b"again", b"[exited: code 2]"], ""),
+    (wire.encode(wire.Error(code="x", message="not now")) + wire.HEADER.pack(0x7E, 2) + b"??" + _exit(code=0),
+     0, [b"shellper: not now", b"[exited: code 0]"], ""),
+    (wire.encode(wire.Error(code="replaced", message="go away", fatal=True)), 1, [b"hello"], "shellper: go away"),
+    (b"", 1, [b"hello", b"[session closed]"], ""),
+], ids=["exit", "signal", "gap", "modes-reset", "backoff", "error-unknown-frame", "fatal-error", "closed"])
+def test_frames_after_the_handshake(tmp_path: Path, capsys: pytest.CaptureFixture[str], script: bytes,
+                                    status: int, shown: list[bytes], err: str) -> None:
+    path = str(tmp_path / "fake.sock")
+    # The fake closes after 3 s: an attach that missed a frame then ends with "[session closed]", status 1.
+    server = _serve_once(path, HANDSHAKE + script, hold=3.0 if script else 0.0)
+    stdin_r, stdin_w = os.pipe()
+    out_r, out_w = os.pipe()
+    try:
+        assert attach(path, name="fake", stdin_fd=stdin_r, stdout_fd=out_w) == status
+        os.close(out_w)
+        out = b"".join(iter(lambda: os.read(out_r, 65536), b""))
+    finally:
+        for fd in (stdin_r, stdin_w, out_r):
+            os.close(fd)
+        with contextlib.suppress(OSError):
+            os.close(out_w)
+    server.join(timeout=TIMEOUT)
+    pos = 0
+    for piece in shown:  # each in order
+        found = out.find(piece, pos)
+        assert found >= 0, f"{piece!r} not after offset {pos} in {out!r}"
+        pos = found + len(piece)
+    assert err in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------- attach
+
+
+def test_attach_replays_forwards_input_and_detaches(shared: Sessions) -> None:
+    shared.type_line("sh", "echo pre-$((2*3))")
+    watch = shared.follow("sh")
+    watch.expect("pre-6")
+
+    term = shared.attach("sh")
+    term.expect("pre-6")  # from the replay
+    term.send(b"echo hi-$((6*7))\r")
+    term.expect("hi-42")
+    term.send(DETACH)
+    term.expect(re.escape(b"[detached]"))
+    assert _finish(term) == 0
+
+    # The session did not notice: the same shell runs on, and a later attach replays it all.
+    shared.type_line("sh", "echo still-$((3*3))")
+    watch.expect("still-9")
+    again = shared.attach("sh")
+    again.expect("hi-42")
+    again.expect("still-9")
+    again.send(DETACH)
+    again.expect(re.escape(b"[detached]"))
+    assert _finish(again) == 0
+
+
+def test_detach_key_is_never_forwarded(shared: Sessions) -> None:
+    term = shared.attach("sh", "--detach-key", "^A")
+    term.expect(re.escape(PROMPT))
+    # Ctrl-\ is an ordinary key now: it reaches the program (cat -v shows it as ^\), no detach.
+    term.send(b"stty -isig; echo go-$((1+1)); cat -v\r")
+    term.expect("go-2")  # the terminal no longer turns ^\ into SIGQUIT
+    term.send(b"a\x1cb\r")
+    term.expect(re.escape(b"a^\\b"))
+    term.send(b"\x04")
+    term.send(b"stty isig; echo k-$((8*8))\r")
+    term.expect("k-64")
+    # The detach key and whatever follows it in the same read stay here.
+    term.send(b"echo lost-$((9*9))\x01\r")
+    term.expect(re.escape(b"[detached]"))
+    assert _finish(term) == 0
+    shared.type_line("sh", "\x15echo after-$((5*5))")  # ^U clears the half-typed line
+    watch = shared.follow("sh")
+    watch.expect("after-25")
+    assert b"lost-81" not in watch.before
+
+
+def test_bad_detach_key_is_one_line_and_status_2(shared: Sessions) -> None:
+    proc = shared.cli("attach", "sh", "--detach-key", "^1", check=False)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert len(proc.stderr.strip().splitlines()) == 1 and "--detach-key" in proc.stderr
+
+
+def test_no_replay_shows_only_new_output(shared: Sessions) -> None:
+    shared.type_line("sh", "echo old-$((4*4))")
+    shared.follow("sh").expect("old-16")
+    term = shared.attach("sh", "--no-replay")
+    term.send(b"echo new-$((5*5))\r")
+    term.expect("new-25")
+    assert b"old-16" not in term.before
+    term.send(DETACH)
+    assert _finish(term) == 0
+
+
+def test_read_only_does_not_forward_input(shared: Sessions) -> None:
+    shared.type_line("sh", "echo mark-$((1+1))")
+    term = shared.attach("sh", "--read-only")
+    term.expect("mark-2")  # attached: the replay arrived
+    term.send(b"echo ro-$((3*4))\r")
+    term.send(DETACH)
+    term.expect(re.escape(b"[detached]"))
+    assert b"shellper:" not in term.before  # it did not even try (no 'viewer may not send input')
+    assert _finish(term) == 0
+    # Had the input been forwarded, the shell would have run it before this later line.
+    shared.type_line("sh", "echo after-$((7*8))")
+    watch = shared.follow("sh")
+    watch.expect("after-56")
+    assert b"ro-12" not in watch.before
+    assert "ro-12" not in shared.cli("tail", "sh", "--plain").stdout
+
+
+_STTY = rb"([0-9a-f]+(?::[0-9a-f]+){8,})\r\n"
+
+
+def _wrapped_attach(sessions: Sessions, name: str) -> pexpect.spawn:
+    """attach between two ``stty -g``: what the terminal was before, and what it is after."""
+    attach_cmd = " ".join(shlex.quote(a) for a in sessions.cli_args("attach", name))
+    script = f"stty -g; {attach_cmd}; echo rc=$?; stty -g"
+    return sessions.spawn(["bash", "--norc", "--noprofile", "-c", script])
+
+
+def test_terminal_restored_after_detach(shared: Sessions) -> None:
+    term = _wrapped_attach(shared, "sh")
+    term.expect(_STTY)
+    before = term.match.group(1)
+    term.send(b"echo raw-$((2*21))\r")
+    term.expect("raw-42")
+    term.send(DETACH)  # in cooked mode this byte would be SIGQUIT (rc 131), not a detach
+    term.expect(re.escape(b"[detached]"))
+    term.expect(rb"rc=(\d+)")
+    assert term.match.group(1) == b"0"
+    term.expect(_STTY)
+    assert term.match.group(1) == before
+    assert _finish(term) == 0
+
+
+def test_sigterm_restores_terminal(shared: Sessions) -> None:
+    term = _wrapped_attach(shared, "sh")
+    term.expect(_STTY)
+    before = term.match.group(1)
+    term.send(b"echo up-$((3*11))\r")
+    term.expect("up-33")  # attached and in raw mode
+    attach_pid = next(p.pid for p in psutil.Process(term.pid).children() if "shellper.cli" in p.cmdline())
+    os.kill(attach_pid, signal.SIGTERM)
+    term.expect(rb"rc=(\d+)")
+    assert term.match.group(1) == b"143"
+    term.expect(_STTY)
+    assert term.match.group(1) == before
+    assert _finish(term) == 0
+    shared.type_line("sh", "echo alive-$((6*6))")  # the session is unaffected
+    shared.follow("sh").expect("alive-36")
+
+
+def test_resize_follows_the_terminal(shared: Sessions) -> None:
+    term = shared.attach("sh", dimensions=(30, 100))
+    term.send(b"stty size\r")
+    term.expect(rb"30 100\r\n")
+    term.setwinsize(40, 120)
+    term.send(b"stty size\r")
+    term.expect(rb"40 120\r\n")
+    term.send(DETACH)
+    assert _finish(term) == 0
+
+
+def test_send_tail_and_ls(shared: Sessions) -> None:
+    shared.type_line("sh", "echo x-$((4*4))")
+    shared.follow("sh").expect("x-16")
+    tail = shared.cli("tail", "sh", "--plain").stdout
+    assert "x-16" in tail and "\x1b" not in tail and "\r" not in tail
+    rows = [line.split() for line in shared.cli("ls").stdout.splitlines()]
+    assert rows[0][0] == "NAME"
+    row = next(r for r in rows if r[0] == "sh")
+    assert row[1] == "running" and int(row[2]) == shared.started["sh"][0]
+    listed = json.loads(shared.cli("ls", "--json").stdout)
+    assert [s["name"] for s in listed] == ["sh"]
+
+
+def test_alternate_screen_replayed_with_preamble_and_reset_on_detach(sessions: Sessions) -> None:
+    sessions.run("alt", sys.executable, "-c", ALT_SCREEN_PROGRAM, opts=("--ring-bytes", "64K"))
+    watch = sessions.follow("alt")
+    watch.expect("SCREEN-A")
+    for _ in range(2):  # attach, detach, reattach: both times the program's screen comes back
+        term = sessions.attach("alt")
+        term.expect(re.escape(b"\x1b[?1049h"))  # the ring no longer holds it: this is the preamble
+        term.expect("SCREEN-A")
+        term.send(DETACH)
+        term.expect(re.escape(b"\x1b[?1049l"))  # back to the user's own screen before the message
+        term.expect(re.escape(b"[detached]"))
+        assert _finish(term) == 0
+
+
+@pytest.mark.parametrize(("command", "status", "shown"), [
+    ("exit 3", 3, rb"\[exited: [^\]]*3"),
+    ("kill -KILL $$", 137, rb"\[exited: [^\]]*KILL"),
+])
+def test_child_exit_ends_attach_with_its_status(sessions: Sessions, command: str, status: int,
+                                                shown: bytes) -> None:
+    sessions.shell("ex", "--restart", "no")
+    term = sessions.attach("ex")
+    term.expect(re.escape(PROMPT))
+    term.send(command.encode() + b"\r")
+    term.expect(shown)
+    assert _finish(term) == status
+
+
+def test_restarting_child_keeps_attach_going(sessions: Sessions) -> None:
+    sessions.shell("bo", "--restart", "on-failure", "--backoff-initial", "0.1", "--jitter", "0")
+    term = sessions.attach("bo")
+    term.expect(re.escape(PROMPT))
+    term.send(b"exit 5\r")
+    term.expect(rb"\[exited: [^\]]*restarting")
+    term.expect(re.escape(PROMPT))  # the new shell
+    term.send(b"echo back-$((5*5))\r")
+    term.expect("back-25")
+    term.send(DETACH)
+    assert _finish(term) == 0
+
+
+def test_attach_to_an_exited_session_reports_the_exit(sessions: Sessions) -> None:
+    sessions.run("husk", "bash", "--norc", "--noprofile", "-c", "echo bye-$((2+2)); exit 4",
+                 opts=("--restart", "no"))
+    watch = sessions.follow("husk")
+    watch.expect(r"\[shellper: [^\]]*exit 4")  # tail -f saw the EXIT: the session is a husk now
+    term = sessions.attach("husk")
+    term.expect("bye-4")
+    term.expect(rb"\[exited: [^\]]*4")
+    assert _finish(term) == 4
+
+
+def _wait_for_output(sessions: Sessions, name: str, needle: str) -> None:
+    deadline = time.monotonic() + TIMEOUT
+    while needle not in sessions.cli("tail", name, "--plain", "--bytes", "256").stdout:
+        assert time.monotonic() < deadline, f"{needle!r} never appeared in {name}"
+
+
+def test_output_lost_by_a_slow_terminal_is_reported(sessions: Sessions) -> None:
+    flood = "import sys; sys.stdin.readline(); sys.stdout.write('y' * 8_000_000 + '\\nDONE-' + 'X\\n'); " \
+            "sys.stdout.flush(); sys.stdin.readline()"
+    sessions.run("slow", sys.executable, "-c", flood, opts=("--ring-bytes", "64K"))
+    term = sessions.attach("slow")
+    term.maxread = 65536
+    term.send(b"\r")  # start the flood, then read nothing until it is all in the ring
+    _wait_for_output(sessions, "slow", "DONE-X")
+    term.expect(rb"\[shellper: \d+ bytes skipped\]")
+    term.expect("DONE-X")
+    term.send(DETACH)
+    # After a gap the terminal's modes are unknown: the full reset goes out (it includes ?1049l).
+    term.expect(re.escape(b"\x1b[?1049l"))
+    term.expect(re.escape(b"[detached]"))
+    assert _finish(term) == 0
+
+
+def test_session_stopped_while_attached(sessions: Sessions) -> None:
+    sessions.shell("gone")
+    term = sessions.attach("gone")
+    term.expect(re.escape(PROMPT))
+    sessions.stop("gone")
+    which = term.expect([rb"\[exited: [^\]]*\]", re.escape(b"[session closed]")])
+    status = _finish(term)
+    if which == 0:  # the shell ends by a signal: the shellper's SIGTERM, or SIGKILL after the grace
+        assert status in (128 + signal.SIGHUP, 128 + signal.SIGTERM, 128 + signal.SIGKILL)
+    else:
+        assert status == 1
+
+
+def test_shellper_killed_while_attached(sessions: Sessions) -> None:
+    info = sessions.run("k9", *BASH)
+    term = sessions.attach("k9")
+    term.expect(re.escape(PROMPT))
+    os.kill(info["pid"], signal.SIGKILL)
+    term.expect(re.escape(b"[session closed]"))
+    assert _finish(term) == 1
+    # A SIGKILLed shellper cannot clean up after itself; its shell goes with the hung-up terminal.
+    assert not _wait_gone(sessions.started.pop("k9"))
+    for leftover in Path(sessions.dir).iterdir():
+        leftover.unlink()
+
+
+def test_attach_to_unknown_session(sessions: Sessions) -> None:
+    proc = sessions.cli("attach", "nosuch", check=False)
+    assert proc.returncode == 1
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "nosuch" in lines[0], proc.stderr
+
+
+def test_attach_in_a_terminal_to_unknown_session(sessions: Sessions) -> None:
+    term = sessions.attach("nosuch")
+    term.expect(pexpect.EOF)
+    lines = [line for line in term.before.split(b"\r\n") if line.strip()]
+    assert len(lines) == 1 and b"nosuch" in lines[0], term.before
+    term.close()
+    assert term.exitstatus == 1
