@@ -31,7 +31,6 @@ crashes, the fast-clean-exit valve).
 
 from __future__ import annotations
 
-import argparse
 import errno
 import math
 import os
@@ -41,6 +40,10 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import argparse
 
 # --------------------------------------------------------------------------- defaults
 

@@ -25,7 +25,6 @@ import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +39,9 @@ STDERR_MODES = ("pty", "merged", "pipe")
 
 
 def _own_version() -> str:
-    try:
-        return metadata.version("shellper")
-    except metadata.PackageNotFoundError:
-        return "0+unknown"
+    from shellper import __version__
+
+    return __version__
 
 
 class RecordError(Exception):

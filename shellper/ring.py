@@ -14,6 +14,7 @@ offset it has seen can resume exactly, and learns how much it missed (``gap``).
 
 from __future__ import annotations
 
+import mmap
 import re
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -121,7 +122,9 @@ class RingBuffer:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
         self._capacity = capacity
         self._phys = capacity + LOOKBACK_WINDOW
-        self._buf = bytearray(self._phys)
+        # Anonymous memory: pages become resident only as output fills them, so an idle session with an
+        # 8 MiB ring does not cost 8 MiB (a zero-filled bytearray would be resident from the start).
+        self._buf = mmap.mmap(-1, self._phys)
         self._mv = memoryview(self._buf)
         self._start = 0
         self._end = 0
