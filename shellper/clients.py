@@ -8,17 +8,19 @@ they are queued at the output offset they belong after, so an EXIT never overtak
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
+import math
 import os
 import socket
 import struct
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from shellper import wire
+from shellper.reactor import Future, Handle
 from shellper.ring import OffsetError
+from shellper.transport import SocketTransport
 
 if TYPE_CHECKING:
     from shellper.server import Session
@@ -31,16 +33,22 @@ MAX_CLIENTS = 256
 """Connections one session serves at once (pending ones included)."""
 MAX_PENDING_CONTROL = 1000
 """Control frames queued for a client that does not read; past this it is closed as too slow."""
+MAX_UNREAD_BYTES = 8 * 1024 * 1024
+"""Bytes written to a client and not yet taken by its socket, checked after each frame it sends us.
+Output alone stays below HIGH_WATER + one REPLAY_CHUNK; only answers (PONG, STATUS_REPLY) to requests
+it never reads can pile up past this. Then it is too slow: closed at once, its buffer freed."""
+CLOSE_LINGER = 5.0
+"""Seconds a closed connection may keep unsent frames while its peer does not read; then it is dropped."""
 
 _CLIENT_FRAMES = (wire.Data, wire.Resize, wire.Signal, wire.Spawn, wire.Stop, wire.Status, wire.Ping, wire.Pong)
 _TOWER_ONLY = (wire.Signal, wire.Spawn, wire.Stop)
 
 
-class ClientConn(asyncio.Protocol):
+class ClientConn:
     def __init__(self, session: Session) -> None:
         self.session = session
         self.client_id = session.new_client_id()
-        self.transport: asyncio.Transport | None = None
+        self.transport: SocketTransport | None = None
         self.decoder = wire.Decoder()
         self.role = ""
         self.name = ""
@@ -50,14 +58,14 @@ class ClientConn(asyncio.Protocol):
         self.pos = 0
         self.connected_at = time.time()
         self._control: deque[tuple[int, bytes]] = deque()
-        self._handshake_timer: asyncio.TimerHandle | None = None
+        self._handshake_timer: Handle | None = None
         self._closing = False
-        self.closed = session.loop.create_future()
+        self.closed: Future[None] = Future()
 
     # ----------------------------------------------------------------------------------- transport
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)
+    def connection_made(self, transport: SocketTransport) -> None:
+        self.transport = transport
         self.transport.set_write_buffer_limits(high=HIGH_WATER)
         sock = transport.get_extra_info("socket")
         uid = peer_uid(sock) if sock is not None else -1
@@ -65,9 +73,10 @@ class ClientConn(asyncio.Protocol):
             self.session.log.write(f"refused client {self.client_id}: peer uid {uid}")
             self.send_error("forbidden", f"peer uid {uid} may not use this session", None, fatal=True)
             return
-        if len(self.session.clients) >= MAX_CLIENTS:
+        if len(self.session.connections) >= MAX_CLIENTS:
             self.send_error("too_many_clients", f"this session already has {MAX_CLIENTS} clients", None, fatal=True)
             return
+        self.session.connections.add(self)
         self._handshake_timer = self.session.loop.call_later(
             self.session.config.handshake_timeout, self._handshake_expired)
 
@@ -80,6 +89,9 @@ class ClientConn(asyncio.Protocol):
                 if self._closing:
                     return
                 self._handle(event)
+                if self.transport is not None and self.transport.get_write_buffer_size() > MAX_UNREAD_BYTES:
+                    self._drop_unread()
+                    return
         except wire.ProtocolError as exc:
             self.send_error(exc.code, str(exc), exc.frame_type, fatal=True)
 
@@ -97,6 +109,7 @@ class ClientConn(asyncio.Protocol):
         if self._handshake_timer is not None:
             self._handshake_timer.cancel()
         self._closing = True
+        self.session.connections.discard(self)
         self.session.unregister(self, "closed" if exc is None else f"lost: {exc}")
         if not self.closed.done():
             self.closed.set_result(None)
@@ -105,7 +118,7 @@ class ClientConn(asyncio.Protocol):
 
     def on_output(self, old_end: int, frame: bytes) -> None:
         """New output was appended at ``old_end``; ``frame`` is it as a DATA frame."""
-        if not self.registered or self._closing or self.paused:
+        if not self.registered or self._closing or self.paused or self._transport_gone():
             return
         if self.pos == old_end and not self._control:
             assert self.transport is not None
@@ -114,10 +127,15 @@ class ClientConn(asyncio.Protocol):
         else:
             self.pump()
 
+    def _transport_gone(self) -> bool:
+        """Closed (the peer left) and connection_lost not yet run: writes would only be counted."""
+        return self.transport is None or self.transport.is_closing()
+
     def pump(self) -> None:
         """Send what this client has not had yet, until its socket is full."""
-        if not self.registered or self._closing or self.transport is None:
+        if not self.registered or self._closing or self._transport_gone():
             return
+        assert self.transport is not None
         ring = self.session.scrollback
         while not self.paused:
             self._flush_control()
@@ -126,7 +144,9 @@ class ClientConn(asyncio.Protocol):
                 return
             limit = REPLAY_CHUNK
             if self._control:
-                limit = min(limit, self._control[0][0] - self.pos)
+                # Stop at the next control frame's offset; if the ring has dropped everything up to it,
+                # the GAP alone takes us past it, and it goes out before any later output.
+                limit = max(0, min(limit, self._control[0][0] - max(self.pos, ring.start)))
             chunk = ring.read(self.pos, limit)
             if chunk.gap:
                 self.transport.write(wire.encode(wire.Gap(offset=chunk.offset, missed=chunk.gap)))
@@ -144,9 +164,10 @@ class ClientConn(asyncio.Protocol):
         """Queue a control frame to go out once this client has had the output before ``offset``."""
         if self._closing or self.transport is None:
             return
-        if self.pos >= offset and not self._control:
+        if self.pos >= offset and not self._control and not self.paused:
             self.transport.write(frame)
             return
+        # Not reading: queued (and counted) here, not piled up without limit in the transport.
         if len(self._control) >= MAX_PENDING_CONTROL:
             self.send_error("too_slow", "client is not reading; too many control frames pending", None, fatal=True)
             return
@@ -159,6 +180,9 @@ class ClientConn(asyncio.Protocol):
     def send_error(self, code: str, message: str, frame_type: int | None, fatal: bool = False) -> None:
         if self.transport is None or self._closing:
             return
+        if fatal:  # a fatal ERROR is the last frame: what is queued goes first
+            while self._control:
+                self.transport.write(self._control.popleft()[1])
         self.transport.write(wire.encode(wire.Error(code=code, message=message, frame_type=frame_type, fatal=fatal)))
         if fatal:
             self.session.log.write(f"client {self.client_id} ({self.role or 'pending'}): {code}: {message}")
@@ -177,6 +201,19 @@ class ClientConn(asyncio.Protocol):
                     self.transport.write(frame)
             self._control.clear()
             self.transport.close()
+            # A peer that never reads would keep the connection (fd and buffer) forever.
+            self.session.loop.call_later(CLOSE_LINGER, self._abort_if_open)
+
+    def _abort_if_open(self) -> None:
+        if self.transport is not None and not self.closed.done():
+            self.transport.abort()
+
+    def _drop_unread(self) -> None:
+        """The client asks and never reads the answers: tell it (best effort) and free its buffer now."""
+        assert self.transport is not None
+        size = self.transport.get_write_buffer_size()
+        self.send_error("too_slow", f"{size} bytes of answers left unread", None, fatal=True)
+        self.transport.abort()
 
     def describe(self) -> dict[str, Any]:
         ring_end = self.session.scrollback.end
@@ -222,7 +259,8 @@ class ClientConn(asyncio.Protocol):
             if self.role == "viewer":
                 self.send_error("forbidden", "a viewer may not resize", event.TYPE)
             elif not (1 <= event.cols <= 65535 and 1 <= event.rows <= 65535):
-                raise wire.BadField(f"size {event.cols}x{event.rows} is outside 1..65535", event.TYPE, "cols")
+                bad = "cols" if not 1 <= event.cols <= 65535 else "rows"
+                raise wire.BadField(f"{bad}: size {event.cols}x{event.rows} is outside 1..65535", event.TYPE, bad)
             else:
                 session.resize(event.cols, event.rows)
         elif isinstance(event, wire.Signal):
@@ -230,6 +268,8 @@ class ClientConn(asyncio.Protocol):
         elif isinstance(event, wire.Spawn):
             session.loop.create_task(session.respawn(event, self))
         elif isinstance(event, wire.Stop):
+            if event.grace is not None and not (math.isfinite(event.grace) and event.grace >= 0):
+                raise wire.BadField(f"grace {event.grace!r} must be a finite number >= 0", event.TYPE, "grace")
             session.request_stop(event.grace)
         elif isinstance(event, wire.Status):
             self.send_frame(session.status())

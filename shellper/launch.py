@@ -8,7 +8,6 @@ launcher returns once the daemon reports, over a dedicated pipe, that its socket
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import select
@@ -131,7 +130,7 @@ def run_foreground(config: SessionConfig, announce: bool = True) -> int:
 
     from shellper.server import serve
 
-    return asyncio.run(serve(config, paths, log, ready))
+    return serve(config, paths, log, ready)
 
 
 def daemon_main(argv: list[str]) -> int:
@@ -157,7 +156,7 @@ def daemon_main(argv: list[str]) -> int:
     from shellper.server import serve
 
     try:
-        return asyncio.run(serve(config, paths, log, report))
+        return serve(config, paths, log, report)
     except BaseException as exc:  # the launcher shows this; the session's files are already removed
         report({"error": str(exc) or type(exc).__name__})
         return 1

@@ -1,4 +1,4 @@
-"""The session: one PTY child, its scrollback, its clients and its supervisor, on one asyncio loop.
+"""The session: one PTY child, its scrollback, its clients and its supervisor, on one event loop.
 
 Everything that happens is a reaction to a file descriptor or a signal (PTY readable, socket readable,
 SIGCHLD, SIGTERM); the loop holds no periodic timer, so an idle session costs nothing. The only timers
@@ -7,12 +7,13 @@ are one-shot: a pending client's handshake deadline, a scheduled restart, the hu
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import random
 import signal
+import socket
 import time
+import traceback
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -25,10 +26,21 @@ from shellper.config import SessionConfig, resolve_stderr_mode
 from shellper.exits import Action, ExitEvidence, Supervisor, describe_exit, signal_name
 from shellper.identity import boot_id, start_time
 from shellper.logfile import LogFile
-from shellper.paths import SessionPaths, unlink_if_regular, unlink_if_socket
+from shellper.paths import PathError, SessionPaths, ensure_runtime_dir, unlink_if_regular, unlink_if_socket
+from shellper.reactor import Future, Handle, Lock, Reactor
 from shellper.reaper import descendants, set_child_subreaper
-from shellper.record import RecordError, SessionLock, SessionRecord, cmdline_sha256, new_instance_id, write_record
+from shellper.record import (
+    AlreadyRunning,
+    LockError,
+    RecordError,
+    SessionLock,
+    SessionRecord,
+    cmdline_sha256,
+    new_instance_id,
+    write_record,
+)
 from shellper.ring import Scrollback
+from shellper.transport import close_listener, listen_unix
 
 READ_CHUNK = 256 * 1024
 """Most bytes taken from the PTY per wakeup: drain what is there, but let clients and signals in between."""
@@ -44,11 +56,11 @@ TERMINATING = {signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, sig
 class Session:
     """Holds the child, the ring and the clients; decides what follows each exit."""
 
-    def __init__(self, config: SessionConfig, paths: SessionPaths, log: LogFile) -> None:
+    def __init__(self, config: SessionConfig, paths: SessionPaths, log: LogFile, loop: Reactor) -> None:
         self.config = config
         self.paths = paths
         self.log = log
-        self.loop = asyncio.get_running_loop()
+        self.loop = loop
         self.scrollback = Scrollback(config.ring_bytes)
         self.supervisor = Supervisor(config.policy)
         self.instance_id = new_instance_id()
@@ -72,6 +84,8 @@ class Session:
         self.next_restart_at: float | None = None
         self.created_at = time.time()
         self.clients: dict[int, ClientConn] = {}
+        self.connections: set[ClientConn] = set()
+        """Every open connection, attached or still in its handshake: what the client limit counts."""
         self.tower: ClientConn | None = None
         self.events: deque[wire.Event] = deque(maxlen=EVENT_HISTORY)
         self.event_seq = 0
@@ -79,17 +93,20 @@ class Session:
         self._next_client_id = 1
         self._input = bytearray()
         self._input_paused: set[ClientConn] = set()
-        self._restart_handle: asyncio.TimerHandle | None = None
-        self._husk_handle: asyncio.TimerHandle | None = None
+        self._restart_handle: Handle | None = None
+        self._husk_handle: Handle | None = None
         self._requested_at = 0.0
         self._stop_requested = False
-        self._server: asyncio.AbstractServer | None = None
+        self._replacing = False
+        self._spawn_lock = Lock()
+        self._server: socket.socket | None = None
         self._lock: SessionLock | None = None
-        self.done = asyncio.Event()
+        self.record_error: str | None = None
+        """Why the last record write failed (disk full, directory gone); None once one succeeds."""
 
     # ----------------------------------------------------------------------------------- lifecycle
 
-    async def start(self) -> None:
+    def start(self) -> None:
         """Lock, spawn the first child, listen. Raises (and cleans up) if any step fails."""
         self._lock = SessionLock.acquire(self.paths.lock, self.config.name)
         try:
@@ -97,7 +114,7 @@ class Session:
             with contextlib.suppress(OSError):
                 set_child_subreaper()
             self._spawn(self.child_argv, self.child_cwd, self.child_env, first=True)
-            await self._listen()
+            self._listen()
         except BaseException:
             self._cleanup_child_fds()
             if self.child is not None:
@@ -143,12 +160,13 @@ class Session:
         for client in list(self.clients.values()):
             client.close_after_flush()
         if closing:  # let the last frames (EXIT) reach the clients; a stuck one does not hold us up
-            await asyncio.wait(closing, timeout=2.0)
+            await self.loop.wait(closing, timeout=2.0)
         if self._server is not None:
-            self._server.close()
+            close_listener(self.loop, self._server)
+            self._server = None
         self.log.write("stopped")
         self._remove_files(keep_log=False)
-        self.done.set()
+        self.loop.stop()
 
     def _remove_files(self, keep_log: bool) -> None:
         unlink_if_socket(self.paths.socket)
@@ -169,35 +187,61 @@ class Session:
         self.next_restart_at = None
 
     def _on_sigusr1(self) -> None:
-        """Recreate the socket if someone removed it (the runtime directory was cleaned, say)."""
-        if self.paths.socket.exists() or self._server is None:
+        """Repair what someone removed (the runtime directory was cleaned) or could not be written (the
+        disk was full): the socket, the lock and the record. Connected clients never notice."""
+        if self._server is None:
+            return
+        if self.paths.socket.exists():
+            self._write_record()  # retry a write that failed (atomic: a reader never sees it torn)
             return
         self.log.write("socket missing: recreating it")
-        self._server.close()
-        self.loop.create_task(self._relisten())
+        close_listener(self.loop, self._server)
+        self._server = None
+        self._relisten()
 
-    async def _listen(self) -> None:
+    def _lock_file_is_ours(self) -> bool:
+        if self._lock is None or not self._lock.held:
+            return False
+        try:
+            now = os.stat(self.paths.lock, follow_symlinks=False)
+            mine = os.fstat(self._lock.fileno())
+        except OSError:
+            return False
+        return (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino)
+
+    def _listen(self) -> None:
         """Bind the socket already 0600 (umask), so no other user can connect in between."""
         old_umask = os.umask(0o177)
         try:
-            self._server = await self.loop.create_unix_server(
-                lambda: ClientConn(self), path=str(self.paths.socket), backlog=128)
+            self._server = listen_unix(self.loop, str(self.paths.socket), lambda: ClientConn(self))
         finally:
             os.umask(old_umask)
 
-    async def _relisten(self) -> None:
+    def _relisten(self) -> None:
+        """Directory (checked like at launch), then the lock (without a lock file the name would look free
+        and a Tower would clean our files away), then the socket and the record."""
         try:
-            self.paths.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-            await self._listen()
+            ensure_runtime_dir(self.paths.dir)
+            self.log.close()  # the next line reopens it at its path: the old file went with the directory
+            if not self._lock_file_is_ours():
+                old, self._lock = self._lock, SessionLock.acquire(self.paths.lock, self.config.name)
+                if old is not None:
+                    old.release()  # its file is gone: this only closes it
+            self._listen()
             self._write_record()
-        except OSError as exc:
+            self.log.write(f"socket recreated: {self.paths.socket}")
+        except AlreadyRunning as exc:
+            self.log.write(f"not recreating the socket: {exc}")
+        except (OSError, PathError, LockError) as exc:
             self.log.write(f"could not recreate socket: {exc}")
 
     # ----------------------------------------------------------------------------------- the child
 
     def _spawn(self, argv: list[str], cwd: str, env: dict[str, str], *, first: bool = False) -> bool:
         """Start a child; on exec failure either raise (first start) or treat it as a permanent exit."""
-        full_env = build_env(env, {"SHELLPER_SESSION": self.config.name}, self.config.term, inherit=True)
+        # SHELLPER_INSTANCE marks the whole tree: what outlives a killed shellper can be found (tower_client.survivors)
+        full_env = build_env(env, {"SHELLPER_SESSION": self.config.name, "SHELLPER_INSTANCE": self.instance_id},
+                             self.config.term, inherit=True)
         try:
             child = spawn_child(argv, cwd=cwd, env=full_env, cols=self.cols, rows=self.rows,
                                 stderr_mode=resolve_stderr_mode(self.config.stderr_mode, argv))
@@ -289,6 +333,7 @@ class Session:
         child = self.child
         if child is None:
             self._input.clear()
+            self._resume_input()
             return
         try:
             while self._input:
@@ -304,11 +349,15 @@ class Session:
                 self.loop.add_writer(child.master_fd, self._flush_input)
             else:
                 self.loop.remove_writer(child.master_fd)
-        if len(self._input) <= INPUT_HIGH_WATER // 2 and self._input_paused:
-            for client in self._input_paused:
-                if client.transport is not None and not client.transport.is_closing():
-                    client.transport.resume_reading()
-            self._input_paused.clear()
+        if len(self._input) <= INPUT_HIGH_WATER // 2:
+            self._resume_input()
+
+    def _resume_input(self) -> None:
+        """Read again from the clients held back while the child was not taking their input."""
+        for client in self._input_paused:
+            if client.transport is not None and not client.transport.is_closing():
+                client.transport.resume_reading()
+        self._input_paused.clear()
 
     def resize(self, cols: int, rows: int) -> None:
         self.cols, self.rows = cols, rows
@@ -333,11 +382,25 @@ class Session:
             os.killpg(self.child.pid, signum)
 
     async def respawn(self, spawn: wire.Spawn, client: ClientConn | None) -> None:
-        """SPAWN: end the current child's tree (death confirmed), then start the new one."""
+        """SPAWN: end the current child's tree (death confirmed), then start the new one.
+
+        Serialised with other spawns: two SPAWNs in a row must not leave two children.
+        """
+        async with self._spawn_lock:
+            if self._stop_requested:
+                return
+            await self._respawn(spawn, client)
+
+    async def _respawn(self, spawn: wire.Spawn, client: ClientConn | None) -> None:
         self._cancel_timers()
         self._requested_at = time.monotonic()
-        await self._terminate_tree(self.config.grace)
-        self._on_sigchld()
+        self._replacing = True  # the old child's exit says state "starting": no notice, no husk timer
+        try:
+            await self._terminate_tree(self.config.grace)
+            self._on_sigchld()
+        finally:
+            self._replacing = False
+        self._cancel_timers()
         if spawn.argv is not None:
             self.child_argv = list(spawn.argv)
         if spawn.cwd is not None:
@@ -369,7 +432,7 @@ class Session:
             self.log.write(f"processes survived SIGKILL: {left}")
 
     async def _signal_and_wait(self, pids: list[int], sig: int, timeout: float) -> None:
-        waiters: list[asyncio.Future[None]] = []
+        waiters: list[Future[None]] = []
         fds: list[int] = []
         for pid in pids:
             try:
@@ -379,12 +442,10 @@ class Session:
             fds.append(fd)
             with contextlib.suppress(OSError):
                 signal.pidfd_send_signal(fd, sig)
-            fut: asyncio.Future[None] = self.loop.create_future()
-            self.loop.add_reader(fd, _set_done, fut)
-            waiters.append(fut)
+            waiters.append(self.loop.readable(fd))
         try:
             if waiters:
-                await asyncio.wait(waiters, timeout=timeout)
+                await self.loop.wait(waiters, timeout=timeout)
         finally:
             for fd in fds:
                 self.loop.remove_reader(fd)
@@ -409,7 +470,8 @@ class Session:
         self._drain_child_output(child)
         self._cleanup_child_fds()
         self.child = None
-        self._input.clear()
+        self._input.clear()  # meant for the child that is gone: the clients it held back may send again
+        self._resume_input()
         code: int | None = None
         signum: int | None = None
         core = False
@@ -430,6 +492,8 @@ class Session:
         decision = self.supervisor.on_exit(evidence, time.monotonic(), random.random())
         if self._stop_requested:
             state = "stopping"
+        elif self._replacing:
+            state = "starting"
         else:
             state = {Action.RESTART: "backoff", Action.EXITED: "exited", Action.FATAL: "fatal"}[decision.action]
         record: dict[str, Any] = {
@@ -438,7 +502,8 @@ class Session:
             "core": evidence.core,
             "uptime": round(evidence.uptime, 3),
             "class": decision.classification.cls.value,
-            "reason": decision.reason,
+            # A failed exec is described as such ("exec failed: ..."), not by what the supervisor decided.
+            "reason": decision.classification.reason if evidence.spawn_error else decision.reason,
             "state": state,
             "child_pid": child_pid,
             "time": time.time(),
@@ -482,10 +547,13 @@ class Session:
         self.loop.create_task(self._restart_task())
 
     async def _restart_task(self) -> None:
-        await self._terminate_tree(self.config.grace)  # leftovers of the old child would fight the new one
-        if not self._stop_requested and self.child is None:
-            self._spawn(self.child_argv, self.child_cwd, self.child_env)
-            self._write_record()
+        async with self._spawn_lock:  # a SPAWN may have started a child meanwhile
+            if self._stop_requested or self.child is not None:
+                return
+            await self._terminate_tree(self.config.grace)  # leftovers of the old child would fight the new one
+            if not self._stop_requested and self.child is None:
+                self._spawn(self.child_argv, self.child_cwd, self.child_env)
+                self._write_record()
 
     # ----------------------------------------------------------------------------------- clients
 
@@ -534,6 +602,7 @@ class Session:
             "exit_count": self.exit_count, "restarts": self.restarts, "last_exit": self.last_exit,
             "next_restart_at": self.next_restart_at, "event_seq": self.event_seq,
             "clients": [c.describe() for c in self.clients.values()],
+            "record_error": self.record_error,
         }
         return wire.StatusReply(state=self.state, info=info)
 
@@ -575,19 +644,29 @@ class Session:
         try:
             write_record(self.paths.record, record)
         except (OSError, RecordError) as exc:  # disk full, directory removed: keep serving, say so
-            self.log.write(f"could not write record {self.paths.record}: {exc}")
+            if self.record_error is None:
+                self.log.write(f"could not write record {self.paths.record}: {exc}")
+            self.record_error = str(exc)
+        else:
+            if self.record_error is not None:
+                self.log.write(f"record written again after: {self.record_error}")
+            self.record_error = None
 
 
-def _set_done(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
-
-
-async def serve(config: SessionConfig, paths: SessionPaths, log: LogFile,
-                on_ready: Callable[[dict[str, Any]], None]) -> int:
+def serve(config: SessionConfig, paths: SessionPaths, log: LogFile,
+          on_ready: Callable[[dict[str, Any]], None]) -> int:
     """Run a session until it stops. ``on_ready`` gets the info line once the socket accepts."""
-    session = Session(config, paths, log)
-    await session.start()
-    on_ready(session.info_line())
-    await session.done.wait()
+    loop = Reactor()
+
+    def report(exc: BaseException) -> None:  # a bug in one callback must not take the session down
+        log.write(f"internal error: {type(exc).__name__}: {exc}\n{''.join(traceback.format_exception(exc))}")
+
+    loop.on_error = report
+    try:
+        session = Session(config, paths, log, loop)
+        session.start()
+        on_ready(session.info_line())
+        loop.run()
+    finally:
+        loop.close()
     return 0

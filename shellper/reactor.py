@@ -1,0 +1,303 @@
+"""A small event loop for the shellper: file descriptors, one-shot timers, signals, and coroutines.
+
+Why not asyncio: importing it costs a shellper more memory and start-up time than everything else
+together (it pulls in ssl, concurrent.futures, and more), and its transports add a layer of calls to
+every byte on the hot path. The shellper needs only this: callbacks when an fd is readable or
+writable, one-shot timers, signals delivered through a wake-up pipe, and a few sequential flows
+(stop, respawn) written as coroutines awaiting futures. With nothing to do, ``run`` blocks in one
+``epoll_wait`` with no timeout: an idle session costs nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import os
+import selectors
+import signal
+import time
+from collections import deque
+from collections.abc import Callable, Coroutine, Generator, Iterable
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class Handle:
+    """A scheduled one-shot callback; ``cancel()`` makes it a no-op."""
+
+    __slots__ = ("args", "callback", "cancelled", "when")
+
+    def __init__(self, when: float, callback: Callable[..., object], args: tuple[Any, ...]) -> None:
+        self.when = when
+        self.callback = callback
+        self.args = args
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+    def __lt__(self, other: Handle) -> bool:
+        return self.when < other.when
+
+
+class Future(Generic[T]):
+    """A result that arrives later; coroutines ``await`` it."""
+
+    __slots__ = ("_callbacks", "_done", "_result")
+
+    def __init__(self) -> None:
+        self._done = False
+        self._result: T | None = None
+        self._callbacks: list[Callable[[Future[T]], None]] = []
+
+    def done(self) -> bool:
+        return self._done
+
+    def result(self) -> T:
+        if not self._done:
+            raise RuntimeError("future is not done")
+        return self._result  # type: ignore[return-value]
+
+    def set_result(self, value: T) -> None:
+        if self._done:
+            return
+        self._done, self._result = True, value
+        callbacks, self._callbacks = self._callbacks, []
+        for cb in callbacks:
+            cb(self)
+
+    def add_done_callback(self, cb: Callable[[Future[T]], None]) -> None:
+        if self._done:
+            cb(self)
+        else:
+            self._callbacks.append(cb)
+
+    def __await__(self) -> Generator[Future[T], None, T]:
+        if not self._done:
+            yield self
+        return self.result()
+
+
+class Lock:
+    """Mutual exclusion between coroutines on one reactor (two SPAWNs must not make two children)."""
+
+    def __init__(self) -> None:
+        self._locked = False
+        self._waiters: deque[Future[None]] = deque()
+
+    async def __aenter__(self) -> None:
+        if self._locked:
+            fut: Future[None] = Future()
+            self._waiters.append(fut)
+            await fut  # ownership is handed over by release()
+        self._locked = True
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._waiters:
+            self._waiters.popleft().set_result(None)
+        else:
+            self._locked = False
+
+
+class Reactor:
+    """One thread, one epoll: readers, writers, timers, signals, and coroutine tasks."""
+
+    def __init__(self) -> None:
+        self._selector = selectors.EpollSelector()
+        self._readers: dict[int, tuple[Callable[..., object], tuple[Any, ...]]] = {}
+        self._writers: dict[int, tuple[Callable[..., object], tuple[Any, ...]]] = {}
+        self._timers: list[Handle] = []
+        self._ready: deque[tuple[Callable[..., object], tuple[Any, ...]]] = deque()
+        self._signal_handlers: dict[int, Callable[[], object]] = {}
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._old_wakeup_fd: int | None = None
+        self._running = False
+        self.add_reader(self._wake_r, self._on_wakeup)
+        self.on_error: Callable[[BaseException], None] = _reraise
+
+    # ------------------------------------------------------------------------------- fds
+
+    def _update(self, fd: int) -> None:
+        mask = (selectors.EVENT_READ if fd in self._readers else 0) | (
+            selectors.EVENT_WRITE if fd in self._writers else 0)
+        try:
+            key = self._selector.get_key(fd)
+        except KeyError:
+            if mask:
+                self._selector.register(fd, mask)
+            return
+        if not mask:
+            self._selector.unregister(fd)
+        elif key.events != mask:
+            self._selector.modify(fd, mask)
+
+    def add_reader(self, fd: int, callback: Callable[..., object], *args: Any) -> None:
+        self._readers[fd] = (callback, args)
+        self._update(fd)
+
+    def remove_reader(self, fd: int) -> None:
+        if self._readers.pop(fd, None) is not None:
+            self._update(fd)
+
+    def add_writer(self, fd: int, callback: Callable[..., object], *args: Any) -> None:
+        self._writers[fd] = (callback, args)
+        self._update(fd)
+
+    def remove_writer(self, fd: int) -> None:
+        if self._writers.pop(fd, None) is not None:
+            self._update(fd)
+
+    def forget_fd(self, fd: int) -> None:
+        """Drop every callback for ``fd`` (call before closing it)."""
+        self._readers.pop(fd, None)
+        self._writers.pop(fd, None)
+        with contextlib.suppress(KeyError, ValueError, OSError):
+            self._selector.unregister(fd)
+
+    # ------------------------------------------------------------------------------- time
+
+    @staticmethod
+    def time() -> float:
+        return time.monotonic()
+
+    def call_later(self, delay: float, callback: Callable[..., object], *args: Any) -> Handle:
+        handle = Handle(time.monotonic() + max(0.0, delay), callback, args)
+        heapq.heappush(self._timers, handle)
+        return handle
+
+    def call_soon(self, callback: Callable[..., object], *args: Any) -> None:
+        self._ready.append((callback, args))
+
+    # ------------------------------------------------------------------------------- signals
+
+    def add_signal_handler(self, signum: int, callback: Callable[[], object]) -> None:
+        """Run ``callback`` on the loop when ``signum`` arrives (via the wake-up pipe)."""
+        if self._old_wakeup_fd is None:
+            self._old_wakeup_fd = signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
+        self._signal_handlers[signum] = callback
+        signal.signal(signum, _note_signal)
+        signal.siginterrupt(signum, False)
+
+    def _on_wakeup(self) -> None:
+        try:
+            data = os.read(self._wake_r, 4096)
+        except BlockingIOError:
+            return
+        for signum in data:
+            handler = self._signal_handlers.get(signum)
+            if handler is not None:
+                self._ready.append((handler, ()))
+
+    # ------------------------------------------------------------------------------- coroutines
+
+    def create_task(self, coro: Coroutine[Future[Any], Any, Any]) -> Future[Any]:
+        """Run a coroutine that awaits reactor Futures; its result arrives in the returned future."""
+        done: Future[Any] = Future()
+
+        def step(value: Any = None) -> None:
+            try:
+                waiting = coro.send(value)
+            except StopIteration as stop:
+                done.set_result(stop.value)
+                return
+            except BaseException as exc:
+                done.set_result(None)
+                self.on_error(exc)
+                return
+            waiting.add_done_callback(lambda fut: self.call_soon(step, fut.result()))
+
+        self.call_soon(step)
+        return done
+
+    def wait(self, futures: Iterable[Future[Any]], timeout: float | None) -> Future[bool]:
+        """A future that is True once every future is done, or False when ``timeout`` passes first."""
+        pending = [f for f in futures if not f.done()]
+        outcome: Future[bool] = Future()
+        if not pending:
+            outcome.set_result(True)
+            return outcome
+        left = [len(pending)]
+        timer = self.call_later(timeout, outcome.set_result, False) if timeout is not None else None
+
+        def one_done(_: Future[Any]) -> None:
+            left[0] -= 1
+            if left[0] == 0:
+                if timer is not None:
+                    timer.cancel()
+                outcome.set_result(True)
+
+        for fut in pending:
+            fut.add_done_callback(one_done)
+        return outcome
+
+    def readable(self, fd: int) -> Future[None]:
+        """A future done once ``fd`` is readable (e.g. a pidfd whose process exited)."""
+        fut: Future[None] = Future()
+
+        def ready() -> None:
+            self.remove_reader(fd)
+            fut.set_result(None)
+
+        self.add_reader(fd, ready)
+        return fut
+
+    # ------------------------------------------------------------------------------- run
+
+    def stop(self) -> None:
+        self._running = False
+
+    def run(self) -> None:
+        """Dispatch until ``stop()``. Blocks without a timeout when nothing is scheduled."""
+        self._running = True
+        select = self._selector.select
+        readers, writers, timers, ready = self._readers, self._writers, self._timers, self._ready
+        while self._running:
+            if ready:
+                timeout: float | None = 0.0
+            elif timers:
+                while timers and timers[0].cancelled:
+                    heapq.heappop(timers)
+                timeout = max(0.0, timers[0].when - time.monotonic()) if timers else None
+            else:
+                timeout = None
+            for key, mask in select(timeout):
+                fd = key.fd
+                try:
+                    if mask & selectors.EVENT_READ and fd in readers:
+                        cb, args = readers[fd]
+                        cb(*args)
+                    if mask & selectors.EVENT_WRITE and fd in writers:
+                        cb, args = writers[fd]
+                        cb(*args)
+                except Exception as exc:
+                    self.on_error(exc)
+            if timers:
+                now = time.monotonic()
+                while timers and timers[0].when <= now:
+                    handle = heapq.heappop(timers)
+                    if not handle.cancelled:
+                        ready.append((handle.callback, handle.args))
+            for _ in range(len(ready)):
+                cb, args = ready.popleft()
+                try:
+                    cb(*args)
+                except Exception as exc:
+                    self.on_error(exc)
+
+    def close(self) -> None:
+        for signum in self._signal_handlers:
+            signal.signal(signum, signal.SIG_DFL)
+        if self._old_wakeup_fd is not None:
+            signal.set_wakeup_fd(self._old_wakeup_fd)
+        self._selector.close()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+
+
+def _note_signal(signum: int, frame: object) -> None:
+    """The real work happens on the loop; the wake-up fd has already carried the signal number."""
+
+
+def _reraise(exc: BaseException) -> None:
+    raise exc
