@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench soak clean
+.PHONY: demo test lint typecheck unit bench soak clean compile
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -12,24 +12,31 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-demo: $(STAMP)
+# Bytecode ahead of time: with PYTHONDONTWRITEBYTECODE set, every shellper start would otherwise
+# recompile the package (most of its launch time). Stale files are recompiled in memory, never wrong.
+compile: $(STAMP)
+	$(BIN)/python -m compileall -q shellper tower_client
+
+demo: compile
 	$(BIN)/python -m shellper.demo
 
 lint: $(STAMP)
 	$(BIN)/ruff check shellper tower_client tests bench
 	$(BIN)/mypy
 
-unit: $(STAMP)
+unit: compile
 	$(BIN)/python -m pytest -q -m "not slow" -p no:cacheprovider
 
 test: lint unit
 
-bench: $(STAMP)
+bench: compile
 	command -v dtach >/dev/null || (apt-get update -qq && apt-get install -y -qq dtach) || echo "dtach unavailable: its column will be empty"
 	$(BIN)/python -m bench.run
 
+# The long versions of the fault, hostile-input and soak tests (RELIABILITY.md). SOAK_SECONDS sets the
+# soak's length (default 600; CI: SOAK_SECONDS=120); SOAK_REPORT=file.json keeps its figures.
 soak: $(STAMP)
-	$(BIN)/python -m pytest -q -m slow -p no:cacheprovider
+	$(BIN)/python -m pytest -q -s -m slow -p no:cacheprovider
 
 clean:
 	rm -rf $(VENV) build *.egg-info

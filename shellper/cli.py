@@ -165,7 +165,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise CliError(f"run: --cwd {config.cwd} is not a directory")
     if args.foreground:
         return run_foreground(config)
-    info = launch(config)
+    info = launch(config, fork=True)  # the CLI is single-threaded: skip a second interpreter
     print(json.dumps(info.to_dict()), flush=True)
     return 0
 

@@ -62,10 +62,30 @@ def prepare(config: SessionConfig) -> SessionPaths:
     return paths
 
 
-def launch(config: SessionConfig, timeout: float = LAUNCH_TIMEOUT) -> LaunchInfo:
-    """Start a detached shellper and return once its socket accepts connections."""
+def launch(config: SessionConfig, timeout: float = LAUNCH_TIMEOUT, *, fork: bool = False) -> LaunchInfo:
+    """Start a detached shellper and return once its socket accepts connections.
+
+    By default the daemon is a fresh interpreter, which is safe from any caller (a Tower with threads
+    and an event loop). ``fork=True`` forks this process instead, skipping a second interpreter start
+    and its imports: only for a single-threaded caller such as the ``shellper`` CLI.
+    """
     paths = prepare(config)
     ready_r, ready_w = os.pipe()
+    if fork:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the intermediate and the daemon; they never return
+            os.close(ready_r)
+            os.setsid()
+            os._exit(_detached_daemon(config, ready_w))
+        os.close(ready_w)
+        try:
+            os.waitpid(pid, 0)
+            reply = _read_until_eof(ready_r, timeout)
+        finally:
+            os.close(ready_r)
+        return _launch_reply(config, paths, reply)
     try:
         proc = subprocess.Popen(
             [sys.executable, "-m", "shellper.daemon", config.name, str(paths.dir)],
@@ -86,6 +106,10 @@ def launch(config: SessionConfig, timeout: float = LAUNCH_TIMEOUT) -> LaunchInfo
         reply = _read_until_eof(ready_r, timeout)
     finally:
         os.close(ready_r)
+    return _launch_reply(config, paths, reply)
+
+
+def _launch_reply(config: SessionConfig, paths: SessionPaths, reply: bytes) -> LaunchInfo:
     if not reply:
         raise LaunchError(config.name, f"shellper for {config.name!r} exited before it was ready"
                           f"{_log_tail(paths.log)}", paths.log)
@@ -137,8 +161,13 @@ def daemon_main(argv: list[str]) -> int:
     """Entry of ``python -m shellper.daemon``: fork once more, detach, serve, report readiness."""
     ready_fd = int(os.environ.pop("SHELLPER_READY_FD", "-1"))
     config = SessionConfig.from_json(sys.stdin.buffer.read().decode())
+    return _detached_daemon(config, ready_fd)
+
+
+def _detached_daemon(config: SessionConfig, ready_fd: int) -> int:
+    """In the intermediate process: fork the daemon, which serves; the intermediate returns 0 at once."""
     if os.fork():
-        os._exit(0)  # the launcher reaps this intermediate; the daemon is nobody's child to wait for
+        return 0  # the launcher reaps this intermediate; the daemon is nobody's child to wait for
     os.set_inheritable(ready_fd, False)
     paths = SessionPaths.for_name(Path(config.dir), config.name)
     log = LogFile(paths.log)
@@ -156,7 +185,8 @@ def daemon_main(argv: list[str]) -> int:
     from shellper.server import serve
 
     try:
-        return serve(config, paths, log, report)
+        code = serve(config, paths, log, report)
     except BaseException as exc:  # the launcher shows this; the session's files are already removed
         report({"error": str(exc) or type(exc).__name__})
-        return 1
+        code = 1
+    os._exit(code)  # never unwind into the launcher's code when forked from it

@@ -1,0 +1,270 @@
+"""The shellper process's life: detached launch, its files and identity, failed launches, stop, repair."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import PY, ROOT, Sessions, poll_until, recv_until, wait_gone
+from test_server import NO_RESTART, TREE_CHILD, echo_roundtrip, expect_closed, status, tree_pids
+
+from shellper import wire
+from shellper.identity import boot_id, start_time
+from shellper.launch import LaunchError, LaunchInfo
+from shellper.paths import PathError
+from shellper.record import SessionLock, read_record
+
+
+def cli(*args: str, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
+    """The ``shellper`` CLI in a subprocess that exits when it is done (capture_output: waits for EOF)."""
+    return subprocess.run([PY, "-m", "shellper.cli", *args], capture_output=True, text=True, timeout=timeout,
+                          cwd=ROOT)
+
+
+def ancestors(pid: int) -> list[int]:
+    out = []
+    while pid > 1:
+        with open(f"/proc/{pid}/stat") as fh:
+            pid = int(fh.read().rsplit(")", 1)[1].split()[1])
+        out.append(pid)
+    return out
+
+
+def daemons_for(directory: Path) -> list[int]:
+    """Shellper processes serving ``directory`` (their argv names it), found by scanning /proc."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            if b"shellper.daemon" in argv and os.fsencode(str(directory)) in argv:
+                found.append(int(entry))
+    return found
+
+
+# ------------------------------------------------------------------------------------------- launch
+
+
+def test_session_survives_the_launcher_exiting(sessions: Sessions) -> None:
+    done = cli("--dir", str(sessions.dir), "run", "sv", "--", "cat")
+    assert done.returncode == 0, done.stderr  # returned at all: the daemon does not hold the CLI's pipes
+    info = LaunchInfo(**json.loads(done.stdout))
+    sessions.started.append(info)
+    assert not wait_gone(info.pid, 0)
+    with open(f"/proc/{info.pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    ppid, pgid, sid = int(fields[1]), int(fields[2]), int(fields[3])
+    assert ppid == 1 or ppid in ancestors(os.getpid()), f"parent {ppid}: init or a subreaper above us"
+    assert sid != os.getsid(0) and pgid != os.getpgid(0)  # no terminal hang-up or group signal reaches it
+    assert os.readlink(f"/proc/{info.pid}/fd/0") == "/dev/null"
+    assert os.readlink(f"/proc/{info.pid}/fd/1") == info.log and os.readlink(f"/proc/{info.pid}/fd/2") == info.log
+    with sessions.connect("sv", "terminal") as term:
+        assert term.welcome is not None and term.welcome.shellper_pid == info.pid
+        echo_roundtrip(term, b"alive")
+    sessions.stop("sv")
+
+
+@pytest.mark.parametrize(("argv", "policy", "code", "cls"), [
+    (["true"], None, 0, "clean"),
+    (["sh", "-c", "exit 3"], NO_RESTART, 3, "crash"),
+], ids=["true", "exit-3"])
+def test_an_exit_before_anyone_connects_is_reported(sessions: Sessions, argv: list[str], policy: object,
+                                                   code: int, cls: str) -> None:
+    info = sessions.start("fx", argv, policy=policy)
+    record_path = sessions.dir / "fx.json"
+    poll_until(lambda: read_record(record_path).state == "exited", what="the record to say exited")
+    with sessions.connect("fx", "viewer") as late:
+        assert late.welcome is not None and late.welcome.exit is not None
+        assert late.welcome.state == "exited" and late.welcome.child_pid is None
+        assert (late.welcome.exit["code"], late.welcome.exit["class"]) == (code, cls)
+        child = late.welcome.exit["child_pid"]
+        assert child == info.child_pid or info.child_pid is None  # None: it was gone before launch returned
+        assert not os.path.exists(f"/proc/{child}")  # reaped
+        first = late.recv(timeout=10)  # REPLAY held the whole (small) history; the EXIT comes next
+        assert isinstance(first, wire.Exit), first
+        assert (first.code, first.exit_class, first.state, first.child_pid) == (code, cls, "exited", child)
+        assert late.output.next_offset == late.welcome.ring_end
+    sessions.stop("fx")
+
+
+def test_record_and_lock_describe_the_live_process(sessions: Sessions) -> None:
+    info = sessions.start("rec", ["sleep", "300"], ring_bytes=128 * 1024)
+    paths = {kind: sessions.dir / f"rec.{kind}" for kind in ("json", "lock", "log", "sock")}
+    with sessions.connect("rec", "viewer") as viewer:
+        assert viewer.welcome is not None
+        welcome = viewer.welcome
+    rec = read_record(paths["json"])
+    child = info.child_pid
+    assert child is not None
+    assert (rec.name, rec.shellper_pid, rec.instance_id, rec.boot_id) == ("rec", info.pid, welcome.instance_id,
+                                                                          boot_id())
+    assert rec.shellper_start_time == start_time(info.pid) == welcome.shellper_start_time == info.start_time
+    assert (rec.shellper_pgid, rec.shellper_sid) == (os.getpgid(info.pid), os.getsid(info.pid))
+    assert rec.cmdline_sha256 == hashlib.sha256(Path(f"/proc/{info.pid}/cmdline").read_bytes()).hexdigest()
+    assert (rec.child_pid, rec.child_pgid, rec.child_start_time) == (child, os.getpgid(child), start_time(child))
+    assert os.getpgid(child) == child  # the child leads its own group: signals reach its whole job
+    assert (rec.command, rec.socket, rec.state, rec.ring_bytes) == (["sleep", "300"], str(paths["sock"]),
+                                                                     "running", 128 * 1024)
+    for path in paths.values():
+        assert (os.stat(path).st_mode & 0o777) == 0o600, path
+    assert SessionLock.is_locked(paths["lock"])
+    sessions.stop("rec")
+    assert not SessionLock.is_locked(paths["lock"])
+    assert not any(p.exists() for p in paths.values())
+
+
+def test_a_second_run_with_the_same_name_fails_and_leaves_the_first(sessions: Sessions) -> None:
+    info = sessions.start("dup", ["cat"])
+    before = read_record(sessions.dir / "dup.json")
+    with pytest.raises(LaunchError, match="already running"):
+        sessions.start("dup", ["cat"])
+    sessions.started[:] = [info]
+    done = cli("--dir", str(sessions.dir), "run", "dup", "--", "cat")
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.startswith("shellper: ") and "already running" in done.stderr
+    assert done.stderr.count("\n") == 1
+    assert daemons_for(sessions.dir) == [info.pid]
+    after = read_record(sessions.dir / "dup.json")
+    assert (after.instance_id, after.shellper_pid) == (before.instance_id, before.shellper_pid)
+    with sessions.connect("dup", "terminal") as term:
+        assert term.welcome is not None and term.welcome.instance_id == before.instance_id
+        echo_roundtrip(term, b"first-intact")
+    sessions.stop("dup")
+
+
+def test_a_command_that_cannot_start_fails_the_launch_cleanly(sessions: Sessions) -> None:
+    with pytest.raises(LaunchError) as err:
+        sessions.start("bad", ["/nonexistent"])
+    assert "/nonexistent" in str(err.value)
+    done = cli("--dir", str(sessions.dir), "run", "bad", "--", "/nonexistent")
+    assert done.returncode == 1 and done.stderr.startswith("shellper: ") and "/nonexistent" in done.stderr
+    poll_until(lambda: not daemons_for(sessions.dir), what="the failed shellpers to exit")
+    assert sorted(p.name for p in sessions.dir.iterdir()) == []
+
+
+@pytest.mark.parametrize("how", ["mode 0755", "owner nobody"])
+def test_an_unsafe_runtime_dir_is_refused(sessions: Sessions, how: str) -> None:
+    if how == "owner nobody" and os.geteuid() != 0:
+        pytest.skip("needs root to chown")
+    try:
+        if how == "mode 0755":
+            os.chmod(sessions.dir, 0o755)
+            expected = "group/world accessible"
+        else:
+            os.chown(sessions.dir, 65534, 65534)
+            expected = "owned by uid 65534"
+        with pytest.raises(PathError, match=expected):
+            sessions.start("ud", ["cat"])
+        done = cli("--dir", str(sessions.dir), "run", "ud", "--", "cat")
+        assert done.returncode == 1 and expected in done.stderr and done.stderr.startswith("shellper: ")
+    finally:
+        os.chown(sessions.dir, os.geteuid(), os.getegid())
+        os.chmod(sessions.dir, 0o700)
+    assert not daemons_for(sessions.dir)
+    assert list(sessions.dir.iterdir()) == []
+
+
+# ------------------------------------------------------------------------------------------- stop
+
+
+def test_stop_leaves_no_process_zombie_or_file(sessions: Sessions) -> None:
+    info = sessions.start("end", ["sh", "-c", TREE_CHILD], grace=5.0)
+    with sessions.connect("end", "tower") as tower, sessions.connect("end", "viewer") as viewer:
+        shell, grandchild = tree_pids(tower)
+        assert shell == info.child_pid
+        tower.send(wire.Stop(grace=0.3))  # TERM is ignored by the tree: SIGKILL after 0.3 s
+        for client in (tower, viewer):
+            frames = expect_closed(client)
+            exits = [f for f in frames if isinstance(f, wire.Exit)]
+            assert [(e.child_pid, e.exit_class, e.state) for e in exits] == [(shell, "requested", "stopping")]
+    assert wait_gone(info.pid, 10), "the shellper survived STOP"
+    for pid in (shell, grandchild):  # the shellper (their subreaper) reaped them before it exited
+        assert not os.path.exists(f"/proc/{pid}"), f"pid {pid} survived STOP or was left a zombie"
+    assert list(sessions.dir.iterdir()) == []
+
+
+def test_sigterm_to_the_shellper_stops_the_session(sessions: Sessions) -> None:
+    info = sessions.start("term", ["sh", "-c", TREE_CHILD], grace=0.3)
+    with sessions.connect("term", "tower") as tower:
+        shell, grandchild = tree_pids(tower)
+        os.kill(info.pid, signal.SIGTERM)
+        ex = recv_until(tower, wire.Exit)
+        assert (ex.exit_class, ex.state) == ("requested", "stopping")
+        expect_closed(tower)
+    for pid in (info.pid, shell, grandchild):
+        assert wait_gone(pid, 10), f"pid {pid} survived SIGTERM to the shellper"
+    assert list(sessions.dir.iterdir()) == []
+
+
+# ------------------------------------------------------------------------------------------- repair
+
+
+def test_sigusr1_recreates_a_removed_socket(sessions: Sessions) -> None:
+    info = sessions.start("usr", ["cat"])
+    sock = sessions.dir / "usr.sock"
+    with sessions.connect("usr", "terminal") as term:
+        sock.unlink()
+        os.kill(info.pid, signal.SIGUSR1)
+        poll_until(sock.exists, what="the socket to be recreated")
+        with sessions.connect("usr", "viewer") as fresh:
+            assert fresh.welcome is not None and fresh.welcome.shellper_pid == info.pid
+            echo_roundtrip(term, b"old-connection")  # the connection made before is still served
+            assert len(status(fresh).info["clients"]) == 2
+        os.kill(info.pid, signal.SIGUSR1)  # nothing missing: a no-op
+        echo_roundtrip(term, b"still")
+    sessions.stop("usr")
+
+
+def test_an_exited_session_stops_itself_after_its_husk_ttl(sessions: Sessions) -> None:
+    info = sessions.start("husk", ["true"], husk_ttl=0.3)
+    assert wait_gone(info.pid, 10), "the husk did not stop itself"
+    assert list(sessions.dir.iterdir()) == []
+
+
+def test_fds_do_not_grow_with_spawns_and_clients(sessions: Sessions) -> None:
+    info = sessions.start("fd", ["cat"])
+    fds = Path(f"/proc/{info.pid}/fd")
+
+    def cycle() -> int:
+        with sessions.connect("fd", "tower") as tower:
+            tower.send(wire.Spawn(argv=["cat"]))
+            recv_until(tower, wire.Event, where=lambda e: e.kind == "spawned")
+            echo_roundtrip(tower, b"cycle")
+            for role in ("terminal", "viewer"):
+                with sessions.connect("fd", role):
+                    pass
+        with sessions.connect("fd", "viewer") as probe:  # the ones above are closed and forgotten
+            poll_until(lambda: len(status(probe).info["clients"]) == 1, what="closed clients to go")
+            return len(list(fds.iterdir()))
+
+    baseline = cycle()
+    for _ in range(4):
+        assert cycle() == baseline
+    sessions.stop("fd")
+
+
+def test_sigusr1_rebuilds_a_removed_runtime_dir(sessions: Sessions) -> None:
+    info = sessions.start("gone", ["cat"])
+    with sessions.connect("gone", "terminal") as term:
+        shutil.rmtree(sessions.dir)  # a cleaner took everything: socket, record, lock, log
+        os.kill(info.pid, signal.SIGUSR1)
+        poll_until(lambda: (sessions.dir / "gone.sock").exists() and (sessions.dir / "gone.json").exists(),
+                   what="the socket and record to be back")
+        assert (os.stat(sessions.dir).st_mode & 0o777) == 0o700
+        assert SessionLock.is_locked(sessions.dir / "gone.lock")  # the name is taken again
+        assert read_record(sessions.dir / "gone.json").instance_id == info.instance_id
+        with pytest.raises(LaunchError, match="already running"):
+            sessions.start("gone", ["cat"])
+        sessions.started[:] = [info]
+        echo_roundtrip(term, b"kept")
+        with sessions.connect("gone", "viewer") as fresh:
+            assert fresh.welcome is not None and fresh.welcome.instance_id == info.instance_id
+    sessions.stop("gone")
