@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import select
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -86,6 +85,8 @@ def launch(config: SessionConfig, timeout: float = LAUNCH_TIMEOUT, *, fork: bool
         finally:
             os.close(ready_r)
         return _launch_reply(config, paths, reply)
+    import subprocess  # only this path needs it
+
     try:
         proc = subprocess.Popen(
             [sys.executable, "-m", "shellper.daemon", config.name, str(paths.dir)],

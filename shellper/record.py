@@ -16,11 +16,9 @@ import contextlib
 import dataclasses
 import errno
 import fcntl
-import hashlib
 import json
 import math
 import os
-import secrets
 import stat
 import time
 from collections.abc import Callable
@@ -78,13 +76,17 @@ class AlreadyRunning(Exception):
 
 def cmdline_sha256(pid: int | str = "self") -> str:
     """SHA-256 of /proc/<pid>/cmdline: lets a verifier match the program without storing argv (secrets)."""
+    try:  # CPython's own SHA-256: hashlib would map OpenSSL's libcrypto into every shellper for one hash
+        from _sha256 import sha256  # type: ignore[import-not-found]
+    except ImportError:  # pragma: no cover - other Pythons
+        from hashlib import sha256
     with open(f"/proc/{pid}/cmdline", "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
+        return str(sha256(f.read()).hexdigest())
 
 
 def new_instance_id() -> str:
     """128 random bits; echoed in the socket handshake so an impostor at a recycled pid is refused."""
-    return secrets.token_hex(16)
+    return os.urandom(16).hex()
 
 
 # --- the record -----------------------------------------------------------------------------------
@@ -266,7 +268,7 @@ def write_record(path: str | os.PathLike[str], record: SessionRecord) -> None:
         pass
     except OSError as e:
         raise RecordError(p, f"cannot stat: {e.strerror}", e.errno) from e
-    tmp = p.with_name(f".{p.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    tmp = p.with_name(f".{p.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
     try:
         fd = open_nofollow(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except OSError as e:
