@@ -28,7 +28,7 @@ from shellper.identity import boot_id, start_time
 from shellper.logfile import LogFile
 from shellper.paths import PathError, SessionPaths, ensure_runtime_dir, unlink_if_regular, unlink_if_socket
 from shellper.reactor import Future, Handle, Lock, Reactor
-from shellper.reaper import descendants, set_child_subreaper
+from shellper.reaper import descendants, reap_children_nohang, set_child_subreaper
 from shellper.record import (
     AlreadyRunning,
     LockError,
@@ -454,13 +454,7 @@ class Session:
 
     def _on_sigchld(self) -> None:
         """Reap every child (we are a subreaper: orphans of the session land here too)."""
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
+        for pid, status in reap_children_nohang():
             if self.child is not None and pid == self.child.pid:
                 self._child_gone(status)
 
