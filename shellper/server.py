@@ -330,10 +330,20 @@ class Session:
         if self.child is None:
             client.send_error("not_running", "the child is not running; input dropped", wire.FrameType.DATA)
             return
-        was_empty = not self._input
-        self._input += data
-        if was_empty:
+        if not self._input:  # the usual case, a keystroke: straight to the PTY
+            try:
+                written = os.write(self.child.master_fd, data)
+            except BlockingIOError:
+                written = 0
+            except OSError as exc:
+                self.log.write(f"input write failed: {exc}")
+                return
+            if written == len(data):
+                return
+            self._input += data[written:]
             self._flush_input()
+        else:
+            self._input += data
         if len(self._input) > INPUT_HIGH_WATER and client.transport is not None:
             client.transport.pause_reading()
             self._input_paused.add(client)
