@@ -113,6 +113,7 @@ class ClientConn:
         self.session.unregister(self, "closed" if exc is None else f"lost: {exc}")
         if not self.closed.done():
             self.closed.set_result(None)
+        self.transport = None  # break the transport <-> protocol cycle: freed now, not at the next full GC
 
     # ----------------------------------------------------------------------------------- output
 

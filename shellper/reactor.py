@@ -23,6 +23,10 @@ from typing import Any, Generic, TypeVar
 T = TypeVar("T")
 
 
+def _nothing(*_: object) -> None:
+    """What a cancelled Handle calls (never, in fact)."""
+
+
 class Handle:
     """A scheduled one-shot callback; ``cancel()`` makes it a no-op."""
 
@@ -36,6 +40,8 @@ class Handle:
 
     def cancel(self) -> None:
         self.cancelled = True
+        # It stays in the heap until its time comes: it must not keep its target (a client) alive till then.
+        self.callback, self.args = _nothing, ()
 
     def __lt__(self, other: Handle) -> bool:
         return self.when < other.when

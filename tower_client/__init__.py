@@ -6,6 +6,7 @@
 * :mod:`~tower_client.apply` - carry decisions out: identity-checked terminate, lock-guarded clean.
 * :mod:`~tower_client.holders` - who holds a conversation id; mint-or-reclaim, foreign wins.
 * :mod:`~tower_client.identity` - process identity (boot id, pid, kernel start ticks) and pidfds.
+* :mod:`~tower_client.survivors` - what a killed shellper left running, found by its marks and ended.
 """
 
 from tower_client.apply import Outcome, Report, apply, clean_session, terminate_session

@@ -6,9 +6,12 @@
   delivered or the shellper does not exit in time: :func:`shellper.reaper.terminate_tree` (SIGTERM,
   grace, SIGKILL, confirmed death, all through pidfds). Either way every descendant pinned before the
   first signal must be dead afterwards, or :class:`~shellper.identity.SurvivorError` is raised.
-* clean: take the session lock ourselves (so nobody can start the session meanwhile, and proving no
-  live owner), remove the socket (only if it is a socket), record and log (only regular files), then
-  release the lock, which removes the lock file. Nothing is followed through a symlink.
+* clean: if the record's shellper is dead (this boot, pid gone or reused), first end what its tree left
+  behind (:mod:`tower_client.survivors`: processes in the recorded child's session or carrying its
+  instance mark, each through a pidfd). Then take the session lock ourselves (so nobody can start the
+  session meanwhile, and proving no live owner), remove the socket (only if it is a socket), record and
+  log (only regular files), then release the lock, which removes the lock file. Nothing is followed
+  through a symlink.
 * adopt: connect as a viewer and check the instance id and peer pid; the connection is closed again.
   The Tower then attaches its own (resuming) client with ``expect_instance_id`` from the record -
   returning open connections would force one concurrency model on it.
@@ -43,6 +46,7 @@ from shellper.record import AlreadyRunning, SessionLock, SessionRecord
 from tower_client.client import InstanceMismatch, PeerMismatch, peer_pid
 from tower_client.discover import PROBE_TIMEOUT
 from tower_client.reconcile import Action, Decision
+from tower_client.survivors import reap_survivors
 
 __all__ = [
     "CONFIRM_TIMEOUT",
@@ -240,11 +244,13 @@ class Outcome:
     removed: tuple[str, ...] = ()
     termination: Termination | None = None
     error: str | None = None
+    survivors: tuple[int, ...] = ()
+    """Processes the dead shellper's tree left behind, ended here (see tower_client.survivors)."""
 
     def to_dict(self) -> dict[str, Any]:
         out = self.decision.to_dict()
         out.update(result=self.result, ok=self.ok, outcome=self.detail, removed=list(self.removed),
-                   error=self.error)
+                   error=self.error, survivors=list(self.survivors))
         if self.termination is not None:
             t = self.termination
             out["termination"] = {"method": t.method, "stop_error": t.stop_error, "tree": list(t.tree),
@@ -292,11 +298,17 @@ def _apply_one(d: Decision, grace: float, stop_timeout: float | None, probe_time
         return Outcome(d, "failed", False, error="decision carries no observation")
     paths = SessionPaths.for_name(obs.dir, d.name)
     if d.action is Action.CLEAN:
+        survivors: tuple[int, ...] = ()
+        if obs.record is not None and obs.boot == "current" and obs.identity in ("gone", "mismatch"):
+            # The recorded shellper is dead: what its tree left behind is nobody's now.
+            survivors = reap_survivors(obs.record, grace=grace, confirm_timeout=confirm_timeout).pids
         try:
             removed = clean_session(paths)
         except AlreadyRunning:
-            return Outcome(d, "skipped", False, "a live process now holds the lock: nothing removed")
-        return Outcome(d, "cleaned", True, f"removed {len(removed)} file(s)", removed)
+            return Outcome(d, "skipped", False, "a live process now holds the lock: nothing removed",
+                           survivors=survivors)
+        detail = f"removed {len(removed)} file(s)" + (f", ended {len(survivors)} survivor(s)" if survivors else "")
+        return Outcome(d, "cleaned", True, detail, removed, survivors=survivors)
     record = obs.record
     if record is None:
         return Outcome(d, "failed", False, error="decision carries no record")
@@ -310,9 +322,10 @@ def _apply_one(d: Decision, grace: float, stop_timeout: float | None, probe_time
         return Outcome(d, "skipped", False, "the pid now belongs to another process: nothing signalled",
                        error=str(exc))
     except ProcessGone as exc:
+        gone_survivors = reap_survivors(record, grace=grace, confirm_timeout=confirm_timeout).pids
         gone_removed: tuple[str, ...] = ()
         with contextlib.suppress(AlreadyRunning):
             gone_removed = clean_session(paths)
-        return Outcome(d, "already_gone", True, str(exc), gone_removed)
+        return Outcome(d, "already_gone", True, str(exc), gone_removed, survivors=gone_survivors)
     detail = f"stopped via {term.method}" + (f" ({term.stop_error})" if term.stop_error else "")
     return Outcome(d, "terminated", True, detail, term.removed, term)

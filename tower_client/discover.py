@@ -163,6 +163,8 @@ def check_dir(directory: str | os.PathLike[str]) -> Path | None:
         raise UnsafeDirError(p, "is not a directory")
     if st.st_uid != os.geteuid():
         raise UnsafeDirError(p, f"is owned by uid {st.st_uid}, not by us (uid {os.geteuid()})")
+    if stat.S_IMODE(st.st_mode) & 0o022:  # others could plant records and sockets: nothing in it is evidence
+        raise UnsafeDirError(p, f"is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})")
     return p
 
 
@@ -189,6 +191,13 @@ def lock_owners(path: str | os.PathLike[str]) -> tuple[int, ...] | None:
             except ValueError:
                 return None
     return tuple(owners)
+
+
+def _is_socket(path: Path) -> bool:
+    try:
+        return stat.S_ISSOCK(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _files(paths: SessionPaths) -> frozenset[str]:
@@ -310,7 +319,9 @@ async def observe_async(directory: str | os.PathLike[str], name: str, *,
             ident = ProcessIdentity(record.boot_id, record.shellper_pid, record.shellper_start_time)
             facts["identity"], facts["identity_detail"] = _identity(ident)
     welcome_child: int | None = None
-    if "sock" in facts["files"]:
+    if "sock" in facts["files"] and not _is_socket(paths.socket):
+        facts["probe"], facts["probe_detail"] = "error", "not a socket (a symlink is never followed)"
+    elif "sock" in facts["files"]:
         probed, welcome_child = await _probe(paths, probe_timeout)
         facts.update(probed)
     else:
