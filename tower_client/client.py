@@ -545,7 +545,25 @@ class _ResumeState:
         return isinstance(exc, retry) and not isinstance(exc, InstanceMismatch)
 
 
-class AsyncResumingClient:
+class _ResumeView:
+    """What both resuming clients expose of their shared resume state."""
+
+    state: _ResumeState
+
+    @property
+    def output(self) -> Output:
+        return self.state.output
+
+    @property
+    def reconnects(self) -> int:
+        return self.state.reconnects
+
+    @property
+    def exit(self) -> wire.Exit | None:
+        return self.state.exit
+
+
+class AsyncResumingClient(_ResumeView):
     """An AsyncClient that reconnects with bounded backoff and resumes where the caller left off.
 
     Yields the stream as frames, the first REPLAY included (as GAP if the ring had already dropped
@@ -567,18 +585,6 @@ class AsyncResumingClient:
         self.state = _ResumeState(self.path, expect_instance_id, backoff or Backoff())
         self.client: AsyncClient | None = None
         self._items: deque[ResumeItem] = deque()
-
-    @property
-    def output(self) -> Output:
-        return self.state.output
-
-    @property
-    def reconnects(self) -> int:
-        return self.state.reconnects
-
-    @property
-    def exit(self) -> wire.Exit | None:
-        return self.state.exit
 
     def _new_client(self) -> AsyncClient:
         c, h, r = self._timeouts
@@ -708,7 +714,7 @@ class AsyncResumingClient:
         await self.close()
 
 
-class ResumingClient:
+class ResumingClient(_ResumeView):
     """The blocking twin of :class:`AsyncResumingClient`, built on shellper's :class:`Client`."""
 
     def __init__(self, path: str | os.PathLike[str], role: str = "tower", *, client_name: str = CLIENT_NAME,
@@ -722,18 +728,6 @@ class ResumingClient:
         self.client: Client | None = None
         self._items: deque[ResumeItem] = deque()
         self._last_fatal: wire.Error | None = None
-
-    @property
-    def output(self) -> Output:
-        return self.state.output
-
-    @property
-    def reconnects(self) -> int:
-        return self.state.reconnects
-
-    @property
-    def exit(self) -> wire.Exit | None:
-        return self.state.exit
 
     def _open(self, first: bool, attempts: int, **hello: int | None) -> wire.Welcome:
         client = Client(self.path, self.role, client_name=self.client_name, timeout=self.timeout)
