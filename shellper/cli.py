@@ -12,15 +12,17 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from shellper import __version__, wire
-from shellper.client import Client, ClientError, RemoteError, SessionGone
+from shellper import __version__
 from shellper.config import DEFAULT_RING_BYTES, DEFAULT_TERM, STDERR_MODES, ConfigError, SessionConfig
 from shellper.exits import PolicyError, RestartPolicy
 from shellper.launch import LaunchError, launch, run_foreground
 from shellper.paths import PathError, runtime_dir, validate_name
-from shellper.sessions import SessionInfo, list_sessions
+
+if TYPE_CHECKING:  # imported where used: `shellper run` starts faster without the codec and client
+    from shellper.client import Client
+    from shellper.sessions import SessionInfo
 
 
 class CliError(Exception):
@@ -96,7 +98,7 @@ def _parser() -> argparse.ArgumentParser:
 
     sig = sub.add_parser("signal", help="send a signal to the session's child process group")
     sig.add_argument("name")
-    sig.add_argument("signal", help="one of " + " ".join(wire.SIGNALS))
+    sig.add_argument("signal", help="a signal name: HUP, INT, TERM, KILL, ... (SIG prefix optional)")
 
     rs = sub.add_parser("resize", help="set the session's terminal size")
     rs.add_argument("name")
@@ -128,11 +130,20 @@ def main(argv: list[str] | None = None) -> int:
     try:
         handler = _COMMANDS[args.cmd]
         return handler(args)
-    except (CliError, ClientError, LaunchError, PathError, ConfigError, PolicyError) as exc:
+    except Exception as exc:
+        if not isinstance(exc, _user_errors()):
+            raise
         print(f"shellper: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
+
+
+def _user_errors() -> tuple[type[Exception], ...]:
+    """Failures that deserve one line, not a traceback (a client error only if the client was loaded)."""
+    errors: tuple[type[Exception], ...] = (CliError, LaunchError, PathError, ConfigError, PolicyError)
+    client = sys.modules.get("shellper.client")
+    return (*errors, client.ClientError) if client is not None else errors
 
 
 def _dir(args: argparse.Namespace) -> Path:
@@ -140,6 +151,8 @@ def _dir(args: argparse.Namespace) -> Path:
 
 
 def _connect(args: argparse.Namespace, role: str = "tower", **hello: Any) -> Client:
+    from shellper.client import Client, ClientError
+
     validate_name(args.name)
     path = _dir(args) / f"{args.name}.sock"
     client = Client(path, role, client_name=f"shellper-cli:{args.cmd}")
@@ -171,6 +184,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
+    from shellper.sessions import list_sessions
+
     sessions = list_sessions(_dir(args))
     if args.json:
         print(json.dumps([s.to_dict() for s in sessions], indent=2))
@@ -219,6 +234,8 @@ def cmd_attach(args: argparse.Namespace) -> int:
 
 
 def cmd_send(args: argparse.Namespace) -> int:
+    from shellper import wire
+
     text = args.text + ("\r" if args.enter else "")
     with _connect(args, "terminal", replay_bytes=0) as client:
         client.write(text.encode())
@@ -227,6 +244,8 @@ def cmd_send(args: argparse.Namespace) -> int:
 
 
 def cmd_tail(args: argparse.Namespace) -> int:
+    from shellper import wire
+    from shellper.client import SessionGone
     from shellper.textutil import strip_ansi
 
     out = sys.stdout.buffer
@@ -252,6 +271,8 @@ def cmd_tail(args: argparse.Namespace) -> int:
 
 
 def cmd_signal(args: argparse.Namespace) -> int:
+    from shellper import wire
+
     bare = args.signal.upper().removeprefix("SIG")
     if bare not in wire.SIGNALS:
         raise CliError(f"signal: {args.signal!r} is not one of {' '.join(wire.SIGNALS)}")
@@ -262,6 +283,8 @@ def cmd_signal(args: argparse.Namespace) -> int:
 
 
 def cmd_resize(args: argparse.Namespace) -> int:
+    from shellper import wire
+
     if not (1 <= args.cols <= 65535 and 1 <= args.rows <= 65535):
         raise CliError(f"resize: {args.cols}x{args.rows} is outside 1..65535")
     with _connect(args, "terminal", replay_bytes=0) as client:
@@ -272,6 +295,9 @@ def cmd_resize(args: argparse.Namespace) -> int:
 
 def _confirm(client: Client) -> None:
     """A PING round trip: any ERROR for what we sent arrives before the PONG."""
+    from shellper import wire
+    from shellper.client import RemoteError
+
     client.send(wire.Ping(nonce=7))
     while True:
         frame = client.recv(timeout=client.timeout)
@@ -284,6 +310,9 @@ def _confirm(client: Client) -> None:
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
+    from shellper import wire
+    from shellper.client import RemoteError, SessionGone
+
     with _connect(args, "tower", replay_bytes=0) as client:
         client.send(wire.Stop(grace=args.grace))
         deadline = time.monotonic() + (args.grace if args.grace is not None else 5.0) + 15.0
@@ -299,6 +328,8 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from shellper import wire
+
     with _connect(args, "viewer", replay_bytes=0) as client:
         reply = client.request(wire.Status(), wire.StatusReply)
     assert isinstance(reply, wire.StatusReply)

@@ -134,8 +134,7 @@ class Session:
         self.loop.add_signal_handler(signal.SIGUSR1, self._on_sigusr1)
         self.log.write(f"shellper {__version__} started: pid={self.pid} session={self.config.name} "
                        f"socket={self.paths.socket}")
-        self._on_sigchld()  # a child that died before the handler existed
-        self._write_record()
+        self._on_sigchld()  # a child that died before the handler existed (its exit writes the record)
 
     def info_line(self) -> dict[str, Any]:
         """What the launcher prints once the socket accepts connections."""
