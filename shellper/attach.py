@@ -179,6 +179,7 @@ class _Attachment:
         self.old_handlers: dict[int, Any] = {}
         self.old_wakeup = -1
         self.wake_r = self.wake_w = -1
+        self.winch_pending = False
 
     # ------------------------------------------------------------------------------- terminal
 
@@ -189,7 +190,7 @@ class _Attachment:
             self.old_wakeup = signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
             for signum in (signal.SIGTERM, signal.SIGHUP):
                 self.old_handlers[signum] = signal.signal(signum, self._on_fatal_signal)
-            self.old_handlers[signal.SIGWINCH] = signal.signal(signal.SIGWINCH, _ignore)
+            self.old_handlers[signal.SIGWINCH] = signal.signal(signal.SIGWINCH, self._on_winch)
         if self.stdin_is_tty:
             self.saved_tty = termios.tcgetattr(self.stdin_fd)
             tty.setraw(self.stdin_fd, termios.TCSADRAIN)
@@ -344,15 +345,18 @@ class _Attachment:
             self.client.write(data)
         return _Outcome(0, "[detached]") if cut >= 0 else None
 
-    def take_signals(self) -> None:
-        """Act on signals noted in the wakeup pipe (only SIGWINCH needs the loop)."""
-        if self.wake_r < 0:
-            return
-        try:
-            got = os.read(self.wake_r, 256)
-        except BlockingIOError:
-            return
-        if signal.SIGWINCH in got:
+    def _on_winch(self, _signum: int, _frame: FrameType | None) -> None:
+        # Python runs this right after the system call the signal interrupted (a poll or a read)
+        # returns, so a flag is as current as the wakeup pipe and costs no read per keystroke.
+        self.winch_pending = True
+
+    def take_signals(self, drain: bool = False) -> None:
+        """Act on a SIGWINCH noted by its handler; ``drain`` empties the wakeup pipe that woke the poll."""
+        if drain:
+            with contextlib.suppress(BlockingIOError):
+                os.read(self.wake_r, 256)
+        if self.winch_pending:
+            self.winch_pending = False
             self.send_size()
 
     # ------------------------------------------------------------------------------- loop
@@ -372,7 +376,7 @@ class _Attachment:
         while True:
             ready = dict(poller.poll())
             if self.wake_r in ready:
-                self.take_signals()
+                self.take_signals(drain=True)
             if sock_fd in ready:
                 outcome = self.on_socket()
                 if outcome is not None:
@@ -383,10 +387,6 @@ class _Attachment:
                     return outcome
                 if not self.stdin_open:
                     poller.unregister(self.stdin_fd)
-
-
-def _ignore(_signum: int, _frame: FrameType | None) -> None:
-    """SIGWINCH needs a Python handler for the wakeup fd to see it; the loop does the work."""
 
 
 def attach(socket_path: str | os.PathLike[str], *, name: str | None = None,
