@@ -226,8 +226,9 @@ class Soak:
     async def restart_tower(self) -> None:
         """The Tower dies and comes back: discover, reconcile (all must be adopted), apply, resume."""
         async with self.gate:
-            while self.busy:
-                await asyncio.sleep(0.01)  # waiting for actions in flight to end, not synchronising a test
+            async with asyncio.timeout(30):
+                while self.busy:
+                    await asyncio.sleep(0.01)  # polling with a deadline for actions in flight to end
             await self.drop_towers()
             observed = await discover_async(self.dir)
             registry = Registry(tuple(RegistryRow(n, self.info[n].instance_id) for n in self.names))

@@ -5,9 +5,7 @@ No tests here. Every process helper works by pid *and* start ticks, so a recycle
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import socket
 import time
 from collections.abc import Iterator
@@ -16,9 +14,10 @@ from pathlib import Path
 
 import pytest
 from soak_child import PATTERN, pattern_at
+from test_tower_support import kill_verified
 
 from shellper import wire
-from shellper.identity import IdentityError, ProcessIdentity, open_verified, read_stat
+from shellper.identity import IdentityError, ProcessIdentity, read_stat
 
 PY = os.environ.get("SOAK_PYTHON") or __import__("sys").executable
 CHILD = str(Path(__file__).resolve().parent / "soak_child.py")
@@ -92,17 +91,6 @@ def is_dead(ident: ProcessIdentity) -> bool:
     except IdentityError:
         return False
     return st is None or st.state == "Z" or st.start_time != ident.start_time
-
-
-def kill_verified(ident: ProcessIdentity) -> None:
-    """SIGKILL exactly this process (pidfd after an identity check), if it is still alive."""
-    with contextlib.suppress(IdentityError, OSError):
-        fd = open_verified(ident, allow_zombie=True)
-        try:
-            fd.send_signal(signal.SIGKILL)
-            fd.wait_dead(5.0)
-        finally:
-            fd.close()
 
 
 def marked(instance_id: str) -> list[int]:
