@@ -549,6 +549,17 @@ class _ResumeView:
     """What both resuming clients expose of their shared resume state."""
 
     state: _ResumeState
+    _items: deque[ResumeItem]
+
+    def _ready_item(self) -> ResumeItem | None:
+        """An item already queued (accounted as it leaves), or the error that ended the stream."""
+        if self._items:
+            item = self._items.popleft()
+            self.state.account(item)
+            return item
+        if self.state.ended is not None:
+            raise self.state.ended
+        return None
 
     @property
     def output(self) -> Output:
@@ -633,12 +644,9 @@ class AsyncResumingClient(_ResumeView):
         """The next frame or Reconnected marker; None after ``timeout`` with nothing to hand out."""
         st = self.state
         while True:
-            if self._items:
-                item = self._items.popleft()
-                st.account(item)
+            item = self._ready_item()
+            if item is not None:
                 return item
-            if st.ended is not None:
-                raise st.ended
             if self.client is None:
                 raise SessionGone(self.path, "not connected")
             try:
@@ -770,12 +778,9 @@ class ResumingClient(_ResumeView):
         st = self.state
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            if self._items:
-                item = self._items.popleft()
-                st.account(item)
+            item = self._ready_item()
+            if item is not None:
                 return item
-            if st.ended is not None:
-                raise st.ended
             if self.client is None:
                 raise SessionGone(self.path, "not connected")
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
