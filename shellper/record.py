@@ -194,6 +194,11 @@ def _is_pid(v: Any) -> bool:
     return _is_int(v) and v > 0
 
 
+def _is_group_id(v: Any) -> bool:
+    """A pgid or sid: 0 is valid, getpgid/getsid report it when the leader is outside our pid namespace."""
+    return _is_int(v) and v >= 0
+
+
 def _opt(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
     return lambda v: v is None or check(v)
 
@@ -217,11 +222,11 @@ _CHECKS: dict[str, Callable[[Any], bool]] = {
     "command": lambda v: isinstance(v, list) and all(isinstance(a, str) for a in v),
     "cwd": _is_str,
     "socket": _is_str,
-    "shellper_pgid": _opt(_is_pid),
-    "shellper_sid": _opt(_is_pid),
+    "shellper_pgid": _opt(_is_group_id),
+    "shellper_sid": _opt(_is_group_id),
     "cmdline_sha256": _opt(_is_str),
     "child_pid": _opt(_is_pid),
-    "child_pgid": _opt(_is_pid),
+    "child_pgid": _opt(_is_group_id),
     "child_start_time": _opt(_nonneg),
     "state": lambda v: v in STATES,
     "state_reason": _is_str,

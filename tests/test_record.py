@@ -124,6 +124,12 @@ _DELETE = object()
 _VALID = full_record().to_json()
 
 
+def test_group_ids_of_zero_are_valid() -> None:
+    """getpgid/getsid return 0 when the leader lives outside our pid namespace (a container's CI)."""
+    r = make_record(shellper_pgid=0, shellper_sid=0, child_pid=4242, child_pgid=0)
+    assert SessionRecord.from_json(r.to_json(), "/x/main.json") == r
+
+
 @pytest.mark.parametrize(
     ("data", "reason"),
     [
