@@ -22,6 +22,7 @@ from shellper.paths import PathError, runtime_dir, validate_name
 
 if TYPE_CHECKING:  # imported where used: `shellper run` starts faster without the codec and client
     from shellper.client import Client
+    from shellper.prefork import Prefork
     from shellper.sessions import SessionInfo
 
 
@@ -115,7 +116,8 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prefork: Prefork | None = None) -> int:
+    """Run one command; ``prefork`` is the daemon-to-be that the console script forked early, if any."""
     argv = list(sys.argv[1:] if argv is None else argv)
     command: list[str] = []
     if "--" in argv:  # everything after the first -- is the child's, options included
@@ -127,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"shellper: {args.cmd}: unexpected arguments after --: {' '.join(command)}", file=sys.stderr)
             return 2
         args.command = [*args.command, *command]
+    args.prefork = prefork
     try:
         handler = _COMMANDS[args.cmd]
         return handler(args)
@@ -178,7 +181,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise CliError(f"run: --cwd {config.cwd} is not a directory")
     if args.foreground:
         return run_foreground(config)
-    info = launch(config, fork=True)  # the CLI is single-threaded: skip a second interpreter
+    info = launch(config, fork=True, prefork=args.prefork)  # the CLI is single-threaded: no second interpreter
     print(json.dumps(info.to_dict()), flush=True)
     return 0
 

@@ -15,12 +15,15 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shellper.config import SessionConfig
 from shellper.logfile import LogFile, redirect_stdio
 from shellper.paths import SessionPaths, ensure_runtime_dir, validate_name
 from shellper.record import SessionLock
+
+if TYPE_CHECKING:
+    from shellper.prefork import Prefork
 
 LAUNCH_TIMEOUT = 10.0
 
@@ -61,30 +64,31 @@ def prepare(config: SessionConfig) -> SessionPaths:
     return paths
 
 
-def launch(config: SessionConfig, timeout: float = LAUNCH_TIMEOUT, *, fork: bool = False) -> LaunchInfo:
+def launch(
+    config: SessionConfig, timeout: float = LAUNCH_TIMEOUT, *, fork: bool = False, prefork: Prefork | None = None
+) -> LaunchInfo:
     """Start a detached shellper and return once its socket accepts connections.
 
     By default the daemon is a fresh interpreter, which is safe from any caller (a Tower with threads
     and an event loop). ``fork=True`` forks this process instead, skipping a second interpreter start
-    and its imports: only for a single-threaded caller such as the ``shellper`` CLI.
+    and its imports: only for a single-threaded caller such as the ``shellper`` CLI, which may also pass
+    the ``prefork`` it started before parsing (see shellper.prefork).
     """
+    if prefork is not None or fork:
+        try:
+            paths = prepare(config)
+            if prefork is None:
+                from shellper.prefork import Prefork
+
+                prefork = Prefork.start()
+            prefork.send(config.to_json().encode())
+            reply = _read_until_eof(prefork.ready_r, timeout)
+        finally:
+            if prefork is not None:
+                prefork.cancel()
+        return _launch_reply(config, paths, reply)
     paths = prepare(config)
     ready_r, ready_w = os.pipe()
-    if fork:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the intermediate and the daemon; they never return
-            os.close(ready_r)
-            os.setsid()
-            os._exit(_detached_daemon(config, ready_w))
-        os.close(ready_w)
-        try:
-            os.waitpid(pid, 0)
-            reply = _read_until_eof(ready_r, timeout)
-        finally:
-            os.close(ready_r)
-        return _launch_reply(config, paths, reply)
     import subprocess  # only this path needs it
 
     try:
@@ -162,10 +166,10 @@ def daemon_main(argv: list[str]) -> int:
     """Entry of ``python -m shellper.daemon``: fork once more, detach, serve, report readiness."""
     ready_fd = int(os.environ.pop("SHELLPER_READY_FD", "-1"))
     config = SessionConfig.from_json(sys.stdin.buffer.read().decode())
-    return _detached_daemon(config, ready_fd)
+    return detached_daemon(config, ready_fd)
 
 
-def _detached_daemon(config: SessionConfig, ready_fd: int) -> int:
+def detached_daemon(config: SessionConfig, ready_fd: int) -> int:
     """In the intermediate process: fork the daemon, which serves; the intermediate returns 0 at once."""
     if os.fork():
         return 0  # the launcher reaps this intermediate; the daemon is nobody's child to wait for

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-import random
 import signal
 import socket
 import time
-import traceback
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -501,6 +499,8 @@ class Session:
         self._handle_exit(evidence, child_pid=child.pid)
 
     def _handle_exit(self, evidence: ExitEvidence, child_pid: int | None) -> None:
+        import random  # only here: keeps it out of the start-up path
+
         decision = self.supervisor.on_exit(evidence, time.monotonic(), random.random())
         if self._stop_requested:
             state = "stopping"
@@ -671,6 +671,8 @@ def serve(config: SessionConfig, paths: SessionPaths, log: LogFile,
     loop = Reactor()
 
     def report(exc: BaseException) -> None:  # a bug in one callback must not take the session down
+        import traceback  # only on this path: it costs start-up ~4 ms
+
         log.write(f"internal error: {type(exc).__name__}: {exc}\n{''.join(traceback.format_exception(exc))}")
 
     loop.on_error = report

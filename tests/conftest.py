@@ -30,6 +30,9 @@ from shellper.launch import LaunchInfo, launch
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
+_SCRIPT = Path(PY).with_name("shellper")
+SHELLPER_CLI = [str(_SCRIPT)] if _SCRIPT.exists() else [PY, "-m", "shellper.cli"]
+"""How a person runs ``shellper``: the installed console script (shellper.prefork.entry) when there is one."""
 
 
 def _open_fds() -> set[int]:

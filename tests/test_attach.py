@@ -30,6 +30,7 @@ from typing import Any
 import pexpect
 import psutil
 import pytest
+from conftest import SHELLPER_CLI
 
 from shellper import wire
 from shellper.attach import DetachKeyError, attach, describe, exit_status, parse_detach_key
@@ -90,7 +91,7 @@ class Sessions:
     spawned: list[pexpect.spawn] = field(default_factory=list)
 
     def cli_args(self, *args: str) -> list[str]:
-        return [sys.executable, "-m", "shellper.cli", "--dir", self.dir, *args]
+        return [*SHELLPER_CLI, "--dir", self.dir, *args]
 
     def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(self.cli_args(*args), capture_output=True, text=True, env=self.env,
@@ -434,7 +435,7 @@ def test_sigterm_restores_terminal(shared: Sessions) -> None:
     before = term.match.group(1)
     term.send(b"echo up-$((3*11))\r")
     term.expect("up-33")  # attached and in raw mode
-    attach_pid = next(p.pid for p in psutil.Process(term.pid).children() if "shellper.cli" in p.cmdline())
+    attach_pid = next(p.pid for p in psutil.Process(term.pid).children() if "attach" in p.cmdline())
     os.kill(attach_pid, signal.SIGTERM)
     term.expect(rb"rc=(\d+)")
     assert term.match.group(1) == b"143"

@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import PY, ROOT, Sessions, poll_until, recv_until, wait_gone
+from conftest import PY, ROOT, SHELLPER_CLI, Sessions, poll_until, recv_until, wait_gone
 from test_server import NO_RESTART, TREE_CHILD, echo_roundtrip, expect_closed, status, tree_pids
 
 from shellper import wire
@@ -24,8 +24,7 @@ from shellper.record import SessionLock, read_record
 
 def cli(*args: str, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
     """The ``shellper`` CLI in a subprocess that exits when it is done (capture_output: waits for EOF)."""
-    return subprocess.run([PY, "-m", "shellper.cli", *args], capture_output=True, text=True, timeout=timeout,
-                          cwd=ROOT)
+    return subprocess.run([*SHELLPER_CLI, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
 
 
 def ancestors(pid: int) -> list[int]:
@@ -38,14 +37,16 @@ def ancestors(pid: int) -> list[int]:
 
 
 def daemons_for(directory: Path) -> list[int]:
-    """Shellper processes serving ``directory`` (their argv names it), found by scanning /proc."""
+    """Shellper processes for ``directory`` (their argv names it), found by scanning /proc: daemons
+    started by ``launch()`` and anything forked from the CLI (a daemon, or a prefork left behind)."""
     found = []
+    script = os.fsencode(SHELLPER_CLI[-1])
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
+        if not entry.isdigit() or int(entry) == os.getpid():
             continue
         with contextlib.suppress(OSError):
             argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-            if b"shellper.daemon" in argv and os.fsencode(str(directory)) in argv:
+            if (b"shellper.daemon" in argv or script in argv) and os.fsencode(str(directory)) in argv:
                 found.append(int(entry))
     return found
 
@@ -138,6 +139,43 @@ def test_a_second_run_with_the_same_name_fails_and_leaves_the_first(sessions: Se
         assert term.welcome is not None and term.welcome.instance_id == before.instance_id
         echo_roundtrip(term, b"first-intact")
     sessions.stop("dup")
+
+
+_UNDER_SUBREAPER = """
+import os, subprocess, sys
+from shellper.reaper import set_child_subreaper
+set_child_subreaper()
+code = subprocess.run(sys.argv[1:]).returncode
+orphans = []
+while True:  # anything the CLI left behind is ours now: wait for it
+    try:
+        orphans.append(os.waitpid(-1, 0)[0])
+    except ChildProcessError:
+        break
+print("orphans:", orphans, file=sys.stderr)
+sys.exit(code)
+"""
+
+
+@pytest.mark.parametrize(("args", "code", "says"), [
+    (["run", "np"], 1, "no command given"),
+    (["run", "np", "--cols", "wide", "--", "cat"], 2, "invalid int value"),
+    (["run", "np", "--help"], 0, "usage:"),
+    (["run", "np", "--cwd", "/nonexistent", "--", "cat"], 1, "is not a directory"),
+    (["ls", "run"], 2, "unrecognized arguments"),  # looks like a run to the prefork check
+], ids=["no-command", "bad-int", "help", "bad-cwd", "ls"])
+def test_a_run_that_does_not_launch_leaves_no_process(sessions: Sessions, args: list[str], code: int,
+                                                      says: str) -> None:
+    """The console script forks the daemon-to-be before parsing (shellper.prefork): when the command
+    turns out not to launch, that process is killed and reaped by the CLI itself. The CLI runs under a
+    subreaper here, which would inherit (and report) any process the CLI left behind."""
+    done = subprocess.run([PY, "-c", _UNDER_SUBREAPER, *SHELLPER_CLI, "--dir", str(sessions.dir), *args],
+                          capture_output=True, text=True, timeout=30, cwd=ROOT)
+    assert done.returncode == code, done.stderr
+    assert says in done.stdout + done.stderr
+    assert "orphans: []" in done.stderr
+    assert daemons_for(sessions.dir) == []
+    assert not sessions.dir.exists() or list(sessions.dir.iterdir()) == []
 
 
 def test_a_command_that_cannot_start_fails_the_launch_cleanly(sessions: Sessions) -> None:
