@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import heapq
+import math
 import os
-import selectors
+import select
 import signal
 import time
 from collections import deque
@@ -21,6 +22,11 @@ from collections.abc import Callable, Coroutine, Generator, Iterable
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
+
+_IN, _OUT = select.EPOLLIN, select.EPOLLOUT
+# As selectors reads epoll: an error or hang-up wakes both the reader and the writer of that fd.
+_READABLE = ~select.EPOLLOUT
+_WRITABLE = ~select.EPOLLIN
 
 
 def _nothing(*_: object) -> None:
@@ -110,7 +116,8 @@ class Reactor:
     """One thread, one epoll: readers, writers, timers, signals, and coroutine tasks."""
 
     def __init__(self) -> None:
-        self._selector = selectors.EpollSelector()
+        self._epoll = select.epoll()
+        self._masks: dict[int, int] = {}  # what each registered fd is registered for
         self._readers: dict[int, tuple[Callable[..., object], tuple[Any, ...]]] = {}
         self._writers: dict[int, tuple[Callable[..., object], tuple[Any, ...]]] = {}
         self._timers: list[Handle] = []
@@ -125,18 +132,18 @@ class Reactor:
     # ------------------------------------------------------------------------------- fds
 
     def _update(self, fd: int) -> None:
-        mask = (selectors.EVENT_READ if fd in self._readers else 0) | (
-            selectors.EVENT_WRITE if fd in self._writers else 0)
-        try:
-            key = self._selector.get_key(fd)
-        except KeyError:
+        mask = (_IN if fd in self._readers else 0) | (_OUT if fd in self._writers else 0)
+        old = self._masks.get(fd)
+        if old is None:
             if mask:
-                self._selector.register(fd, mask)
-            return
-        if not mask:
-            self._selector.unregister(fd)
-        elif key.events != mask:
-            self._selector.modify(fd, mask)
+                self._epoll.register(fd, mask)
+                self._masks[fd] = mask
+        elif not mask:
+            del self._masks[fd]
+            self._epoll.unregister(fd)
+        elif old != mask:
+            self._epoll.modify(fd, mask)
+            self._masks[fd] = mask
 
     def add_reader(self, fd: int, callback: Callable[..., object], *args: Any) -> None:
         self._readers[fd] = (callback, args)
@@ -158,8 +165,9 @@ class Reactor:
         """Drop every callback for ``fd`` (call before closing it)."""
         self._readers.pop(fd, None)
         self._writers.pop(fd, None)
-        with contextlib.suppress(KeyError, ValueError, OSError):
-            self._selector.unregister(fd)
+        if self._masks.pop(fd, None) is not None:
+            with contextlib.suppress(ValueError, OSError):
+                self._epoll.unregister(fd)
 
     # ------------------------------------------------------------------------------- time
 
@@ -256,24 +264,24 @@ class Reactor:
     def run(self) -> None:
         """Dispatch until ``stop()``. Blocks without a timeout when nothing is scheduled."""
         self._running = True
-        select = self._selector.select
+        poll = self._epoll.poll
         readers, writers, timers, ready = self._readers, self._writers, self._timers, self._ready
         while self._running:
             if ready:
-                timeout: float | None = 0.0
+                timeout = 0.0
             elif timers:
                 while timers and timers[0].cancelled:
                     heapq.heappop(timers)
-                timeout = max(0.0, timers[0].when - time.monotonic()) if timers else None
+                # rounded up to epoll's millisecond, so a timer due in 0.3 ms is not a busy loop
+                timeout = math.ceil(max(0.0, timers[0].when - time.monotonic()) * 1e3) * 1e-3 if timers else -1
             else:
-                timeout = None
-            for key, mask in select(timeout):
-                fd = key.fd
+                timeout = -1
+            for fd, mask in poll(timeout):
                 try:
-                    if mask & selectors.EVENT_READ and fd in readers:
+                    if mask & _READABLE and fd in readers:
                         cb, args = readers[fd]
                         cb(*args)
-                    if mask & selectors.EVENT_WRITE and fd in writers:
+                    if mask & _WRITABLE and fd in writers:
                         cb, args = writers[fd]
                         cb(*args)
                 except Exception as exc:
@@ -296,7 +304,7 @@ class Reactor:
             signal.signal(signum, signal.SIG_DFL)
         if self._old_wakeup_fd is not None:
             signal.set_wakeup_fd(self._old_wakeup_fd)
-        self._selector.close()
+        self._epoll.close()
         os.close(self._wake_r)
         os.close(self._wake_w)
 

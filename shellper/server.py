@@ -45,6 +45,10 @@ READ_CHUNK = 64 * 1024
 instead of growing it (256 KiB reads left an idle shellper ~25 MiB larger after a flood)."""
 READS_PER_WAKEUP = 4
 """Reads per wakeup: drain what is there, but let clients and signals in between."""
+SHORT_READ = 512
+"""A read this small drained the PTY (a keystroke's echo, a prompt): the read after it would only
+fail with EAGAIN, which costs a syscall and an exception on every keystroke. Epoll is level-triggered,
+so anything written meanwhile wakes us again."""
 STDERR_TAIL_BYTES = 8 * 1024
 EVENT_HISTORY = 1000
 INPUT_HIGH_WATER = 1024 * 1024
@@ -280,6 +284,8 @@ class Session:
             if size >= READ_CHUNK:  # batches stay under 128 KiB: see READ_CHUNK
                 self._output_from(child, fd, batch)
                 batch, size = [], 0
+            elif len(chunk) < SHORT_READ:
+                break
         if batch:
             self._output_from(child, fd, batch)
 
