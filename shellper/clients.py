@@ -1,6 +1,7 @@
 """One client connection: handshake, its own position in the ring, and its frames.
 
-The PTY reader never waits for a client. A caught-up client is handed each output frame as it is
+The PTY reader waits for no terminal or viewer (only, within bounds, for the tower: shellper.pacing).
+A caught-up client is handed each output frame as it is
 produced; one whose socket is full stops receiving and later catches up from the ring at its own pace,
 getting a GAP with the exact count if it fell behind the ring's start. Control frames are never dropped:
 they are queued at the output offset they belong after, so an EXIT never overtakes the output before it.
@@ -142,7 +143,7 @@ class ClientConn:
             self._flush_control()
             end = ring.end
             if self.pos >= end:
-                return
+                break
             limit = REPLAY_CHUNK
             if self._control:
                 # Stop at the next control frame's offset; if the ring has dropped everything up to it,
@@ -155,6 +156,8 @@ class ClientConn:
                 self.transport.write(wire.encode_data(chunk.data))
             self.pos = chunk.offset + len(chunk.data)
         self._flush_control()
+        if self.session.tower is self:
+            self.session.pacer.on_progress()
 
     def _flush_control(self) -> None:
         assert self.transport is not None

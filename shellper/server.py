@@ -24,6 +24,7 @@ from shellper.config import SessionConfig, resolve_stderr_mode
 from shellper.exits import Action, ExitEvidence, Supervisor, describe_exit, signal_name
 from shellper.identity import boot_id, start_time
 from shellper.logfile import LogFile
+from shellper.pacing import OutputPacer
 from shellper.paths import PathError, SessionPaths, ensure_runtime_dir, unlink_if_regular, unlink_if_socket
 from shellper.reactor import Future, Handle, Lock, Reactor
 from shellper.reaper import descendants, reap_children_nohang, set_child_subreaper
@@ -108,6 +109,9 @@ class Session:
         self._lock: SessionLock | None = None
         self.record_error: str | None = None
         """Why the last record write failed (disk full, directory gone); None once one succeeds."""
+        self.pacer = OutputPacer(loop, max(1, config.ring_bytes // 2), tower=lambda: self.tower,
+                                 end=lambda: self.scrollback.end, pause=self._hold_output,
+                                 resume=self._release_output, log=log.write)
 
     # ----------------------------------------------------------------------------------- lifecycle
 
@@ -306,6 +310,18 @@ class Session:
             frame = wire.encode_data(data)
             for client in self.clients.values():
                 client.on_output(old_end, frame)
+            if self.tower is not None:
+                self.pacer.on_output()
+
+    def _hold_output(self) -> None:
+        """The tower is far behind: stop reading the PTY until it catches up (shellper.pacing)."""
+        if self.child is not None:
+            self.loop.remove_reader(self.child.master_fd)
+
+    def _release_output(self) -> None:
+        child = self.child
+        if child is not None:
+            self.loop.add_reader(child.master_fd, self._on_pty_readable, child, child.master_fd)
 
     def _notice(self, text: str) -> None:
         """A one-line notice for people attached; it is part of the output stream (and the ring)."""
@@ -318,6 +334,7 @@ class Session:
                     self._on_pty_readable(child, fd)
 
     def _cleanup_child_fds(self) -> None:
+        self.pacer.forget()
         child = self.child
         if child is None:
             return
@@ -595,6 +612,7 @@ class Session:
             return
         if self.tower is client:
             self.tower = None
+            self.pacer.on_progress()  # nobody to wait for now
         self._input_paused.discard(client)
         self._event("client_detached", {"client_id": client.client_id, "role": client.role, "reason": reason})
 
@@ -620,7 +638,7 @@ class Session:
             "exit_count": self.exit_count, "restarts": self.restarts, "last_exit": self.last_exit,
             "next_restart_at": self.next_restart_at, "event_seq": self.event_seq,
             "clients": [c.describe() for c in self.clients.values()],
-            "record_error": self.record_error,
+            "record_error": self.record_error, "output_held": self.pacer.holding,
         }
         return wire.StatusReply(state=self.state, info=info)
 

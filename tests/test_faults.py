@@ -363,6 +363,60 @@ def test_stalled_client_does_not_slow_the_child(sessions: Sessions, scale: Flood
     sessions.stop("flood")
 
 
+def _held(sessions: Sessions, name: str) -> bool:
+    return bool(status_info(sessions, name)["output_held"])
+
+
+def test_a_tower_that_reads_late_loses_nothing(sessions: Sessions) -> None:
+    """The tower does not read while the child writes 16 rings' worth: the shellper stops reading the
+    PTY (the child blocks) instead of letting the ring overwrite what the tower has not had; once the
+    tower reads, it gets every byte and no GAP. (A terminal or viewer in its place gets a GAP: above.)"""
+    ring, total = 256 * 1024, 4 * 1024 * 1024
+    path = _flood_session(sessions, "late", FloodScale(total, ring))
+    with RawConn(path) as tower:
+        tower.send(hello("tower"))
+        tower.until(lambda f: isinstance(f, wire.Replay))
+        tower.send(wire.encode_data(b"g"))
+        poll_until(lambda: _held(sessions, "late"), 10, what="the shellper to hold output for the tower")
+        assert ring_end(sessions, "late") < len(b"READY\n") + total  # the child is held back, not finished
+        stream = PatternStream(next=len(b"READY\n"), base=len(b"READY\n"), total=total)
+        while not stream.done:
+            for frame in tower.frames(30):
+                if isinstance(frame, wire.Data):
+                    stream.data(frame.data)
+                elif isinstance(frame, wire.Gap):
+                    stream.gap(frame)
+            assert not tower.eof
+        assert stream.gaps == [] and stream.pattern_bytes == total
+    assert not _held(sessions, "late")
+    sessions.stop("late")
+
+
+def test_a_tower_that_stops_reading_is_waited_for_only_briefly(sessions: Sessions) -> None:
+    """A tower that takes nothing holds the child back for shellper.pacing.STALL_SECONDS, then the
+    child runs on and the tower, when it reads again, gets one exact GAP; the log says why."""
+    ring, total = 256 * 1024, 4 * 1024 * 1024
+    path = _flood_session(sessions, "hung", FloodScale(total, ring))
+    end = len(b"READY\n") + total
+    with RawConn(path) as tower:
+        tower.send(hello("tower"))
+        tower.until(lambda f: isinstance(f, wire.Replay))
+        tower.send(wire.encode_data(b"g"))
+        poll_until(lambda: ring_end(sessions, "hung") >= end, 30, what="the child to finish without the tower")
+        stream = PatternStream(next=len(b"READY\n"), base=len(b"READY\n"), total=total)
+        while not stream.done:
+            for frame in tower.frames(30):
+                if isinstance(frame, wire.Data):
+                    stream.data(frame.data)
+                elif isinstance(frame, wire.Gap):
+                    stream.gap(frame)
+            assert not tower.eof
+        assert len(stream.gaps) == 1 and stream.pattern_bytes + stream.gaps[0][1] == total
+    log = Path(sessions.started[-1].log).read_text()
+    assert "took no output for" in log
+    sessions.stop("hung")
+
+
 # --------------------------------------------------------------------------------------------- immortal tree
 
 
