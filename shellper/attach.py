@@ -267,6 +267,11 @@ class _Attachment:
             n = 0
         if not n:
             return _Outcome(1, "[session closed]")
+        echo = client.decoder.sole_data(self.rbuf[:n])
+        if echo is not None:  # one whole DATA frame (an echo): what on_frames would do, without the decoder
+            client.output.next_offset += len(echo)
+            self.show(bytes(echo))
+            return None
         client.decoder.feed(self.rbuf[:n])
         return self.on_frames()
 

@@ -84,6 +84,11 @@ class ClientConn:
     def data_received(self, data: bytes) -> None:
         if self._closing:
             return
+        if self.registered and self.role != "viewer":
+            keystroke = self.decoder.sole_data(data)
+            if keystroke is not None:  # one whole DATA frame: what _handle would do, without the decoder
+                self.session.write_input(bytes(keystroke), self)
+                return
         self.decoder.feed(data)
         try:
             for event in self.decoder.events():

@@ -377,6 +377,8 @@ class Gap(Frame):
     missed: int = wfield("uint")
 
 
+_DATA_TYPE = int(FrameType.DATA)
+
 FRAME_CLASSES: dict[int, type[Frame]] = {
     cls.TYPE: cls
     for cls in (Data, Resize, Signal, Exit, Replay, Ping, Pong, Hello, Welcome, Spawn, Error, Event, Status,
@@ -469,6 +471,17 @@ class Decoder:
     def buffered(self) -> int:
         """Bytes held, waiting for the rest of a frame."""
         return len(self._buf) - self._pos
+
+    def sole_data(self, chunk: bytes | bytearray | memoryview) -> bytes | bytearray | memoryview | None:
+        """The payload, if nothing is buffered and ``chunk`` is exactly one whole non-empty DATA frame:
+        a keystroke or its echo, the common case, which then skips ``feed`` and ``events``. None
+        otherwise, and nothing is consumed: feed the chunk as usual."""
+        n = len(chunk) - HEADER_SIZE
+        if n <= 0 or chunk[0] != _DATA_TYPE or self._skip or self._pos != len(self._buf):
+            return None
+        if int.from_bytes(chunk[1:HEADER_SIZE], "big") != n or n > self.max_frame:
+            return None
+        return chunk[HEADER_SIZE:]
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         if self._skip:

@@ -221,6 +221,37 @@ def test_encode_data_matches_encode() -> None:
     assert wire.data_header(len(payload)) + payload == encode(Data(payload))
 
 
+_KEY = wire.encode_data(b"a")
+
+
+@pytest.mark.parametrize(("buffered", "chunk", "payload"), [
+    (b"", _KEY, b"a"),
+    (b"", wire.encode_data(b"x" * 70000), b"x" * 70000),
+    (b"", memoryview(_KEY), b"a"),
+    (b"", wire.encode_data(b""), None),  # empty DATA: the decoder's business
+    (b"", _KEY[:-1], None),  # incomplete
+    (b"", _KEY + _KEY, None),  # two frames
+    (b"", _KEY + b"\x01", None),  # a frame and the start of another
+    (b"", wire.encode(wire.Ping(nonce=1)), None),  # not DATA
+    (b"", b"\x01\x00\x00", None),  # a partial header
+    (_KEY[:2], _KEY, None),  # something is buffered already
+], ids=["key", "64k", "memoryview", "empty", "short", "two", "and-more", "ping", "header", "buffered"])
+def test_sole_data_takes_only_one_whole_data_frame(buffered: bytes, chunk: bytes, payload: bytes | None) -> None:
+    d = Decoder()
+    d.feed(buffered)
+    got = d.sole_data(chunk)
+    assert (None if got is None else bytes(got)) == payload
+    assert d.buffered == len(buffered)  # nothing consumed either way
+
+
+def test_sole_data_respects_the_frame_limit_and_a_skip_in_progress() -> None:
+    d = Decoder(max_frame=4)
+    assert d.sole_data(wire.encode_data(b"12345")) is None
+    d.feed(wire.data_header(10) + b"12")  # an oversized frame being skipped
+    assert isinstance(next(d.events()), wire.Skipped)
+    assert d.sole_data(wire.encode_data(b"ab")) is None  # the rest of the skipped payload comes first
+
+
 def test_exact_limit_is_accepted_and_one_more_is_skipped() -> None:
     limit = 100
     exact = encode(Data(b"a" * limit))
