@@ -1,6 +1,7 @@
 # Each target bootstraps .venv on first use (or when pyproject.toml changes); a second run reinstalls nothing.
 # editable_mode=compat puts the checkout on sys.path with a plain .pth line: setuptools' default editable
 # finder costs every interpreter start ~10 ms of imports (pathlib, re, importlib.util), shellper's included.
+# setuptools calls compat mode transitional: should a release drop it, the default mode is installed instead.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -11,7 +12,8 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]' --config-settings editable_mode=compat
+	$(BIN)/python -m pip install --quiet -e '.[test]' --config-settings editable_mode=compat \
+		|| $(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
 # Bytecode ahead of time: with PYTHONDONTWRITEBYTECODE set, every shellper start would otherwise
