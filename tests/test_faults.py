@@ -417,6 +417,25 @@ def test_a_tower_that_stops_reading_is_waited_for_only_briefly(sessions: Session
     sessions.stop("hung")
 
 
+@pytest.mark.parametrize("how", ["sigterm", "new-tower"])
+def test_held_output_does_not_block_stopping_or_a_new_tower(sessions: Sessions, how: str) -> None:
+    """While output is held for a tower that does not read, SIGTERM still stops the session, and a
+    tower that replaces it (here: the STOP sender) is not kept waiting by the old one's lag."""
+    path = _flood_session(sessions, "held", FloodScale(4 * 1024 * 1024, 256 * 1024))
+    pid = sessions.started[-1].pid
+    with RawConn(path) as tower:
+        tower.send(hello("tower"))
+        tower.until(lambda f: isinstance(f, wire.Replay))
+        tower.send(wire.encode_data(b"g"))
+        poll_until(lambda: _held(sessions, "held"), 10, what="output held for the tower")
+        if how == "sigterm":
+            os.kill(pid, signal.SIGTERM)
+            assert wait_gone(pid, 10), "the shellper did not stop while holding output"
+        else:
+            sessions.stop("held")  # connects as the tower: the old one is replaced and closed
+            assert wait_gone(pid, 0)
+
+
 # --------------------------------------------------------------------------------------------- immortal tree
 
 
