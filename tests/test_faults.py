@@ -298,11 +298,10 @@ class FloodScale:
     ring: int
 
 
-def _read_flood(reader: RawConn, total: int) -> PatternStream:
-    """Read a pattern child's whole flood as the tower (which sends the go byte); check every byte."""
-    stream = PatternStream(next=0, base=len(b"READY\n"), total=total)
-    stream.data(b"READY\n")
-    reader.send(wire.encode_data(b"g"))
+def _drain_pattern(reader: RawConn, total: int, stream: PatternStream | None = None) -> PatternStream:
+    """Read a pattern child's flood to its end, checking every byte and every GAP."""
+    base = len(b"READY\n")
+    stream = stream or PatternStream(next=base, base=base, total=total)
     while not stream.done:
         for frame in reader.frames(30):
             if isinstance(frame, wire.Data):
@@ -310,6 +309,15 @@ def _read_flood(reader: RawConn, total: int) -> PatternStream:
             elif isinstance(frame, wire.Gap):
                 stream.gap(frame)
         assert not reader.eof
+    return stream
+
+
+def _read_flood(reader: RawConn, total: int) -> PatternStream:
+    """Read a pattern child's whole flood as the tower (which sends the go byte); check every byte."""
+    stream = PatternStream(next=0, base=len(b"READY\n"), total=total)
+    stream.data(b"READY\n")
+    reader.send(wire.encode_data(b"g"))
+    _drain_pattern(reader, total, stream)
     assert stream.gaps == [] and stream.pattern_bytes == total, "the reading client lost bytes"
     return stream
 
@@ -367,27 +375,30 @@ def _held(sessions: Sessions, name: str) -> bool:
     return bool(status_info(sessions, name)["output_held"])
 
 
-def test_a_tower_that_reads_late_loses_nothing(sessions: Sessions) -> None:
-    """The tower does not read while the child writes 16 rings' worth: the shellper stops reading the
-    PTY (the child blocks) instead of letting the ring overwrite what the tower has not had; once the
-    tower reads, it gets every byte and no GAP. (A terminal or viewer in its place gets a GAP: above.)"""
-    ring, total = 256 * 1024, 4 * 1024 * 1024
-    path = _flood_session(sessions, "late", FloodScale(total, ring))
+HELD_RING, HELD_TOTAL = 256 * 1024, 4 * 1024 * 1024
+"""A flood of 16 rings: far more than a tower that does not read could be given without holding it back."""
+
+
+@contextlib.contextmanager
+def _tower_flood(sessions: Sessions, name: str) -> Iterator[RawConn]:
+    """A pattern flood started by a tower that has read none of it yet."""
+    path = _flood_session(sessions, name, FloodScale(HELD_TOTAL, HELD_RING))
     with RawConn(path) as tower:
         tower.send(hello("tower"))
         tower.until(lambda f: isinstance(f, wire.Replay))
         tower.send(wire.encode_data(b"g"))
+        yield tower
+
+
+def test_a_tower_that_reads_late_loses_nothing(sessions: Sessions) -> None:
+    """The tower does not read while the child writes 16 rings' worth: the shellper stops reading the
+    PTY (the child blocks) instead of letting the ring overwrite what the tower has not had; once the
+    tower reads, it gets every byte and no GAP. (A terminal or viewer in its place gets a GAP: above.)"""
+    with _tower_flood(sessions, "late") as tower:
         poll_until(lambda: _held(sessions, "late"), 10, what="the shellper to hold output for the tower")
-        assert ring_end(sessions, "late") < len(b"READY\n") + total  # the child is held back, not finished
-        stream = PatternStream(next=len(b"READY\n"), base=len(b"READY\n"), total=total)
-        while not stream.done:
-            for frame in tower.frames(30):
-                if isinstance(frame, wire.Data):
-                    stream.data(frame.data)
-                elif isinstance(frame, wire.Gap):
-                    stream.gap(frame)
-            assert not tower.eof
-        assert stream.gaps == [] and stream.pattern_bytes == total
+        assert ring_end(sessions, "late") < len(b"READY\n") + HELD_TOTAL  # held back, not finished
+        stream = _drain_pattern(tower, HELD_TOTAL)
+        assert stream.gaps == [] and stream.pattern_bytes == HELD_TOTAL
     assert not _held(sessions, "late")
     sessions.stop("late")
 
@@ -395,25 +406,12 @@ def test_a_tower_that_reads_late_loses_nothing(sessions: Sessions) -> None:
 def test_a_tower_that_stops_reading_is_waited_for_only_briefly(sessions: Sessions) -> None:
     """A tower that takes nothing holds the child back for shellper.pacing.STALL_SECONDS, then the
     child runs on and the tower, when it reads again, gets one exact GAP; the log says why."""
-    ring, total = 256 * 1024, 4 * 1024 * 1024
-    path = _flood_session(sessions, "hung", FloodScale(total, ring))
-    end = len(b"READY\n") + total
-    with RawConn(path) as tower:
-        tower.send(hello("tower"))
-        tower.until(lambda f: isinstance(f, wire.Replay))
-        tower.send(wire.encode_data(b"g"))
+    end = len(b"READY\n") + HELD_TOTAL
+    with _tower_flood(sessions, "hung") as tower:
         poll_until(lambda: ring_end(sessions, "hung") >= end, 30, what="the child to finish without the tower")
-        stream = PatternStream(next=len(b"READY\n"), base=len(b"READY\n"), total=total)
-        while not stream.done:
-            for frame in tower.frames(30):
-                if isinstance(frame, wire.Data):
-                    stream.data(frame.data)
-                elif isinstance(frame, wire.Gap):
-                    stream.gap(frame)
-            assert not tower.eof
-        assert len(stream.gaps) == 1 and stream.pattern_bytes + stream.gaps[0][1] == total
-    log = Path(sessions.started[-1].log).read_text()
-    assert "took no output for" in log
+        stream = _drain_pattern(tower, HELD_TOTAL)
+        assert len(stream.gaps) == 1 and stream.pattern_bytes + stream.gaps[0][1] == HELD_TOTAL
+    assert "took no output for" in Path(sessions.started[-1].log).read_text()
     sessions.stop("hung")
 
 
@@ -421,12 +419,9 @@ def test_a_tower_that_stops_reading_is_waited_for_only_briefly(sessions: Session
 def test_held_output_does_not_block_stopping_or_a_new_tower(sessions: Sessions, how: str) -> None:
     """While output is held for a tower that does not read, SIGTERM still stops the session, and a
     tower that replaces it (here: the STOP sender) is not kept waiting by the old one's lag."""
-    path = _flood_session(sessions, "held", FloodScale(4 * 1024 * 1024, 256 * 1024))
-    pid = sessions.started[-1].pid
-    with RawConn(path) as tower:
-        tower.send(hello("tower"))
-        tower.until(lambda f: isinstance(f, wire.Replay))
-        tower.send(wire.encode_data(b"g"))
+    pid_of = len(sessions.started)
+    with _tower_flood(sessions, "held"):
+        pid = sessions.started[pid_of].pid
         poll_until(lambda: _held(sessions, "held"), 10, what="output held for the tower")
         if how == "sigterm":
             os.kill(pid, signal.SIGTERM)
