@@ -81,6 +81,10 @@ class Child:
     """Set by :func:`reap` (or by the caller, if it reaps some other way)."""
     closed: bool = field(default=False)
 
+    def output_fds(self) -> tuple[int, ...]:
+        """The fds the child's output arrives on: the PTY, and stderr's own PTY or pipe if it has one."""
+        return (self.master_fd,) if self.stderr_fd is None else (self.master_fd, self.stderr_fd)
+
     def close(self) -> None:
         """Close the parent's fds (idempotent); same as the module-level :func:`close`."""
         close(self)

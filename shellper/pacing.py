@@ -2,8 +2,8 @@
 
 Terminals and viewers are never waited for: one that falls behind the ring gets a GAP. The tower is
 different: it records and serves the session, and output it misses is lost for good. So when the
-tower is more than ``limit`` bytes behind, the shellper stops reading the PTY (the child then blocks
-in write, which is what a PTY does when nobody reads) until the tower is back within ``limit // 2``.
+tower is more than ``limit`` bytes behind, the shellper stops reading the child's output (the child
+then blocks in write, which is what a PTY does when nobody reads) until the tower is back within ``limit // 2``.
 A tower that takes nothing for ``stall`` seconds is not waited for again until it has caught up:
 a hung tower delays the child once, by ``stall``, and then gets a GAP like any other client.
 A timer runs only while output is held, so an idle session still costs nothing.
@@ -80,13 +80,11 @@ class OutputPacer:
         if not self.holding:
             return
         tower = self._tower()
-        if tower is not None and tower.pos == self._mark:
-            self._exempt = tower
-            self._log(f"tower client {tower.client_id} took no output for {self.stall:g} s: output no longer "
-                      "waits for it until it catches up")
-            self.release()
-            return
-        if tower is None:
+        if tower is None or tower.pos == self._mark:
+            if tower is not None:
+                self._exempt = tower
+                self._log(f"tower client {tower.client_id} took no output for {self.stall:g} s: output no "
+                          "longer waits for it until it catches up")
             self.release()
             return
         self._mark = tower.pos

@@ -262,9 +262,8 @@ class Session:
             return False
         self.child = child
         self.stderr_tail.clear()
-        self.loop.add_reader(child.master_fd, self._on_pty_readable, child, child.master_fd)
-        if child.stderr_fd is not None:
-            self.loop.add_reader(child.stderr_fd, self._on_pty_readable, child, child.stderr_fd)
+        for fd in child.output_fds():
+            self.loop.add_reader(fd, self._on_pty_readable, child, fd)
         self._set_state("running", "")
         self.log.write(f"spawned pid={child.pid} argv={argv!r}")
         self._event("spawned", {"child_pid": child.pid, "argv": argv})
@@ -314,36 +313,36 @@ class Session:
                 self.pacer.on_output()
 
     def _hold_output(self) -> None:
-        """The tower is far behind: stop reading the PTY until it catches up (shellper.pacing)."""
+        """The tower is far behind: stop reading the child's output until it catches up (shellper.pacing)."""
         if self.child is not None:
-            self.loop.remove_reader(self.child.master_fd)
+            for fd in self.child.output_fds():
+                self.loop.remove_reader(fd)
 
     def _release_output(self) -> None:
         child = self.child
         if child is not None:
-            self.loop.add_reader(child.master_fd, self._on_pty_readable, child, child.master_fd)
+            for fd in child.output_fds():
+                self.loop.add_reader(fd, self._on_pty_readable, child, fd)
 
     def _notice(self, text: str) -> None:
         """A one-line notice for people attached; it is part of the output stream (and the ring)."""
         self._output(b"\r\n\x1b[7m[shellper] " + text.encode() + b"\x1b[0m\r\n")
 
     def _drain_child_output(self, child: Child) -> None:
-        for fd in (child.master_fd, child.stderr_fd):
-            if fd is not None:
-                with contextlib.suppress(OSError):
-                    self._on_pty_readable(child, fd)
+        for fd in child.output_fds():
+            with contextlib.suppress(OSError):
+                self._on_pty_readable(child, fd)
 
     def _cleanup_child_fds(self) -> None:
         self.pacer.forget()
         child = self.child
         if child is None:
             return
-        for fd in (child.master_fd, child.stderr_fd):
-            if fd is not None:
-                with contextlib.suppress(ValueError, OSError):
-                    self.loop.remove_reader(fd)
-                with contextlib.suppress(ValueError, OSError):
-                    self.loop.remove_writer(fd)
+        for fd in child.output_fds():
+            with contextlib.suppress(ValueError, OSError):
+                self.loop.remove_reader(fd)
+            with contextlib.suppress(ValueError, OSError):
+                self.loop.remove_writer(fd)
         child.close()
 
     def write_input(self, data: bytes, client: ClientConn) -> None:
