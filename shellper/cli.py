@@ -350,6 +350,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     if last:
         print(f"  last exit: {last.get('class')}: {last.get('reason')}")
     print(f"  clients: {len(info.get('clients') or [])}")
+    if info.get("output_held"):
+        print("  output held: the tower is more than half a ring behind (the child waits for it)")
     return 0
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import Sessions, poll_until, read_until, recv_until, wait_gone
+from conftest import SHELLPER_CLI, Sessions, poll_until, read_until, recv_until, wait_gone
 from soak_support import (
     PatternStream,
     RawConn,
@@ -397,6 +397,9 @@ def test_a_tower_that_reads_late_loses_nothing(sessions: Sessions) -> None:
     with _tower_flood(sessions, "late") as tower:
         poll_until(lambda: _held(sessions, "late"), 10, what="the shellper to hold output for the tower")
         assert ring_end(sessions, "late") < len(b"READY\n") + HELD_TOTAL  # held back, not finished
+        shown = subprocess.run([*SHELLPER_CLI, "--dir", str(sessions.dir), "status", "late"], capture_output=True,
+                               text=True, timeout=30, stdin=subprocess.DEVNULL)
+        assert "output held: the tower is more than half a ring behind" in shown.stdout, shown
         stream = _drain_pattern(tower, HELD_TOTAL)
         assert stream.gaps == [] and stream.pattern_bytes == HELD_TOTAL
     assert not _held(sessions, "late")
