@@ -45,6 +45,8 @@ class ConfigError(ValueError):
 
 @dataclass
 class SessionConfig:
+    """Everything a session is started with; JSON on the launch pipe, so argv and env never show in ps."""
+
     name: str
     argv: list[str]
     dir: str

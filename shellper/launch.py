@@ -39,6 +39,8 @@ class LaunchError(RuntimeError):
 
 @dataclass(frozen=True)
 class LaunchInfo:
+    """What a started session reports once its socket accepts: the info line ``shellper run`` prints."""
+
     name: str
     pid: int
     start_time: int

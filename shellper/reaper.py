@@ -117,6 +117,8 @@ def _proc_pids() -> list[int]:
 
 @dataclass
 class _Member:
+    """One process of a tree being terminated: its pidfd, the identity it was found with, its group."""
+
     fd: PidFd
     identity: ProcessIdentity
     pgrp: int

@@ -222,6 +222,8 @@ class Data(Frame):
 
 @_frame
 class Resize(Frame):
+    """The terminal's size in cells; the shellper applies it to the PTY (TIOCSWINSZ, then SIGWINCH)."""
+
     TYPE = FrameType.RESIZE
     cols: int = wfield("uint")
     rows: int = wfield("uint")
@@ -229,6 +231,8 @@ class Resize(Frame):
 
 @_frame
 class Signal(Frame):
+    """A signal, by name from SIGNALS, for the child's process group (tower only)."""
+
     TYPE = FrameType.SIGNAL
     signal: str = wfield("str")
 
@@ -268,12 +272,16 @@ class Replay(Frame):
 
 @_frame
 class Ping(Frame):
+    """Asks for a PONG with the same nonce: a liveness check, and a barrier after frames sent before it."""
+
     TYPE = FrameType.PING
     nonce: int | None = wfield("int", nullable=True, default=None)
 
 
 @_frame
 class Pong(Frame):
+    """The answer to a PING, carrying its nonce."""
+
     TYPE = FrameType.PONG
     nonce: int | None = wfield("int", nullable=True, default=None)
 
@@ -293,6 +301,8 @@ class Hello(Frame):
 
 @_frame
 class Welcome(Frame):
+    """The shellper's answer to HELLO: who it is, the session's state and size, and the ring's bounds."""
+
     TYPE = FrameType.WELCOME
     version: int = wfield("uint")
     name: str = wfield("str")
@@ -339,6 +349,8 @@ class Error(Frame):
 
 @_frame
 class Event(Frame):
+    """A numbered session event (spawned, exited, client_attached, ...), for clients that asked for events."""
+
     TYPE = FrameType.EVENT
     seq: int = wfield("uint")
     kind: str = wfield("str")
@@ -355,6 +367,8 @@ class Status(Frame):
 
 @_frame
 class StatusReply(Frame):
+    """The answer to STATUS: the session state and a map of details (pids, ring, clients, exits)."""
+
     TYPE = FrameType.STATUS_REPLY
     state: str = wfield("str")
     info: dict[str, Any] = wfield("map", default={})
