@@ -214,6 +214,19 @@ def test_exception_codes_are_error_codes(exc: type[ProtocolError], code: str) ->
 # --------------------------------------------------------------------------------------------- units
 
 
+@pytest.mark.parametrize("frame", [Data(b"x"), wire.Resize(cols=80, rows=24), wire.Exit(code=1, signal=None)],
+                         ids=["data", "resize", "exit"])
+def test_frames_are_immutable(frame: wire.Frame) -> None:
+    name = dataclasses.fields(frame)[0].name
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(frame, name, getattr(frame, name))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        delattr(frame, name)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        frame.extra = 1  # type: ignore[attr-defined]
+    assert dataclasses.replace(frame) == frame and hash(dataclasses.replace(frame)) == hash(frame)
+
+
 def test_encode_data_matches_encode() -> None:
     payload = bytes(range(256)) * 3
     assert encode_data(payload) == encode(Data(payload))
