@@ -326,11 +326,7 @@ class Shellpers:
 
     def connect(self, name: str, role: str = "tower", timeout: float = 30.0, **hello: int | None) -> Client:
         client = Client(self.socket(name), role, client_name="bench", timeout=timeout)
-        try:
-            client.connect(**hello)
-        except BaseException:
-            client.close()
-            raise
+        client.connect(**hello)
         return client
 
     def ring_end(self, name: str) -> int:

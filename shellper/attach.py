@@ -412,12 +412,10 @@ def attach(socket_path: str | os.PathLike[str], *, name: str | None = None,
     client = Client(socket_path, "viewer" if read_only else "terminal", client_name="shellper-attach")
     try:
         client.connect(replay_bytes=REPLAY_BYTES if replay else 0)
-    except RemoteError as exc:
-        client.close()
+    except RemoteError as exc:  # connect() has closed what it opened
         print(f"shellper: {label}: {exc.error.message}", file=sys.stderr)
         return 1
     except ClientError as exc:
-        client.close()
         print(f"shellper: {label}: {exc.message}", file=sys.stderr)
         return 1
     assert client.sock is not None

@@ -162,7 +162,6 @@ def _connect(args: argparse.Namespace, role: str = "tower", **hello: Any) -> Cli
     try:
         client.connect(**hello)
     except ClientError as exc:
-        client.close()
         raise CliError(f"session {args.name!r}: {exc.message}") from None
     return client
 

@@ -95,7 +95,8 @@ class Client:
 
     def connect(self, *, resume_from: int | None = None, replay_bytes: int | None = None,
                 events_after: int | None = None) -> wire.Welcome:
-        """Connect, send HELLO, and wait for WELCOME and REPLAY (both always come)."""
+        """Connect, send HELLO, and wait for WELCOME and REPLAY (both always come). On any failure the
+        socket is closed again: the caller has nothing to clean up."""
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         sock.settimeout(self.timeout)
         try:
@@ -116,12 +117,16 @@ class Client:
             sock.close()
             raise ClientError(self.path, f"connect failed: {exc.strerror or exc}") from None
         self.sock = sock
-        self.send(wire.Hello(version=wire.PROTOCOL_VERSION, role=self.role, resume_from=resume_from,
-                             replay_bytes=replay_bytes, events_after=events_after, client=self.client_name))
-        deadline = time.monotonic() + self.timeout
-        welcome = self._expect(wire.Welcome, deadline)
-        self.welcome = welcome
-        self.replay = self._expect(wire.Replay, deadline)
+        try:
+            self.send(wire.Hello(version=wire.PROTOCOL_VERSION, role=self.role, resume_from=resume_from,
+                                 replay_bytes=replay_bytes, events_after=events_after, client=self.client_name))
+            deadline = time.monotonic() + self.timeout
+            welcome = self._expect(wire.Welcome, deadline)
+            self.welcome = welcome
+            self.replay = self._expect(wire.Replay, deadline)
+        except BaseException:  # a failed handshake leaves no socket open behind it
+            self.close()
+            raise
         self.output.next_offset = self.replay.offset + len(self.replay.data)
         if self.replay.gap:
             self.output.gaps.append((self.replay.offset, self.replay.gap))

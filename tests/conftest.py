@@ -136,11 +136,7 @@ class Sessions:
 
     def connect(self, name: str, role: str = "tower", timeout: float = 10.0, **hello: Any) -> Client:
         client = Client(self.dir / f"{name}.sock", role, client_name="test", timeout=timeout)
-        try:
-            client.connect(**hello)
-        except BaseException:
-            client.close()
-            raise
+        client.connect(**hello)
         return client
 
     def stop(self, name: str, grace: float | None = None) -> None:

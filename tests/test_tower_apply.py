@@ -15,12 +15,12 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from test_tower_support import REPO, Sessions, alive, identity, is_dead, session_dir, tree, wait_for
+from conftest import poll_until
+from test_tower_support import REPO, Sessions, alive, identity, is_dead, other, sessions, tree
 
 from shellper import wire
 from shellper.identity import ProcessIdentity, boot_id, read_stat
@@ -31,18 +31,6 @@ from tower_client.discover import discover, observe
 from tower_client.reconcile import Action, Registry, RegistryRow, reconcile
 
 TREE = ["sh", "-c", "sleep 300 & (sleep 301 & wait) & echo started; wait"]
-
-
-@pytest.fixture
-def sessions() -> Iterator[Sessions]:
-    with session_dir() as s:
-        yield s
-
-
-@pytest.fixture
-def other() -> Iterator[Sessions]:
-    with session_dir() as s:
-        yield s
 
 
 def decide(d: Path, *rows: RegistryRow, husk_max_age: float | None = None,
@@ -136,7 +124,7 @@ def test_registered_live_shellper_is_adopted_and_resumed_without_loss(sessions: 
 
 def test_unregistered_shellper_is_terminated_with_its_whole_tree(sessions: Sessions) -> None:
     info = sessions.launch("stray", TREE)
-    members = wait_for(lambda: full_tree(info.pid), what="sh, 2 sleeps and a subshell")
+    members = poll_until(lambda: full_tree(info.pid), what="sh, 2 sleeps and a subshell")
     shellper = identity(info.pid)
     assert decide(sessions.dir) == [("stray", Action.TERMINATE, "unregistered")]
     report = apply(_decisions(sessions.dir), grace=1.0)
@@ -152,7 +140,7 @@ def test_unregistered_shellper_is_terminated_with_its_whole_tree(sessions: Sessi
 def test_unresponsive_shellper_is_terminated_by_signals(sessions: Sessions) -> None:
     """A frozen shellper cannot take STOP: the pidfd path (TERM, grace, KILL, confirm) still ends it all."""
     info = sessions.launch("frozen", TREE)
-    members = wait_for(lambda: full_tree(info.pid), what="sh, 2 sleeps and a subshell")
+    members = poll_until(lambda: full_tree(info.pid), what="sh, 2 sleeps and a subshell")
     shellper = identity(info.pid)
     os.kill(info.pid, signal.SIGSTOP)  # our own shellper, just launched
     decisions = _decisions(sessions.dir, probe_timeout=0.3)
@@ -169,7 +157,7 @@ def test_unresponsive_shellper_is_terminated_by_signals(sessions: Sessions) -> N
 def test_husk_adopted_when_wanted_terminated_when_not(sessions: Sessions) -> None:
     wanted = sessions.launch("husk-a", ["sh", "-c", "exit 0"])
     unwanted = sessions.launch("husk-b", ["sh", "-c", "exit 0"])
-    wait_for(lambda: all(o.state == "exited" for o in discover(sessions.dir)), what="both children to exit")
+    poll_until(lambda: all(o.state == "exited" for o in discover(sessions.dir)), what="both children to exit")
     decisions = _decisions(sessions.dir, RegistryRow("husk-a"))
     assert [(d.name, d.action, d.reason) for d in decisions] == [
         ("husk-a", Action.ADOPT, "husk"), ("husk-b", Action.TERMINATE, "unregistered")]
@@ -377,7 +365,7 @@ def test_observe_reports_a_dead_shellper_and_clean_then_respawn(sessions: Sessio
     sessions.track(child)
     shellper = identity(info.pid)
     os.kill(info.pid, signal.SIGKILL)  # our own shellper, just launched: it dies without cleaning up
-    wait_for(lambda: is_dead(shellper), what="the shellper to die")
+    poll_until(lambda: is_dead(shellper), what="the shellper to die")
     obs = observe(sessions.dir, "gone")
     assert (obs.identity, obs.locked, obs.probe) == ("gone", False, "refused")
     decisions = _decisions(sessions.dir, RegistryRow("gone"))
@@ -385,3 +373,5 @@ def test_observe_reports_a_dead_shellper_and_clean_then_respawn(sessions: Sessio
     report = apply(decisions)
     assert [o.result for o in report.outcomes] == ["cleaned", "reported"] and report.ok
     assert files(sessions.dir) == set()
+
+__all__ = ["other", "sessions"]  # the fixtures, re-exported for pytest

@@ -6,21 +6,14 @@ import json
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from test_tower_support import REPO, Sessions, alive, identity, is_dead, session_dir, sleeper_argv
+from test_tower_support import REPO, Sessions, alive, identity, is_dead, sessions, sleeper_argv
 
 from shellper.record import read_record, write_record
 from tower_client.cli import main
-
-
-@pytest.fixture
-def sessions() -> Iterator[Sessions]:
-    with session_dir() as s:
-        yield s
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -101,3 +94,5 @@ def test_console_script_entry(sessions: Sessions) -> None:
     proc = subprocess.run([sys.executable, "-m", "tower_client.cli", "--dir", str(sessions.dir), "ls"],
                           capture_output=True, text=True, timeout=30, cwd=REPO)
     assert proc.returncode == 0 and "no sessions" in proc.stdout
+
+__all__ = ["sessions"]  # the fixtures, re-exported for pytest

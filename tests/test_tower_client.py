@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
-from test_tower_support import Sessions, identity, is_dead, kill_verified, session_dir, wait_for
+from conftest import poll_until
+from test_tower_support import Sessions, identity, is_dead, kill_verified, sessions
 
 from shellper import wire
 from tower_client.client import (
@@ -29,12 +30,6 @@ from tower_client.client import (
 )
 
 CAT = ["cat"]
-
-
-@pytest.fixture
-def sessions() -> Iterator[Sessions]:
-    with session_dir() as s:
-        yield s
 
 
 def echoed(token: bytes) -> Callable[[bytes], bool]:
@@ -293,7 +288,7 @@ def test_resuming_client_does_not_resume_a_stopped_session(sessions: Sessions) -
             await tower.recv()
 
     asyncio.run(main())
-    wait_for(lambda: is_dead(shellper), what="the shellper to exit")
+    poll_until(lambda: is_dead(shellper), what="the shellper to exit")
 
 
 def test_resuming_client_yields_to_a_newer_tower(sessions: Sessions) -> None:
@@ -335,3 +330,5 @@ def test_resuming_client_refuses_a_new_instance_under_the_same_name(sessions: Se
         await viewer.close()
 
     asyncio.run(main())
+
+__all__ = ["sessions"]  # the fixtures, re-exported for pytest

@@ -5,27 +5,15 @@ from __future__ import annotations
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 
 import pytest
-from test_tower_support import Sessions, alive, identity, is_dead, session_dir, sleeper_argv, tree, wait_for
+from conftest import poll_until
+from test_tower_support import Sessions, alive, identity, is_dead, other, sessions, sleeper_argv, tree
 
 from tower_client.apply import apply
 from tower_client.discover import discover
 from tower_client.holders import find_holders, mint_or_reclaim
 from tower_client.reconcile import Registry, RegistryRow, reconcile
-
-
-@pytest.fixture
-def sessions() -> Iterator[Sessions]:
-    with session_dir() as s:
-        yield s
-
-
-@pytest.fixture
-def other() -> Iterator[Sessions]:
-    with session_dir() as s:
-        yield s
 
 
 @pytest.fixture
@@ -48,7 +36,7 @@ def test_foreign_holder_survives_everything_and_forces_mint(sessions: Sessions, 
     }[form]
     person = sessions.spawn(argv)
     foreign = identity(person.pid)
-    wait_for(lambda: find_holders(sid, sessions.dir), what="the holder to show up")  # exec -a is async
+    poll_until(lambda: find_holders(sid, sessions.dir), what="the holder to show up")  # exec -a is async
     ours = sessions.launch("arch-main", sleeper_argv("--resume", sid))  # an own holder too
     holders = find_holders(sid, sessions.dir)
     kinds = {h.pid: h.kind for h in holders}
@@ -69,7 +57,7 @@ def test_own_shellper_holding_the_id_is_reclaimed(sessions: Sessions, sid: str) 
                                                   f"--resume {sid}"])
     bystander = sessions.launch("arch-c", sleeper_argv("--resume", str(uuid.uuid4())))
     shellper = identity(info.pid)
-    child = wait_for(lambda: [h for h in find_holders(sid, sessions.dir) if h.via == "argv"],
+    child = poll_until(lambda: [h for h in find_holders(sid, sessions.dir) if h.via == "argv"],
                      what="the child to exec")[0]
     assert child.kind == "own" and child.own is not None and child.own.name == "arch-b"
     members = tree(info.pid)
@@ -92,7 +80,7 @@ def test_protected_session_is_never_reclaimed(sessions: Sessions, sid: str) -> N
 def test_crash_looping_remnant_is_found_through_its_record(sessions: Sessions, sid: str) -> None:
     """Its child is dead (between respawns, or for good): the record's command is the evidence."""
     info = sessions.launch("arch-d", [sys.executable, "-c", "pass", "--session-id", sid])
-    wait_for(lambda: all(o.state == "exited" for o in discover(sessions.dir)), what="the child to exit")
+    poll_until(lambda: all(o.state == "exited" for o in discover(sessions.dir)), what="the child to exit")
     holders = find_holders(sid, sessions.dir)
     assert [(h.pid, h.kind, h.via) for h in holders] == [(info.pid, "own", "record")]
     shellper = identity(info.pid)
@@ -122,3 +110,5 @@ def test_registered_session_is_left_to_the_tower_by_holders_lookup(sessions: Ses
     assert alive(before)
     decisions = reconcile(Registry((RegistryRow("arch-e"),)), discover(sessions.dir), now=time.time())
     assert [str(d.action) for d in decisions] == ["adopt"]
+
+__all__ = ["other", "sessions"]  # the fixtures, re-exported for pytest

@@ -13,11 +13,12 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
+
+import pytest
 
 from shellper.config import SessionConfig
 from shellper.exits import RestartPolicy
@@ -25,21 +26,7 @@ from shellper.identity import IdentityError, ProcessIdentity, boot_id, open_veri
 from shellper.launch import LaunchInfo, launch
 from shellper.reaper import descendants
 
-T = TypeVar("T")
-
 REPO = str(Path(__file__).resolve().parent.parent)
-
-
-def wait_for(predicate: Callable[[], T | None], timeout: float = 10.0, what: str = "condition") -> T:
-    """Poll ``predicate`` until it returns something truthy, or fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.005)  # polling interval, not synchronisation
 
 
 def identity(pid: int) -> ProcessIdentity:
@@ -132,10 +119,24 @@ def session_dir() -> Iterator[Sessions]:
         s.cleanup()
 
 
+@pytest.fixture
+def sessions() -> Iterator[Sessions]:
+    """The tower tests' own session directory (it shadows conftest's ``sessions`` where imported)."""
+    with session_dir() as s:
+        yield s
+
+
+@pytest.fixture
+def other() -> Iterator[Sessions]:
+    """A second, separate session directory."""
+    with session_dir() as s:
+        yield s
+
+
 def sleeper_argv(*extra: str) -> list[str]:
     """A foreign-looking long sleeper; ``extra`` lands in its argv (sys.argv[1:])."""
     return [sys.executable, "-c", "import time; time.sleep(120)", *extra]
 
 
-__all__ = ["REPO", "Sessions", "alive", "boot_id", "identity", "is_dead", "session_dir", "sleeper_argv",
-           "tree", "wait_for"]
+__all__ = ["REPO", "Sessions", "alive", "boot_id", "identity", "is_dead", "other", "session_dir", "sessions",
+           "sleeper_argv", "tree"]
