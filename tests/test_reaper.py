@@ -113,6 +113,9 @@ class Scope:
                 return
             raise
         ident = ProcessIdentity.of(pid)
+        if ident is None and may_be_gone:  # it exited and was reaped between the two reads
+            fd.close()
+            return
         assert ident is not None and fd.is_unreaped()
         self.pinned[pid] = (fd, ident)
 
