@@ -21,13 +21,13 @@ import sys
 import termios
 import threading
 import tty
-from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
 from shellper import wire
 from shellper.client import Client, ClientError, RemoteError, SessionGone
 from shellper.modes import FULL_RESET_SEQUENCE, ModeTracker
+from shellper.records import record
 
 __all__ = [
     "DEFAULT_DETACH_KEY",
@@ -151,7 +151,7 @@ def _window_size(fd: int) -> tuple[int, int] | None:
     return min(size.columns, 65535), min(size.lines, 65535)
 
 
-@dataclass
+@record
 class _Outcome:
     status: int
     message: str = ""  # printed on its own line once the terminal is restored

@@ -31,9 +31,9 @@ import struct
 import termios
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 
 from shellper.identity import start_time as read_start_time
+from shellper.records import field, record
 
 STDERR_MODES = ("pty", "merged", "pipe")
 DEFAULT_TERM = "xterm-256color"
@@ -62,7 +62,7 @@ class SpawnError(Exception):
         super().__init__(f"cannot start {self.argv[:1]}: {message} [{name}]")
 
 
-@dataclass(eq=False)
+@record(eq=False)
 class Child:
     """A running child: its pid (== pgid == sid) and the parent-side fds (non-blocking, CLOEXEC)."""
 

@@ -12,11 +12,11 @@ import os
 import select
 import socket
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
 from shellper import wire
+from shellper.records import field, record
 
 F = TypeVar("F", bound=wire.Frame)
 
@@ -58,7 +58,7 @@ class ProtocolViolation(ClientError):
     """The shellper sent something this client cannot accept."""
 
 
-@dataclass
+@record
 class Output:
     """Where this client is in the session's output stream."""
 

@@ -7,11 +7,11 @@ reported in the next line that can be. Format: ``[2026-01-02T03:04:05.678Z] mess
 
 from __future__ import annotations
 
+import _thread  # threading.Lock without importing threading (1.4 ms of every launch)
 import contextlib
 import datetime as _dt
 import os
 import sys
-import threading
 from pathlib import Path
 
 from shellper.paths import open_nofollow
@@ -63,7 +63,7 @@ class LogFile:
         """Lines lost since the last successful write (reported, then reset)."""
         self.last_error: OSError | None = None
         self._fd: int | None = None
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()
 
     def _open(self) -> int:
         if self._fd is None:

@@ -20,7 +20,8 @@ from __future__ import annotations
 import bisect
 import functools
 import re
-from dataclasses import dataclass
+
+from shellper.records import record
 
 __all__ = [
     "CARRY_MAX",
@@ -45,7 +46,7 @@ approximated by the state at the fold. A TUI toggling the cursor twice per frame
 history for its last ~256-512 frames."""
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class TerminalModes:
     """Mode state; the defaults are a freshly reset terminal.
 

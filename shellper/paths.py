@@ -12,8 +12,9 @@ from __future__ import annotations
 import os
 import re
 import stat
-from dataclasses import dataclass
 from pathlib import Path
+
+from shellper.records import record
 
 SUN_PATH_MAX = 108
 """sizeof(sockaddr_un.sun_path) on Linux, including the terminating NUL."""
@@ -157,7 +158,7 @@ def validate_name(name: str) -> str:
     return name
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SessionPaths:
     """The per-session file names inside a runtime directory."""
 

@@ -31,7 +31,6 @@ import select
 import signal
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from shellper.identity import (
     IdentityError,
@@ -45,6 +44,7 @@ from shellper.identity import (
     open_verified,
     read_stat,
 )
+from shellper.records import record
 
 __all__ = [
     "PR_SET_CHILD_SUBREAPER",
@@ -115,7 +115,7 @@ def _proc_pids() -> list[int]:
 # --------------------------------------------------------------------------- tree tracking
 
 
-@dataclass
+@record
 class _Member:
     """One process of a tree being terminated: its pidfd, the identity it was found with, its group."""
 
@@ -242,7 +242,7 @@ def _group_signal(tree: _Tree, sig: int) -> bool:
 # --------------------------------------------------------------------------- terminate_tree
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class TerminateReport:
     """What terminate_tree did: ``termed`` got SIGTERM, ``killed`` needed SIGKILL."""
 

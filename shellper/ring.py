@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import mmap
 import re
-from dataclasses import dataclass
-from typing import NamedTuple
 
 from shellper.modes import FULL_RESET_SEQUENCE, ModeTracker
+from shellper.records import record
 
 __all__ = [
     "DEFAULT_CAPACITY",
@@ -96,7 +95,8 @@ class OffsetError(ValueError):
         self.end = end
 
 
-class Chunk(NamedTuple):
+@record(frozen=True, slots=True)
+class Chunk:
     """Result of :meth:`RingBuffer.read`: ``data`` starts at absolute ``offset``; ``gap`` bytes
     before it (from the requested offset) are no longer held."""
 
@@ -243,7 +243,7 @@ class RingBuffer:
         return b"".join((self._mv[i:], self._mv[: i + n - self._phys]))
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Replay:
     """What to send a client that (re)attaches: ``preamble`` then ``data``.
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +15,12 @@ from shellper import wire
 from shellper.client import Client, ClientError
 from shellper.paths import LOCK_SUFFIX, RECORD_SUFFIX, SOCKET_SUFFIX, BadName, validate_name
 from shellper.record import RecordError, SessionLock, SessionRecord, read_record
+from shellper.records import asdict, record
 
 PROBE_TIMEOUT = 2.0
 
 
-@dataclass
+@record
 class SessionInfo:
     name: str
     state: str  # the record's state, or "stale" (no live owner) / "unreachable" (owner alive, socket silent)

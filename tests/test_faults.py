@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import dataclasses
 import os
 import select
 import shutil
@@ -40,7 +39,7 @@ from soak_support import (
     status_kib,
 )
 
-from shellper import wire
+from shellper import records, wire
 from shellper.client import Client, SessionNotFound
 from shellper.exits import RestartPolicy
 from shellper.record import SessionLock, SessionRecord, read_record
@@ -166,11 +165,11 @@ def test_survivor_reap_spares_a_recycled_session_id(sessions: Sessions, reaper: 
     stranger = subprocess.Popen(["sleep", "300"], start_new_session=True)  # a session leader, started later
     try:
         reaper.track(identity(stranger.pid))
-        fake = dataclasses.replace(record, child_pid=stranger.pid)  # as if its pid had been recycled
+        fake = records.replace(record, child_pid=stranger.pid)  # as if its pid had been recycled
         assert stranger.pid not in survivor_pids(fake)
         # Control: with its own start ticks recorded, the same process *is* the recorded child.
         own_ticks = identity(stranger.pid).start_time
-        assert stranger.pid in survivor_pids(dataclasses.replace(fake, child_start_time=own_ticks))
+        assert stranger.pid in survivor_pids(records.replace(fake, child_start_time=own_ticks))
     finally:
         stranger.kill()
         stranger.wait()

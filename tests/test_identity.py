@@ -6,7 +6,6 @@ while the test still held it as an unreaped child.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
@@ -20,6 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from shellper import records
 from shellper.identity import (
     BOOT_ID_PATH,
     IdentityError,
@@ -203,7 +203,7 @@ def test_identity_mismatch_is_refused_and_leaves_process_alone(
     real = ProcessIdentity.of(p.pid)
     assert real is not None and real.is_alive()
     for delta in (1, -1):
-        forged = dataclasses.replace(real, start_time=real.start_time + delta)
+        forged = records.replace(real, start_time=real.start_time + delta)
         assert not forged.is_alive()
         with pytest.raises(IdentityMismatch) as info:
             open_verified(forged)
@@ -217,7 +217,7 @@ def test_other_boot_is_gone_without_touching_the_pid(spawn: list[subprocess.Pope
     p = _sleeper(spawn)
     real = ProcessIdentity.of(p.pid)
     assert real is not None
-    other_boot = dataclasses.replace(real, boot_id="00000000-0000-0000-0000-000000000000")
+    other_boot = records.replace(real, boot_id="00000000-0000-0000-0000-000000000000")
     assert not other_boot.is_alive()
     with pytest.raises(ProcessGone) as info:
         open_verified(other_boot)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -18,6 +17,7 @@ from shellper.modes import (
     ModeTracker,
     TerminalModes,
 )
+from shellper.records import replace
 
 D = TerminalModes()
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from shellper import records
 from shellper.identity import (
     IdentityError,
     IdentityMismatch,
@@ -316,7 +317,7 @@ def test_terminate_tree_refuses_mismatch_and_leaves_tree_alone(scope: Scope) -> 
     t = scope.tree(STUBBORN, subreaper=True, ignore_term=False)
     ident = ProcessIdentity.of(t.root)
     assert ident is not None
-    forged = dataclasses.replace(ident, start_time=ident.start_time + 1)
+    forged = records.replace(ident, start_time=ident.start_time + 1)
     with pytest.raises(IdentityMismatch):
         terminate_tree(forged, grace=0.1)
     assert not any(scope.dead(pid) for pid in t.pids.values())

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import fcntl
 import json
 import os
@@ -18,6 +17,7 @@ import psutil
 import pytest
 
 from shellper import record as rec
+from shellper import records
 from shellper.identity import boot_id, start_time
 from shellper.record import (
     MAX_EXITS,
@@ -96,7 +96,7 @@ def test_unknown_keys_are_tolerated() -> None:
 
 
 def test_env_values_are_never_stored() -> None:
-    fields = {f.name for f in dataclasses.fields(SessionRecord)}
+    fields = {f.name for f in records.fields(SessionRecord)}
     assert not any("env" in name for name in fields)
 
 

@@ -15,7 +15,6 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -25,6 +24,7 @@ from test_tower_support import REPO, Sessions, alive, identity, is_dead, other, 
 from shellper import wire
 from shellper.identity import ProcessIdentity, boot_id, read_stat
 from shellper.record import SessionRecord, read_record, write_record
+from shellper.records import replace
 from tower_client.apply import apply
 from tower_client.client import AsyncClient, AsyncResumingClient
 from tower_client.discover import discover, observe

@@ -6,13 +6,13 @@ import json
 import subprocess
 import sys
 import uuid
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from test_tower_support import REPO, Sessions, alive, identity, is_dead, sessions, sleeper_argv
 
 from shellper.record import read_record, write_record
+from shellper.records import replace
 from tower_client.cli import main
 
 

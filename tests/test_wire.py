@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import itertools
 import json
@@ -16,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shellper import wire
+from shellper import records, wire
 from shellper.wire import (
     FRAME_CLASSES,
     HEADER,
@@ -179,7 +178,7 @@ def test_spec_documents_every_frame_and_field(frame_type: FrameType) -> None:
     text = SPEC.read_text(encoding="utf-8")
     assert re.search(rf"^\| 0x{frame_type:02X} \| {frame_type.name} \|", text, re.M)
     section = _spec_section(frame_type)
-    for f in dataclasses.fields(FRAME_CLASSES[frame_type]):
+    for f in records.fields(FRAME_CLASSES[frame_type]):
         key = f.metadata["key"] or f.name
         if frame_type != FrameType.DATA:
             assert f"| `{key}` |" in section, f"{frame_type.name}.{key} is not in its field table"
@@ -217,14 +216,14 @@ def test_exception_codes_are_error_codes(exc: type[ProtocolError], code: str) ->
 @pytest.mark.parametrize("frame", [Data(b"x"), wire.Resize(cols=80, rows=24), wire.Exit(code=1, signal=None)],
                          ids=["data", "resize", "exit"])
 def test_frames_are_immutable(frame: wire.Frame) -> None:
-    name = dataclasses.fields(frame)[0].name
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    name = records.fields(frame)[0].name
+    with pytest.raises(records.FrozenInstanceError):
         setattr(frame, name, getattr(frame, name))
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(records.FrozenInstanceError):
         delattr(frame, name)
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(records.FrozenInstanceError):
         frame.extra = 1  # type: ignore[attr-defined]
-    assert dataclasses.replace(frame) == frame and hash(dataclasses.replace(frame)) == hash(frame)
+    assert records.replace(frame) == frame and hash(records.replace(frame)) == hash(frame)
 
 
 def test_encode_data_matches_encode() -> None:
@@ -418,7 +417,7 @@ def _frame_strategy(cls: type[Frame]) -> st.SearchStrategy[Frame]:
     if cls is Data:
         return st.builds(Data, st.binary(max_size=2000))
     kwargs: dict[str, st.SearchStrategy[Any]] = {}
-    for f in dataclasses.fields(cls):
+    for f in records.fields(cls):
         strategy = _kind_strategy(f.metadata["kind"])
         if f.metadata["nullable"]:
             strategy = st.none() | strategy

@@ -13,7 +13,6 @@ by hand here, never computed by the codec, so tests/test_wire.py checks the code
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import struct
 import sys
@@ -28,6 +27,7 @@ if str(ROOT) not in sys.path:  # run as a script from a checkout
 
 import msgpack  # noqa: E402
 
+from shellper import records  # noqa: E402
 from shellper.wire import (  # noqa: E402
     FRAME_CLASSES,
     HEADER,
@@ -93,7 +93,7 @@ def frame_from_json(obj: dict[str, Any]) -> Frame:
     cls = FRAME_CLASSES[obj["code"]]
     if cls.TYPE.name != obj["type"]:
         raise ValueError(f"type {obj['type']!r} does not match code {obj['code']}")
-    by_key = {f.metadata["key"] or f.name: f.name for f in dataclasses.fields(cls)}
+    by_key = {f.metadata["key"] or f.name: f.name for f in records.fields(cls)}
     fields = from_json(obj["fields"])
     unknown = set(fields) - set(by_key)
     if unknown:

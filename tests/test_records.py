@@ -1,0 +1,177 @@
+"""shellper.records: the dataclass behaviour shellper relies on, and that the daemon imports no more."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from typing import Any, ClassVar
+
+import pytest
+
+from shellper.records import MISSING, FrozenInstanceError, asdict, field, fields, is_record, record, replace
+
+
+@record
+class Point:
+    """Mutable, compared by value, unhashable (as @dataclass)."""
+
+    x: int
+    y: int = 0
+    tags: list[str] = field(default_factory=list)
+    LABEL: ClassVar[str] = "point"
+
+
+@record(frozen=True)
+class Pin:
+    """Frozen: hashable, compared by value."""
+
+    name: str
+    at: Point | None = None
+    secret: str = field(default="", repr=False, compare=False)
+
+
+@record(frozen=True)
+class Labelled(Pin):
+    """Inherits Pin's fields, then adds its own."""
+
+    label: str = "x"
+
+
+@record(frozen=True, slots=True)
+class Slotted:
+    """Slots: no instance dict."""
+
+    a: int
+    b: float = 1.5
+
+
+@record
+class Derived:
+    """A field computed after __init__, kept out of __init__."""
+
+    base: int
+    double: int = field(default=0, init=False)
+    seen: list[int] = field(default_factory=list, init=False)
+
+    def __post_init__(self) -> None:
+        self.double = self.base * 2
+
+
+@record(eq=False, repr=False)
+class Identity:
+    """eq=False: compared and hashed by identity; repr=False: object's repr."""
+
+    value: int
+
+
+def test_init_defaults_and_factories() -> None:
+    p, q = Point(1), Point(1)
+    assert (p.x, p.y, p.tags) == (1, 0, [])
+    assert p.tags is not q.tags, "each instance gets its own default list"
+    assert Point(1, 2, ["a"]).tags == ["a"]
+    assert Point.LABEL == "point" and [f.name for f in fields(Point)] == ["x", "y", "tags"]
+
+
+@pytest.mark.parametrize(("a", "b", "equal"), [
+    (Point(1, 2), Point(1, 2), True),
+    (Point(1, 2), Point(1, 3), False),
+    (Pin("a", secret="s"), Pin("a", secret="t"), True),  # compare=False
+    (Pin("a"), Labelled("a"), False),  # a different class is never equal
+    (Slotted(1), Slotted(1, 1.5), True),
+    (Slotted(1, float("nan")), Slotted(1, float("nan")), False),  # two distinct NaNs
+])
+def test_equality(a: Any, b: Any, equal: bool) -> None:
+    assert (a == b) is equal and (a != b) is not equal
+
+
+def test_equality_like_tuples_for_identical_values() -> None:
+    nan = math.nan
+    assert Slotted(1, nan) == Slotted(1, nan), "as dataclasses: fields compared as tuples, identity first"
+
+
+def test_hashing() -> None:
+    with pytest.raises(TypeError):
+        hash(Point(1))
+    assert hash(Pin("a", secret="x")) == hash(Pin("a", secret="y"))
+    assert len({Pin("a"), Pin("a"), Pin("b")}) == 2
+    ident = Identity(1)
+    assert ident != Identity(1) and ident == ident and hash(ident) == object.__hash__(ident)
+
+
+def test_repr() -> None:
+    assert repr(Point(1, 2)) == "Point(x=1, y=2, tags=[])"
+    assert repr(Labelled("n", secret="hidden")) == "Labelled(name='n', at=None, label='x')"
+    assert repr(Identity(3)).startswith("<")
+
+
+def test_frozen_refuses_assignment_and_deletion() -> None:
+    pin = Pin("a")
+    with pytest.raises(FrozenInstanceError, match="name"):
+        pin.name = "b"  # type: ignore[misc]
+    with pytest.raises(FrozenInstanceError):
+        del pin.name  # type: ignore[misc]
+    with pytest.raises(AttributeError):  # FrozenInstanceError is one, as in dataclasses
+        pin.other = 1  # type: ignore[attr-defined]
+    s = Slotted(1)
+    with pytest.raises(FrozenInstanceError):
+        s.a = 2  # type: ignore[misc]
+    assert not hasattr(s, "__dict__") and Slotted.__slots__ == ("a", "b")
+    assert Slotted.__qualname__ == "Slotted"
+
+
+def test_inheritance_orders_fields_base_first() -> None:
+    assert [f.name for f in fields(Labelled)] == ["name", "at", "secret", "label"]
+    assert Labelled("n", Point(0), "s", "l").label == "l"
+
+
+def test_init_false_and_post_init() -> None:
+    d = Derived(4)
+    assert (d.double, d.seen) == (8, [])
+    assert [f.name for f in fields(d) if f.init] == ["base"]
+    with pytest.raises(TypeError):
+        Derived(4, 8)  # type: ignore[call-arg]
+
+
+def test_replace_and_asdict() -> None:
+    pin = Labelled("a", Point(1, tags=["t"]))
+    moved = replace(pin, at=Point(2))
+    assert moved == Labelled("a", Point(2)) and pin.at == Point(1, tags=["t"])
+    assert replace(Derived(3), base=5).double == 10
+    with pytest.raises(ValueError, match="init=False"):
+        replace(Derived(3), double=1)
+    assert asdict(pin) == {"name": "a", "at": {"x": 1, "y": 0, "tags": ["t"]}, "secret": "", "label": "x"}
+    assert asdict(Point(1, tags=["a"]))["tags"] == ["a"]
+
+
+def test_fields_metadata_and_defaults() -> None:
+    @record
+    class Meta:
+        a: int = field(default=1, metadata={"kind": "uint"})
+        b: int = field(default_factory=int)
+
+    a, b = fields(Meta)
+    assert (a.default, a.metadata["kind"], b.default is MISSING, b.default_factory is int) == (1, "uint", True, True)
+    assert is_record(Meta) and is_record(Meta()) and not is_record(object())
+    with pytest.raises(TypeError, match="not a record"):
+        fields(object())
+
+
+@pytest.mark.parametrize(("make", "error", "match"), [
+    (lambda: record(type("M", (), {"__annotations__": {"a": "list[int]"}, "a": []})), ValueError, "mutable default"),
+    (lambda: record(type("O", (), {"__annotations__": {"a": "int", "b": "int"}, "a": 1})), TypeError,
+     "non-default field 'b' follows a default"),
+    (lambda: record(type("F", (Pin,), {"__annotations__": {"c": "int"}, "c": 0})), TypeError, "frozen"),
+    (lambda: field(default=1, default_factory=int), ValueError, "both default and default_factory"),
+])
+def test_declaration_errors(make: Any, error: type[Exception], match: str) -> None:
+    with pytest.raises(error, match=match):
+        make()
+
+
+def test_the_daemon_imports_neither_dataclasses_nor_typing() -> None:
+    """What the prefork imports before a launch: each of these cost every session time and memory."""
+    probe = ("import sys, shellper.server, shellper.config, shellper.launch, shellper.prefork\n"
+             "print(' '.join(sorted({'dataclasses', 'typing', 'inspect', 'threading', 'psutil'} & set(sys.modules))))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
+    assert done.stdout.strip() == ""
