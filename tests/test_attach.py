@@ -321,6 +321,33 @@ def test_frames_after_the_handshake(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert err in capsys.readouterr().err
 
 
+def test_attach_off_the_main_thread_runs_without_signal_handling(tmp_path: Path) -> None:
+    """Signal handlers can only be set on the main thread: elsewhere attach goes on without them."""
+    path = str(tmp_path / "fake.sock")
+    fds_before = len(os.listdir("/proc/self/fd"))
+    server = _serve_once(path, HANDSHAKE + _exit(code=4), hold=0.0)
+    stdin_r, stdin_w = os.pipe()
+    out_r, out_w = os.pipe()
+    before = signal.getsignal(signal.SIGWINCH)
+    box: list[int] = []
+    try:
+        worker = threading.Thread(target=lambda: box.append(
+            attach(path, name="fake", stdin_fd=stdin_r, stdout_fd=out_w)))
+        worker.start()
+        worker.join(timeout=TIMEOUT)
+        assert box == [4]
+        assert signal.getsignal(signal.SIGWINCH) == before
+        os.close(out_w)
+        assert b"[exited: code 4]" in b"".join(iter(lambda: os.read(out_r, 65536), b""))
+    finally:
+        for fd in (stdin_r, stdin_w, out_r):
+            os.close(fd)
+        with contextlib.suppress(OSError):
+            os.close(out_w)
+    server.join(timeout=TIMEOUT)
+    assert len(os.listdir("/proc/self/fd")) == fds_before, "the wakeup pipe is closed again"
+
+
 # ------------------------------------------------------------------------------------------- attach
 
 

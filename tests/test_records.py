@@ -169,9 +169,13 @@ def test_declaration_errors(make: Any, error: type[Exception], match: str) -> No
         make()
 
 
-def test_the_daemon_imports_neither_dataclasses_nor_typing() -> None:
-    """What the prefork imports before a launch: each of these cost every session time and memory."""
-    probe = ("import sys, shellper.server, shellper.config, shellper.launch, shellper.prefork\n"
+@pytest.mark.parametrize("modules", [
+    "shellper.server, shellper.config, shellper.launch, shellper.prefork",  # what the prefork imports
+    "shellper.cli, shellper.attach",  # `shellper attach`
+])
+def test_start_up_imports_neither_dataclasses_nor_typing(modules: str) -> None:
+    """Each of these cost every session, or every attach, time and memory (see shellper.records)."""
+    probe = (f"import sys, {modules}\n"
              "print(' '.join(sorted({'dataclasses', 'typing', 'inspect', 'threading', 'psutil'} & set(sys.modules))))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
     assert done.stdout.strip() == ""
