@@ -32,7 +32,6 @@ MISSING: Any = _Missing()
 """No default (as ``dataclasses.MISSING``)."""
 
 _FIELDS = "__record_fields__"
-_MUTABLE_DEFAULTS = (list, dict, set, bytearray)
 
 
 class FrozenInstanceError(AttributeError):
@@ -136,7 +135,7 @@ def _collect(cls: type) -> tuple[Field, ...]:
         value = cls.__dict__.get(name, MISSING)
         f = value if isinstance(value, Field) else Field(value, MISSING, True, True, True, None)
         f.name = name
-        if isinstance(f.default, _MUTABLE_DEFAULTS):
+        if f.default.__class__.__hash__ is None:  # unhashable means mutable (the rule of 3.11's dataclasses)
             raise ValueError(f"{cls.__qualname__}.{name}: mutable default {type(f.default).__name__} "
                              "is not allowed: use default_factory")
         if f.default is MISSING:
@@ -144,8 +143,7 @@ def _collect(cls: type) -> tuple[Field, ...]:
                 delattr(cls, name)
         else:
             setattr(cls, name, f.default)
-        found.pop(name, None)
-        found[name] = f
+        found[name] = f  # a redefined field keeps its inherited place, as in dataclasses
     return tuple(found.values())
 
 

@@ -125,6 +125,16 @@ def test_inheritance_orders_fields_base_first() -> None:
     assert Labelled("n", Point(0), "s", "l").label == "l"
 
 
+def test_a_redefined_field_keeps_its_place() -> None:
+    @record(frozen=True)
+    class Renamed(Labelled):
+        at: Point | None = None
+        secret: str = "s"  # new default, same place (as dataclasses orders it)
+
+    assert [f.name for f in fields(Renamed)] == ["name", "at", "secret", "label"]
+    assert Renamed("n").secret == "s" and Renamed("n", None, "t").secret == "t"
+
+
 def test_init_false_and_post_init() -> None:
     d = Derived(4)
     assert (d.double, d.seen) == (8, [])
@@ -159,6 +169,7 @@ def test_fields_metadata_and_defaults() -> None:
 
 @pytest.mark.parametrize(("make", "error", "match"), [
     (lambda: record(type("M", (), {"__annotations__": {"a": "list[int]"}, "a": []})), ValueError, "mutable default"),
+    (lambda: record(type("R", (), {"__annotations__": {"a": "Point"}, "a": Point(0)})), ValueError, "mutable default"),
     (lambda: record(type("O", (), {"__annotations__": {"a": "int", "b": "int"}, "a": 1})), TypeError,
      "non-default field 'b' follows a default"),
     (lambda: record(type("F", (Pin,), {"__annotations__": {"c": "int"}, "c": 0})), TypeError, "frozen"),
