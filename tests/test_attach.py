@@ -22,7 +22,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -282,6 +282,21 @@ def _serve_once(path: str, script: bytes, hold: float) -> threading.Thread:
     return thread
 
 
+def _attach_with_pipes(path: str, runner: Callable[[Callable[[], int]], int] = lambda run: run()) -> tuple[int, bytes]:
+    """Attach to the fake at ``path`` with pipes as the terminal: (exit status, everything shown)."""
+    stdin_r, stdin_w = os.pipe()
+    out_r, out_w = os.pipe()
+    try:
+        status = runner(lambda: attach(path, name="fake", stdin_fd=stdin_r, stdout_fd=out_w))
+        os.close(out_w)
+        return status, b"".join(iter(lambda: os.read(out_r, 65536), b""))
+    finally:
+        for fd in (stdin_r, stdin_w, out_r):
+            os.close(fd)
+        with contextlib.suppress(OSError):
+            os.close(out_w)
+
+
 @pytest.mark.parametrize(("script", "status", "shown", "err"), [
     (_exit(code=5), 5, [b"hello", b"[exited: code 5]"], ""),
     (_exit(signal="SIGSEGV", core=True), 139, [b"[exited: killed by SIGSEGV (core dumped)]"], ""),
@@ -301,18 +316,9 @@ def test_frames_after_the_handshake(tmp_path: Path, capsys: pytest.CaptureFixtur
     path = str(tmp_path / "fake.sock")
     # The fake closes after 3 s: an attach that missed a frame then ends with "[session closed]", status 1.
     server = _serve_once(path, HANDSHAKE + script, hold=3.0 if script else 0.0)
-    stdin_r, stdin_w = os.pipe()
-    out_r, out_w = os.pipe()
-    try:
-        assert attach(path, name="fake", stdin_fd=stdin_r, stdout_fd=out_w) == status
-        os.close(out_w)
-        out = b"".join(iter(lambda: os.read(out_r, 65536), b""))
-    finally:
-        for fd in (stdin_r, stdin_w, out_r):
-            os.close(fd)
-        with contextlib.suppress(OSError):
-            os.close(out_w)
+    got, out = _attach_with_pipes(path)
     server.join(timeout=TIMEOUT)
+    assert got == status
     pos = 0
     for piece in shown:  # each in order
         found = out.find(piece, pos)
@@ -326,25 +332,19 @@ def test_attach_off_the_main_thread_runs_without_signal_handling(tmp_path: Path)
     path = str(tmp_path / "fake.sock")
     fds_before = len(os.listdir("/proc/self/fd"))
     server = _serve_once(path, HANDSHAKE + _exit(code=4), hold=0.0)
-    stdin_r, stdin_w = os.pipe()
-    out_r, out_w = os.pipe()
     before = signal.getsignal(signal.SIGWINCH)
-    box: list[int] = []
-    try:
-        worker = threading.Thread(target=lambda: box.append(
-            attach(path, name="fake", stdin_fd=stdin_r, stdout_fd=out_w)))
+
+    def on_a_worker_thread(run: Callable[[], int]) -> int:
+        box: list[int] = []
+        worker = threading.Thread(target=lambda: box.append(run()))
         worker.start()
         worker.join(timeout=TIMEOUT)
-        assert box == [4]
-        assert signal.getsignal(signal.SIGWINCH) == before
-        os.close(out_w)
-        assert b"[exited: code 4]" in b"".join(iter(lambda: os.read(out_r, 65536), b""))
-    finally:
-        for fd in (stdin_r, stdin_w, out_r):
-            os.close(fd)
-        with contextlib.suppress(OSError):
-            os.close(out_w)
+        return box[0]
+
+    status, out = _attach_with_pipes(path, on_a_worker_thread)
     server.join(timeout=TIMEOUT)
+    assert status == 4 and b"[exited: code 4]" in out
+    assert signal.getsignal(signal.SIGWINCH) == before
     assert len(os.listdir("/proc/self/fd")) == fds_before, "the wakeup pipe is closed again"
 
 
