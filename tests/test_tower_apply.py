@@ -89,7 +89,7 @@ def test_registered_live_shellper_is_adopted_and_resumed_without_loss(sessions: 
             await term.write(b"while-away\n")
             got = bytearray(term.replay.data if term.replay else b"")
             async with asyncio.timeout(10):
-                while got.count(b"while-away") < 2:
+                while got.count(b"while-away\r\n") < 2:  # the echo and cat's copy, each whole: nothing follows
                     frame = await term.recv()
                     if isinstance(frame, wire.Data):
                         got += frame.data

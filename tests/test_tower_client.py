@@ -176,7 +176,7 @@ def test_resume_from_offset_gives_exact_bytes(sessions: Sessions) -> None:
         assert term.replay is not None
         full = bytearray(term.replay.data)
         await term.write(b"two\n")
-        await read_until(term, lambda b: b.count(b"two") >= 2, full)
+        await read_until(term, lambda b: b.count(b"two\r\n") >= 2, full)  # both lines whole: nothing follows
         status = await term.status()
         assert status.info["ring_end"] == len(full)  # everything produced so far is in `full`
         await term.close()
