@@ -53,6 +53,7 @@ class FrameType(IntEnum):
     STATUS_REPLY = 0x0E
     STOP = 0x0F
     GAP = 0x10
+    RELEASE = 0x11
 
 
 # --------------------------------------------------------------------------------------------- errors
@@ -244,6 +245,21 @@ class Exit(Frame):
     restart_in: float | None = wfield("float", nullable=True, default=None)
     stderr_tail: str = wfield("str", default="")
 
+    def describe(self) -> str:
+        """The child's end in one line: the shellper's reason if it gave one, else the code or signal."""
+        if self.reason:
+            return self.reason
+        if self.code is not None:
+            return f"code {self.code}"
+        if self.signal:
+            return f"killed by {self.signal}" + (" (core dumped)" if self.core else "")
+        return "child exited"
+
+    def restart_note(self) -> str:
+        """What a terminal shows when the child exited and the shellper restarts it."""
+        when = f" in {self.restart_in:g} s" if self.restart_in is not None else ""
+        return f"[exited: {self.describe()}; restarting{when}]"
+
 
 @_frame
 class Replay(Frame):
@@ -287,6 +303,10 @@ class Hello(Frame):
     replay_bytes: int | None = wfield("uint", nullable=True, default=None)
     events_after: int | None = wfield("uint", nullable=True, default=None)
     client: str = wfield("str", default="")
+    terminal: bool | None = wfield("bool", nullable=True, default=None)
+    """True: this HELLO's bytes carry the client's terminal (one fd, SCM_RIGHTS) for the shellper to use."""
+    detach_byte: int | None = wfield("uint", nullable=True, default=None)
+    """With ``terminal``: the byte that, typed, ends the attach (the shellper watches the input for it)."""
 
 
 @_frame
@@ -313,6 +333,8 @@ class Welcome(Frame):
     role: str = wfield("str", default="")
     min_version: int = wfield("uint", default=MIN_PROTOCOL_VERSION)
     max_frame: int = wfield("uint", default=MAX_FRAME_SIZE)
+    terminal: bool | None = wfield("bool", nullable=True, default=None)
+    """True: the shellper took the terminal the HELLO passed, and reads and writes it itself."""
 
 
 @_frame
@@ -381,12 +403,27 @@ class Gap(Frame):
     missed: int = wfield("uint")
 
 
+@_frame
+class Release(Frame):
+    """The shellper has stopped using the terminal this client handed it (and closed its descriptor).
+
+    ``reason``: ``detach`` (the detach byte was typed), ``hangup`` (the terminal returned EOF or an
+    error), ``exit`` (the child ended the session), ``closing`` (the client or the shellper is closing).
+    ``reset`` switches off the modes the session left on; ``offset`` is where the terminal's output ends.
+    """
+
+    TYPE = FrameType.RELEASE
+    reason: str = wfield("str")
+    reset: bytes = wfield("bin", default=b"")
+    offset: int = wfield("uint", default=0)
+
+
 _DATA_TYPE = int(FrameType.DATA)
 
 FRAME_CLASSES: dict[int, type[Frame]] = {
     cls.TYPE: cls
     for cls in (Data, Resize, Signal, Exit, Replay, Ping, Pong, Hello, Welcome, Spawn, Error, Event, Status,
-                StatusReply, Stop, Gap)
+                StatusReply, Stop, Gap, Release)
 }
 
 

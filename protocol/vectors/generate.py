@@ -43,6 +43,7 @@ from shellper.wire import (  # noqa: E402
     Hello,
     Ping,
     Pong,
+    Release,
     Replay,
     Resize,
     Signal,
@@ -187,6 +188,9 @@ FRAME_CASES: list[tuple[str, Frame]] = [
     ("HELLO viewer, unicode client",
      Hello(version=2, role="viewer", events_after=0, client="\u89c2\u5bdf\u8005 \U0001f440")),
     ("HELLO newer client version", Hello(version=3, role="tower", replay_bytes=0)),
+    ("HELLO handing over a terminal (the fd rides as SCM_RIGHTS)",
+     Hello(version=2, role="terminal", replay_bytes=1048576, client="shellper-attach", terminal=True,
+           detach_byte=0x1C)),
     ("WELCOME minimal", Welcome(
         version=2, name="s", shellper_pid=1, shellper_start_time=0, boot_id=BOOT_ID,
         instance_id=INSTANCE_ID, state="starting", cols=80, rows=24, ring_start=0, ring_end=0,
@@ -196,7 +200,7 @@ FRAME_CASES: list[tuple[str, Frame]] = [
         boot_id=BOOT_ID, instance_id=INSTANCE_ID, state="backoff", cols=120, rows=40, ring_start=BIG,
         ring_end=BIG + 8388608, child_pid=None, state_reason="restarting in 2.0 s after crash",
         last_output_at=1767225600.125, exit=EXIT_RECORD, event_seq=42, role="viewer", min_version=2,
-        max_frame=MAX_FRAME_SIZE,
+        max_frame=MAX_FRAME_SIZE, terminal=True,
     )),
     ("SPAWN minimal", Spawn()),
     ("SPAWN all fields", Spawn(
@@ -237,6 +241,8 @@ FRAME_CASES: list[tuple[str, Frame]] = [
     ("STOP grace as integer", Stop(grace=0)),
     ("GAP", Gap(offset=1_048_576, missed=524_288)),
     ("GAP large offsets", Gap(offset=BIG, missed=BIG - 1)),
+    ("RELEASE minimal", Release(reason="closing")),
+    ("RELEASE after detach", Release(reason="detach", reset=b"\x1b[?1049l\x1b[?25h", offset=BIG)),
 ]
 
 
