@@ -1,9 +1,13 @@
-"""``shellper attach``: make this terminal a window onto a session, as dtach's client does.
+"""``shellper attach``: make this terminal a window onto a session.
 
 Why it looks like this: attach is the path people feel (every keystroke, every screenful) and the
-path benchmarked against dtach, so it is one ``poll`` loop with no timers (an idle attach never
-wakes), input is forwarded in large reads, and all output the socket has delivered is decoded and
-written to the terminal in one ``write`` per wakeup. Around that loop it does what dtach does not:
+path benchmarked against dtach. So, as tmux's client does, it hands the terminal itself to the
+shellper (a fresh open of it, passed over the socket; protocol 7.4): the shellper then reads the keys
+and writes the output with no second process in between, and attach only sets the terminal up,
+reports resizes, and waits for the end. Where the terminal cannot be handed over (stdin and stdout
+are not one terminal, an older shellper, ``--relay``) attach relays: one ``poll`` loop with no timers
+(an idle attach never wakes), input forwarded in large reads, and all output the socket has delivered
+decoded and written in one ``write`` per wakeup. Either way it does what dtach does not:
 replays recent output (with the mode preamble, so a TUI comes back on the right screen), reports
 the child's exit and returns its status, and leaves the user's terminal as it found it: cooked mode
 restored on every way out (detach, exit, error, SIGTERM, SIGHUP), and any mode the session switched
@@ -17,6 +21,7 @@ import errno
 import os
 import select
 import signal
+import socket
 import sys
 import termios
 import tty
@@ -26,6 +31,7 @@ from shellper import wire
 from shellper.client import Client, ClientError, RemoteError, SessionGone
 from shellper.modes import FULL_RESET_SEQUENCE, ModeTracker
 from shellper.records import record
+from shellper.terminal import note, window_size
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs each shellper ~2.5 ms and 0.5 MiB
 if TYPE_CHECKING:
@@ -48,9 +54,8 @@ REPLAY_BYTES = 1024 * 1024
 multi-megabyte replay makes attach slow (the original cut its viewer seed to 1 MiB, #1198)."""
 STDIN_READ = 65536
 SOCKET_READ = 1024 * 1024
-
-_DIM = b"\x1b[2m"
-_PLAIN = b"\x1b[0m"
+RECLAIM_TIMEOUT = 2.0
+"""Seconds attach waits, when it ends on its own, for the shellper to give the terminal back."""
 
 
 class DetachKeyError(ValueError):
@@ -104,13 +109,7 @@ def exit_status(frame: wire.Exit) -> int:
 
 def describe(frame: wire.Exit) -> str:
     """The child's end in one line: the shellper's reason if it gave one, else the code or signal."""
-    if frame.reason:
-        return frame.reason
-    if frame.code is not None:
-        return f"code {frame.code}"
-    if frame.signal:
-        return f"killed by {frame.signal}" + (" (core dumped)" if frame.core else "")
-    return "child exited"
+    return frame.describe()
 
 
 # ----------------------------------------------------------------------------------------- plumbing
@@ -142,15 +141,24 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[n:]
 
 
-def _window_size(fd: int) -> tuple[int, int] | None:
-    """(cols, rows) of the terminal on ``fd``, or None if it is not one or reports no size."""
+def _own_terminal(stdin_fd: int, stdout_fd: int) -> int | None:
+    """A fresh open of the terminal on stdin and stdout (both must be that one terminal), to hand over.
+
+    Fresh, so the shellper may make it non-blocking without touching the descriptor the user's shell
+    shares with us. None where there is no such terminal or it cannot be opened: attach relays then.
+    """
     try:
-        size = os.get_terminal_size(fd)
+        if not (os.isatty(stdin_fd) and os.isatty(stdout_fd)):
+            return None
+        if os.fstat(stdin_fd).st_rdev != os.fstat(stdout_fd).st_rdev:
+            return None
+        flags = os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC
+        try:
+            return os.open(os.ttyname(stdin_fd), flags)
+        except OSError:  # no /dev/pts name in this mount namespace: the same device through /proc
+            return os.open(f"/proc/self/fd/{stdin_fd}", flags)
     except OSError:
         return None
-    if size.columns <= 0 or size.lines <= 0:
-        return None
-    return min(size.columns, 65535), min(size.lines, 65535)
 
 
 @record
@@ -183,6 +191,9 @@ class _Attachment:
         self.old_wakeup = -1
         self.wake_r = self.wake_w = -1
         self.winch_pending = False
+        self.handed = False
+        """The shellper took the terminal (WELCOME.terminal): it writes output and reads keys itself."""
+        self.released: wire.Release | None = None
 
     # ------------------------------------------------------------------------------- terminal
 
@@ -229,14 +240,16 @@ class _Attachment:
         self.old_handlers.clear()
 
     def reset_sequence(self) -> bytes:
+        if self.handed:  # the shellper knows what the terminal was shown; without its word, reset all
+            return self.released.reset if self.released is not None else FULL_RESET_SEQUENCE
         return self.modes.reset_sequence() if self.modes_known else FULL_RESET_SEQUENCE
 
     def send_size(self) -> None:
         if self.read_only or not self.stdin_is_tty:
             return
-        size = _window_size(self.stdin_fd)
+        size = window_size(self.stdin_fd)
         if size is not None:
-            self.client.send(wire.Resize(cols=size[0], rows=size[1]))
+            self.client.send(wire.Resize(cols=min(size[0], 65535), rows=min(size[1], 65535)))
 
     # ------------------------------------------------------------------------------- output
 
@@ -249,7 +262,7 @@ class _Attachment:
 
     def note(self, text: str) -> None:
         """A dim line of our own between session output (it is not part of the session's stream)."""
-        _write_all(self.stdout_fd, b"\r\n" + _DIM + text.encode(errors="replace") + _PLAIN + b"\r\n")
+        _write_all(self.stdout_fd, note(text))
 
     def start_output(self) -> None:
         replay = self.client.replay
@@ -323,8 +336,7 @@ class _Attachment:
                 _write_all(self.stdout_fd, self.reset_sequence())
                 self.modes = ModeTracker()
                 self.modes_known = True
-                when = f" in {frame.restart_in:g} s" if frame.restart_in is not None else ""
-                self.note(f"[exited: {describe(frame)}; restarting{when}]")
+                self.note(frame.restart_note())
                 return None
             return _Outcome(exit_status(frame), f"[exited: {describe(frame)}]")
         elif isinstance(frame, wire.Error):
@@ -372,9 +384,89 @@ class _Attachment:
             self.winch_pending = False
             self.send_size()
 
+    # ------------------------------------------------------------------------------- handed over
+
+    def on_handed_frames(self) -> _Outcome | None:
+        """The terminal is the shellper's: only the end of the attach comes over the socket."""
+        client = self.client
+        try:
+            for event in client.decoder.events():
+                if isinstance(event, wire.Release):
+                    self.released = event
+                    if event.reason == "detach":
+                        return _Outcome(0, "[detached]")
+                    if event.reason == "hangup":
+                        raise _TerminalGone(event.reason)
+                    # exit or closing: the EXIT or ERROR that says why follows, or the connection ends
+                elif isinstance(event, wire.Exit):
+                    client.exit = event
+                    if event.state != "backoff":  # a restart is shown on the terminal by the shellper
+                        return _Outcome(exit_status(event), f"[exited: {describe(event)}]")
+                elif isinstance(event, wire.Error) and event.fatal:
+                    return _Outcome(1, f"shellper: {event.message}", to_stderr=True)
+        except wire.ProtocolError as exc:
+            return _Outcome(1, f"shellper: protocol error from {client.path}: {exc}", to_stderr=True)
+        return None
+
+    def on_handed_socket(self) -> _Outcome | None:
+        client = self.client
+        assert client.sock is not None
+        try:
+            n = client.sock.recv_into(self.rbuf)
+        except (BlockingIOError, InterruptedError):
+            return None
+        except OSError as exc:
+            if exc.errno != errno.ECONNRESET:
+                raise SessionGone(client.path, f"connection lost: {exc.strerror or exc}") from None
+            n = 0
+        if not n:
+            return _Outcome(1, "[session closed]")
+        client.decoder.feed(self.rbuf[:n])
+        return self.on_handed_frames()
+
+    def run_handed(self) -> _Outcome:
+        self.send_size()
+        outcome = self.on_handed_frames()  # what came with WELCOME and REPLAY
+        if outcome is not None:
+            return outcome
+        sock_fd = self.client.fileno()
+        poller = select.poll()
+        poller.register(sock_fd, select.POLLIN)
+        if self.wake_r >= 0:
+            poller.register(self.wake_r, select.POLLIN)
+        while True:
+            ready = dict(poller.poll())
+            if self.wake_r in ready:
+                self.take_signals(drain=True)
+            if sock_fd in ready:
+                outcome = self.on_handed_socket()
+                if outcome is not None:
+                    return outcome
+
+    def reclaim(self) -> None:
+        """Take the terminal back before restoring it: ask (our end of the socket stops sending), then wait
+        for RELEASE or the end of the connection, for at most RECLAIM_TIMEOUT. Never raises."""
+        sock = self.client.sock
+        if not self.handed or self.released is not None or sock is None:
+            return
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_WR)
+            sock.settimeout(RECLAIM_TIMEOUT)
+            while self.released is None:
+                n = sock.recv_into(self.rbuf)
+                if not n:
+                    return
+                self.client.decoder.feed(self.rbuf[:n])
+                with contextlib.suppress(wire.ProtocolError):
+                    for event in self.client.decoder.events():
+                        if isinstance(event, wire.Release):
+                            self.released = event
+
     # ------------------------------------------------------------------------------- loop
 
     def run(self) -> _Outcome:
+        if self.handed:
+            return self.run_handed()
         self.start_output()
         self.send_size()
         outcome = self.on_frames()
@@ -404,11 +496,13 @@ class _Attachment:
 
 def attach(socket_path: str | os.PathLike[str], *, name: str | None = None,
            detach_key: str = DEFAULT_DETACH_KEY, read_only: bool = False, replay: bool = True,
-           stdin_fd: int = 0, stdout_fd: int = 1) -> int:
+           stdin_fd: int = 0, stdout_fd: int = 1, handoff: bool = True) -> int:
     """Attach the terminal on ``stdin_fd``/``stdout_fd`` to a session until detach or exit.
 
-    Returns 0 on detach, the child's status (code, or 128 + signal) when it exits, 1 when the session
-    goes away or the connection fails, 2 for a bad detach key, 128 + signal on SIGTERM/SIGHUP.
+    ``handoff``: hand the terminal to the shellper when it is one (the default); False relays every
+    byte through this process. Returns 0 on detach, the child's status (code, or 128 + signal) when it
+    exits, 1 when the session goes away or the connection fails, 2 for a bad detach key, 128 + signal
+    on SIGTERM/SIGHUP.
     """
     label = f"session {name!r}" if name else str(socket_path)
     try:
@@ -417,23 +511,30 @@ def attach(socket_path: str | os.PathLike[str], *, name: str | None = None,
         print(f"shellper: {exc}", file=sys.stderr)
         return 2
     client = Client(socket_path, "viewer" if read_only else "terminal", client_name="shellper-attach")
-    try:
-        client.connect(replay_bytes=REPLAY_BYTES if replay else 0)
-    except RemoteError as exc:  # connect() has closed what it opened
-        print(f"shellper: {label}: {exc.error.message}", file=sys.stderr)
-        return 1
-    except ClientError as exc:
-        print(f"shellper: {label}: {exc.message}", file=sys.stderr)
-        return 1
-    assert client.sock is not None
-    client.sock.settimeout(None)  # input waits for a slow child rather than failing after 5 s
     session = _Attachment(client, detach_byte=detach_byte, read_only=read_only,
                           stdin_fd=stdin_fd, stdout_fd=stdout_fd)
     outcome = _Outcome(1)
     reset = True
+    bare = False
     try:
+        # Raw mode first: a shellper that takes the terminal writes the replay to it at once.
         session.setup()
-        outcome = session.run()
+        tty_fd = _own_terminal(stdin_fd, stdout_fd) if handoff else None
+        try:
+            welcome = client.connect(replay_bytes=REPLAY_BYTES if replay else 0, terminal_fd=tty_fd,
+                                     detach_byte=detach_byte)
+        except ClientError as exc:  # connect() has closed what it opened; nothing was shown
+            reset, bare = False, True
+            message = exc.error.message if isinstance(exc, RemoteError) else exc.message
+            outcome = _Outcome(1, f"shellper: {label}: {message}", to_stderr=True)
+        else:
+            assert client.sock is not None
+            client.sock.settimeout(None)  # input waits for a slow child rather than failing after 5 s
+            session.handed = bool(welcome.terminal)
+            outcome = session.run()
+        finally:
+            if tty_fd is not None:
+                os.close(tty_fd)
     except _Signalled as sig:
         hangup = sig.signum == signal.SIGHUP
         reset = not hangup
@@ -448,10 +549,11 @@ def attach(socket_path: str | os.PathLike[str], *, name: str | None = None,
     except (OSError, termios.error) as exc:  # the terminal could not be set up (or the pipe made)
         outcome = _Outcome(1, f"shellper: attach: {exc}", to_stderr=True)
     finally:
+        session.reclaim()
         session.restore(reset)
         client.close()
     if outcome.message:
-        line = f"\r\n{outcome.message}\r\n"
+        line = f"{outcome.message}\n" if bare else f"\r\n{outcome.message}\r\n"
         with contextlib.suppress(OSError):
             if outcome.to_stderr:
                 sys.stderr.write(line)

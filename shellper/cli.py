@@ -87,6 +87,8 @@ def _parser() -> argparse.ArgumentParser:
     att.add_argument("--detach-key", default="^\\", help="key that detaches (default ^\\, i.e. Ctrl-\\)")
     att.add_argument("--read-only", action="store_true", help="attach as a viewer: no input, no resize")
     att.add_argument("--no-replay", action="store_true", help="show only new output")
+    att.add_argument("--relay", action="store_true",
+                     help="pass every byte through this process instead of handing the terminal to the shellper")
 
     send = sub.add_parser("send", help="type text into a session")
     send.add_argument("name")
@@ -234,7 +236,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
 
     validate_name(args.name)
     return attach(_dir(args) / f"{args.name}.sock", name=args.name, detach_key=args.detach_key,
-                  read_only=args.read_only, replay=not args.no_replay)
+                  read_only=args.read_only, replay=not args.no_replay, handoff=not args.relay)
 
 
 def cmd_send(args: argparse.Namespace) -> int:
@@ -352,7 +354,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"  last exit: {last.get('class')}: {last.get('reason')}")
     print(f"  clients: {len(info.get('clients') or [])}")
     if info.get("output_held"):
-        print("  output held: the tower is more than half a ring behind (the child waits for it)")
+        print("  output held: the tower or a terminal is more than half a ring behind (the child waits for it)")
     return 0
 
 

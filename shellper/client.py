@@ -97,9 +97,14 @@ class Client:
     # ----------------------------------------------------------------------------------- connect
 
     def connect(self, *, resume_from: int | None = None, replay_bytes: int | None = None,
-                events_after: int | None = None) -> wire.Welcome:
+                events_after: int | None = None, terminal_fd: int | None = None,
+                detach_byte: int | None = None) -> wire.Welcome:
         """Connect, send HELLO, and wait for WELCOME and REPLAY (both always come). On any failure the
-        socket is closed again: the caller has nothing to clean up."""
+        socket is closed again: the caller has nothing to clean up.
+
+        ``terminal_fd`` offers the shellper a terminal to read and write itself (protocol 7.4); it keeps
+        a copy only if ``WELCOME.terminal`` says so, and the caller still owns and closes ``terminal_fd``.
+        """
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         sock.settimeout(self.timeout)
         try:
@@ -121,8 +126,14 @@ class Client:
             raise ClientError(self.path, f"connect failed: {exc.strerror or exc}") from None
         self.sock = sock
         try:
-            self.send(wire.Hello(version=wire.PROTOCOL_VERSION, role=self.role, resume_from=resume_from,
-                                 replay_bytes=replay_bytes, events_after=events_after, client=self.client_name))
+            hello = wire.encode(wire.Hello(
+                version=wire.PROTOCOL_VERSION, role=self.role, resume_from=resume_from, replay_bytes=replay_bytes,
+                events_after=events_after, client=self.client_name, terminal=terminal_fd is not None or None,
+                detach_byte=detach_byte if terminal_fd is not None else None))
+            if terminal_fd is not None:
+                self._send_with_fd(hello, terminal_fd)
+            else:
+                self.send_bytes(hello)
             deadline = time.monotonic() + self.timeout
             welcome = self._expect(wire.Welcome, deadline)
             self.welcome = welcome
@@ -159,6 +170,18 @@ class Client:
             raise Timeout(self.path, f"send timed out after {self.timeout:g} s") from None
         except OSError as exc:
             raise SessionGone(self.path, f"connection lost: {exc.strerror or exc}") from None
+
+    def _send_with_fd(self, data: bytes, fd: int) -> None:
+        """The descriptor rides on the first bytes sent; the rest, if any, follows plainly."""
+        assert self.sock is not None
+        try:
+            sent = socket.send_fds(self.sock, [data], [fd])
+        except TimeoutError:
+            raise Timeout(self.path, f"send timed out after {self.timeout:g} s") from None
+        except OSError as exc:
+            raise SessionGone(self.path, f"connection lost: {exc.strerror or exc}") from None
+        if sent < len(data):
+            self.send_bytes(data[sent:])
 
     def write(self, data: bytes) -> None:
         """Input for the child."""

@@ -18,18 +18,23 @@ import time
 from collections import deque
 
 from shellper import wire
+from shellper.modes import FULL_RESET_SEQUENCE
 from shellper.reactor import Future, Handle
 from shellper.ring import OffsetError
+from shellper.terminal import Terminal, note, window_size
 from shellper.transport import SocketTransport
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs each shellper ~2.5 ms and 0.5 MiB
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
     from shellper.server import Session
 
 REPLAY_CHUNK = 1024 * 1024
 """Most output bytes in REPLAY or in one catch-up DATA frame."""
+TERMINAL_CHUNK = 256 * 1024
+"""Most ring bytes handed to a handed-over terminal per write while it catches up."""
 HIGH_WATER = 256 * 1024
 """Socket write buffer above which a client counts as slow and stops receiving live output."""
 MAX_CLIENTS = 256
@@ -60,7 +65,13 @@ class ClientConn:
         self.paused = False
         self.pos = 0
         self.connected_at = time.time()
-        self._control: deque[tuple[int, bytes]] = deque()
+        self._control: deque[tuple[int, bytes, Callable[[], None] | None]] = deque()
+        self.terminal: Terminal | None = None
+        """The user's terminal, when ``shellper attach`` handed it over: output goes there, not in DATA."""
+        self.released = False
+        """The handed-over terminal was given back: this connection gets no more output."""
+        self.detach_byte: int | None = None
+        self._fds: list[int] = []
         self._handshake_timer: Handle | None = None
         self._closing = False
         self.closed: Future[None] = Future()
@@ -103,20 +114,37 @@ class ClientConn:
         except wire.ProtocolError as exc:
             self.send_error(exc.code, str(exc), exc.frame_type, fatal=True)
 
+    @property
+    def wants_fds(self) -> bool:
+        """Until the handshake, a HELLO may carry the client's terminal (SCM_RIGHTS)."""
+        return not self.registered and not self._closing
+
+    def fds_received(self, fds: list[int]) -> None:
+        """Keep the first descriptor for the HELLO; any other is closed at once."""
+        for fd in fds:
+            if self.wants_fds and not self._fds:
+                self._fds.append(fd)
+            else:
+                os.close(fd)
+
     def eof_received(self) -> bool | None:
+        self.release("closing")  # the attach client asks for its terminal back: nothing more is written to it
         return None  # close our side too
 
     def pause_writing(self) -> None:
-        self.paused = True
+        if self.terminal is None:  # with a terminal the socket carries only control frames
+            self.paused = True
 
     def resume_writing(self) -> None:
-        self.paused = False
-        self.pump()
+        if self.terminal is None:
+            self.paused = False
+            self.pump()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._handshake_timer is not None:
             self._handshake_timer.cancel()
         self._closing = True
+        self._close_terminal()
         self.session.connections.discard(self)
         self.session.unregister(self, "closed" if exc is None else f"lost: {exc}")
         if not self.closed.done():
@@ -125,13 +153,20 @@ class ClientConn:
 
     # ----------------------------------------------------------------------------------- output
 
-    def on_output(self, old_end: int, frame: bytes) -> None:
-        """New output was appended at ``old_end``; ``frame`` is it as a DATA frame."""
-        if not self.registered or self._closing or self.paused or self._transport_gone():
+    def on_output(self, old_end: int, data: bytes, frame: bytes) -> None:
+        """New output ``data`` was appended at ``old_end``; ``frame`` is it as a DATA frame."""
+        if not self.registered or self._closing or self.released or self._transport_gone():
+            return
+        if self.paused:
+            if self.terminal is not None:
+                self.terminal.flush()  # see Terminal.flush; may resume us, which catches up from the ring
             return
         if self.pos == old_end and not self._control:
-            assert self.transport is not None
-            self.transport.write(frame)
+            if self.terminal is not None:
+                self.terminal.write(data)
+            else:
+                assert self.transport is not None
+                self.transport.write(frame)
             self.pos = self.session.scrollback.end
         else:
             self.pump()
@@ -149,40 +184,134 @@ class ClientConn:
         while not self.paused:
             self._flush_control()
             end = ring.end
-            if self.pos >= end:
+            if self.pos >= end or self.released or self._closing:
                 break
-            limit = REPLAY_CHUNK
+            terminal = self.terminal
+            limit = REPLAY_CHUNK if terminal is None else TERMINAL_CHUNK
             if self._control:
                 # Stop at the next control frame's offset; if the ring has dropped everything up to it,
                 # the GAP alone takes us past it, and it goes out before any later output.
                 limit = max(0, min(limit, self._control[0][0] - max(self.pos, ring.start)))
             chunk = ring.read(self.pos, limit)
+            if terminal is not None:
+                if chunk.gap:  # the modes it had are unknown now: reset, then those at the new start
+                    terminal.write(note(f"[shellper: {chunk.gap} bytes skipped]") + FULL_RESET_SEQUENCE
+                                   + ring.modes.preamble(chunk.offset))
+                terminal.write(chunk.data)
+                self.pos = chunk.offset + len(chunk.data)
+                continue
             if chunk.gap:
                 self.transport.write(wire.encode(wire.Gap(offset=chunk.offset, missed=chunk.gap)))
             if chunk.data:
                 self.transport.write(wire.encode_data(chunk.data))
             self.pos = chunk.offset + len(chunk.data)
         self._flush_control()
-        if self.session.tower is self:
+        if self.role in ("tower", "terminal"):
             self.session.pacer.on_progress()
 
     def _flush_control(self) -> None:
         assert self.transport is not None
         while self._control and self._control[0][0] <= self.pos:
-            self.transport.write(self._control.popleft()[1])
+            _, frame, action = self._control.popleft()
+            if action is not None:
+                action()
+            self.transport.write(frame)
 
-    def send_control_at(self, offset: int, frame: bytes) -> None:
-        """Queue a control frame to go out once this client has had the output before ``offset``."""
+    def send_control_at(self, offset: int, frame: bytes, action: Callable[[], None] | None = None) -> None:
+        """Queue a control frame to go out once this client has had the output before ``offset``;
+        ``action`` runs just before it is sent (what a handed-over terminal shows for it)."""
         if self._closing or self.transport is None:
             return
         if self.pos >= offset and not self._control and not self.paused:
+            if action is not None:
+                action()
             self.transport.write(frame)
             return
         # Not reading: queued (and counted) here, not piled up without limit in the transport.
         if len(self._control) >= MAX_PENDING_CONTROL:
             self.send_error("too_slow", "client is not reading; too many control frames pending", None, fatal=True)
             return
-        self._control.append((offset, frame))
+        self._control.append((offset, frame, action))
+
+    def send_exit_at(self, offset: int, frame: bytes, exit_frame: wire.Exit) -> None:
+        """An EXIT, after the output before it. A handed-over terminal is given back before a final one
+        and shown a note before a restart (what ``shellper attach`` shows when it relays)."""
+        action = None
+        if self.terminal is not None:
+            if exit_frame.state == "backoff":
+                action = lambda: self._show_restart(exit_frame)  # noqa: E731
+            else:
+                action = lambda: self.release("exit")  # noqa: E731
+        self.send_control_at(offset, frame, action)
+
+    def _show_restart(self, exit_frame: wire.Exit) -> None:
+        if self.terminal is not None:  # switch off what the dead child left on
+            self.terminal.write(self.session.scrollback.modes.reset_sequence() + note(exit_frame.restart_note()))
+
+    # ----------------------------------------------------------------------------------- terminal
+
+    def release(self, reason: str) -> None:
+        """Give the handed-over terminal back: stop using it, close our descriptor, send RELEASE."""
+        if self.terminal is None:
+            return
+        self._close_terminal()
+        self.released = True
+        reset = self.session.scrollback.modes.reset_sequence()
+        if self.transport is not None and not self._transport_gone():
+            self.transport.write(wire.encode(wire.Release(reason=reason, reset=reset, offset=self.pos)))
+
+    def _close_terminal(self) -> None:
+        if self.terminal is not None:
+            self.terminal.close()
+            self.terminal = None
+        for fd in self._fds:
+            os.close(fd)
+        self._fds.clear()
+
+    def terminal_input(self, data: bytes) -> None:
+        """Keys typed on the handed-over terminal: to the child, up to the detach byte."""
+        cut = data.find(self.detach_byte) if self.detach_byte is not None else -1
+        if cut >= 0:
+            data = data[:cut]
+        if data and self.role != "viewer" and self.terminal is not None:
+            self._follow_size()  # a resize attach has not reported yet must reach the child before these keys
+            self.session.write_input(data, self)
+        if cut >= 0:
+            self.release("detach")
+            self.close_after_flush()
+
+    def _follow_size(self) -> None:
+        """Give the child the handed-over terminal's size, if it changed (one ioctl)."""
+        assert self.terminal is not None
+        size = window_size(self.terminal.fd)
+        session = self.session
+        if size is not None and size != (session.cols, session.rows):
+            session.resize(min(size[0], 65535), min(size[1], 65535))
+
+    def terminal_paused(self) -> None:
+        self.paused = True
+
+    def terminal_resumed(self) -> None:
+        self.paused = False
+        self.pump()
+
+    def terminal_hangup(self, why: str) -> None:
+        self.session.log.write(f"client {self.client_id}: terminal gone ({why})")
+        self.release("hangup")
+        self.close_after_flush()
+
+    def pause_input(self) -> None:
+        """The child is not taking input: stop reading what this client types."""
+        if self.terminal is not None:
+            self.terminal.stop_reading()
+        elif self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_input(self) -> None:
+        if self.terminal is not None:
+            self.terminal.start_reading()
+        elif self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
 
     def send_frame(self, frame: wire.Frame) -> None:
         if self.transport is not None and not self._closing:
@@ -192,8 +321,11 @@ class ClientConn:
         if self.transport is None or self._closing:
             return
         if fatal:  # a fatal ERROR is the last frame: what is queued goes first
+            self.release("closing")
             while self._control:
                 self.transport.write(self._control.popleft()[1])
+        elif self.terminal is not None:  # what `shellper attach` shows when it relays
+            self.terminal.write(note(f"shellper: {message}"))
         self.transport.write(wire.encode(wire.Error(code=code, message=message, frame_type=frame_type, fatal=fatal)))
         if fatal:
             self.session.log.write(f"client {self.client_id} ({self.role or 'pending'}): {code}: {message}")
@@ -205,10 +337,11 @@ class ClientConn:
         self._closing = True
         if self._handshake_timer is not None:
             self._handshake_timer.cancel()
+        self.release("closing")
         if self.transport is not None:
             with contextlib.suppress(Exception):
                 # Bypass pause: what is queued must still go out before the close.
-                for _, frame in self._control:
+                for _, frame, _action in self._control:
                     self.transport.write(frame)
             self._control.clear()
             self.transport.close()
@@ -230,7 +363,7 @@ class ClientConn:
         ring_end = self.session.scrollback.end
         return {"client_id": self.client_id, "role": self.role, "client": self.name,
                 "connected_at": self.connected_at, "behind": max(0, ring_end - self.pos),
-                "paused": self.paused}
+                "paused": self.paused, "terminal": self.terminal is not None}
 
     # ----------------------------------------------------------------------------------- input
 
@@ -312,25 +445,55 @@ class ClientConn:
         if self._handshake_timer is not None:
             self._handshake_timer.cancel()
             self._handshake_timer = None
+        if hello.detach_byte is not None and hello.detach_byte > 0xFF:
+            raise wire.BadField(f"detach_byte {hello.detach_byte} is not a byte (0..255)", hello.TYPE, "detach_byte")
         self.role, self.name = hello.role, hello.client[:200]
         self.wants_events = hello.role == "tower" or hello.events_after is not None
-        self.send_frame(session.welcome(self.role))
+        self._take_terminal(hello)
+        self.send_frame(session.welcome(self.role, terminal=self.terminal is not None))
         try:
             replay = session.scrollback.replay(start, REPLAY_CHUNK)
         except OffsetError as exc:  # pragma: no cover - checked above
             self.send_error("bad_offset", str(exc), wire.FrameType.HELLO, fatal=True)
             return
-        self.send_frame(wire.Replay(offset=replay.offset, data=replay.data, gap=replay.gap,
-                                    preamble=replay.preamble))
         self.pos = replay.offset + len(replay.data)
+        if self.terminal is not None:  # the history goes to the terminal; REPLAY says where it ends
+            if self.role != "viewer":
+                self._follow_size()  # before the first key, not on it: a SIGWINCH amid typing confuses shells
+            self.terminal.write(replay.preamble + replay.data)
+            if replay.gap:
+                self.terminal.write(note(f"[shellper: {replay.gap} bytes skipped]"))
+            self.send_frame(wire.Replay(offset=self.pos, gap=replay.gap))
+            self.terminal.start_reading()
+        else:
+            self.send_frame(wire.Replay(offset=replay.offset, data=replay.data, gap=replay.gap,
+                                        preamble=replay.preamble))
         self.registered = True
         if session.child is None and session.last_exit is not None:
-            self.send_control_at(ring.end, wire.encode(wire.Exit.from_map(session.last_exit)))
+            exit_frame = wire.Exit.from_map(session.last_exit)
+            assert isinstance(exit_frame, wire.Exit)
+            self.send_exit_at(ring.end, wire.encode(exit_frame), exit_frame)
         if hello.events_after is not None:
             for event in session.events_after(hello.events_after):
                 self.send_control_at(ring.end, wire.encode(event))
         session.register(self)  # announces this client, to itself too, after the history it asked for
         self.pump()
+
+
+    def _take_terminal(self, hello: wire.Hello) -> None:
+        """Use the terminal the HELLO carried, if it asked, may, and it is one; else the client relays."""
+        fd = self._fds.pop() if self._fds else None
+        self._close_terminal()  # any other descriptor
+        if fd is None:
+            return
+        if not (hello.terminal and self.role in ("terminal", "viewer") and os.isatty(fd)):
+            os.close(fd)
+            return
+        self.detach_byte = hello.detach_byte
+        try:
+            self.terminal = Terminal(self.session.loop, fd, self)
+        except OSError:
+            os.close(fd)
 
 
 class NotHello(wire.ProtocolError):

@@ -1,22 +1,23 @@
-"""Holding the child's output back while the tower falls behind, so the tower loses nothing.
+"""Holding the child's output back while a client that is reading falls behind, so it loses nothing.
 
-Terminals and viewers are never waited for: one that falls behind the ring gets a GAP. The tower is
-different: it records and serves the session, and output it misses is lost for good. So when the
-tower is more than ``limit`` bytes behind, the shellper stops reading the child's output (the child
-then blocks in write, which is what a PTY does when nobody reads) until the tower is back within ``limit // 2``.
-A tower that takes nothing for ``stall`` seconds is not waited for again until it has caught up:
-a hung tower delays the child once, by ``stall``, and then gets a GAP like any other client.
-A timer runs only while output is held, so an idle session still costs nothing.
+Paced clients are the tower (it records and serves the session: output it misses is lost for good)
+and terminals (a person reading a flood expects all of it, as in a plain terminal). Viewers are never
+waited for: one that falls behind the ring gets a GAP. When a paced client is more than ``limit``
+bytes behind, the shellper stops reading the child's output (the child then blocks in write, which is
+what a PTY does when nobody reads) until every paced client is back within ``limit // 2``.
+A client that takes nothing for ``stall`` seconds is not waited for again until it has caught up:
+a hung tower or a terminal stopped with ^S delays the child once, by ``stall``, and then gets a GAP
+like any other client. A timer runs only while output is held, so an idle session still costs nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from shellper.reactor import Handle, Reactor
 
 STALL_SECONDS = 2.0
-"""How long a tower may take nothing while output is held for it before it is no longer waited for."""
+"""How long a paced client may take nothing while output is held for it before it is no longer waited for."""
 
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs each shellper ~2.5 ms and 0.5 MiB
@@ -25,45 +26,49 @@ if TYPE_CHECKING:
 
     class _Reader(Protocol):
         client_id: int
+        role: str
         pos: int
 
 
 class OutputPacer:
     """The hold/release decision for one session; the session pauses and resumes its PTY reader."""
 
-    def __init__(self, loop: Reactor, limit: int, *, tower: Callable[[], _Reader | None], end: Callable[[], int],
-                 pause: Callable[[], None], resume: Callable[[], None], log: Callable[[str], object],
-                 stall: float = STALL_SECONDS) -> None:
+    def __init__(self, loop: Reactor, limit: int, *, readers: Callable[[], Iterable[_Reader]],
+                 end: Callable[[], int], pause: Callable[[], None], resume: Callable[[], None],
+                 log: Callable[[str], object], stall: float = STALL_SECONDS) -> None:
         self.loop = loop
         self.limit = limit
         self.stall = stall
-        self._tower, self._end = tower, end
+        self._readers, self._end = readers, end
         self._pause, self._resume, self._log = pause, resume, log
         self.holding = False
         self._timer: Handle | None = None
-        self._mark = 0
-        self._exempt: _Reader | None = None
+        self._marks: dict[int, int] = {}
+        self._exempt: set[int] = set()
+        """Client ids that stalled and are not waited for until they catch up."""
 
     def on_output(self) -> None:
-        """New output is in the ring: hold further output if the tower is now too far behind."""
-        tower = self._tower()
-        if self.holding or tower is None or tower is self._exempt or self._end() - tower.pos < self.limit:
+        """New output is in the ring: hold further output if a paced client is now too far behind."""
+        if self.holding:
             return
-        self.holding = True
-        self._mark = tower.pos
-        self._pause()
-        self._timer = self.loop.call_later(self.stall, self._check_stall)
+        end, limit, exempt = self._end(), self.limit, self._exempt
+        for reader in self._readers():
+            if end - reader.pos >= limit and reader.client_id not in exempt:
+                self.holding = True
+                self._mark()
+                self._pause()
+                self._timer = self.loop.call_later(self.stall, self._check_stall)
+                return
 
     def on_progress(self) -> None:
-        """The tower took output, or went away: release once it is within half the limit."""
-        tower = self._tower()
-        if tower is None:
-            self.release()
+        """A paced client took output, or went away: release once all are within half the limit."""
+        if not self.holding and not self._exempt:
             return
-        lag = self._end() - tower.pos
-        if tower is self._exempt and lag <= 0:
-            self._exempt = None  # caught up: waited for again
-        if self.holding and lag <= self.limit // 2:
+        end = self._end()
+        readers = list(self._readers())
+        if self._exempt:
+            self._exempt = {r.client_id for r in readers if r.client_id in self._exempt and end - r.pos > 0}
+        if self.holding and not self._lagging(readers, end):
             self.release()
 
     def release(self) -> None:
@@ -78,17 +83,25 @@ class OutputPacer:
             self._timer.cancel()
             self._timer = None
 
+    def _lagging(self, readers: list[_Reader], end: int) -> list[_Reader]:
+        """The paced clients output is held for: more than half the limit behind, not exempt."""
+        half = self.limit // 2
+        return [r for r in readers if end - r.pos > half and r.client_id not in self._exempt]
+
+    def _mark(self) -> None:
+        self._marks = {r.client_id: r.pos for r in self._readers()}
+
     def _check_stall(self) -> None:
         self._timer = None
         if not self.holding:
             return
-        tower = self._tower()
-        if tower is None or tower.pos == self._mark:
-            if tower is not None:
-                self._exempt = tower
-                self._log(f"tower client {tower.client_id} took no output for {self.stall:g} s: output no "
-                          "longer waits for it until it catches up")
+        for reader in self._lagging(list(self._readers()), self._end()):
+            if self._marks.get(reader.client_id) == reader.pos:
+                self._exempt.add(reader.client_id)
+                self._log(f"{reader.role} client {reader.client_id} took no output for {self.stall:g} s: output "
+                          "no longer waits for it until it catches up")
+        if not self._lagging(list(self._readers()), self._end()):
             self.release()
             return
-        self._mark = tower.pos
+        self._mark()
         self._timer = self.loop.call_later(self.stall, self._check_stall)

@@ -115,7 +115,9 @@ class Session:
         self._lock: SessionLock | None = None
         self.record_error: str | None = None
         """Why the last record write failed (disk full, directory gone); None once one succeeds."""
-        self.pacer = OutputPacer(loop, max(1, config.ring_bytes // 2), tower=lambda: self.tower,
+        self.paced: list[ClientConn] = []
+        """The clients output waits for, within bounds (shellper.pacing): the tower and the terminals."""
+        self.pacer = OutputPacer(loop, max(1, config.ring_bytes // 2), readers=lambda: self.paced,
                                  end=lambda: self.scrollback.end, pause=self._hold_output,
                                  resume=self._release_output, log=log.write)
 
@@ -314,12 +316,12 @@ class Session:
         if self.clients:
             frame = wire.encode_data(data)
             for client in self.clients.values():
-                client.on_output(old_end, frame)
-            if self.tower is not None:
+                client.on_output(old_end, data, frame)
+            if self.paced:
                 self.pacer.on_output()
 
     def _hold_output(self) -> None:
-        """The tower is far behind: stop reading the child's output until it catches up (shellper.pacing)."""
+        """A paced client is far behind: stop reading the child's output until it catches up (shellper.pacing)."""
         if self.child is not None:
             for fd in self.child.output_fds():
                 self.loop.remove_reader(fd)
@@ -369,8 +371,8 @@ class Session:
             self._flush_input()
         else:
             self._input += data
-        if len(self._input) > INPUT_HIGH_WATER and client.transport is not None:
-            client.transport.pause_reading()
+        if len(self._input) > INPUT_HIGH_WATER:
+            client.pause_input()
             self._input_paused.add(client)
 
     def _flush_input(self) -> None:
@@ -399,8 +401,7 @@ class Session:
     def _resume_input(self) -> None:
         """Read again from the clients held back while the child was not taking their input."""
         for client in self._input_paused:
-            if client.transport is not None and not client.transport.is_closing():
-                client.transport.resume_reading()
+            client.resume_input()
         self._input_paused.clear()
 
     def resize(self, cols: int, rows: int) -> None:
@@ -563,9 +564,11 @@ class Session:
             self.next_restart_at = time.time() + decision.delay
         self.state, self.state_reason = state, decision.reason
         self._write_record()  # the exit is on disk before anyone hears of it
-        exit_frame = wire.encode(wire.Exit.from_map(record))
-        for client in self.clients.values():
-            client.send_control_at(self.scrollback.end, exit_frame)
+        exit_frame = wire.Exit.from_map(record)
+        assert isinstance(exit_frame, wire.Exit)
+        exit_bytes = wire.encode(exit_frame)
+        for client in list(self.clients.values()):
+            client.send_exit_at(self.scrollback.end, exit_bytes, exit_frame)
         self._event("exited", record)
         if state == "backoff":
             self._notice(f"child {describe_exit(evidence)}; restarting in {decision.delay:.2g} s "
@@ -610,6 +613,8 @@ class Session:
                                None, fatal=True)
             self.tower = client
         self.clients[client.client_id] = client
+        if client.role in ("tower", "terminal"):
+            self.paced.append(client)
         self._event("client_attached", {"client_id": client.client_id, "role": client.role, "client": client.name})
 
     def unregister(self, client: ClientConn, reason: str) -> None:
@@ -617,18 +622,20 @@ class Session:
             return
         if self.tower is client:
             self.tower = None
-            self.pacer.on_progress()  # nobody to wait for now
+        if client in self.paced:
+            self.paced.remove(client)
+            self.pacer.on_progress()  # one fewer to wait for
         self._input_paused.discard(client)
         self._event("client_detached", {"client_id": client.client_id, "role": client.role, "reason": reason})
 
-    def welcome(self, role: str) -> wire.Welcome:
+    def welcome(self, role: str, terminal: bool = False) -> wire.Welcome:
         return wire.Welcome(
             version=wire.PROTOCOL_VERSION, name=self.config.name, shellper_pid=self.pid,
             shellper_start_time=self.start_time, boot_id=self.boot_id, instance_id=self.instance_id,
             state=self.state, cols=self.cols, rows=self.rows, ring_start=self.scrollback.start,
             ring_end=self.scrollback.end, child_pid=self.child.pid if self.child else None,
             state_reason=self.state_reason, last_output_at=self.last_output_at,
-            exit=self.last_exit, event_seq=self.event_seq, role=role)
+            exit=self.last_exit, event_seq=self.event_seq, role=role, terminal=terminal or None)
 
     def status(self) -> wire.StatusReply:
         now = time.time()

@@ -36,6 +36,9 @@ if TYPE_CHECKING:
         def pause_writing(self) -> None: ...
         def resume_writing(self) -> None: ...
         def connection_lost(self, exc: Exception | None) -> None: ...
+        @property
+        def wants_fds(self) -> bool: ...
+        def fds_received(self, fds: list[int]) -> None: ...
 
 
 class SocketTransport:
@@ -135,7 +138,12 @@ class SocketTransport:
 
     def _read_ready(self) -> None:
         try:
-            data = self._sock.recv(RECV_SIZE)
+            if self._protocol.wants_fds:  # the handshake: a HELLO may carry a descriptor
+                data, fds, _flags, _addr = socket.recv_fds(self._sock, RECV_SIZE, 1, socket.MSG_CMSG_CLOEXEC)
+                if fds:
+                    self._protocol.fds_received(fds)
+            else:  # descriptors sent now are closed by the kernel, unread
+                data = self._sock.recv(RECV_SIZE)
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:

@@ -1,4 +1,4 @@
-"""shellper.pacing.OutputPacer on its own: when output is held for the tower and when it is let go."""
+"""shellper.pacing.OutputPacer on its own: when output is held for paced clients and when it is let go."""
 
 from __future__ import annotations
 
@@ -15,21 +15,26 @@ from shellper.reactor import Reactor
 class Tower:
     client_id: int = 1
     pos: int = 0
+    role: str = "tower"
 
 
 @dataclass
 class Rig:
     loop: Reactor
     tower: Tower | None = field(default_factory=Tower)
+    others: list[Tower] = field(default_factory=list)
     end: int = 0
     calls: list[str] = field(default_factory=list)
     pacer: OutputPacer = field(init=False)
 
     def __post_init__(self) -> None:
-        self.pacer = OutputPacer(self.loop, 1000, tower=lambda: self.tower, end=lambda: self.end,
+        self.pacer = OutputPacer(self.loop, 1000, readers=self.readers, end=lambda: self.end,
                                  pause=lambda: self.calls.append("pause"),
                                  resume=lambda: self.calls.append("resume"),
                                  log=self.calls.append, stall=0.05)
+
+    def readers(self) -> list[Tower]:
+        return ([self.tower] if self.tower is not None else []) + self.others
 
     def output(self, n: int) -> None:
         self.end += n
@@ -104,3 +109,21 @@ def test_a_tower_that_keeps_reading_is_waited_for(rig: Rig) -> None:
     assert rig.pacer.holding and rig.calls == ["pause"]
     rig.pacer.forget()
     assert not rig.pacer.holding and rig.calls == ["pause"]  # forget(): the reader is gone, nothing resumed
+
+
+def test_every_paced_client_is_waited_for_and_a_stalled_one_alone_is_exempt(rig: Rig) -> None:
+    terminal = Tower(client_id=2, role="terminal")
+    rig.others.append(terminal)
+    tower = rig.tower
+    assert tower is not None
+    rig.output(1000)  # both 1000 behind
+    assert rig.pacer.holding
+    tower.pos = rig.end  # the tower caught up; the terminal still lags: held
+    rig.pacer.on_progress()
+    assert rig.pacer.holding
+    rig.run_until_timers_fire()  # the terminal took nothing: exempt, released
+    assert not rig.pacer.holding
+    assert any("terminal client 2 took no output" in str(c) for c in rig.calls)
+    assert "tower client" not in " ".join(map(str, rig.calls))
+    rig.output(1000)  # the tower is still waited for
+    assert rig.pacer.holding
