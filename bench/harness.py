@@ -351,8 +351,8 @@ class Shellpers:
         args = ["--dir", str(self.dir), "attach", name, "--detach-key", "none"]
         if replay_bytes is None:
             return [*shellper_cli(), *args]
-        code = ("import sys, shellper.attach as a; a.REPLAY_BYTES = int(sys.argv[1]); "
-                "from shellper.cli import main; sys.exit(main(sys.argv[2:]))")
+        code = ("import sys, shellper.attach as a; a.REPLAY_BYTES = int(sys.argv[1]); "  # the console script's path
+                "sys.argv[1:] = sys.argv[2:]; from shellper.prefork import entry; entry()")
         return [sys.executable, "-c", code, str(replay_bytes), *args]
 
     def stop(self, *names: str) -> None:

@@ -29,13 +29,15 @@ from types import FrameType
 
 from shellper import wire
 from shellper.client import Client, ClientError, RemoteError, SessionGone
-from shellper.modes import FULL_RESET_SEQUENCE, ModeTracker
+from shellper.names import BadName, runtime_dir_name, validate_name
 from shellper.records import record
 from shellper.terminal import note, window_size
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs each shellper ~2.5 ms and 0.5 MiB
 if TYPE_CHECKING:
     from typing import Any
+
+    from shellper.modes import ModeTracker
 
 __all__ = [
     "DEFAULT_DETACH_KEY",
@@ -181,7 +183,7 @@ class _Attachment:
         self.stdin_is_tty = os.isatty(stdin_fd)
         self.stdin_open = True
         self.saved_tty: list[Any] | None = None
-        self.modes = ModeTracker()
+        self.modes: ModeTracker | None = None  # relaying only: what the session switched on (shellper.modes)
         self.rbuf = memoryview(bytearray(SOCKET_READ))  # reused: a fresh 1 MiB bytes per recv costs mmap+munmap
         self.modes_known = True  # False once output was skipped: the terminal's modes are unknown then
         self.fed = 0
@@ -240,9 +242,13 @@ class _Attachment:
         self.old_handlers.clear()
 
     def reset_sequence(self) -> bytes:
-        if self.handed:  # the shellper knows what the terminal was shown; without its word, reset all
-            return self.released.reset if self.released is not None else FULL_RESET_SEQUENCE
-        return self.modes.reset_sequence() if self.modes_known else FULL_RESET_SEQUENCE
+        if self.handed and self.released is not None:  # the shellper knows what the terminal was shown
+            return self.released.reset
+        if not self.handed and self.modes is not None and self.modes_known:
+            return self.modes.reset_sequence()
+        from shellper.modes import FULL_RESET_SEQUENCE  # here: a handed-over attach never needs re
+
+        return FULL_RESET_SEQUENCE
 
     def send_size(self) -> None:
         if self.read_only or not self.stdin_is_tty:
@@ -256,6 +262,7 @@ class _Attachment:
     def show(self, data: bytes) -> None:
         """Session output to the terminal, noting the modes it switches."""
         if data:
+            assert self.modes is not None
             self.modes.feed(self.fed, data)
             self.fed += len(data)
             _write_all(self.stdout_fd, data)
@@ -333,6 +340,8 @@ class _Attachment:
             client.exit = frame
             if frame.state == "backoff":
                 # The shellper restarts the child: switch off what the dead one left on, carry on.
+                from shellper.modes import ModeTracker
+
                 _write_all(self.stdout_fd, self.reset_sequence())
                 self.modes = ModeTracker()
                 self.modes_known = True
@@ -467,6 +476,9 @@ class _Attachment:
     def run(self) -> _Outcome:
         if self.handed:
             return self.run_handed()
+        from shellper.modes import ModeTracker
+
+        self.modes = ModeTracker()
         self.start_output()
         self.send_size()
         outcome = self.on_frames()
@@ -563,3 +575,73 @@ def attach(socket_path: str | os.PathLike[str], *, name: str | None = None,
     if session.late_signal is not None:
         return 128 + session.late_signal
     return outcome.status
+
+
+def attach_session(directory: str | None, name: str, *, detach_key: str = DEFAULT_DETACH_KEY,
+                   read_only: bool = False, no_replay: bool = False, relay: bool = False) -> int:
+    """``shellper [--dir DIR] attach NAME ...``: the session's socket found, then :func:`attach`.
+
+    Raises :class:`~shellper.names.BadName` for a name that is not one.
+    """
+    validate_name(name)
+    return attach(os.path.join(runtime_dir_name(directory), f"{name}{_SOCKET_SUFFIX}"), name=name,
+                  detach_key=detach_key, read_only=read_only, replay=not no_replay, handoff=not relay)
+
+
+_SOCKET_SUFFIX = ".sock"
+_QUICK_FLAGS = {"--read-only": "read_only", "--no-replay": "no_replay", "--relay": "relay"}
+
+
+def quick_args(argv: list[str]) -> dict[str, Any] | None:
+    """The arguments of a plain ``[--dir DIR] attach NAME [--detach-key K] [--read-only] [--no-replay]
+    [--relay]``, parsed without argparse; None for anything else (help, abbreviations, mistakes), which
+    the full CLI then parses and reports. Why: argparse and what the CLI imports with it cost every
+    attach more than the interpreter's own start-up, and attach is the command people wait on."""
+    args: dict[str, Any] = {"dir": None, "name": None, "detach_key": DEFAULT_DETACH_KEY,
+                            "read_only": False, "no_replay": False, "relay": False}
+
+    def value(i: int, option: str) -> str | None:
+        token = argv[i]
+        if token.startswith(option + "="):
+            return token[len(option) + 1:]
+        if token == option and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+            return argv[i + 1]
+        return None
+
+    i = 0
+    while i < len(argv) and argv[i] != "attach":  # options before the command: only --dir
+        directory = value(i, "--dir")
+        if directory is None:
+            return None
+        args["dir"] = directory
+        i += 1 if argv[i].startswith("--dir=") else 2
+    i += 1
+    while i < len(argv):
+        token = argv[i]
+        if token in _QUICK_FLAGS:
+            args[_QUICK_FLAGS[token]] = True
+        elif token.startswith("--detach-key"):
+            key = value(i, "--detach-key")
+            if key is None:
+                return None
+            args["detach_key"] = key
+            i += 0 if token.startswith("--detach-key=") else 1
+        elif token.startswith("-") or args["name"] is not None:
+            return None
+        else:
+            args["name"] = token
+        i += 1
+    return args if args["name"] is not None else None
+
+
+def quick_main(argv: list[str]) -> int | None:
+    """Run ``shellper attach`` from the console script without the full CLI; None: not a plain attach."""
+    args = quick_args(argv)
+    if args is None:
+        return None
+    try:
+        return attach_session(args.pop("dir"), args.pop("name"), **args)
+    except BadName:
+        return None  # the full CLI says what is wrong with it
+    except KeyboardInterrupt:
+        return 130

@@ -232,11 +232,10 @@ def _bytes(n: int | None) -> str:
 
 
 def cmd_attach(args: argparse.Namespace) -> int:
-    from shellper.attach import attach
+    from shellper.attach import attach_session
 
-    validate_name(args.name)
-    return attach(_dir(args) / f"{args.name}.sock", name=args.name, detach_key=args.detach_key,
-                  read_only=args.read_only, replay=not args.no_replay, handoff=not args.relay)
+    return attach_session(args.dir, args.name, detach_key=args.detach_key, read_only=args.read_only,
+                          no_replay=args.no_replay, relay=args.relay)
 
 
 def cmd_send(args: argparse.Namespace) -> int:

@@ -12,13 +12,13 @@ import os
 import select
 import socket
 import time
-from pathlib import Path
 
 from shellper import wire
 from shellper.records import field, record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs each shellper ~2.5 ms and 0.5 MiB
 if TYPE_CHECKING:
+    from pathlib import Path
     from typing import TypeVar
 
     F = TypeVar("F", bound=wire.Frame)
@@ -278,4 +278,6 @@ class Client:
 
 
 def socket_path(directory: str | os.PathLike[str], name: str) -> Path:
+    from pathlib import Path  # here: `shellper attach` starts without pathlib
+
     return Path(directory) / f"{name}.sock"

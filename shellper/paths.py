@@ -10,25 +10,22 @@ user. Checks use lstat/O_NOFOLLOW so a symlink is reported, never traversed.
 from __future__ import annotations
 
 import os
-import re
 import stat
 from pathlib import Path
 
+from shellper.names import MAX_NAME_LEN as MAX_NAME_LEN  # re-exported: callers know them as paths'
+from shellper.names import BadName as BadName
+from shellper.names import PathError as PathError
+from shellper.names import runtime_dir_name
+from shellper.names import validate_name as validate_name
 from shellper.records import record
 
 SUN_PATH_MAX = 108
 """sizeof(sockaddr_un.sun_path) on Linux, including the terminating NUL."""
-MAX_NAME_LEN = 64
 SOCKET_SUFFIX = ".sock"
 RECORD_SUFFIX = ".json"
 LOCK_SUFFIX = ".lock"
 LOG_SUFFIX = ".log"
-
-_NAME_CHARS = re.compile(r"[A-Za-z0-9._-]+")
-
-
-class PathError(Exception):
-    """Base class for runtime-directory and session-path failures."""
 
 
 class UnsafeDirError(PathError):
@@ -53,30 +50,9 @@ class PathTooLong(PathError):
         )
 
 
-class BadName(PathError, ValueError):
-    """A session name that could escape the directory, hide as a dotfile, or look like an option."""
-
-    def __init__(self, name: str, reason: str) -> None:
-        self.name = name
-        self.reason = reason
-        super().__init__(f"invalid session name {name!r}: {reason}")
-
-
 def runtime_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
-    """Pick the runtime directory: --dir, else $SHELLPER_DIR, else $XDG_RUNTIME_DIR/shellper, else /tmp.
-
-    Empty environment values count as unset. Relative paths are made absolute now, so a later chdir
-    cannot move the sessions.
-    """
-    if explicit is not None and os.fspath(explicit) != "":
-        return Path(os.path.abspath(os.fspath(explicit)))
-    env = os.environ.get("SHELLPER_DIR")
-    if env:
-        return Path(os.path.abspath(env))
-    xdg = os.environ.get("XDG_RUNTIME_DIR")
-    if xdg:
-        return Path(os.path.abspath(xdg)) / "shellper"
-    return Path(f"/tmp/shellper-{os.geteuid()}")
+    """Pick the runtime directory (see :func:`shellper.names.runtime_dir_name`)."""
+    return Path(runtime_dir_name(explicit))
 
 
 def _check_dir_stat(path: Path, st: os.stat_result) -> None:
@@ -140,22 +116,6 @@ def ensure_runtime_dir(path: str | os.PathLike[str]) -> Path:
     finally:
         os.close(fd)
     return p
-
-
-def validate_name(name: str) -> str:
-    """Return ``name`` if it is a safe session name: 1-64 of [A-Za-z0-9._-], not starting with '.' or '-'."""
-    if not isinstance(name, str):
-        raise BadName(repr(name), "must be a string")
-    if not name:
-        raise BadName(name, "is empty")
-    if len(name) > MAX_NAME_LEN:
-        raise BadName(name, f"is {len(name)} characters; at most {MAX_NAME_LEN} allowed")
-    if name[0] in ".-":
-        raise BadName(name, f"must not start with {name[0]!r}")
-    if not _NAME_CHARS.fullmatch(name):
-        bad = next(c for c in name if not _NAME_CHARS.fullmatch(c))
-        raise BadName(name, f"contains {bad!r}; only letters, digits, '.', '_' and '-' are allowed")
-    return name
 
 
 @record(frozen=True)

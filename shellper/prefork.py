@@ -106,8 +106,14 @@ def wants_prefork(argv: list[str]) -> bool:
 def entry() -> None:
     """The console script: run the CLI, then leave without the interpreter's teardown (~10 ms)."""
     argv = sys.argv[1:]
+    code: int | str | None = None
+    if "attach" in argv:  # the command people wait on: started without argparse when it is plain
+        from shellper.attach import quick_main
+
+        code = quick_main(argv)
+        if code is not None:
+            _leave(code)
     prefork = Prefork.start() if wants_prefork(argv) else None
-    code: int | str | None
     try:
         from shellper.cli import main
 
@@ -117,6 +123,11 @@ def entry() -> None:
     finally:
         if prefork is not None:
             prefork.cancel()
+    _leave(code)
+
+
+def _leave(code: int | str | None) -> None:
+    """Flush and exit without the interpreter's teardown."""
     try:
         sys.stdout.flush()
         sys.stderr.flush()

@@ -626,3 +626,51 @@ def test_attach_in_a_terminal_to_unknown_session(sessions: Sessions) -> None:
     assert len(lines) == 1 and b"nosuch" in lines[0], term.before
     term.close()
     assert term.exitstatus == 1
+
+
+# ------------------------------------------------------------------------------------ the quick path
+
+
+@pytest.mark.parametrize(("argv", "taken"), [
+    (["attach", "s"], True),
+    (["--dir", "/tmp/d", "attach", "s"], True),
+    (["--dir=/tmp/d", "attach", "s", "--read-only"], True),
+    (["--dir", "rel/d", "attach", "--no-replay", "s", "--relay"], True),
+    (["attach", "s", "--detach-key", "^Q"], True),
+    (["attach", "s", "--detach-key=none"], True),
+    (["attach", "s", "--detach-key="], True),
+    (["attach", "--detach-key", "q", "s", "--detach-key", "^A"], True),  # the last one counts
+    (["--dir", "attach", "attach", "s"], True),  # a directory named attach
+    (["attach", "run"], True),
+    (["attach"], False),
+    (["attach", "s", "t"], False),
+    (["attach", "s", "--read"], False),  # argparse's abbreviation: the full CLI decides
+    (["attach", "s", "--detach-key"], False),
+    (["attach", "s", "--detach-key", "-x"], False),
+    (["attach", "-h"], False),
+    (["attach", "s", "--bogus"], False),
+    (["attach", "s", "--"], False),
+    (["--dir", "attach"], False),
+    (["-v", "attach", "s"], False),
+    (["ls", "attach"], False),
+    (["run", "attach", "--", "attach"], False),
+])
+def test_quick_attach_arguments_mean_what_the_full_cli_makes_of_them(argv: list[str], taken: bool) -> None:
+    from shellper.attach import quick_args
+    from shellper.cli import _parser
+
+    quick = quick_args(argv)
+    assert (quick is not None) == taken
+    if quick is None:
+        return
+    full = _parser().parse_args(argv)
+    assert full.cmd == "attach"
+    assert quick == {"dir": full.dir, "name": full.name, "detach_key": full.detach_key,
+                     "read_only": full.read_only, "no_replay": full.no_replay, "relay": full.relay}
+
+
+def test_a_bad_name_on_the_quick_path_gets_the_full_cli_message(tmp_path: Path) -> None:
+    proc = subprocess.run([*SHELLPER_CLI, "--dir", str(tmp_path), "attach", "a/b"], capture_output=True,
+                          text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("shellper: invalid session name 'a/b'"), proc.stderr

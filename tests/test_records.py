@@ -190,3 +190,13 @@ def test_start_up_imports_neither_dataclasses_nor_typing(modules: str) -> None:
              "print(' '.join(sorted({'dataclasses', 'typing', 'inspect', 'threading', 'psutil'} & set(sys.modules))))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
     assert done.stdout.strip() == ""
+
+
+def test_a_plain_attach_starts_without_the_cli_pathlib_or_re() -> None:
+    """``shellper attach NAME`` from the console script takes the quick path (shellper.attach.quick_main):
+    argparse, pathlib, re and the relay-only mode tracker cost it ~20 ms more than its own imports."""
+    probe = ("import sys; from shellper.attach import quick_main\n"
+             "print(' '.join(sorted({'argparse', 'pathlib', 're', 'json', 'shellper.cli', 'shellper.modes', "
+             "'shellper.paths', 'typing', 'dataclasses'} & set(sys.modules))))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
+    assert done.stdout.strip() == ""
