@@ -581,9 +581,14 @@ def attach_session(directory: str | None, name: str, *, detach_key: str = DEFAUL
                    read_only: bool = False, no_replay: bool = False, relay: bool = False) -> int:
     """``shellper [--dir DIR] attach NAME ...``: the session's socket found, then :func:`attach`.
 
-    Raises :class:`~shellper.names.BadName` for a name that is not one.
+    Raises :class:`~shellper.names.BadName` for a name that is not one. Refuses (status 1) to attach a
+    session from inside itself: its output would be fed back to it as input without end.
     """
     validate_name(name)
+    if os.environ.get("SHELLPER_SESSION") == name:
+        print(f"shellper: session {name!r}: this terminal is inside it; attaching would feed its output back "
+              "to it (unset SHELLPER_SESSION to attach anyway)", file=sys.stderr)
+        return 1
     return attach(os.path.join(runtime_dir_name(directory), f"{name}{_SOCKET_SUFFIX}"), name=name,
                   detach_key=detach_key, read_only=read_only, replay=not no_replay, handoff=not relay)
 

@@ -674,3 +674,12 @@ def test_a_bad_name_on_the_quick_path_gets_the_full_cli_message(tmp_path: Path) 
                           text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
     assert proc.returncode == 1
     assert proc.stderr.startswith("shellper: invalid session name 'a/b'"), proc.stderr
+
+
+def test_attaching_a_session_from_inside_itself_is_refused(sessions: Sessions) -> None:
+    sessions.shell("self")
+    env = {**sessions.env, "SHELLPER_SESSION": "self"}
+    for argv in (sessions.cli_args("attach", "self"), sessions.cli_args("attach", "self", "--read")):  # quick, full
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
+        assert proc.returncode == 1
+        assert "this terminal is inside it" in proc.stderr and "unset SHELLPER_SESSION" in proc.stderr
