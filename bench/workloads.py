@@ -152,8 +152,8 @@ class Flood:
 def flood_once(lab: Lab, kind: str, nbytes: int, timeout: float) -> Flood:
     """Go byte -> marker read by the harness, through ``kind``.
 
-    A shellper never waits for a slow client: if the terminal drains slower than the child writes,
-    the client gets a GAP and skips output. So delivered bytes are counted, not assumed.
+    A shellper waits for a slow terminal only within bounds (shellper.pacing): one that stalls gets a
+    GAP and skips output. So delivered bytes are counted, not assumed.
     """
     a = attach(lab, kind, ["flood", str(nbytes)])
     pids = [p for p in (a.server_pid, a.client_pid) if p is not None]

@@ -1,10 +1,12 @@
 """One client connection: handshake, its own position in the ring, and its frames.
 
-The PTY reader waits for no terminal or viewer (only, within bounds, for the tower: shellper.pacing).
+The PTY reader waits for no viewer (only, within bounds, for the tower and terminals: shellper.pacing).
 A caught-up client is handed each output frame as it is produced; one whose socket is full stops
 receiving and later catches up from the ring at its own pace, getting a GAP with the exact count if it
-fell behind the ring's start. Control frames are never dropped:
-they are queued at the output offset they belong after, so an EXIT never overtakes the output before it.
+fell behind the ring's start. A client that handed over its terminal (shellper.terminal) gets its
+output written there instead of in DATA frames, with the same positions, pauses and catch-up.
+Control frames are never dropped: they are queued at the output offset they belong after, so an EXIT
+never overtakes the output before it.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ by itself after ``seconds``.
 Invariants, checked as it goes (an AssertionError names the session and what broke):
 
 * every output stream (towers and attachers) is contiguous, or has an explicit GAP whose ``missed`` is
-  exact (a client more than a ring behind a burst gets one, a tower too: the shellper waits for nobody);
+  exact (a client more than a ring behind a burst gets one; a tower or terminal that stalls, too);
   what any client received equals, byte for byte, what the tower received at the same offsets (the ring
   never hands out wrong, shifted or duplicated bytes);
 * the tower sees every event (seq contiguous, never ``events_missed``), every exit has a class, and at
