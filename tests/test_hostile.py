@@ -291,7 +291,17 @@ class FuzzConn:
         self.sent += extra + ping
         self.conn.send(extra + ping)
         nonce = -self.nonce
-        self.received += self.conn.until(lambda f: isinstance(f, wire.Pong) and f.nonce == nonce, 15)
+        # The fuzzed frames may hold PINGs with this very nonce (hypothesis favours -1): wait for every
+        # PONG carrying it that the oracle expects, not just the first.
+        expected = self.verdict().answers.count(("pong", nonce))
+        seen = [answers_of(self.received).count(("pong", nonce))]
+
+        def all_pongs(f: wire.Frame) -> bool:
+            if isinstance(f, wire.Pong) and f.nonce == nonce:
+                seen[0] += 1
+            return seen[0] >= expected
+
+        self.received += self.conn.until(all_pongs, 15)
         self._check(self.verdict(), [])
 
     def _check(self, v: Verdict, fatal: list[str]) -> None:
