@@ -10,6 +10,7 @@ import contextlib
 import os
 import select
 import socket
+import subprocess
 import termios
 import time
 import tty
@@ -245,3 +246,39 @@ def test_a_detach_byte_that_is_not_a_byte_is_a_bad_field(sessions: Sessions, ter
     finally:
         os.close(fd)
         client.close()
+
+
+def test_a_viewer_terminal_types_nothing_but_can_detach(sessions: Sessions, term: Term) -> None:
+    info = sessions.start("cat", ["cat"])
+    with hand_over(sessions, "cat", term, role="viewer") as client:
+        assert client.welcome is not None and client.welcome.terminal is True
+        term.type(b"not-for-the-child\r" + bytes([DETACH]))
+        frames = frames_until_closed(client)
+    assert [f.reason for f in frames if isinstance(f, wire.Release)] == ["detach"]
+    poll_until(lambda: not holds(info.pid, term.path), what="the shellper to close the terminal")
+    with sessions.connect("cat", replay_bytes=1 << 20) as tower:
+        reply = tower.request(wire.Status(), wire.StatusReply)
+        assert isinstance(reply, wire.StatusReply) and reply.info["ring_end"] == 0  # cat never got a byte
+
+
+def test_a_killed_attach_client_leaves_the_terminal_alone(sessions: Sessions, term: Term) -> None:
+    """SIGKILL gives attach no chance to ask for its terminal back: its socket closing is the request."""
+    info = sessions.start("cat", ["cat"])
+    script = ("import os, sys, time; from shellper.client import Client\n"
+              "c = Client(sys.argv[1], 'terminal'); fd = os.open(sys.argv[2], os.O_RDWR | os.O_NOCTTY)\n"
+              "c.connect(terminal_fd=fd); os.close(fd); print(c.welcome.terminal, flush=True); time.sleep(60)")
+    proc = subprocess.Popen([PY, "-c", script, str(sessions.dir / "cat.sock"), term.path], stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "True"
+        assert holds(info.pid, term.path)
+    finally:
+        proc.kill()
+        proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+    poll_until(lambda: not holds(info.pid, term.path), what="the shellper to close the terminal")
+    term.type(b"after\r")  # nobody reads the terminal now: the keys stay in it, the child gets none
+    with sessions.connect("cat") as tower:
+        reply = tower.request(wire.Status(), wire.StatusReply)
+        assert isinstance(reply, wire.StatusReply) and reply.info["ring_end"] == 0
