@@ -254,8 +254,15 @@ class _Attachment:
         if self.read_only or not self.stdin_is_tty:
             return
         size = window_size(self.stdin_fd)
-        if size is not None:
+        if size is None:
+            return
+        try:
             self.client.send(wire.Resize(cols=min(size[0], 65535), rows=min(size[1], 65535)))
+        except SessionGone:
+            if not self.handed:
+                raise
+            # The shellper may have given the terminal back and closed already (a detach key typed at
+            # once): the RELEASE that says so is still to be read, and the socket's end after it.
 
     # ------------------------------------------------------------------------------- output
 
@@ -434,10 +441,10 @@ class _Attachment:
         return self.on_handed_frames()
 
     def run_handed(self) -> _Outcome:
-        self.send_size()
         outcome = self.on_handed_frames()  # what came with WELCOME and REPLAY
         if outcome is not None:
             return outcome
+        self.send_size()
         sock_fd = self.client.fileno()
         poller = select.poll()
         poller.register(sock_fd, select.POLLIN)

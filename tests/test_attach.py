@@ -407,6 +407,18 @@ def test_detach_key_is_never_forwarded(shared: Sessions) -> None:
     assert b"lost-81" not in watch.before
 
 
+def test_a_detach_key_typed_ahead_detaches(shared: Sessions) -> None:
+    """Typed as soon as the replay shows (attach set raw mode before connecting): the shellper may act
+    on it before attach has even reported the window size; that must read as a detach, never as a
+    closed session."""
+    for _ in range(5):
+        term = shared.attach("sh")
+        term.expect(re.escape(PROMPT))
+        term.send(DETACH)
+        term.expect(re.escape(b"[detached]"))
+        assert _finish(term) == 0
+
+
 def test_bad_detach_key_is_one_line_and_status_2(shared: Sessions) -> None:
     proc = shared.cli("attach", "sh", "--detach-key", "^1", check=False)
     assert proc.returncode == 2
