@@ -156,7 +156,8 @@ class ClientConn:
     # ----------------------------------------------------------------------------------- output
 
     def on_output(self, old_end: int, data: bytes, frame: bytes) -> None:
-        """New output ``data`` was appended at ``old_end``; ``frame`` is it as a DATA frame."""
+        """New output ``data`` was appended at ``old_end``; ``frame`` is it as a DATA frame (empty for
+        a client with a handed-over terminal, which writes ``data`` itself)."""
         if not self.registered or self._closing or self.released or self._transport_gone():
             return
         if self.paused:

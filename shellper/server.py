@@ -314,8 +314,10 @@ class Session:
         self.scrollback.append(data)
         self.last_output_at = time.time()
         if self.clients:
-            frame = wire.encode_data(data)
+            frame = b""  # the DATA frame, built once and only for a client that takes frames
             for client in self.clients.values():
+                if not frame and client.terminal is None:
+                    frame = wire.encode_data(data)
                 client.on_output(old_end, data, frame)
             if self.paced:
                 self.pacer.on_output()
