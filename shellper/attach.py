@@ -287,18 +287,26 @@ class _Attachment:
         if replay.gap:
             self.note(f"[shellper: {replay.gap} bytes skipped]")
 
-    def on_socket(self) -> _Outcome | None:
-        """Take what the socket has, then act on every frame it completed."""
+    def receive(self) -> int | None:
+        """Read what the socket has into ``rbuf``: the byte count, 0 once the shellper has closed the
+        connection, None if nothing was there after all."""
         client = self.client
         assert client.sock is not None
         try:
-            n = client.sock.recv_into(self.rbuf)
+            return client.sock.recv_into(self.rbuf)
         except (BlockingIOError, InterruptedError):
             return None
         except OSError as exc:
             if exc.errno != errno.ECONNRESET:
                 raise SessionGone(client.path, f"connection lost: {exc.strerror or exc}") from None
-            n = 0
+            return 0
+
+    def on_socket(self) -> _Outcome | None:
+        """Take what the socket has, then act on every frame it completed."""
+        client = self.client
+        n = self.receive()
+        if n is None:
+            return None
         if not n:
             return _Outcome(1, "[session closed]")
         echo = client.decoder.sole_data(self.rbuf[:n])
@@ -425,19 +433,12 @@ class _Attachment:
         return None
 
     def on_handed_socket(self) -> _Outcome | None:
-        client = self.client
-        assert client.sock is not None
-        try:
-            n = client.sock.recv_into(self.rbuf)
-        except (BlockingIOError, InterruptedError):
+        n = self.receive()
+        if n is None:
             return None
-        except OSError as exc:
-            if exc.errno != errno.ECONNRESET:
-                raise SessionGone(client.path, f"connection lost: {exc.strerror or exc}") from None
-            n = 0
         if not n:
             return _Outcome(1, "[session closed]")
-        client.decoder.feed(self.rbuf[:n])
+        self.client.decoder.feed(self.rbuf[:n])
         return self.on_handed_frames()
 
     def run_handed(self) -> _Outcome:
