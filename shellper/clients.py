@@ -482,7 +482,6 @@ class ClientConn:
         session.register(self)  # announces this client, to itself too, after the history it asked for
         self.pump()
 
-
     def _take_terminal(self, hello: wire.Hello) -> None:
         """Use the terminal the HELLO carried, if it asked, may, and it is one; else the client relays."""
         fd = self._fds.pop() if self._fds else None
