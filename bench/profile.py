@@ -132,15 +132,17 @@ def main(argv: list[str] | None = None) -> int:
                     proc.kill()
                     proc.wait()
             detach(lab, a)
-    print(f"{summary} (under py-spy, {args.rate} Hz, nonblocking)")
-    for label in targets:
-        path = outdir / f"{label}.txt"
-        if not path.exists():
-            raise BenchError(f"py-spy wrote no {path} (is ptrace allowed?)")
-        print(report(label, parse_collapsed(path.read_text()), args.top))
-    if args.keep is None:
-        shutil.rmtree(outdir, ignore_errors=True)
-    else:
+    try:  # the profiles go even when printing fails (a reader such as `head` that left early)
+        print(f"{summary} (under py-spy, {args.rate} Hz, nonblocking)")
+        for label in targets:
+            path = outdir / f"{label}.txt"
+            if not path.exists():
+                raise BenchError(f"py-spy wrote no {path} (is ptrace allowed?)")
+            print(report(label, parse_collapsed(path.read_text()), args.top))
+    finally:
+        if args.keep is None:
+            shutil.rmtree(outdir, ignore_errors=True)
+    if args.keep is not None:
         print(f"raw profiles in {outdir}")
     return 0
 
