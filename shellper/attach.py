@@ -35,6 +35,7 @@ from shellper.terminal import note, window_size
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs each shellper ~2.5 ms and 0.5 MiB
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
     from shellper.modes import ModeTracker
@@ -446,19 +447,7 @@ class _Attachment:
         if outcome is not None:
             return outcome
         self.send_size()
-        sock_fd = self.client.fileno()
-        poller = select.poll()
-        poller.register(sock_fd, select.POLLIN)
-        if self.wake_r >= 0:
-            poller.register(self.wake_r, select.POLLIN)
-        while True:
-            ready = dict(poller.poll())
-            if self.wake_r in ready:
-                self.take_signals(drain=True)
-            if sock_fd in ready:
-                outcome = self.on_handed_socket()
-                if outcome is not None:
-                    return outcome
+        return self.wait(self.on_handed_socket, keys=False)
 
     def reclaim(self) -> None:
         """Take the terminal back before restoring it: ask (our end of the socket stops sending), then wait
@@ -492,10 +481,15 @@ class _Attachment:
         outcome = self.on_frames()
         if outcome is not None:
             return outcome
+        return self.wait(self.on_socket, keys=True)
+
+    def wait(self, on_socket: Callable[[], _Outcome | None], keys: bool) -> _Outcome:
+        """Poll the socket, the signal pipe and, with ``keys``, the terminal's input, until an outcome."""
         sock_fd = self.client.fileno()
         poller = select.poll()
         poller.register(sock_fd, select.POLLIN)
-        poller.register(self.stdin_fd, select.POLLIN)
+        if keys:
+            poller.register(self.stdin_fd, select.POLLIN)
         if self.wake_r >= 0:
             poller.register(self.wake_r, select.POLLIN)
         while True:
@@ -503,10 +497,10 @@ class _Attachment:
             if self.wake_r in ready:
                 self.take_signals(drain=True)
             if sock_fd in ready:
-                outcome = self.on_socket()
+                outcome = on_socket()
                 if outcome is not None:
                     return outcome
-            if self.stdin_fd in ready:
+            if keys and self.stdin_fd in ready:
                 outcome = self.on_stdin()
                 if outcome is not None:
                     return outcome
