@@ -211,6 +211,29 @@ def _frozen_delattr(self: Any, name: str) -> None:
     raise FrozenInstanceError(f"cannot delete field {name!r}")
 
 
+def _deferred_init(cls: type, flds: tuple[Field, ...], frozen: bool) -> Callable[..., None]:
+    """An ``__init__`` that compiles the generated one on its first call and puts it in its place.
+
+    Compiling is what building a record costs (~0.1 ms a class); most classes of a module, the frame
+    types of :mod:`shellper.wire` above all, are never instantiated by a given process (an attach, a
+    CLI command, a shellper no client has spoken to). The source is generated here, so a bad field
+    order is still reported when the class is defined.
+    """
+    namespace: dict[str, Any] = {"_MISSING": MISSING, "_set": object.__setattr__}
+    source = _init_source(cls, flds, frozen, namespace)
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        if cls.__dict__.get("__init__") is __init__:  # not yet replaced (by this call or another)
+            exec(source, namespace)
+            init = namespace["__init__"]
+            init.__qualname__ = f"{cls.__qualname__}.__init__"
+            cls.__init__ = init  # type: ignore[misc]
+        cls.__dict__["__init__"](self, *args, **kwargs)
+
+    __init__.__qualname__ = f"{cls.__qualname__}.__init__"
+    return __init__
+
+
 def _build(cls: type, frozen: bool, eq: bool, repr: bool, slots: bool) -> type:
     for base in cls.__mro__[1:]:
         if _FIELDS in base.__dict__ and base.__dict__.get("__record_frozen__", False) != frozen:
@@ -229,12 +252,8 @@ def _build(cls: type, frozen: bool, eq: bool, repr: bool, slots: bool) -> type:
     setattr(cls, _FIELDS, flds)
     cls.__record_frozen__ = frozen  # type: ignore[attr-defined]
     cls.__match_args__ = tuple(f.name for f in flds if f.init)  # type: ignore[attr-defined,misc]
-    namespace: dict[str, Any] = {"_MISSING": MISSING, "_set": object.__setattr__}
     if "__init__" not in own:
-        exec(_init_source(cls, flds, frozen, namespace), namespace)
-        init = namespace["__init__"]
-        init.__qualname__ = f"{cls.__qualname__}.__init__"
-        cls.__init__ = init  # type: ignore[misc]
+        cls.__init__ = _deferred_init(cls, flds, frozen)  # type: ignore[misc]
     if repr and "__repr__" not in own:
         cls.__repr__ = _repr  # type: ignore[assignment]
     if eq and "__eq__" not in own:
