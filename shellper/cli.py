@@ -154,7 +154,7 @@ def _user_errors() -> tuple[type[Exception], ...]:
 
 
 def _dir(args: argparse.Namespace) -> Path:
-    return runtime_dir(args.dir)
+    return Path(runtime_dir(args.dir))
 
 
 def _connect(args: argparse.Namespace, role: str = "tower", **hello: Any) -> Client:

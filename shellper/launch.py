@@ -13,7 +13,6 @@ import os
 import select
 import sys
 import time
-from pathlib import Path
 
 from shellper.config import SessionConfig
 from shellper.logfile import LogFile, redirect_stdio
@@ -33,7 +32,7 @@ LAUNCH_TIMEOUT = 10.0
 class LaunchError(RuntimeError):
     """The session did not start; ``name`` and, when known, the log path say where to look."""
 
-    def __init__(self, name: str, message: str, log: Path | None = None) -> None:
+    def __init__(self, name: str, message: str, log: str | None = None) -> None:
         super().__init__(message)
         self.name = name
         self.log = log
@@ -61,7 +60,7 @@ def prepare(config: SessionConfig) -> SessionPaths:
     """Check everything that can be checked before a process is started."""
     config.validate()
     validate_name(config.name)
-    directory = ensure_runtime_dir(Path(config.dir))
+    directory = ensure_runtime_dir(config.dir)
     paths = SessionPaths.for_name(directory, config.name)
     if SessionLock.is_locked(paths.lock):
         raise LaunchError(config.name, f"session {config.name!r} is already running in {directory}")
@@ -144,9 +143,10 @@ def _read_until_eof(fd: int, timeout: float) -> bytes:
         out += chunk
 
 
-def _log_tail(log: Path) -> str:
+def _log_tail(log: str) -> str:
     try:
-        lines = log.read_text(errors="replace").splitlines()[-5:]
+        with open(log, errors="replace") as f:
+            lines = f.read().splitlines()[-5:]
     except OSError:
         return ""
     return (": " + " | ".join(lines)) if lines else ""
@@ -178,7 +178,7 @@ def detached_daemon(config: SessionConfig, ready_fd: int) -> int:
     if os.fork():
         return 0  # the launcher reaps this intermediate; the daemon is nobody's child to wait for
     os.set_inheritable(ready_fd, False)
-    paths = SessionPaths.for_name(Path(config.dir), config.name)
+    paths = SessionPaths.for_name(config.dir, config.name)
     log = LogFile(paths.log)
     redirect_stdio(paths.log)
 

@@ -12,7 +12,6 @@ import contextlib
 import datetime as _dt
 import os
 import sys
-from pathlib import Path
 
 from shellper.paths import open_nofollow
 
@@ -55,7 +54,7 @@ class LogFile:
             raise ValueError(f"max_bytes must be at least 256, got {max_bytes}")
         if keep < 0:
             raise ValueError(f"keep must be >= 0, got {keep}")
-        self.path = Path(path)
+        self.path = os.fspath(path)
         self.max_bytes = max_bytes
         self.keep = keep
         self.capture_stdio = capture_stdio
@@ -84,10 +83,10 @@ class LogFile:
             return
         self._close_fd()
         for i in range(self.keep - 1, 0, -1):
-            older = self.path.with_name(f"{self.path.name}.{i}")
+            older = f"{self.path}.{i}"
             if os.path.lexists(older):
-                os.replace(older, self.path.with_name(f"{self.path.name}.{i + 1}"))
-        os.replace(self.path, self.path.with_name(f"{self.path.name}.1"))
+                os.replace(older, f"{self.path}.{i + 1}")
+        os.replace(self.path, f"{self.path}.1")
 
     def _write_line(self, line: bytes) -> None:
         fd = self._open()

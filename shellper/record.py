@@ -21,7 +21,6 @@ import os
 import stat
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from shellper import records
 from shellper.paths import open_nofollow
@@ -49,7 +48,7 @@ class RecordError(Exception):
     """A record could not be read or written: corrupt, truncated, wrong types, too large, or I/O failure."""
 
     def __init__(self, path: str | os.PathLike[str] | None, reason: str, errno_: int | None = None) -> None:
-        self.path = Path(path) if path is not None else None
+        self.path = os.fspath(path) if path is not None else None
         self.reason = reason
         self.errno = errno_
         where = f"session record {self.path}" if self.path else "session record"
@@ -60,7 +59,7 @@ class LockError(Exception):
     """The lock file could not be opened or locked for a reason other than a live owner."""
 
     def __init__(self, path: str | os.PathLike[str], reason: str) -> None:
-        self.path = Path(path)
+        self.path = os.fspath(path)
         self.reason = reason
         super().__init__(f"session lock {self.path}: {reason}")
 
@@ -70,7 +69,7 @@ class AlreadyRunning(Exception):
 
     def __init__(self, name: str, path: str | os.PathLike[str]) -> None:
         self.name = name
-        self.path = Path(path)
+        self.path = os.fspath(path)
         super().__init__(f"session {name!r} is already running (lock {self.path} is held)")
 
 
@@ -250,7 +249,7 @@ assert set(_CHECKS) == {f.name for f in records.fields(SessionRecord)}
 # --- atomic write / safe read ---------------------------------------------------------------------
 
 
-def _fsync_dir(directory: Path) -> None:
+def _fsync_dir(directory: str) -> None:
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         os.fsync(fd)
@@ -264,7 +263,7 @@ def write_record(path: str | os.PathLike[str], record: SessionRecord) -> None:
     A symlink planted at ``path`` is replaced by the rename, never written through; a directory there
     is refused. Failures raise RecordError (with ``errno`` set for I/O errors); the temp file is removed.
     """
-    p = Path(path)
+    p = os.fspath(path)
     try:
         data = record.to_json()
     except RecordError as e:
@@ -276,11 +275,13 @@ def write_record(path: str | os.PathLike[str], record: SessionRecord) -> None:
         pass
     except OSError as e:
         raise RecordError(p, f"cannot stat: {e.strerror}", e.errno) from e
-    tmp = p.with_name(f".{p.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    directory, name = os.path.split(p)
+    tmp_name = f".{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+    tmp = os.path.join(directory, tmp_name)
     try:
         fd = open_nofollow(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except OSError as e:
-        raise RecordError(p, f"cannot create temp file {tmp.name}: {e.strerror}", e.errno) from e
+        raise RecordError(p, f"cannot create temp file {tmp_name}: {e.strerror}", e.errno) from e
     try:
         try:
             os.fchmod(fd, 0o600)
@@ -299,12 +300,12 @@ def write_record(path: str | os.PathLike[str], record: SessionRecord) -> None:
         _silent_unlink(tmp)
         raise
     try:
-        _fsync_dir(p.parent)
+        _fsync_dir(directory or ".")
     except OSError as e:
         raise RecordError(p, f"written, but fsync of the directory failed: {e.strerror}", e.errno) from e
 
 
-def _silent_unlink(path: Path) -> None:
+def _silent_unlink(path: str) -> None:
     with contextlib.suppress(OSError):
         os.unlink(path)
 
@@ -314,7 +315,7 @@ def read_record(path: str | os.PathLike[str]) -> SessionRecord:
 
     Raises FileNotFoundError if absent, RecordError for anything else (symlink, FIFO, huge, corrupt).
     """
-    p = Path(path)
+    p = os.fspath(path)
     try:
         # O_NONBLOCK: a FIFO planted at the path must not hang the reader.
         fd = open_nofollow(p, os.O_RDONLY | os.O_NONBLOCK)
@@ -351,7 +352,7 @@ _ACQUIRE_ATTEMPTS = 10
 _ACQUIRE_RETRY_S = 0.005
 
 
-def _open_lock_file(p: Path) -> int:
+def _open_lock_file(p: str) -> int:
     try:
         fd = open_nofollow(p, os.O_RDWR | os.O_CREAT, 0o600)
     except OSError as e:
@@ -362,7 +363,7 @@ def _open_lock_file(p: Path) -> int:
     return fd
 
 
-def _lock_and_verify(p: Path, fd: int) -> str:
+def _lock_and_verify(p: str, fd: int) -> str:
     """flock ``fd``; "busy" if held elsewhere, "stale" if ``p`` no longer names the locked inode."""
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -392,7 +393,7 @@ class SessionLock:
     a session, even when one acquires while the other releases.
     """
 
-    def __init__(self, path: Path, fd: int, name: str) -> None:
+    def __init__(self, path: str, fd: int, name: str) -> None:
         self.path = path
         self.name = name
         self._fd: int | None = fd
@@ -404,8 +405,8 @@ class SessionLock:
     @classmethod
     def acquire(cls, path: str | os.PathLike[str], name: str | None = None) -> SessionLock:
         """Take the lock or raise AlreadyRunning (live owner) / LockError (cannot open or lock)."""
-        p = Path(path)
-        label = name if name is not None else p.stem
+        p = os.fspath(path)
+        label = name if name is not None else os.path.splitext(os.path.basename(p))[0]
         busy = 0
         while True:
             fd = _open_lock_file(p)
@@ -433,7 +434,7 @@ class SessionLock:
         except FileNotFoundError:
             return False
         except OSError as e:
-            raise LockError(Path(path), f"cannot open: {e.strerror}") from e
+            raise LockError(path, f"cannot open: {e.strerror}") from e
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)

@@ -193,7 +193,7 @@ class Session:
         if not keep_log:
             self.log.close()
             unlink_if_regular(self.paths.log)
-            unlink_if_regular(self.paths.log.with_name(self.paths.log.name + ".1"))
+            unlink_if_regular(self.paths.log + ".1")
 
     def _cancel_timers(self) -> None:
         for handle in (self._restart_handle, self._husk_handle):
@@ -207,7 +207,7 @@ class Session:
         disk was full): the socket, the lock and the record. Connected clients never notice."""
         if self._server is None:
             return
-        if self.paths.socket.exists():
+        if os.path.exists(self.paths.socket):
             self._write_record()  # retry a write that failed (atomic: a reader never sees it torn)
             return
         self.log.write("socket missing: recreating it")

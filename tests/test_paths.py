@@ -55,12 +55,12 @@ def test_runtime_dir_precedence(
             monkeypatch.delenv(var, raising=False)
         else:
             monkeypatch.setenv(var, value)
-    assert runtime_dir(explicit) == Path(expected)
+    assert runtime_dir(explicit) == expected  # a plain string: see shellper.paths
 
 
 def test_runtime_dir_makes_relative_paths_absolute(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.chdir(tmp_path)
-    assert runtime_dir("rel") == tmp_path / "rel"
+    assert runtime_dir("rel") == str(tmp_path / "rel")
 
 
 # --- ensure_runtime_dir ---------------------------------------------------------------------------
@@ -74,7 +74,7 @@ def test_ensure_creates_0700_with_parents_whatever_the_umask(tmp_path: Path, uma
         got = ensure_runtime_dir(target)
     finally:
         os.umask(old)
-    assert got == target
+    assert got == str(target)
     st = os.lstat(target)
     assert stat.S_ISDIR(st.st_mode)
     assert stat.S_IMODE(st.st_mode) == 0o700
@@ -85,8 +85,8 @@ def test_ensure_accepts_existing_safe_dir(tmp_path: Path) -> None:
     target = tmp_path / "run"
     target.mkdir(mode=0o700)
     os.chmod(target, 0o700)
-    assert ensure_runtime_dir(target) == target
-    assert ensure_runtime_dir(target) == target  # idempotent
+    assert ensure_runtime_dir(target) == str(target)
+    assert ensure_runtime_dir(target) == str(target)  # idempotent
 
 
 @pytest.mark.parametrize("mode", [0o755, 0o750, 0o710, 0o701, 0o720, 0o777])
@@ -96,7 +96,7 @@ def test_ensure_refuses_group_world_accessible_dir(tmp_path: Path, mode: int) ->
     os.chmod(target, mode)
     with pytest.raises(UnsafeDirError) as info:
         ensure_runtime_dir(target)
-    assert info.value.path == target
+    assert info.value.path == str(target)
     assert f"group/world accessible (mode {mode:04o})" in str(info.value)
     assert f"chmod 700 {target}" in str(info.value)
     assert stat.S_IMODE(os.lstat(target).st_mode) == mode  # reported, never "fixed" behind our back
@@ -175,11 +175,11 @@ def test_validate_name(name: str, ok: bool) -> None:
 
 def test_session_paths_for_name(tmp_path: Path) -> None:
     sp = SessionPaths.for_name(tmp_path, "main")
-    assert (sp.dir, sp.name) == (tmp_path, "main")
-    assert sp.socket == tmp_path / "main.sock"
-    assert sp.record == tmp_path / "main.json"
-    assert sp.lock == tmp_path / "main.lock"
-    assert sp.log == tmp_path / "main.log"
+    assert (sp.dir, sp.name) == (str(tmp_path), "main")
+    assert sp.socket == str(tmp_path / "main.sock")
+    assert sp.record == str(tmp_path / "main.json")
+    assert sp.lock == str(tmp_path / "main.lock")
+    assert sp.log == str(tmp_path / "main.log")
 
 
 def test_session_paths_rejects_bad_name_and_long_socket(tmp_path: Path) -> None:

@@ -177,7 +177,7 @@ def test_bad_records_raise_record_error(data: bytes, reason: str) -> None:
     with pytest.raises(RecordError) as info:
         SessionRecord.from_json(data, "/x/main.json")
     assert reason in info.value.reason
-    assert info.value.path == Path("/x/main.json")
+    assert info.value.path == "/x/main.json"
 
 
 def test_huge_record_is_refused_before_parsing() -> None:
@@ -328,7 +328,7 @@ def test_lock_is_exclusive_across_processes(holder: tuple[subprocess.Popen[bytes
     assert SessionLock.is_locked(path)
     with pytest.raises(AlreadyRunning) as info:
         SessionLock.acquire(path, "main")
-    assert (info.value.name, info.value.path) == ("main", path)
+    assert (info.value.name, info.value.path) == ("main", str(path))
     assert path.read_text() == f"{proc.pid}\n"  # diagnostic only; the flock is what counts
     proc.kill()  # kill -9: the kernel drops the flock, the stale file stays
     proc.wait()

@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import time
 from collections.abc import Iterable
@@ -74,18 +75,18 @@ def clean_session(paths: SessionPaths) -> tuple[str, ...]:
     Raises AlreadyRunning if a live process holds the lock (nothing removed), LockError if the lock
     file cannot be opened safely (e.g. it is a symlink).
     """
-    had_lock_file = paths.lock.is_file() and not paths.lock.is_symlink()
+    had_lock_file = os.path.isfile(paths.lock) and not os.path.islink(paths.lock)
     lock = SessionLock.acquire(paths.lock, paths.name)
     removed: list[str] = []
     try:
         if unlink_if_socket(paths.socket):
             removed.append(str(paths.socket))
-        for path in (paths.record, paths.log, paths.log.with_name(paths.log.name + ".1")):
+        for path in (paths.record, paths.log, paths.log + ".1"):
             if unlink_if_regular(path):
                 removed.append(str(path))
     finally:
         lock.release()
-    if had_lock_file and not paths.lock.exists():
+    if had_lock_file and not os.path.exists(paths.lock):
         removed.append(str(paths.lock))
     return tuple(removed)
 
@@ -222,7 +223,7 @@ def terminate_session(record: SessionRecord, paths: SessionPaths, *, grace: floa
             fd.close()
         leader.close()
     removed: tuple[str, ...] = ()
-    if any(p.exists() or p.is_symlink() for p in (paths.socket, paths.record, paths.lock, paths.log)):
+    if any(os.path.lexists(p) for p in (paths.socket, paths.record, paths.lock, paths.log)):
         with contextlib.suppress(AlreadyRunning):  # a new shellper took the name: its files now
             removed = clean_session(paths)
     return Termination(record.name, record.shellper_pid, method, stop_error, tuple(tree), stragglers, removed,

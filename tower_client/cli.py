@@ -136,7 +136,7 @@ def _refuse_reap(o: Observed) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        directory = runtime_dir(args.dir)
+        directory = Path(runtime_dir(args.dir))
         handler = {"ls": _ls, "reconcile": _reconcile, "holders": _holders, "reap": _reap}[args.command]
         return handler(args, directory)
     except (RegistryError, BadSessionId, PathError, ValueError) as exc:

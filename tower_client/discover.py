@@ -193,7 +193,7 @@ def lock_owners(path: str | os.PathLike[str]) -> tuple[int, ...] | None:
     return tuple(owners)
 
 
-def _is_socket(path: Path) -> bool:
+def _is_socket(path: str | Path) -> bool:
     try:
         return stat.S_ISSOCK(os.lstat(path).st_mode)
     except OSError:
