@@ -11,7 +11,6 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
 
 from shellper import __version__
 from shellper.config import DEFAULT_RING_BYTES, DEFAULT_TERM, STDERR_MODES, ConfigError, SessionConfig
@@ -153,15 +152,15 @@ def _user_errors() -> tuple[type[Exception], ...]:
     return (*errors, client.ClientError) if client is not None else errors
 
 
-def _dir(args: argparse.Namespace) -> Path:
-    return Path(runtime_dir(args.dir))
+def _dir(args: argparse.Namespace) -> str:
+    return runtime_dir(args.dir)
 
 
 def _connect(args: argparse.Namespace, role: str = "tower", **hello: Any) -> Client:
     from shellper.client import Client, ClientError
 
     validate_name(args.name)
-    path = _dir(args) / f"{args.name}.sock"
+    path = os.path.join(_dir(args), f"{args.name}.sock")
     client = Client(path, role, client_name=f"shellper-cli:{args.cmd}")
     try:
         client.connect(**hello)
@@ -177,7 +176,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     env = dict(os.environ) if args.inherit_env else {}
     env.update(dict(args.env))
     config = SessionConfig(
-        name=args.name, argv=command, dir=str(_dir(args)), cwd=os.path.abspath(args.cwd or os.getcwd()), env=env,
+        name=args.name, argv=command, dir=_dir(args), cwd=os.path.abspath(args.cwd or os.getcwd()), env=env,
         cols=args.cols, rows=args.rows, term=args.term, ring_bytes=args.ring_bytes, stderr_mode=args.stderr,
         grace=args.grace, husk_ttl=args.husk_ttl, policy=RestartPolicy.from_arguments(args))
     if not os.path.isdir(config.cwd):

@@ -42,11 +42,11 @@ class SessionInfo:
         return out
 
 
-def session_names(directory: Path) -> list[str]:
+def session_names(directory: str | Path) -> list[str]:
     """Every name that has a record, socket or lock file in ``directory`` (sorted)."""
     names: set[str] = set()
     with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-        for entry in directory.iterdir():
+        for entry in Path(directory).iterdir():
             for suffix in (RECORD_SUFFIX, SOCKET_SUFFIX, LOCK_SUFFIX):
                 if entry.name.endswith(suffix):
                     stem = entry.name[: -len(suffix)]
@@ -68,8 +68,8 @@ def probe_status(socket_path: Path, timeout: float = PROBE_TIMEOUT) -> wire.Stat
         client.close()
 
 
-def inspect_session(directory: Path, name: str, probe: bool = True) -> SessionInfo:
-    base = directory / name
+def inspect_session(directory: str | Path, name: str, probe: bool = True) -> SessionInfo:
+    base = Path(directory) / name
     info = SessionInfo(name=name, state="stale")
     try:
         info.record = read_record(base.with_name(name + RECORD_SUFFIX))
@@ -105,5 +105,5 @@ def inspect_session(directory: Path, name: str, probe: bool = True) -> SessionIn
     return info
 
 
-def list_sessions(directory: Path, probe: bool = True) -> list[SessionInfo]:
+def list_sessions(directory: str | Path, probe: bool = True) -> list[SessionInfo]:
     return [inspect_session(directory, name, probe) for name in session_names(directory)]
