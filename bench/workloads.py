@@ -53,14 +53,14 @@ class Settings:
     """Sizes and counts; ``quick()`` shrinks everything for a smoke run."""
 
     flood_bytes: int = 64 * MiB
-    runs: int = 3
+    runs: int = 5  # floods per kind, interleaved; 3 left the median at the mercy of one noisy run (+-15 % here)
     echo_trips: int = 2000
     echo_warmup: int = 200
     ring_bytes: int = 8 * MiB
     replay_runs: int = 5
     big_flood: int = 1024 * MiB
     many_sessions: int = 50
-    launch_runs: int = 10
+    launch_runs: int = 15
     idle_seconds: float = 10.0
     scale_sessions: int = 50
     scale_bytes: int = 16 * MiB
