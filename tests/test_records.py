@@ -180,16 +180,41 @@ def test_declaration_errors(make: Any, error: type[Exception], match: str) -> No
         make()
 
 
-@pytest.mark.parametrize("modules", [
-    "shellper.server, shellper.config, shellper.launch, shellper.prefork",  # what the prefork imports
-    "shellper.cli, shellper.attach",  # `shellper attach`
+_NEVER = {"dataclasses", "typing", "inspect", "threading", "psutil"}
+
+
+@pytest.mark.parametrize(("modules", "never"), [
+    # what the prefork imports: pathlib would bring urllib.parse and ipaddress, ~3.5 ms and 0.5 MiB a session
+    ("shellper.server, shellper.config, shellper.launch, shellper.prefork", {"pathlib", "urllib.parse"}),
+    ("shellper.cli, shellper.prefork", {"pathlib", "datetime"}),  # `shellper run`, the other half of a launch
+    ("shellper.cli, shellper.attach", {"pathlib"}),  # `shellper attach`
 ])
-def test_start_up_imports_neither_dataclasses_nor_typing(modules: str) -> None:
+def test_start_up_imports_neither_dataclasses_nor_typing(modules: str, never: set[str]) -> None:
     """Each of these cost every session, or every attach, time and memory (see shellper.records)."""
     probe = (f"import sys, {modules}\n"
-             "print(' '.join(sorted({'dataclasses', 'typing', 'inspect', 'threading', 'psutil'} & set(sys.modules))))")
+             f"print(' '.join(sorted(set({sorted(_NEVER | never)!r}) & set(sys.modules))))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
     assert done.stdout.strip() == ""
+
+
+def test_init_is_compiled_on_first_use_and_then_replaced() -> None:
+    @record(frozen=True)
+    class Lazy:
+        a: int
+        b: list[int] = field(default_factory=list)
+
+    class Plain(Lazy):  # not a record: it inherits Lazy's __init__, deferred or not
+        pass
+
+    deferred = Lazy.__dict__["__init__"]
+    assert deferred.__qualname__.endswith("Lazy.__init__")
+    child = Plain(1)  # the first call, through a subclass, compiles Lazy's own
+    assert (child.a, child.b) == (1, [])
+    compiled = Lazy.__dict__["__init__"]
+    assert compiled is not deferred and compiled.__code__.co_filename == "<string>"
+    assert Lazy(2, [3]) == Lazy(2, [3]) and Lazy.__dict__["__init__"] is compiled
+    with pytest.raises(TypeError):
+        Lazy()  # type: ignore[call-arg]
 
 
 def test_a_plain_attach_starts_without_the_cli_pathlib_or_re() -> None:
