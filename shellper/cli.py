@@ -50,14 +50,41 @@ def _env_pair(text: str) -> tuple[str, str]:
     return key, value
 
 
+def _columns() -> int:
+    """The terminal's width as shutil.get_terminal_size finds it ($COLUMNS, then stdout, else 80)."""
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns if columns > 0 else 80
+
+
+class _Formatter(argparse.HelpFormatter):
+    """argparse's own, given its width: argparse makes one per option it adds (to check the option), and
+    left to itself the first imports shutil (with bz2, lzma and zlib), ~3 ms of every ``shellper run``."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
+                 width: int | None = None) -> None:
+        super().__init__(prog, indent_increment, max_help_position, _columns() - 2 if width is None else width)
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="shellper", description="Hold a terminal session in a long-lived process.")
+    p = argparse.ArgumentParser(prog="shellper", description="Hold a terminal session in a long-lived process.",
+                                formatter_class=_Formatter)
     p.add_argument("--version", action="version", version=f"shellper {__version__}")
     p.add_argument("--dir", help="runtime directory (default $SHELLPER_DIR, $XDG_RUNTIME_DIR/shellper, "
                    "/tmp/shellper-$UID)")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
-    run = sub.add_parser("run", help="start a session: shellper run NAME [options] -- COMMAND [ARGS...]")
+    def command(name: str, text: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=text, formatter_class=_Formatter)
+
+    run = command("run", "start a session: shellper run NAME [options] -- COMMAND [ARGS...]")
     run.add_argument("name")
     run.add_argument("command", nargs="*", help="the program to run and its arguments, after --")
     run.add_argument("--foreground", action="store_true", help="run in this process instead of detaching")
@@ -78,10 +105,10 @@ def _parser() -> argparse.ArgumentParser:
                      help="seconds an exited/fatal session stays around before it stops itself (default: forever)")
     RestartPolicy.add_arguments(run)
 
-    ls = sub.add_parser("ls", help="list sessions")
+    ls = command("ls", "list sessions")
     ls.add_argument("--json", action="store_true")
 
-    att = sub.add_parser("attach", help="attach this terminal to a session")
+    att = command("attach", "attach this terminal to a session")
     att.add_argument("name")
     att.add_argument("--detach-key", default="^\\", help="key that detaches (default ^\\, i.e. Ctrl-\\)")
     att.add_argument("--read-only", action="store_true", help="attach as a viewer: no input, no resize")
@@ -89,31 +116,31 @@ def _parser() -> argparse.ArgumentParser:
     att.add_argument("--relay", action="store_true",
                      help="pass every byte through this process instead of handing the terminal to the shellper")
 
-    send = sub.add_parser("send", help="type text into a session")
+    send = command("send", "type text into a session")
     send.add_argument("name")
     send.add_argument("text")
     send.add_argument("--enter", action="store_true", help="press Enter after the text")
 
-    tail = sub.add_parser("tail", help="print a session's recent output")
+    tail = command("tail", "print a session's recent output")
     tail.add_argument("name")
     tail.add_argument("--bytes", type=_size, default=None, help="at most this much of the end (default: all held)")
     tail.add_argument("--follow", "-f", action="store_true", help="keep printing new output until interrupted")
     tail.add_argument("--plain", action="store_true", help="strip escape sequences and carriage returns")
 
-    sig = sub.add_parser("signal", help="send a signal to the session's child process group")
+    sig = command("signal", "send a signal to the session's child process group")
     sig.add_argument("name")
     sig.add_argument("signal", help="a signal name: HUP, INT, TERM, KILL, ... (SIG prefix optional)")
 
-    rs = sub.add_parser("resize", help="set the session's terminal size")
+    rs = command("resize", "set the session's terminal size")
     rs.add_argument("name")
     rs.add_argument("cols", type=int)
     rs.add_argument("rows", type=int)
 
-    st = sub.add_parser("stop", help="stop a session: its whole process tree, then the shellper")
+    st = command("stop", "stop a session: its whole process tree, then the shellper")
     st.add_argument("name")
     st.add_argument("--grace", type=float, default=None)
 
-    status = sub.add_parser("status", help="a session's state, exits and clients")
+    status = command("status", "a session's state, exits and clients")
     status.add_argument("name")
     status.add_argument("--json", action="store_true")
     return p

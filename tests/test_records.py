@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import subprocess
 import sys
 from typing import Any, ClassVar
@@ -195,6 +196,20 @@ def test_start_up_imports_neither_dataclasses_nor_typing(modules: str, never: se
              f"print(' '.join(sorted(set({sorted(_NEVER | never)!r}) & set(sys.modules))))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
     assert done.stdout.strip() == ""
+
+
+@pytest.mark.parametrize("columns", [60, 100])
+def test_the_cli_parser_needs_no_shutil_and_help_fits_the_terminal(columns: int) -> None:
+    """argparse's help formatter, left to find the width itself, imports shutil (with bz2, lzma and
+    zlib), ~3 ms of every ``shellper run`` (see shellper.cli._Formatter); help must still fit $COLUMNS."""
+    probe = ("import sys; from shellper.cli import _parser\n"
+             "_parser().parse_args(['run', 'x', 'cat'])\n"
+             "print(' '.join(sorted({'shutil', 'bz2', 'lzma', 'zlib'} & set(sys.modules))))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
+    assert done.stdout.strip() == ""
+    shown = subprocess.run([sys.executable, "-m", "shellper.cli", "run", "--help"], capture_output=True, text=True,
+                           check=True, timeout=60, env={**os.environ, "COLUMNS": str(columns)})
+    assert columns - 5 <= max(len(line) for line in shown.stdout.splitlines()) <= columns
 
 
 def test_init_is_compiled_on_first_use_and_then_replaced() -> None:
