@@ -38,6 +38,7 @@ from shellper.record import (
     write_record,
 )
 from shellper.ring import Scrollback
+from shellper.starved import Starvation
 from shellper.transport import close_listener, listen_unix
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs each shellper ~2.5 ms and 0.5 MiB
@@ -50,13 +51,16 @@ READ_CHUNK = 64 * 1024
 heap (a 1 GiB flood left 1.0-1.1 MiB more heap than this does; 256 KiB os.reads left ~25 MiB)."""
 READS_PER_WAKEUP = 4
 """Reads per wakeup: drain what is there, but let clients and signals in between."""
-FORWARD_BATCH = 6 * 1024
+FORWARD_BATCH = 8000
 """Bytes read after which they go to the ring and the clients without waiting for the wakeup's other
-reads (in a flood: every two reads, a PTY handing over 4,095 bytes per read), so the client (a terminal,
-a tower) works on them while the shellper reads on. In 64 MiB floods taking turns, 7 rounds: through
-attach 76.3 -> 98.6 MiB/s, to a tower 68.4 -> 76.2, against one hand-off per wakeup (16 KiB). One per
-read was faster still alone (102.4, 94.3) but cost 54 % more CPU with 50 sessions flooding at once;
-this costs 6-17 % more there."""
+reads, so the client (a terminal, a tower) works on them while the shellper reads on: in a flood, every
+two reads (a PTY hands over at most 4,095 bytes per read). Not while the shellper waits for a CPU longer
+than it runs (shellper.starved): then each hand-off's wakeup of a client costs more than it gains, and a
+wakeup's reads go out together (up to READ_CHUNK). Against one hand-off per wakeup, in 64 MiB floods
+taking turns (7 rounds): through attach 70.6 -> 83.4 MiB/s, to a tower 59.6 -> 70.5. With 50 sessions
+flooding at once (5 rounds), two hand-offs per wakeup regardless cost 15 % of the aggregate and 24 %
+more CPU; deciding by starvation, the aggregate and CPU are those of one per wakeup (86.0 vs 83.5 MiB/s,
+14.3 vs 14.5 s)."""
 SHORT_READ = 512
 """A read this small drained the PTY (a keystroke's echo, a prompt): the read after it would only
 fail with EAGAIN, which costs a syscall and an exception on every keystroke. Epoll is level-triggered,
@@ -109,6 +113,7 @@ class Session:
         self.stderr_tail = bytearray()
         read_buffer = bytearray(READ_CHUNK)  # see READ_CHUNK
         self._read_into, self._read_view = (read_buffer,), memoryview(read_buffer)
+        self._starvation = Starvation()  # see FORWARD_BATCH
         self._next_client_id = 1
         self._input = bytearray()
         self._input_paused: set[ClientConn] = set()
@@ -287,6 +292,7 @@ class Session:
     def _on_pty_readable(self, child: Child, fd: int) -> None:
         batch: list[bytes] = []
         size = 0
+        forward_at = READ_CHUNK if self._starvation.starved else FORWARD_BATCH
         for _ in range(READS_PER_WAKEUP):
             try:
                 chunk = self._read_view[:os.readv(fd, self._read_into)].tobytes()
@@ -299,7 +305,7 @@ class Session:
                 break
             batch.append(chunk)
             size += len(chunk)
-            if size >= FORWARD_BATCH:
+            if size >= forward_at:
                 self._output_from(child, fd, batch)
                 batch, size = [], 0
             elif len(chunk) < SHORT_READ:
@@ -309,6 +315,7 @@ class Session:
 
     def _output_from(self, child: Child, fd: int, chunks: list[bytes]) -> None:
         data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        self._starvation.output(len(data))
         if fd == child.stderr_fd:
             self.stderr_tail += data
             if len(self.stderr_tail) > STDERR_TAIL_BYTES:
