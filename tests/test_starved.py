@@ -100,16 +100,11 @@ def one_cpu() -> Iterator[int]:
         os.sched_setaffinity(0, before)
 
 
-def test_with_cpus_to_spare_it_is_not_starved() -> None:
-    starvation = Starvation(sample_bytes=1)
-    _burn(0.2)
-    starvation.output(1)
-    assert not starvation.starved
-
-
 def test_three_hogs_on_its_cpu_starve_it(one_cpu: int) -> None:
     """The real thing: three busy processes on the same CPU leave it a quarter of that CPU, so it waits
-    about three times as long as it runs."""
+    about three times as long as it runs. (The other way, not starved with CPUs to spare, is not tested
+    for real: any other load on the machine may starve the test itself; the table and the sampling test
+    cover it, and bench/ measures it.)"""
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(3)]
     try:
         for hog in hogs:
