@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 
 from shellper import records
@@ -66,6 +67,12 @@ class SessionConfig:
     policy: RestartPolicy = field(default_factory=RestartPolicy)
 
     def validate(self) -> None:
+        """Raise ConfigError for the first option that cannot work, before any process is started.
+
+        Types are checked too: a library caller's ``env=None`` or ``argv="bash"`` must fail here with the
+        field's name, not in the daemon as "'NoneType' object is not iterable" (or run ``b``).
+        """
+        self._validate_types()
         if not self.argv:
             raise ConfigError("command", "no command given (put it after --)")
         if not 1 <= self.cols <= 65535 or not 1 <= self.rows <= 65535:
@@ -78,6 +85,41 @@ class SessionConfig:
             raise ConfigError("--grace", "must not be negative")
         if self.husk_ttl is not None and self.husk_ttl < 0:
             raise ConfigError("--husk-ttl", "must not be negative")
+        if self.handshake_timeout <= 0:
+            raise ConfigError("handshake_timeout", "must be positive")
+
+    def _validate_types(self) -> None:
+        for option in ("name", "dir", "cwd", "term", "stderr_mode"):
+            value = getattr(self, option)
+            if not isinstance(value, str):
+                raise ConfigError(option, f"expected a string, got {type(value).__name__}")
+            if "\0" in value:
+                raise ConfigError(option, "contains a NUL byte")
+        if not isinstance(self.argv, list | tuple) or not all(isinstance(arg, str) for arg in self.argv):
+            raise ConfigError("argv", f"expected a list of strings, got {self.argv!r:.80}")
+        if any("\0" in arg for arg in self.argv):
+            raise ConfigError("argv", "an argument contains a NUL byte")
+        if not isinstance(self.env, dict):
+            raise ConfigError("env", f"expected a dict of strings, got {type(self.env).__name__}")
+        for key, value in self.env.items():
+            if not isinstance(key, str) or not isinstance(value, str):
+                raise ConfigError("env", f"expected strings, got {key!r:.40}: {value!r:.40}")
+            if not key or "=" in key or "\0" in key:
+                raise ConfigError("env", f"invalid variable name {key!r:.80}")
+            if "\0" in value:
+                raise ConfigError("env", f"{key} contains a NUL byte")
+        for option in ("cols", "rows", "ring_bytes"):
+            value = getattr(self, option)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(option, f"expected an integer, got {value!r:.40}")
+        for option in ("grace", "husk_ttl", "handshake_timeout"):
+            value = getattr(self, option)
+            if value is None and option == "husk_ttl":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+                raise ConfigError(option, f"expected a finite number, got {value!r:.40}")
+        if not isinstance(self.policy, RestartPolicy):
+            raise ConfigError("policy", f"expected a RestartPolicy, got {type(self.policy).__name__}")
 
     def to_json(self) -> str:
         data = records.asdict(self)

@@ -1,0 +1,87 @@
+"""SessionConfig.validate as a table: every bad option is refused with its name, before any process starts."""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import pytest
+
+from shellper.config import ConfigError, SessionConfig
+from shellper.exits import RestartPolicy
+from shellper.launch import launch
+
+
+def config(**overrides: Any) -> SessionConfig:
+    values: dict[str, Any] = {"name": "s", "argv": ["cat"], "dir": "/tmp", "cwd": "/", "env": {"A": "1"}}
+    values.update(overrides)
+    return SessionConfig(**values)
+
+
+BAD = [
+    # (overrides, option named, words in the message)
+    ({"env": None}, "env", "expected a dict"),
+    ({"env": {"A": 1}}, "env", "expected strings"),
+    ({"env": {1: "a"}}, "env", "expected strings"),
+    ({"env": {"": "a"}}, "env", "invalid variable name"),
+    ({"env": {"A=B": "a"}}, "env", "invalid variable name"),
+    ({"env": {"A\0": "a"}}, "env", "invalid variable name"),
+    ({"env": {"A": "a\0b"}}, "env", "NUL"),
+    ({"argv": "bash"}, "argv", "list of strings"),
+    ({"argv": ["bash", 1]}, "argv", "list of strings"),
+    ({"argv": None}, "argv", "list of strings"),
+    ({"argv": ["ba\0sh"]}, "argv", "NUL"),
+    ({"argv": []}, "command", "no command"),
+    ({"name": None}, "name", "expected a string"),
+    ({"dir": 3}, "dir", "expected a string"),
+    ({"cwd": None}, "cwd", "expected a string"),
+    ({"cwd": "/tm\0p"}, "cwd", "NUL"),
+    ({"term": b"xterm"}, "term", "expected a string"),
+    ({"cols": "80"}, "cols", "integer"),
+    ({"rows": True}, "rows", "integer"),
+    ({"rows": 24.0}, "rows", "integer"),
+    ({"cols": 0}, "--cols/--rows", "outside"),
+    ({"ring_bytes": 1.5e6}, "ring_bytes", "integer"),
+    ({"ring_bytes": 1024}, "--ring-bytes", "outside"),
+    ({"stderr_mode": "file"}, "--stderr", "not one of"),
+    ({"grace": "5"}, "grace", "finite number"),
+    ({"grace": math.nan}, "grace", "finite number"),
+    ({"grace": -1}, "--grace", "negative"),
+    ({"husk_ttl": math.inf}, "husk_ttl", "finite number"),
+    ({"husk_ttl": -1.0}, "--husk-ttl", "negative"),
+    ({"handshake_timeout": None}, "handshake_timeout", "finite number"),
+    ({"handshake_timeout": 0}, "handshake_timeout", "positive"),
+    ({"policy": {"mode": "always"}}, "policy", "RestartPolicy"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "option", "words"), BAD,
+                         ids=[f"{option}-{i}" for i, (_, option, _) in enumerate(BAD)])
+def test_a_bad_option_is_refused_with_its_name(overrides: dict[str, Any], option: str, words: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        config(**overrides).validate()
+    assert caught.value.option == option
+    assert words in str(caught.value)
+
+
+@pytest.mark.parametrize("overrides", [
+    {}, {"argv": ("cat",)}, {"env": {}}, {"husk_ttl": None}, {"husk_ttl": 0}, {"grace": 0},
+    {"cols": 1, "rows": 65535}, {"handshake_timeout": 0.25}, {"policy": RestartPolicy(mode="always")},
+])
+def test_good_options_pass_and_survive_the_launch_pipe(overrides: dict[str, Any]) -> None:
+    good = config(**overrides)
+    good.validate()
+    again = SessionConfig.from_json(good.to_json())
+    again.validate()
+    assert again.to_json() == good.to_json()
+
+
+def test_a_library_caller_s_bad_config_starts_nothing_and_leaves_nothing(tmp_path: Any) -> None:
+    """The case that motivated the type checks: ``env=None`` used to fail inside the daemon, after it had
+    created the session's log, with "'NoneType' object is not iterable"."""
+    directory = tmp_path / "run"
+    bad = config(dir=str(directory), env=None)
+    with pytest.raises(ConfigError, match="env"):
+        launch(bad, fork=True)
+    assert not directory.exists() or os.listdir(directory) == []
