@@ -39,6 +39,10 @@ else:
 
 _IN, _OUT = select.EPOLLIN, select.EPOLLOUT
 # As selectors reads epoll: an error or hang-up wakes both the reader and the writer of that fd.
+MAX_WAIT = 2_147_483.0
+"""Longest single epoll wait, in seconds (its timeout is a C int of milliseconds: ~24.8 days). A timer
+further off (a 30-day --husk-ttl, a huge --grace) is reached by waiting again, not by an OverflowError
+that would end the loop."""
 _READABLE = ~select.EPOLLOUT
 _WRITABLE = ~select.EPOLLIN
 
@@ -287,7 +291,8 @@ class Reactor:
                 while timers and timers[0].cancelled:
                     heapq.heappop(timers)
                 # rounded up to epoll's millisecond, so a timer due in 0.3 ms is not a busy loop
-                timeout = math.ceil(max(0.0, timers[0].when - time.monotonic()) * 1e3) * 1e-3 if timers else -1
+                timeout = (min(MAX_WAIT, math.ceil(max(0.0, timers[0].when - time.monotonic()) * 1e3) * 1e-3)
+                           if timers else -1)
             else:
                 timeout = -1
             for fd, mask in poll(timeout):

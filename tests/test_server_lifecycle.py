@@ -267,6 +267,19 @@ def test_an_exited_session_stops_itself_after_its_husk_ttl(sessions: Sessions) -
     assert list(sessions.dir.iterdir()) == []
 
 
+def test_timers_beyond_epoll_s_limit_neither_crash_nor_fire_early(sessions: Sessions) -> None:
+    """epoll waits at most ~24.8 days (a C int of ms); a 30-day husk TTL or grace used to end the loop with
+    OverflowError, leaving a stale session whose stop had said "stopped"."""
+    month = 30 * 86400.0
+    info = sessions.start("month", ["true"], husk_ttl=month, grace=month)
+    with sessions.connect("month", "viewer") as viewer:
+        poll_until(lambda: status(viewer).state == "exited", what="the child to exit into a husk")
+        assert status(viewer).state == "exited"  # the loop still serves with the 30-day timer armed
+    assert os.path.exists(f"/proc/{info.pid}")
+    sessions.stop("month")
+    assert list(sessions.dir.iterdir()) == []
+
+
 def test_fds_do_not_grow_with_spawns_and_clients(sessions: Sessions) -> None:
     info = sessions.start("fd", ["cat"])
     fds = Path(f"/proc/{info.pid}/fd")
