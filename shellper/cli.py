@@ -149,16 +149,13 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None, prefork: Prefork | None = None) -> int:
     """Run one command; ``prefork`` is the daemon-to-be that the console script forked early, if any."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    command: list[str] = []
-    if "--" in argv:  # everything after the first -- is the child's, options included
+    if _subcommand(argv) == "run" and "--" in argv:  # everything after the first -- is the child's, options too
         cut = argv.index("--")
-        argv, command = argv[:cut], argv[cut + 1:]
-    args = _parser().parse_args(argv)
-    if command:
-        if args.cmd != "run":
-            print(f"shellper: {args.cmd}: unexpected arguments after --: {' '.join(command)}", file=sys.stderr)
-            return 2
-        args.command = [*args.command, *command]
+        args = _parser().parse_args(argv[:cut])
+        # a command already begun before the -- (run NAME git log -- FILE) has it as one of its arguments
+        args.command = [*args.command, "--", *argv[cut + 1:]] if args.command else argv[cut + 1:]
+    else:  # argparse's own --: what follows is positional (send NAME -- -text)
+        args = _parser().parse_args(argv)
     args.prefork = prefork
     try:
         handler = _COMMANDS[args.cmd]
@@ -170,6 +167,21 @@ def main(argv: list[str] | None = None, prefork: Prefork | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+
+
+def _subcommand(argv: list[str]) -> str | None:
+    """The command word: the first argument that is neither an option nor --dir's value."""
+    value_next = False
+    for arg in argv:
+        if value_next:
+            value_next = False
+        elif arg == "--":
+            return None
+        elif arg.startswith("-"):
+            value_next = len(arg) > 2 and "--dir".startswith(arg)  # --dir DIR, or argparse's --di DIR
+        else:
+            return arg
+    return None
 
 
 def _user_errors() -> tuple[type[Exception], ...]:

@@ -267,6 +267,36 @@ def test_an_exited_session_stops_itself_after_its_husk_ttl(sessions: Sessions) -
     assert list(sessions.dir.iterdir()) == []
 
 
+@pytest.mark.parametrize(("words", "child"), [
+    (["run", "dd", "--", "echo", "--", "-y"], ["echo", "--", "-y"]),
+    (["run", "dd", "echo", "--", "-y"], ["echo", "--", "-y"]),
+    (["run", "--grace", "1", "dd", "echo", "--", "-y"], ["echo", "--", "-y"]),
+    (["run", "dd", "--", "echo", "-y"], ["echo", "-y"]),
+])
+def test_the_child_keeps_its_own_double_dash(sessions: Sessions, words: list[str], child: list[str]) -> None:
+    """Only the first -- before the command is shellper's; one inside the command (run NAME git log -- FILE,
+    with no -- before git) used to vanish from the child's argv."""
+    done = cli("--dir", str(sessions.dir), *words)
+    assert done.returncode == 0, done.stderr
+    info = LaunchInfo(**json.loads(done.stdout))
+    sessions.started.append(info)
+    assert read_record(sessions.dir / "dd.json").command == child
+    with sessions.connect("dd", "viewer") as viewer:
+        poll_until(lambda: status(viewer).state == "exited", what="the child to print and exit")
+    shown = cli("--dir", str(sessions.dir), "tail", "dd", "--plain")
+    assert shown.stdout.splitlines()[0] == " ".join(child[1:])
+    sessions.stop("dd")
+
+
+def test_send_takes_text_that_starts_with_a_dash_after_double_dash(sessions: Sessions) -> None:
+    sessions.start("dash", ["cat"])
+    done = cli("--dir", str(sessions.dir), "send", "dash", "--enter", "--", "-n-dash")
+    assert done.returncode == 0, done.stderr
+    poll_until(lambda: cli("--dir", str(sessions.dir), "tail", "dash", "--plain").stdout.count("-n-dash") == 2,
+               what="the text, echoed by the terminal and copied by cat")
+    sessions.stop("dash")
+
+
 def test_timers_beyond_epoll_s_limit_neither_crash_nor_fire_early(sessions: Sessions) -> None:
     """epoll waits at most ~24.8 days (a C int of ms); a 30-day husk TTL or grace used to end the loop with
     OverflowError, leaving a stale session whose stop had said "stopped"."""
