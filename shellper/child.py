@@ -137,6 +137,16 @@ def _classify(path: str) -> int:
     return 0
 
 
+def check_spawnable(argv: Sequence[str], cwd: str | None, env: Mapping[str, str]) -> str:
+    """What can be checked before forking (the cwd, the command); the executable's path, or SpawnError."""
+    if any("\0" in arg for arg in argv) or (cwd is not None and "\0" in cwd):
+        raise SpawnError(argv, errno.EINVAL, "the command or working directory contains a NUL byte", "resolve")
+    if cwd is not None and not os.path.isdir(cwd):
+        err = errno.ENOENT if not os.path.exists(cwd) else errno.ENOTDIR
+        raise SpawnError(argv, err, f"working directory {cwd} does not exist or is not a directory", "chdir")
+    return resolve_command(argv, env, cwd)
+
+
 def resolve_command(argv: Sequence[str], env: Mapping[str, str], cwd: str | None) -> str:
     """Find the file execvp would run, with the *child's* PATH and cwd; raise SpawnError if none.
 
@@ -202,10 +212,7 @@ def spawn_child(
         raise ValueError(f"stderr_mode must be one of {STDERR_MODES}, got {stderr_mode!r}")
     _check_size(cols, rows)
     argv = list(argv)
-    if cwd is not None and not os.path.isdir(cwd):
-        err = errno.ENOENT if not os.path.exists(cwd) else errno.ENOTDIR
-        raise SpawnError(argv, err, f"working directory {cwd} does not exist or is not a directory", "chdir")
-    executable = resolve_command(argv, env, cwd)
+    executable = check_spawnable(argv, cwd, env)
     env = dict(env)
 
     opened: list[int] = []

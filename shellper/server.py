@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Callable
 
 from shellper import __version__, wire
-from shellper.child import Child, SpawnError, build_env, spawn_child
+from shellper.child import Child, SpawnError, build_env, check_spawnable, spawn_child
 from shellper.child import resize as resize_child
 from shellper.clients import ClientConn
 from shellper.config import SessionConfig, resolve_stderr_mode
@@ -265,11 +265,14 @@ class Session:
 
     # ----------------------------------------------------------------------------------- the child
 
+    def _child_env(self, env: dict[str, str]) -> dict[str, str]:
+        # SHELLPER_INSTANCE marks the whole tree: what outlives a killed shellper can be found (tower_client.survivors)
+        return build_env(env, {"SHELLPER_SESSION": self.config.name, "SHELLPER_INSTANCE": self.instance_id},
+                         self.config.term, inherit=True)
+
     def _spawn(self, argv: list[str], cwd: str, env: dict[str, str], *, first: bool = False) -> bool:
         """Start a child; on exec failure either raise (first start) or treat it as a permanent exit."""
-        # SHELLPER_INSTANCE marks the whole tree: what outlives a killed shellper can be found (tower_client.survivors)
-        full_env = build_env(env, {"SHELLPER_SESSION": self.config.name, "SHELLPER_INSTANCE": self.instance_id},
-                             self.config.term, inherit=True)
+        full_env = self._child_env(env)
         try:
             child = spawn_child(argv, cwd=cwd, env=full_env, cols=self.cols, rows=self.rows,
                                 stderr_mode=resolve_stderr_mode(self.config.stderr_mode, argv))
@@ -450,7 +453,24 @@ class Session:
         async with self._spawn_lock:
             if self._stop_requested:
                 return
+            problem = self._unspawnable(spawn)
+            if problem is not None:  # refused before anything ends: the running child is left alone
+                self.log.write(f"SPAWN refused: {problem}")
+                if client is not None:
+                    client.send_error("spawn_failed", problem, wire.FrameType.SPAWN)
+                return
             await self._respawn(spawn, client)
+
+    def _unspawnable(self, spawn: wire.Spawn) -> str | None:
+        """Why this SPAWN's command cannot start (empty, not found, a bad cwd or variable), or None."""
+        argv = self.child_argv if spawn.argv is None else list(spawn.argv)
+        cwd = self.child_cwd if spawn.cwd is None else spawn.cwd
+        env = self.child_env if spawn.env is None else dict(spawn.env)
+        try:
+            check_spawnable(argv, cwd, self._child_env(env))
+        except (SpawnError, ValueError) as exc:
+            return str(exc)
+        return None
 
     async def _respawn(self, spawn: wire.Spawn, client: ClientConn | None) -> None:
         self._cancel_timers()

@@ -81,17 +81,20 @@ def test_fast_exit_loop_is_bounded(sessions: Sessions) -> None:
     sessions.stop("loop")
 
 
-def test_spawn_of_missing_command_is_fatal_at_once(sessions: Sessions) -> None:
-    sessions.start("nocmd", ["cat"], policy=policy())
+def test_a_restart_whose_command_vanished_is_fatal_at_once(sessions: Sessions) -> None:
+    """An exec failure on restart is permanent: no backoff, no breaker count, fatal with its reason."""
+    program = sessions.dir / "agent.sh"
+    program.write_text("#!/bin/sh\nread line\nexit 1\n")
+    program.chmod(0o700)
+    sessions.start("nocmd", [str(program)], policy=policy())
     with sessions.connect("nocmd", replay_bytes=0) as tower:
-        tower.send(wire.Spawn(argv=["/nonexistent/agent", "--resume", "x"]))
+        program.unlink()  # the agent was uninstalled while it ran
+        tower.write(b"go\r")
         exit_frame = recv_until(tower, wire.Exit, where=lambda f: f.exit_class == "permanent")
         assert exit_frame.state == "fatal"
-        assert "ENOENT" in exit_frame.reason or "No such file" in exit_frame.reason
-        error = recv_until(tower, wire.Error)
-        assert error.code == "spawn_failed" and not error.fatal
+        assert "exec failed: " in exit_frame.reason and "no such file" in exit_frame.reason, exit_frame.reason
     info = settle(sessions, "nocmd", "fatal")
-    assert info["restarts"] == 0
+    assert info["restarts"] == 1  # the one attempt that found nothing to run; none after it
     sessions.stop("nocmd")
 
 
