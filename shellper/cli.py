@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -36,11 +37,23 @@ def _size(text: str) -> int:
     units = {"k": 1024, "m": 1024**2, "g": 1024**3}
     t = text.strip().lower().removesuffix("ib").removesuffix("b")
     try:
-        if t and t[-1] in units:
-            return int(float(t[:-1]) * units[t[-1]])
-        return int(t)
-    except ValueError:
+        size = int(float(t[:-1]) * units[t[-1]]) if t and t[-1] in units else int(t)
+    except (ValueError, OverflowError):  # OverflowError: 1e309K
         raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 8388608, 8M, 512K)") from None
+    if not 0 <= size < 2**63:
+        raise argparse.ArgumentTypeError(f"{text!r} is outside 0..2^63-1 bytes")
+    return size
+
+
+def _seconds(text: str) -> float:
+    """A duration: a finite number of seconds, >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number of seconds >= 0")
+    return value
 
 
 def _env_pair(text: str) -> tuple[str, str]:
@@ -100,8 +113,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--stderr", choices=STDERR_MODES, default="auto",
                      help="pty: a separate terminal for fd 2, captured for exit reasons; merged: one terminal "
                      "(shells need it for job control); pipe; auto (default): merged for shells, else pty")
-    run.add_argument("--grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL on stop")
-    run.add_argument("--husk-ttl", type=float, default=None,
+    run.add_argument("--grace", type=_seconds, default=5.0, help="seconds between SIGTERM and SIGKILL on stop")
+    run.add_argument("--husk-ttl", type=_seconds, default=None,
                      help="seconds an exited/fatal session stays around before it stops itself (default: forever)")
     RestartPolicy.add_arguments(run)
 
@@ -138,7 +151,7 @@ def _parser() -> argparse.ArgumentParser:
 
     st = command("stop", "stop a session: its whole process tree, then the shellper")
     st.add_argument("name")
-    st.add_argument("--grace", type=float, default=None)
+    st.add_argument("--grace", type=_seconds, default=None)
 
     status = command("status", "a session's state, exits and clients")
     status.add_argument("name")
@@ -223,7 +236,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.foreground:
         return run_foreground(config)
     info = launch(config, fork=True, prefork=args.prefork)  # the CLI is single-threaded: no second interpreter
-    print(json.dumps(info.to_dict()), flush=True)
+    try:
+        print(json.dumps(info.to_dict()), flush=True)
+    except OSError as exc:  # >/dev/full: the session runs; say that, and that its line is missing
+        raise CliError(f"run: session {config.name!r} started (pid {info.pid}), but its info line could not "
+                       f"be written: {exc.strerror or exc}") from None
     return 0
 
 

@@ -34,8 +34,9 @@ class Prefork:
     def start(cls) -> Prefork:
         config_r, config_w = os.pipe()
         ready_r, ready_w = os.pipe()
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):  # None when the caller closed the fd (>&-)
+            if stream is not None:
+                stream.flush()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the intermediate process; it never returns
             os.close(config_w)
@@ -133,6 +134,12 @@ def _leave(code: int | str | None) -> None:
         sys.stderr.flush()
     except BrokenPipeError:  # `shellper ls | head`: the reader has all it wanted
         pass
+    except (OSError, AttributeError) as exc:  # stdout full (>/dev/full) or closed (>&-): say so, not a traceback
+        try:  # noqa: SIM105 - as in Prefork.cancel
+            os.write(2, f"shellper: cannot write the output: {exc}\n".encode())
+        except OSError:
+            pass
+        code = code or 1
     if isinstance(code, str):
         print(code, file=sys.stderr)
         code = 1

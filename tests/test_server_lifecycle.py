@@ -297,6 +297,47 @@ def test_send_takes_text_that_starts_with_a_dash_after_double_dash(sessions: Ses
     sessions.stop("dash")
 
 
+BAD_NUMBERS = [
+    (["stop", "ok", "--grace", "inf"], "--grace: 'inf' must be a finite number of seconds >= 0"),
+    (["stop", "ok", "--grace", "nan"], "--grace: 'nan' must be a finite number"),
+    (["stop", "ok", "--grace", "-1"], "--grace: '-1' must be a finite number"),
+    (["run", "x", "--husk-ttl", "1e309", "--", "cat"], "--husk-ttl: '1e309' must be a finite number"),
+    (["tail", "ok", "--bytes", "99999999999999999999999"], "is outside 0..2^63-1 bytes"),
+    (["tail", "ok", "--bytes", "-1"], "--bytes: '-1' is outside"),
+    (["tail", "ok", "--bytes", "1e309K"], "'1e309K' is not a size"),
+]
+
+
+@pytest.mark.parametrize(("args", "says"), BAD_NUMBERS, ids=[" ".join(a[:4]) for a, _ in BAD_NUMBERS])
+def test_bad_numbers_are_refused_by_the_cli_not_the_shellper(sessions: Sessions, args: list[str], says: str) -> None:
+    """inf/nan/huge values used to reach the shellper (a bad_field, or "did not stop in time" for a stop
+    that was refused) or end in a traceback (OverflowError in the client or in msgpack)."""
+    info = sessions.start("ok", ["cat"])
+    done = cli("--dir", str(sessions.dir), *args)
+    assert done.returncode == 2 and says in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert not wait_gone(info.pid, 0)  # nothing reached the session
+    assert sorted(p.name for p in sessions.dir.iterdir()) == ["ok.json", "ok.lock", "ok.log", "ok.sock"]
+    sessions.stop("ok")
+
+
+@pytest.mark.parametrize("stdout", ["/dev/full", "closed"])
+def test_run_says_so_when_its_info_line_cannot_be_written(sessions: Sessions, stdout: str) -> None:
+    argv = [*SHELLPER_CLI, "--dir", str(sessions.dir), "run", "out", "--", "cat"]
+    if stdout == "closed":
+        done = subprocess.run(["sh", "-c", '"$@" >&-', "sh", *argv], capture_output=True, text=True, timeout=30)
+    else:
+        with open(stdout, "w") as full:
+            done = subprocess.run(argv, stdout=full, stderr=subprocess.PIPE, text=True, timeout=30)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    record = read_record(sessions.dir / "out.json")  # it did start, and the message says so where it can
+    sessions.started.append(LaunchInfo(name="out", pid=record.shellper_pid, start_time=record.shellper_start_time,
+                                       boot_id=record.boot_id, instance_id=record.instance_id, child_pid=None,
+                                       socket=str(sessions.dir / "out.sock"), record=str(sessions.dir / "out.json"),
+                                       log=str(sessions.dir / "out.log")))
+    assert "cannot write the output" in done.stderr or f"started (pid {record.shellper_pid})" in done.stderr
+    sessions.stop("out")
+
+
 def test_timers_beyond_epoll_s_limit_neither_crash_nor_fire_early(sessions: Sessions) -> None:
     """epoll waits at most ~24.8 days (a C int of ms); a 30-day husk TTL or grace used to end the loop with
     OverflowError, leaving a stale session whose stop had said "stopped"."""
