@@ -519,8 +519,7 @@ def _coerce_option(key: str, value: object) -> object:
             raise PolicyError(key, value, "expected a string")
         return value.strip().lower().replace("_", "-")
     if key in _FLOAT_FIELDS or key in _INT_FIELDS or key == "max_restarts":
-        if key == "max_restarts" and (value is None or (isinstance(value, str)
-                                                        and value.strip().lower() in ("", "none"))):
+        if key == "max_restarts" and (value is None or (isinstance(value, str) and value.strip().lower() == "none")):
             return None
         want_int = key in _INT_FIELDS or key == "max_restarts"
         if isinstance(value, str):
@@ -533,8 +532,10 @@ def _coerce_option(key: str, value: object) -> object:
         return value
     if key in ("prevent_codes", "clean_signals"):
         items: Iterable[object]
-        if isinstance(value, str):
-            items = [s.strip() for s in value.split(",") if s.strip()]
+        if isinstance(value, str):  # "" is the empty set; "1,,2" is a typo, not {1, 2}
+            items = [s.strip() for s in value.split(",")] if value.strip() else []
+            if "" in items:
+                raise PolicyError(key, value, "an empty item in the comma-separated list")
         elif isinstance(value, Iterable):
             items = value
         else:

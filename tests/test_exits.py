@@ -229,6 +229,8 @@ def test_from_spawn_error_real_exec_failure() -> None:
     ({"breaker_count": 10, "min_uptime": 10, "breaker_window": 60}, "breaker_window"),
     ({"same_error_count": -1}, "same_error_count"),
     ({"max_restarts": -3}, "max_restarts"),
+    ({"max_restarts": ""}, "max_restarts"),  # was read as "none" (unlimited): only "none" says that
+    ({"prevent_codes": "1,,2"}, "prevent_codes"),
     ({"prevent_codes": [0]}, "prevent_codes"),
     ({"prevent_codes": "64,abc"}, "prevent_codes"),
     ({"fatal_patterns": ["(unclosed"]}, "fatal_patterns"),
