@@ -389,6 +389,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from shellper import wire
+    from shellper.sessions import exit_summary
 
     with _connect(args, "viewer", replay_bytes=0) as client:
         reply = client.request(wire.Status(), wire.StatusReply)
@@ -405,8 +406,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"  exits {info.get('exit_count')}, restarts {info.get('restarts')}")
     last = info.get("last_exit")
     if last:
-        print(f"  last exit: {last.get('class')}: {last.get('reason')}")
-    print(f"  clients: {len(info.get('clients') or [])}")
+        print(f"  last exit: {exit_summary(last)}")
+    print(f"  clients: {max(0, len(info.get('clients') or []) - 1)}")  # not counting this status query
     if info.get("output_held"):
         print("  output held: the tower or a terminal is more than half a ring behind (the child waits for it)")
     return 0

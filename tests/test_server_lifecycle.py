@@ -338,6 +338,27 @@ def test_run_says_so_when_its_info_line_cannot_be_written(sessions: Sessions, st
     sessions.stop("out")
 
 
+def test_status_and_ls_say_each_thing_once_and_no_uptime_for_the_dead(sessions: Sessions) -> None:
+    """status printed "last exit: crash: crash: exit 5", counted its own connection as a client, and ls
+    went on counting the uptime of a session whose shellper had been killed."""
+    sessions.start("t4", ["sh", "-c", "exit 5"], policy=NO_RESTART)
+    dead = sessions.start("k", ["cat"])
+    with sessions.connect("t4", "viewer") as viewer:
+        poll_until(lambda: status(viewer).state == "exited", what="the child to exit")
+    shown = cli("--dir", str(sessions.dir), "status", "t4").stdout
+    assert "  last exit: crash: exit 5 after" in shown and "crash: crash" not in shown, shown
+    assert "  clients: 0" in shown, shown
+    os.kill(dead.pid, signal.SIGKILL)
+    assert wait_gone(dead.pid, 10)
+    rows = {line.split()[0]: line.split() for line in cli("--dir", str(sessions.dir), "ls").stdout.splitlines()}
+    assert rows["k"][1] == "stale" and rows["k"][4] == "-", rows["k"]  # UPTIME
+    assert "crash: crash" not in " ".join(rows["t4"])
+    sessions.stop("t4")
+    for suffix in (".sock", ".json", ".lock", ".log"):
+        (sessions.dir / f"k{suffix}").unlink()
+    sessions.started.remove(dead)
+
+
 def test_timers_beyond_epoll_s_limit_neither_crash_nor_fire_early(sessions: Sessions) -> None:
     """epoll waits at most ~24.8 days (a C int of ms); a 30-day husk TTL or grace used to end the loop with
     OverflowError, leaving a stale session whose stop had said "stopped"."""
