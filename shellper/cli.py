@@ -17,7 +17,7 @@ from shellper import __version__
 from shellper.config import DEFAULT_RING_BYTES, DEFAULT_TERM, STDERR_MODES, ConfigError, SessionConfig
 from shellper.exits import PolicyError, RestartPolicy
 from shellper.launch import LaunchError, launch, run_foreground
-from shellper.paths import PathError, runtime_dir, validate_name
+from shellper.paths import PathError, existing_runtime_dir, runtime_dir, validate_name
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs each shellper ~2.5 ms and 0.5 MiB
 if TYPE_CHECKING:  # imported where used: `shellper run` starts faster without the codec and client
@@ -56,6 +56,12 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _nonempty(text: str) -> str:
+    if not text:  # not "the default": the user named a directory, just not one that exists
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
+
+
 def _env_pair(text: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
     if not sep or not key:
@@ -90,7 +96,7 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="shellper", description="Hold a terminal session in a long-lived process.",
                                 formatter_class=_Formatter)
     p.add_argument("--version", action="version", version=f"shellper {__version__}")
-    p.add_argument("--dir", help="runtime directory (default $SHELLPER_DIR, $XDG_RUNTIME_DIR/shellper, "
+    p.add_argument("--dir", type=_nonempty, help="runtime directory (default $SHELLPER_DIR, $XDG_RUNTIME_DIR/shellper, "
                    "/tmp/shellper-$UID)")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
@@ -247,7 +253,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_ls(args: argparse.Namespace) -> int:
     from shellper.sessions import list_sessions
 
-    sessions = list_sessions(_dir(args))
+    sessions = list_sessions(_dir(args)) if existing_runtime_dir(_dir(args)) else []
     if args.json:
         print(json.dumps([s.to_dict() for s in sessions], indent=2))
         return 0

@@ -73,6 +73,20 @@ def _check_dir_stat(path: str, st: os.stat_result) -> None:
         )
 
 
+def existing_runtime_dir(path: str | os.PathLike[str]) -> bool:
+    """Whether the runtime directory exists (False: nothing in it yet); UnsafeDirError if it exists but
+    ``run`` would refuse it, so ``ls`` does not report "no sessions" from a place sessions never go."""
+    p = os.path.abspath(os.fspath(path))
+    try:
+        st = os.lstat(p)
+    except FileNotFoundError:
+        return False
+    except OSError as e:
+        raise UnsafeDirError(p, f"cannot stat it: {e.strerror}") from e
+    _check_dir_stat(p, st)
+    return True
+
+
 def check_socket_path(path: str | os.PathLike[str]) -> None:
     """Raise PathTooLong if ``path`` cannot be bound as an AF_UNIX socket address."""
     length = len(os.fsencode(path))

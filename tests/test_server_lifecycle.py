@@ -359,6 +359,22 @@ def test_status_and_ls_say_each_thing_once_and_no_uptime_for_the_dead(sessions: 
     sessions.started.remove(dead)
 
 
+def test_ls_refuses_a_directory_run_would_refuse_and_dir_must_not_be_empty(sessions: Sessions) -> None:
+    """ls said "no sessions in DIR" of a mode-755 DIR (where run refuses to start any), and --dir '' meant
+    the default directory, outside the one the user named."""
+    os.chmod(sessions.dir, 0o755)
+    try:
+        done = cli("--dir", str(sessions.dir), "ls")
+        assert done.returncode == 1 and "unsafe runtime directory" in done.stderr and not done.stdout, done
+    finally:
+        os.chmod(sessions.dir, 0o700)
+    missing = sessions.dir / "not-yet"
+    done = cli("--dir", str(missing), "ls")
+    assert done.returncode == 0 and done.stdout.startswith("no sessions in"), done
+    done = cli("--dir", "", "run", "x", "--", "cat")
+    assert done.returncode == 2 and "--dir: must not be empty" in done.stderr, done
+
+
 def test_timers_beyond_epoll_s_limit_neither_crash_nor_fire_early(sessions: Sessions) -> None:
     """epoll waits at most ~24.8 days (a C int of ms); a 30-day husk TTL or grace used to end the loop with
     OverflowError, leaving a stale session whose stop had said "stopped"."""
