@@ -1,6 +1,8 @@
 """Carry out reconcile decisions: terminate and clean for real, adopt by verifying, the rest reported.
 
-* terminate: re-verify the shellper through a pidfd (boot id + start ticks), pin its descendants, then
+* terminate: re-verify the shellper through a pidfd (boot id + start ticks, then - read through the
+  pinned pidfd - that its /proc/<pid>/cmdline hashes to the record's ``cmdline_sha256``, which the
+  shellper wrote about itself; never this process or one of its ancestors), pin its descendants, then
   ask it to STOP over its socket (it kills its own tree, confirms the deaths and removes its files) -
   but only if the socket answers as the recorded instance from the recorded pid. If STOP cannot be
   delivered or the shellper does not exit in time: :func:`shellper.reaper.terminate_tree` (SIGTERM,
@@ -8,7 +10,8 @@
   first signal must be dead afterwards, or :class:`~shellper.identity.SurvivorError` is raised.
 * clean: if the record's shellper is dead (this boot, pid gone or reused), first end what its tree left
   behind (:mod:`tower_client.survivors`: processes in the recorded child's session or carrying its
-  instance mark, each through a pidfd). Then take the session lock ourselves (so nobody can start the
+  instance mark, each through a pidfd; never a live shellper's tree, nothing at all for a record whose
+  instance is claimed by a live session). Then take the session lock ourselves (so nobody can start the
   session meanwhile, and proving no live owner), remove the socket (only if it is a socket), record and
   log (only regular files), then release the lock, which removes the lock file. Nothing is followed
   through a symlink.
@@ -34,6 +37,7 @@ from shellper.config import DEFAULT_GRACE
 from shellper.identity import (
     IdentityError,
     IdentityMismatch,
+    IdentityUnreadable,
     PidFd,
     ProcessGone,
     ProcessIdentity,
@@ -43,15 +47,17 @@ from shellper.identity import (
 )
 from shellper.paths import SessionPaths, unlink_if_regular, unlink_if_socket
 from shellper.reaper import TerminateReport, descendants, terminate_tree
-from shellper.record import AlreadyRunning, SessionLock, SessionRecord
+from shellper.record import AlreadyRunning, SessionLock, SessionRecord, cmdline_sha256
 from tower_client.client import InstanceMismatch, PeerMismatch, peer_pid
-from tower_client.discover import PROBE_TIMEOUT
+from tower_client.discover import PROBE_TIMEOUT, check_probe_timeout
 from tower_client.reconcile import Action, Decision
-from tower_client.survivors import reap_survivors
+from tower_client.survivors import SurvivorReport, protected_pids, reap_survivors
 
 __all__ = [
     "CONFIRM_TIMEOUT",
+    "CommandMismatch",
     "Outcome",
+    "ProtectedProcess",
     "Report",
     "Termination",
     "apply",
@@ -117,6 +123,46 @@ def _check_peer(client: Client, welcome: wire.Welcome, record: SessionRecord) ->
 # --------------------------------------------------------------------------------------------- terminate
 
 
+class CommandMismatch(IdentityMismatch):
+    """The pid carries the recorded start ticks, but its cmdline does not hash to the record's
+    ``cmdline_sha256`` (or the record has none): not the recorded shellper. Nothing is signalled."""
+
+    def __init__(self, identity: ProcessIdentity, expected_sha256: str | None, found_sha256: str) -> None:
+        super().__init__(identity.pid, identity, identity)
+        why = ("the record carries no cmdline_sha256" if expected_sha256 is None else
+               f"its cmdline hashes to {found_sha256[:16]}..., the record says {expected_sha256[:16]}...")
+        self.args = (f"pid {identity.pid} is not the recorded shellper: {why}",)
+        self.expected_sha256 = expected_sha256
+        self.found_sha256 = found_sha256
+
+
+class ProtectedProcess(IdentityError):
+    """The record names this process or one of its ancestors: never signalled."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(f"pid {pid} is this process or one of its ancestors: refusing to signal it", pid)
+
+
+def _check_leader(leader: PidFd, ident: ProcessIdentity, record: SessionRecord) -> None:
+    """After :func:`open_verified`: not us nor an ancestor, and the pinned process runs the recorded
+    program (its cmdline, read while the pidfd pins it, hashes as the shellper hashed its own)."""
+    pid = leader.pid
+    if pid in protected_pids():
+        raise ProtectedProcess(pid)
+    try:
+        found = cmdline_sha256(pid)
+    except OSError as e:
+        if leader.wait_dead(0) or not leader.is_unreaped():
+            raise ProcessGone(pid, "exited during verification") from e
+        raise IdentityUnreadable(pid, f"/proc/{pid}/cmdline", e.strerror or str(e)) from e
+    if not leader.is_unreaped():
+        raise ProcessGone(pid, "reaped during verification")
+    if leader.wait_dead(0):  # an exited process's cmdline reads empty: it is gone, not another program
+        raise ProcessGone(pid, "exited during verification")
+    if record.cmdline_sha256 is None or found != record.cmdline_sha256:
+        raise CommandMismatch(ident, record.cmdline_sha256, found)
+
+
 @dataclass(frozen=True)
 class Termination:
     """How a session ended: ``method`` "stop" (graceful, over the socket) or "signals" (pidfd path)."""
@@ -134,7 +180,10 @@ class Termination:
 def _pin_tree(leader: PidFd) -> dict[int, PidFd]:
     """Pidfds of the leader's descendants, each kept only if /proc showed it under a pinned parent."""
     pinned: dict[int, PidFd] = {}
+    skip = protected_pids()
     for pid in descendants(leader.pid):
+        if pid in skip:
+            continue
         try:
             fd = PidFd.open(pid)
         except ProcessGone:
@@ -188,12 +237,18 @@ def terminate_session(record: SessionRecord, paths: SessionPaths, *, grace: floa
                       confirm_timeout: float = CONFIRM_TIMEOUT) -> Termination:
     """End a verified shellper and its whole tree; see the module docstring for the order of attempts.
 
-    Raises ProcessGone (nothing to do), IdentityMismatch (pid reused: nothing signalled),
-    InstanceMismatch / PeerMismatch (the socket answers as someone else: nothing signalled),
-    SurvivorError (something outlived SIGKILL).
+    Raises ProcessGone (nothing to do), IdentityMismatch (pid reused: nothing signalled), its subclass
+    CommandMismatch (the process does not run the recorded program: nothing signalled), ProtectedProcess
+    (the record names this process or an ancestor: nothing signalled), InstanceMismatch / PeerMismatch
+    (the socket answers as someone else: nothing signalled), SurvivorError (something outlived SIGKILL).
     """
     ident = ProcessIdentity(record.boot_id, record.shellper_pid, record.shellper_start_time)
     leader = open_verified(ident)
+    try:
+        _check_leader(leader, ident, record)
+    except BaseException:
+        leader.close()
+        raise
     tree = _pin_tree(leader)
     report: TerminateReport | None = None
     stop_error: str | None = None
@@ -273,7 +328,10 @@ class Report:
 
 def apply(decisions: Iterable[Decision], *, grace: float = DEFAULT_GRACE, stop_timeout: float | None = None,
           probe_timeout: float = PROBE_TIMEOUT, confirm_timeout: float = CONFIRM_TIMEOUT) -> Report:
-    """Carry out ``decisions`` in order. Never raises for one decision's failure: it is reported."""
+    """Carry out ``decisions`` in order. Never raises for one decision's failure: it is reported.
+
+    ValueError (before anything is done) if ``probe_timeout`` is not a finite number > 0."""
+    check_probe_timeout(probe_timeout)
     report = Report()
     failed: set[str] = set()
     for d in decisions:
@@ -299,16 +357,17 @@ def _apply_one(d: Decision, grace: float, stop_timeout: float | None, probe_time
         return Outcome(d, "failed", False, error="decision carries no observation")
     paths = SessionPaths.for_name(obs.dir, d.name)
     if d.action is Action.CLEAN:
-        survivors: tuple[int, ...] = ()
+        reaped = SurvivorReport(d.name, (), ())
         if obs.record is not None and obs.boot == "current" and obs.identity in ("gone", "mismatch"):
             # The recorded shellper is dead: what its tree left behind is nobody's now.
-            survivors = reap_survivors(obs.record, grace=grace, confirm_timeout=confirm_timeout).pids
+            reaped = reap_survivors(obs.record, directory=obs.dir or None, grace=grace, confirm_timeout=confirm_timeout)
+        survivors = reaped.pids
         try:
             removed = clean_session(paths)
         except AlreadyRunning:
-            return Outcome(d, "skipped", False, "a live process now holds the lock: nothing removed",
-                           survivors=survivors)
-        detail = f"removed {len(removed)} file(s)" + (f", ended {len(survivors)} survivor(s)" if survivors else "")
+            return Outcome(d, "skipped", False, "a live process now holds the lock: nothing removed"
+                           + _survivor_note(reaped), survivors=survivors)
+        detail = f"removed {len(removed)} file(s)" + _survivor_note(reaped)
         return Outcome(d, "cleaned", True, detail, removed, survivors=survivors)
     record = obs.record
     if record is None:
@@ -319,14 +378,30 @@ def _apply_one(d: Decision, grace: float, stop_timeout: float | None, probe_time
     try:
         term = terminate_session(record, paths, grace=grace, stop_timeout=stop_timeout,
                                  connect_timeout=probe_timeout, confirm_timeout=confirm_timeout)
+    except CommandMismatch as exc:
+        return Outcome(d, "skipped", False, "the pid does not run the recorded shellper: nothing signalled",
+                       error=str(exc))
     except IdentityMismatch as exc:
         return Outcome(d, "skipped", False, "the pid now belongs to another process: nothing signalled",
                        error=str(exc))
+    except ProtectedProcess as exc:
+        return Outcome(d, "skipped", False, "the record names this process or one of its ancestors: "
+                       "nothing signalled", error=str(exc))
     except ProcessGone as exc:
-        gone_survivors = reap_survivors(record, grace=grace, confirm_timeout=confirm_timeout).pids
+        gone = reap_survivors(record, directory=obs.dir or None, grace=grace, confirm_timeout=confirm_timeout)
         gone_removed: tuple[str, ...] = ()
         with contextlib.suppress(AlreadyRunning):
             gone_removed = clean_session(paths)
-        return Outcome(d, "already_gone", True, str(exc), gone_removed, survivors=gone_survivors)
+        return Outcome(d, "already_gone", True, str(exc) + _survivor_note(gone), gone_removed,
+                       survivors=gone.pids)
     detail = f"stopped via {term.method}" + (f" ({term.stop_error})" if term.stop_error else "")
     return Outcome(d, "terminated", True, detail, term.removed, term)
+
+
+def _survivor_note(reaped: SurvivorReport) -> str:
+    note = f", ended {len(reaped.pids)} survivor(s)" if reaped.pids else ""
+    if reaped.spared:
+        note += f"; spared {list(reaped.spared)}: under a live shellper"
+    if reaped.suspect:
+        note += f"; suspect record, no survivor ended: {reaped.suspect}"
+    return note

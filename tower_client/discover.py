@@ -14,6 +14,7 @@ makes every decision; nothing here decides.
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import stat
 import time
@@ -38,7 +39,9 @@ __all__ = [
     "PROBE_CONCURRENCY",
     "PROBE_TIMEOUT",
     "Observed",
+    "check_concurrency",
     "check_dir",
+    "check_probe_timeout",
     "discover",
     "discover_async",
     "lock_owners",
@@ -146,6 +149,19 @@ class Observed:
 
 
 # --------------------------------------------------------------------------------------------- pieces
+
+
+def check_probe_timeout(probe_timeout: float) -> None:
+    """ValueError unless ``probe_timeout`` is a finite number of seconds > 0."""
+    if (isinstance(probe_timeout, bool) or not isinstance(probe_timeout, int | float)
+            or not math.isfinite(probe_timeout) or probe_timeout <= 0):
+        raise ValueError(f"probe_timeout must be a finite number of seconds > 0, not {probe_timeout!r}")
+
+
+def check_concurrency(concurrency: int) -> None:
+    """ValueError unless ``concurrency`` is an int >= 1 (0 would wait forever for a free slot)."""
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        raise ValueError("concurrency must be >= 1")
 
 
 def check_dir(directory: str | os.PathLike[str]) -> Path | None:
@@ -278,7 +294,10 @@ def _child(record: SessionRecord, welcome_child: int | None, answered: bool) -> 
 
 async def observe_async(directory: str | os.PathLike[str], name: str, *,
                         probe_timeout: float = PROBE_TIMEOUT) -> Observed:
-    """Everything about one name (raises BadName / PathTooLong for a name that cannot be a session)."""
+    """Everything about one name (raises BadName / PathTooLong for a name that cannot be a session).
+
+    ValueError if ``probe_timeout`` is not a finite number > 0."""
+    check_probe_timeout(probe_timeout)
     paths = SessionPaths.for_name(directory, name)
     facts: dict[str, Any] = {"name": name, "dir": str(paths.dir), "files": _files(paths)}
     record: SessionRecord | None = None
@@ -333,7 +352,11 @@ async def observe_async(directory: str | os.PathLike[str], name: str, *,
 
 async def discover_async(directory: str | os.PathLike[str], *, probe_timeout: float = PROBE_TIMEOUT,
                          concurrency: int = PROBE_CONCURRENCY) -> list[Observed]:
-    """Observe every session name in ``directory`` (sorted), probing at most ``concurrency`` at once."""
+    """Observe every session name in ``directory`` (sorted), probing at most ``concurrency`` at once.
+
+    ValueError if ``concurrency`` < 1 or ``probe_timeout`` is not a finite number > 0."""
+    check_concurrency(concurrency)
+    check_probe_timeout(probe_timeout)
     d = check_dir(directory)
     if d is None:
         return []
@@ -359,10 +382,13 @@ def _is_session_name(d: Path, name: str) -> bool:
 def observe(directory: str | os.PathLike[str], name: str, *,
             probe_timeout: float = PROBE_TIMEOUT) -> Observed:
     """Blocking :func:`observe_async` (runs its own event loop: not from inside one)."""
+    check_probe_timeout(probe_timeout)
     return asyncio.run(observe_async(directory, name, probe_timeout=probe_timeout))
 
 
 def discover(directory: str | os.PathLike[str], *, probe_timeout: float = PROBE_TIMEOUT,
              concurrency: int = PROBE_CONCURRENCY) -> list[Observed]:
     """Blocking :func:`discover_async` (runs its own event loop: not from inside one)."""
+    check_concurrency(concurrency)
+    check_probe_timeout(probe_timeout)
     return asyncio.run(discover_async(directory, probe_timeout=probe_timeout, concurrency=concurrency))

@@ -51,6 +51,7 @@ A ``husk_expired`` terminate has no respawn: the child ended for good; the Tower
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
 from collections.abc import Iterable, Mapping
@@ -253,7 +254,12 @@ class Decision:
 
 def reconcile(registry: Registry, observed: Iterable[Observed], *, now: float,
               husk_max_age: float | None = None) -> list[Decision]:
-    """Decide, per name (sorted), following the table in the module docstring. Pure."""
+    """Decide, per name (sorted), following the table in the module docstring. Pure.
+
+    ValueError if ``husk_max_age`` is negative or NaN (None: husks never expire)."""
+    if husk_max_age is not None and (isinstance(husk_max_age, bool) or not isinstance(husk_max_age, int | float)
+                                     or math.isnan(husk_max_age) or husk_max_age < 0):
+        raise ValueError(f"husk_max_age must be None or a number of seconds >= 0, not {husk_max_age!r}")
     by_name: dict[str, Observed] = {}
     for obs in observed:
         if obs.name in by_name:

@@ -1,0 +1,236 @@
+"""tower_client never signals a process that is not the recorded shellper, nor a live session's tree.
+
+Real processes throughout: stand-ins named by hand-made records, real shellpers (launched both through
+``launch()`` and through the ``shellper run`` CLI), ghost records copied from live sessions. Every
+process a test starts is tracked by identity and killed by the fixtures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import SHELLPER_CLI, poll_until
+from test_tower_support import REPO, Sessions, alive, identity, is_dead, other, sessions, tree
+
+from shellper.identity import ProcessIdentity, boot_id, read_stat
+from shellper.paths import SessionPaths
+from shellper.record import SessionLock, SessionRecord, cmdline_sha256, read_record, write_record
+from shellper.records import replace
+from tower_client.apply import CommandMismatch, apply, terminate_session
+from tower_client.discover import discover, discover_async, observe
+from tower_client.reconcile import Action, Decision, Registry, RegistryRow, reconcile
+
+__all__ = ["other", "sessions"]  # the fixtures, re-exported for pytest
+
+
+def decisions(d: Path, *rows: RegistryRow, probe_timeout: float = 2.0) -> list[Decision]:
+    return reconcile(Registry(rows), discover(d, probe_timeout=probe_timeout), now=time.time())
+
+
+def hand_made_record(d: Path, name: str, pid: int, **changes: object) -> SessionRecord:
+    """A record naming ``pid`` with its real boot id and start ticks, no socket, written to ``d``."""
+    st = read_stat(pid)
+    assert st is not None
+    rec = SessionRecord(name=name, boot_id=boot_id(), shellper_pid=pid, shellper_start_time=st.start_time,
+                        instance_id="f" * 32, command=["sleep"], cwd="/", socket="", state="running")
+    rec = replace(rec, **changes)  # type: ignore[arg-type]
+    write_record(d / f"{name}.json", rec)
+    return rec
+
+
+def untouched(ident: ProcessIdentity) -> bool:
+    """Alive, same process, and not even stopped."""
+    st = read_stat(ident.pid)
+    return alive(ident) and st is not None and st.state in "RS"
+
+
+# --------------------------------------------------------------------------------------------- 1: terminate
+
+
+@pytest.mark.parametrize("recorded_hash", ["none", "another_program"])
+def test_terminate_refuses_a_foreign_process_with_the_recorded_ticks(sessions: Sessions, recorded_hash: str) -> None:
+    """Boot id, pid and start ticks all match, but the process does not run what the record says."""
+    proc = sessions.spawn(["sleep", "300"])
+    sleeper = identity(proc.pid)
+    sha = None if recorded_hash == "none" else cmdline_sha256("self")  # this interpreter's argv, not sleep's
+    rec = hand_made_record(sessions.dir, "foreign", proc.pid, cmdline_sha256=sha)
+    with pytest.raises(CommandMismatch) as caught:
+        terminate_session(rec, SessionPaths.for_name(sessions.dir, "foreign"), grace=0.3, connect_timeout=0.3)
+    assert caught.value.pid == proc.pid
+    assert untouched(sleeper) and proc.poll() is None
+
+
+def test_apply_terminate_refuses_a_lock_holding_stand_in(sessions: Sessions) -> None:
+    """A stand-in that holds the session lock itself gets a TERMINATE decision; apply signals nothing."""
+    lock = sessions.dir / "standin.lock"
+    locker = "import fcntl, os, sys, time\n" \
+        "fcntl.flock(os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600), fcntl.LOCK_EX)\ntime.sleep(300)\n"
+    proc = sessions.spawn([sys.executable, "-c", locker, str(lock)], stdout=subprocess.DEVNULL)
+    stand_in = identity(proc.pid)
+    poll_until(lambda: SessionLock.is_locked(lock), what="the stand-in to take the lock")
+    hand_made_record(sessions.dir, "standin", proc.pid, cmdline_sha256="0" * 64)
+    found = decisions(sessions.dir, probe_timeout=0.3)
+    assert [(d.action, d.reason) for d in found] == [(Action.TERMINATE, "unregistered")]
+    report = apply(found, grace=0.3, probe_timeout=0.3)
+    outcome = report.outcomes[0]
+    assert (outcome.result, outcome.ok) == ("skipped", False), outcome
+    assert outcome.error is not None and "not the recorded shellper" in outcome.error
+    assert untouched(stand_in) and proc.poll() is None
+    assert "standin.json" in os.listdir(sessions.dir)  # a live lock holder's files are not removed
+
+
+_SELF_AND_PARENT = r"""
+import json, os, sys
+from shellper.identity import boot_id, read_stat
+from shellper.paths import SessionPaths
+from shellper.record import SessionRecord, cmdline_sha256
+from tower_client.apply import terminate_session
+
+out = {}
+for who, pid in (("parent", os.getppid()), ("self", os.getpid())):
+    rec = SessionRecord(name=who, boot_id=boot_id(), shellper_pid=pid, shellper_start_time=read_stat(pid).start_time,
+                        instance_id="a" * 32, command=["x"], cwd="/", socket="", cmdline_sha256=cmdline_sha256(pid),
+                        state="running")
+    try:
+        terminate_session(rec, SessionPaths.for_name(sys.argv[1], who), grace=0.2, connect_timeout=0.2)
+        out[who] = "terminated"
+    except Exception as exc:
+        out[who] = [type(exc).__name__, getattr(exc, "pid", None) == pid]
+print(json.dumps(out), flush=True)
+"""
+
+
+def test_terminate_refuses_the_caller_and_its_ancestors(sessions: Sessions) -> None:
+    """Records naming the caller or its parent, right down to the cmdline hash: never signalled.
+
+    Run in a process tree of its own (a new session), so a regression can only hit that tree."""
+    proc = sessions.spawn(["sh", "-c", '"$0" -c "$1" "$2"; echo parent-alive', sys.executable, _SELF_AND_PARENT,
+                           str(sessions.dir)], stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": REPO})
+    out, _ = proc.communicate(timeout=60)
+    lines = out.decode().splitlines()
+    assert lines[-1:] == ["parent-alive"], lines
+    assert json.loads(lines[0]) == {"parent": ["ProtectedProcess", True], "self": ["ProtectedProcess", True]}
+
+
+@pytest.mark.parametrize("how", ["cli", "launch"])
+def test_real_shellper_records_pass_the_cmdline_check(sessions: Sessions, how: str) -> None:
+    """Both launch paths (the CLI's forked daemon, launch()'s exec of shellper.daemon) write a hash that
+    matches: an unregistered session is still terminated, tree and all."""
+    if how == "cli":
+        run = subprocess.run([*SHELLPER_CLI, "--dir", str(sessions.dir), "run", "real", "--", "sleep", "300"],
+                             capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+        assert run.returncode == 0, run.stderr
+        pid = json.loads(run.stdout.decode().strip().splitlines()[-1])["pid"]
+        sessions.track(identity(pid))
+    else:
+        pid = sessions.launch("real", ["sleep", "300"]).pid
+    shellper = identity(pid)
+    members = poll_until(lambda: tree(pid), what="the shellper's child")
+    found = decisions(sessions.dir)
+    assert [(d.action, d.reason) for d in found] == [(Action.TERMINATE, "unregistered")]
+    report = apply(found, grace=1.0)
+    outcome = report.outcomes[0]
+    assert report.ok and outcome.result == "terminated", outcome
+    assert outcome.termination is not None and outcome.termination.method == "stop"
+    assert is_dead(shellper) and all(is_dead(m) for m in members)
+    assert os.listdir(sessions.dir) == []
+
+
+# --------------------------------------------------------------------------------------------- 2: clean
+
+
+@pytest.mark.parametrize("variant", ["exact_copy", "other_instance", "live_record_removed"])
+def test_cleaning_a_ghost_of_a_live_session_spares_its_child(sessions: Sessions, variant: str) -> None:
+    """A dead record copied from a live session carries that session's marks (instance id, child's
+    session id); cleaning it must not end the live session's child.
+
+    exact_copy: the instance id is claimed by the live record (suspect: nothing ended);
+    other_instance: only the child is claimed (suspect); live_record_removed: nothing claims anything,
+    but the child's parent is the live shellper holding cat1's lock (spared)."""
+    info = sessions.launch("cat1", ["cat"])
+    assert info.child_pid is not None
+    shellper, child = identity(info.pid), identity(info.child_pid)
+    rec = read_record(sessions.dir / "cat1.json")
+    ghost = replace(rec, name="ghost", shellper_pid=4_000_000)
+    if variant == "other_instance":
+        ghost = replace(ghost, instance_id="e" * 32)
+    write_record(sessions.dir / "ghost.json", ghost)
+    if variant == "live_record_removed":
+        os.unlink(sessions.dir / "cat1.json")
+    found = [d for d in decisions(sessions.dir, RegistryRow("cat1")) if d.name == "ghost"]
+    assert [(d.action, d.reason) for d in found] == [(Action.CLEAN, "dead")]
+    report = apply(found, grace=0.3)
+    outcome = report.outcomes[0]
+    assert report.ok and outcome.result == "cleaned" and outcome.survivors == (), outcome
+    if variant == "live_record_removed":
+        assert f"spared [{child.pid}]" in outcome.detail, outcome.detail
+    else:
+        assert "suspect record" in outcome.detail and "live session 'cat1'" in outcome.detail, outcome.detail
+    assert untouched(child) and untouched(shellper)
+    assert "ghost.json" not in os.listdir(sessions.dir)
+    if variant != "live_record_removed":
+        assert [(d.action, d.reason) for d in decisions(sessions.dir, RegistryRow("cat1"))] == [
+            (Action.ADOPT, "running")]
+
+
+def test_survivors_of_a_really_dead_session_are_still_ended(sessions: Sessions) -> None:
+    """Control for the above: a killed shellper's setsid'd grandchild, beside a live session, is ended."""
+    keep = sessions.launch("keep", ["cat"])
+    info = sessions.launch("dead", ["sh", "-c", "setsid sleep 300 & echo started; wait"])
+    grandchild = poll_until(lambda: next((m for m in tree(info.pid) if (st := read_stat(m.pid)) is not None
+                                          and st.comm == "sleep"), None), what="the setsid'd sleep")
+    sessions.track(grandchild)
+    shellper = identity(info.pid)
+    os.kill(info.pid, signal.SIGKILL)  # our own shellper, just launched
+    poll_until(lambda: is_dead(shellper), what="the shellper to die")
+    poll_until(lambda: observe(sessions.dir, "dead").identity == "gone", what="the record to name a dead pid")
+    found = [d for d in decisions(sessions.dir, RegistryRow("keep")) if d.name == "dead"]
+    assert [(d.action, d.reason) for d in found] == [(Action.CLEAN, "dead")]
+    report = apply(found, grace=0.3)
+    assert report.ok and report.outcomes[0].survivors == (grandchild.pid,), report.to_dict()
+    assert is_dead(grandchild) and untouched(identity(keep.pid))
+
+
+# --------------------------------------------------------------------------------------------- 3: arguments
+
+
+@pytest.mark.parametrize("concurrency", [0, -1])
+def test_discover_refuses_a_concurrency_below_one(sessions: Sessions, concurrency: int) -> None:
+    """0 used to wait forever for a free probe slot; the async form is bounded here so a regression fails."""
+    sessions.launch("one", ["cat"])
+
+    async def bounded() -> None:
+        async with asyncio.timeout(10):
+            await discover_async(sessions.dir, concurrency=concurrency)
+
+    with pytest.raises(ValueError, match=r"^concurrency must be >= 1$"):
+        asyncio.run(bounded())
+    with pytest.raises(ValueError, match=r"^concurrency must be >= 1$"):
+        discover(sessions.dir, concurrency=concurrency)
+
+
+@pytest.mark.parametrize("probe_timeout", [0, -1.0, float("nan"), float("inf")])
+def test_probe_timeout_must_be_finite_and_positive(sessions: Sessions, probe_timeout: float) -> None:
+    sessions.launch("one", ["cat"])
+    with pytest.raises(ValueError, match="probe_timeout"):
+        discover(sessions.dir, probe_timeout=probe_timeout)
+    with pytest.raises(ValueError, match="probe_timeout"):
+        observe(sessions.dir, "one", probe_timeout=probe_timeout)
+    with pytest.raises(ValueError, match="probe_timeout"):
+        apply(decisions(sessions.dir, RegistryRow("one")), probe_timeout=probe_timeout)
+
+
+@pytest.mark.parametrize("husk_max_age", [-1, float("nan")])
+def test_reconcile_refuses_a_bad_husk_max_age(sessions: Sessions, husk_max_age: float) -> None:
+    sessions.launch("one", ["cat"])
+    with pytest.raises(ValueError, match="husk_max_age"):
+        reconcile(Registry((RegistryRow("one"),)), discover(sessions.dir), now=time.time(),
+                  husk_max_age=husk_max_age)
