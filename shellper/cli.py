@@ -17,7 +17,8 @@ from shellper import __version__
 from shellper.config import DEFAULT_RING_BYTES, DEFAULT_TERM, STDERR_MODES, ConfigError, SessionConfig
 from shellper.exits import PolicyError, RestartPolicy
 from shellper.launch import LaunchError, launch, run_foreground
-from shellper.paths import PathError, existing_runtime_dir, runtime_dir, validate_name
+from shellper.paths import PathError, SessionPaths, existing_runtime_dir, runtime_dir, validate_name
+from shellper.record import LockError, SessionLock
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs each shellper ~2.5 ms and 0.5 MiB
 if TYPE_CHECKING:  # imported where used: `shellper run` starts faster without the codec and client
@@ -205,7 +206,7 @@ def _subcommand(argv: list[str]) -> str | None:
 
 def _user_errors() -> tuple[type[Exception], ...]:
     """Failures that deserve one line, not a traceback (a client error only if the client was loaded)."""
-    errors: tuple[type[Exception], ...] = (CliError, LaunchError, PathError, ConfigError, PolicyError)
+    errors: tuple[type[Exception], ...] = (CliError, LaunchError, PathError, ConfigError, PolicyError, LockError)
     client = sys.modules.get("shellper.client")
     return (*errors, client.ClientError) if client is not None else errors
 
@@ -379,6 +380,10 @@ def cmd_stop(args: argparse.Namespace) -> int:
     from shellper import wire
     from shellper.client import RemoteError, SessionGone
 
+    validate_name(args.name)
+    paths = SessionPaths.for_name(_dir(args), args.name)
+    if not SessionLock.is_locked(paths.lock) and any(os.path.lexists(p) for p in (paths.socket, paths.record)):
+        return _stop_stale(args, paths)
     with _connect(args, "tower", replay_bytes=0) as client:
         client.send(wire.Stop(grace=args.grace))
         deadline = time.monotonic() + (args.grace if args.grace is not None else 5.0) + 15.0
@@ -391,6 +396,29 @@ def cmd_stop(args: argparse.Namespace) -> int:
             if isinstance(frame, wire.Error):
                 raise RemoteError(client.path, frame)
     raise CliError(f"stop: session {args.name!r} did not stop in time")
+
+
+def _stop_stale(args: argparse.Namespace, paths: SessionPaths) -> int:
+    """The shellper is gone (killed, crashed) and left its files: end what its tree left running and
+    remove them, as tower_client's reconcile does for a dead session (identity-checked, under the lock)."""
+    from shellper.record import AlreadyRunning, RecordError, read_record
+    from tower_client.apply import clean_session
+    from tower_client.survivors import reap_survivors
+
+    ended: tuple[int, ...] = ()
+    try:
+        record = read_record(paths.record)
+    except (OSError, RecordError):
+        record = None
+    if record is not None:
+        ended = reap_survivors(record, directory=paths.dir, grace=5.0 if args.grace is None else args.grace).pids
+    try:
+        clean_session(paths)
+    except AlreadyRunning:
+        raise CliError(f"stop: session {args.name!r} was started again meanwhile; nothing removed") from None
+    left = f" and ended {len(ended)} process(es) it left running" if ended else ""
+    print(f"stopped {args.name}: its shellper was already gone; removed its files{left}")
+    return 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:

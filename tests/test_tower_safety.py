@@ -199,6 +199,26 @@ def test_survivors_of_a_really_dead_session_are_still_ended(sessions: Sessions) 
     assert is_dead(grandchild) and untouched(identity(keep.pid))
 
 
+def test_shellper_stop_of_a_dead_session_ends_its_leftovers_and_removes_its_files(sessions: Sessions) -> None:
+    """`shellper stop` said "nothing is listening (stale socket)" and left every file (and whatever the tree
+    left running); it now cleans up as reconcile would, and leaves a live session beside it alone."""
+    keep = sessions.launch("keep", ["cat"])
+    info = sessions.launch("dead", ["sh", "-c", "setsid sleep 300 & echo started; wait"])
+    grandchild = poll_until(lambda: next((m for m in tree(info.pid) if (st := read_stat(m.pid)) is not None
+                                          and st.comm == "sleep"), None), what="the setsid'd sleep")
+    sessions.track(grandchild)
+    shellper = identity(info.pid)
+    os.kill(info.pid, signal.SIGKILL)  # our own shellper, just launched
+    poll_until(lambda: is_dead(shellper), what="the shellper to die")
+    done = subprocess.run([*SHELLPER_CLI, "--dir", str(sessions.dir), "stop", "dead", "--grace", "0.3"],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == ("stopped dead: its shellper was already gone; removed its files and ended 1 "
+                                   "process(es) it left running")
+    assert is_dead(grandchild) and untouched(identity(keep.pid))
+    assert sorted(p.name for p in sessions.dir.iterdir() if p.name.startswith("dead")) == []
+
+
 # --------------------------------------------------------------------------------------------- 3: arguments
 
 
