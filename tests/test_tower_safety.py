@@ -254,3 +254,34 @@ def test_reconcile_refuses_a_bad_husk_max_age(sessions: Sessions, husk_max_age: 
     with pytest.raises(ValueError, match="husk_max_age"):
         reconcile(Registry((RegistryRow("one"),)), discover(sessions.dir), now=time.time(),
                   husk_max_age=husk_max_age)
+
+
+# --------------------------------------------------------------------------------------------- 4: client arguments
+
+
+BAD_PATHS = [(None, TypeError), (3, TypeError), (b"/tmp/x.sock", TypeError), ("", ValueError),
+             ("/tmp/x.sock\0junk", ValueError)]
+
+
+@pytest.mark.parametrize(("path", "error"), BAD_PATHS, ids=[repr(p)[:20] for p, _ in BAD_PATHS])
+@pytest.mark.parametrize("kind", ["Client", "AsyncClient", "ResumingClient", "AsyncResumingClient"])
+def test_a_client_refuses_a_path_str_would_turn_into_another(kind: str, path: object, error: type) -> None:
+    """Client(None) used to connect to ./None (a socket there answered), b"/x.sock" to "b'/x.sock'", and a
+    NUL cut the address short in the kernel."""
+    import tower_client.client as tc
+    from shellper.client import Client
+
+    cls = Client if kind == "Client" else getattr(tc, kind)
+    with pytest.raises(error, match="socket path"):
+        cls(path)
+
+
+@pytest.mark.parametrize("kind", ["Client", "AsyncClient", "ResumingClient", "AsyncResumingClient"])
+def test_a_client_refuses_an_unknown_role_before_connecting(kind: str, tmp_path: Path) -> None:
+    import tower_client.client as tc
+    from shellper.client import Client
+
+    cls = Client if kind == "Client" else getattr(tc, kind)
+    with pytest.raises(ValueError, match="role 'admin' is not one of"):
+        cls(tmp_path / "x.sock", "admin")
+    cls(tmp_path / "x.sock", "viewer")  # a good one constructs (nothing connects yet)

@@ -30,6 +30,8 @@ from shellper.client import (
     SessionGone,
     SessionNotFound,
     Timeout,
+    check_role,
+    checked_socket_path,
     socket_path,
 )
 
@@ -129,9 +131,8 @@ class AsyncClient:
                  connect_timeout: float = CONNECT_TIMEOUT, handshake_timeout: float = HANDSHAKE_TIMEOUT,
                  request_timeout: float = REQUEST_TIMEOUT, max_buffered: int = MAX_BUFFERED,
                  max_frame: int = wire.MAX_FRAME_SIZE) -> None:
-        if role not in wire.ROLES:
-            raise ValueError(f"role {role!r} is not one of {', '.join(wire.ROLES)}")
-        self.path = str(path)
+        check_role(role)
+        self.path = checked_socket_path(path)
         self.role = role
         self.client_name = client_name
         self.connect_timeout = connect_timeout
@@ -589,7 +590,8 @@ class AsyncResumingClient(_ResumeView):
                  backoff: Backoff | None = None, expect_instance_id: str | None = None,
                  connect_timeout: float = CONNECT_TIMEOUT, handshake_timeout: float = HANDSHAKE_TIMEOUT,
                  request_timeout: float = REQUEST_TIMEOUT) -> None:
-        self.path = str(path)
+        self.path = checked_socket_path(path)
+        check_role(role)
         self.role = role
         self.client_name = client_name
         self._timeouts = (connect_timeout, handshake_timeout, request_timeout)
@@ -728,7 +730,8 @@ class ResumingClient(_ResumeView):
     def __init__(self, path: str | os.PathLike[str], role: str = "tower", *, client_name: str = CLIENT_NAME,
                  backoff: Backoff | None = None, expect_instance_id: str | None = None,
                  timeout: float = CONNECT_TIMEOUT) -> None:
-        self.path = str(path)
+        self.path = checked_socket_path(path)
+        check_role(role)
         self.role = role
         self.client_name = client_name
         self.timeout = timeout
