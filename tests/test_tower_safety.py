@@ -285,3 +285,39 @@ def test_a_client_refuses_an_unknown_role_before_connecting(kind: str, tmp_path:
     with pytest.raises(ValueError, match="role 'admin' is not one of"):
         cls(tmp_path / "x.sock", "admin")
     cls(tmp_path / "x.sock", "viewer")  # a good one constructs (nothing connects yet)
+
+
+BAD_REQUESTS = [
+    ("resize", (0, 24), {}, ValueError), ("resize", ("80", 24), {}, ValueError),
+    ("resize", (80, 70000), {}, ValueError),
+    ("signal", (9,), {}, ValueError), ("signal", ("SIGKILL",), {}, ValueError),
+    ("spawn", ([],), {}, ValueError), ("spawn", ("cat",), {}, ValueError), ("spawn", (None,), {"cwd": 5}, ValueError),
+    ("spawn", (None,), {"env": {"A": 1}}, ValueError),
+    ("stop", (-1,), {}, ValueError), ("stop", (float("nan"),), {}, ValueError), ("stop", ("5",), {}, ValueError),
+    ("write", ("text",), {}, TypeError), ("write", (None,), {}, TypeError),
+]
+
+
+@pytest.mark.parametrize(("method", "args", "kwargs", "error"), BAD_REQUESTS,
+                         ids=[f"{m}{a!r:.16}{k or ''}" for m, a, k, _ in BAD_REQUESTS])
+def test_a_bad_request_raises_locally_and_keeps_the_connection(
+        sessions: Sessions, method: str, args: tuple[object, ...], kwargs: dict[str, object], error: type) -> None:
+    """Each used to reach the shellper, whose fatal ERROR bad_field closed the tower's connection (or, for
+    spawn([]), ended the child): now the argument is refused before anything is sent."""
+    from tower_client.client import AsyncClient
+
+    info = sessions.launch("req", ["cat"])
+
+    async def go() -> str:
+        async with asyncio.timeout(20):
+            client = AsyncClient(sessions.dir / "req.sock", "tower")
+            await client.connect(replay_bytes=0)
+            try:
+                with pytest.raises(error, match=r"must be|is not one of"):
+                    await getattr(client, method)(*args, **kwargs)
+                return (await client.status()).state
+            finally:
+                await client.close()
+
+    assert asyncio.run(go()) == "running"
+    assert alive(identity(info.pid)) and alive(identity(info.child_pid))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import socket
 import struct
@@ -116,6 +117,42 @@ def _connect_error(path: str, exc: BaseException, timeout: float) -> ClientError
 
 
 # --------------------------------------------------------------------------------------------- asyncio
+
+
+def checked_input(data: bytes) -> bytes:
+    """Input must be bytes: a str would need an encoding the shellper cannot guess."""
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise TypeError(f"input must be bytes, not {type(data).__name__} (encode text first)")
+    return data
+
+
+def checked_request(frame: F) -> F:
+    """The request methods' arguments, checked as the shellper would, so a mistake raises here instead
+    of costing the connection (the shellper answers a bad field with a fatal ERROR bad_field)."""
+    def number(value: object, what: str) -> None:
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+            raise ValueError(f"{what} must be a finite number >= 0, got {value!r}")
+
+    if isinstance(frame, wire.Resize):
+        for what, value in (("cols", frame.cols), ("rows", frame.rows)):
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+                raise ValueError(f"{what} must be an integer in 1..65535, got {value!r}")
+    elif isinstance(frame, wire.Signal):
+        if frame.signal not in wire.SIGNALS:
+            raise ValueError(f"signal {frame.signal!r} is not one of {', '.join(wire.SIGNALS)}")
+    elif isinstance(frame, wire.Stop):
+        if frame.grace is not None:
+            number(frame.grace, "grace")
+    elif isinstance(frame, wire.Spawn):
+        if frame.argv is not None and (not isinstance(frame.argv, list | tuple) or not frame.argv
+                                       or not all(isinstance(a, str) for a in frame.argv)):
+            raise ValueError(f"argv must be a non-empty list of strings or None, got {frame.argv!r:.80}")
+        if frame.cwd is not None and not isinstance(frame.cwd, str):
+            raise ValueError(f"cwd must be a string or None, got {frame.cwd!r:.80}")
+        if frame.env is not None and (not isinstance(frame.env, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in frame.env.items())):
+            raise ValueError(f"env must be a dict of strings or None, got {frame.env!r:.80}")
+    return frame
 
 
 class AsyncClient:
@@ -384,22 +421,22 @@ class AsyncClient:
 
     async def write(self, data: bytes, timeout: float | None = None) -> None:
         """Input for the child. No default timeout: a slow child legitimately holds input back."""
-        await self.send_bytes(wire.encode_data(data), timeout)
+        await self.send_bytes(wire.encode_data(checked_input(data)), timeout)
 
     async def resize(self, cols: int, rows: int) -> None:
-        await self.send(wire.Resize(cols=cols, rows=rows))
+        await self.send(checked_request(wire.Resize(cols=cols, rows=rows)))
 
     async def signal(self, name: str) -> None:
         """Signal the child's process group (tower only); ``name`` is one of wire.SIGNALS."""
-        await self.send(wire.Signal(signal=name))
+        await self.send(checked_request(wire.Signal(signal=name)))
 
     async def spawn(self, argv: list[str] | None = None, *, cwd: str | None = None,
                     env: dict[str, str] | None = None, clear_ring: bool = False) -> None:
-        await self.send(wire.Spawn(argv=argv, cwd=cwd, env=env, clear_ring=clear_ring))
+        await self.send(checked_request(wire.Spawn(argv=argv, cwd=cwd, env=env, clear_ring=clear_ring)))
 
     async def stop(self, grace: float | None = None) -> None:
         """Ask the shellper to end the session: it terminates its own tree, then exits."""
-        await self.send(wire.Stop(grace=grace))
+        await self.send(checked_request(wire.Stop(grace=grace)))
 
     async def status(self, timeout: float | None = None) -> wire.StatusReply:
         fut: asyncio.Future[wire.StatusReply] = asyncio.get_running_loop().create_future()
@@ -823,10 +860,10 @@ class ResumingClient(_ResumeView):
         self._current().send(frame)
 
     def write(self, data: bytes) -> None:
-        self._current().write(data)
+        self._current().write(checked_input(data))
 
     def stop(self, grace: float | None = None) -> None:
-        self.send(wire.Stop(grace=grace))
+        self.send(checked_request(wire.Stop(grace=grace)))
 
     def abort(self) -> None:
         """Drop the current connection as if the network failed (the next recv resumes)."""
