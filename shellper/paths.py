@@ -73,18 +73,24 @@ def _check_dir_stat(path: str, st: os.stat_result) -> None:
         )
 
 
+def lstat_dir(path: str | os.PathLike[str]) -> os.stat_result | None:
+    """lstat of a directory to be checked: None if it does not exist, UnsafeDirError if it cannot be read."""
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise UnsafeDirError(path, f"cannot stat it: {e.strerror}") from e
+
+
 def existing_runtime_dir(path: str | os.PathLike[str]) -> bool:
     """Whether the runtime directory exists (False: nothing in it yet); UnsafeDirError if it exists but
     ``run`` would refuse it, so ``ls`` does not report "no sessions" from a place sessions never go."""
     p = os.path.abspath(os.fspath(path))
-    try:
-        st = os.lstat(p)
-    except FileNotFoundError:
-        return False
-    except OSError as e:
-        raise UnsafeDirError(p, f"cannot stat it: {e.strerror}") from e
-    _check_dir_stat(p, st)
-    return True
+    st = lstat_dir(p)
+    if st is not None:
+        _check_dir_stat(p, st)
+    return st is not None
 
 
 def check_socket_path(path: str | os.PathLike[str]) -> None:

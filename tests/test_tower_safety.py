@@ -21,6 +21,7 @@ from conftest import SHELLPER_CLI, poll_until
 from test_tower_support import REPO, Sessions, alive, identity, is_dead, other, sessions, tree
 
 from shellper.identity import ProcessIdentity, boot_id, read_stat
+from shellper.launch import LaunchInfo
 from shellper.paths import SessionPaths
 from shellper.record import SessionLock, SessionRecord, cmdline_sha256, read_record, write_record
 from shellper.records import replace
@@ -181,8 +182,8 @@ def test_cleaning_a_ghost_of_a_live_session_spares_its_child(sessions: Sessions,
             (Action.ADOPT, "running")]
 
 
-def test_survivors_of_a_really_dead_session_are_still_ended(sessions: Sessions) -> None:
-    """Control for the above: a killed shellper's setsid'd grandchild, beside a live session, is ended."""
+def killed_beside_a_live_one(sessions: Sessions) -> tuple[LaunchInfo, ProcessIdentity]:
+    """Sessions "keep" (live) and "dead" (its shellper SIGKILLed, its setsid'd sleep left running)."""
     keep = sessions.launch("keep", ["cat"])
     info = sessions.launch("dead", ["sh", "-c", "setsid sleep 300 & echo started; wait"])
     grandchild = poll_until(lambda: next((m for m in tree(info.pid) if (st := read_stat(m.pid)) is not None
@@ -191,6 +192,12 @@ def test_survivors_of_a_really_dead_session_are_still_ended(sessions: Sessions) 
     shellper = identity(info.pid)
     os.kill(info.pid, signal.SIGKILL)  # our own shellper, just launched
     poll_until(lambda: is_dead(shellper), what="the shellper to die")
+    return keep, grandchild
+
+
+def test_survivors_of_a_really_dead_session_are_still_ended(sessions: Sessions) -> None:
+    """Control for the above: a killed shellper's setsid'd grandchild, beside a live session, is ended."""
+    keep, grandchild = killed_beside_a_live_one(sessions)
     poll_until(lambda: observe(sessions.dir, "dead").identity == "gone", what="the record to name a dead pid")
     found = [d for d in decisions(sessions.dir, RegistryRow("keep")) if d.name == "dead"]
     assert [(d.action, d.reason) for d in found] == [(Action.CLEAN, "dead")]
@@ -202,14 +209,7 @@ def test_survivors_of_a_really_dead_session_are_still_ended(sessions: Sessions) 
 def test_shellper_stop_of_a_dead_session_ends_its_leftovers_and_removes_its_files(sessions: Sessions) -> None:
     """`shellper stop` said "nothing is listening (stale socket)" and left every file (and whatever the tree
     left running); it now cleans up as reconcile would, and leaves a live session beside it alone."""
-    keep = sessions.launch("keep", ["cat"])
-    info = sessions.launch("dead", ["sh", "-c", "setsid sleep 300 & echo started; wait"])
-    grandchild = poll_until(lambda: next((m for m in tree(info.pid) if (st := read_stat(m.pid)) is not None
-                                          and st.comm == "sleep"), None), what="the setsid'd sleep")
-    sessions.track(grandchild)
-    shellper = identity(info.pid)
-    os.kill(info.pid, signal.SIGKILL)  # our own shellper, just launched
-    poll_until(lambda: is_dead(shellper), what="the shellper to die")
+    keep, grandchild = killed_beside_a_live_one(sessions)
     done = subprocess.run([*SHELLPER_CLI, "--dir", str(sessions.dir), "stop", "dead", "--grace", "0.3"],
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr

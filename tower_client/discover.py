@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from shellper.identity import IdentityUnreadable, ProcessIdentity, boot_id, read_stat
-from shellper.paths import PathError, SessionPaths, UnsafeDirError
+from shellper.paths import PathError, SessionPaths, UnsafeDirError, lstat_dir
 from shellper.record import LockError, RecordError, SessionLock, SessionRecord, read_record
 from shellper.sessions import session_names
 from tower_client.client import (
@@ -167,12 +167,9 @@ def check_concurrency(concurrency: int) -> None:
 def check_dir(directory: str | os.PathLike[str]) -> Path | None:
     """The directory to scan, or None if it does not exist; UnsafeDirError if it cannot be trusted."""
     p = Path(os.path.abspath(os.fspath(directory)))
-    try:
-        st = os.lstat(p)
-    except FileNotFoundError:
+    st = lstat_dir(p)
+    if st is None:
         return None
-    except OSError as e:
-        raise UnsafeDirError(p, f"cannot stat it: {e.strerror}") from e
     if stat.S_ISLNK(st.st_mode):
         raise UnsafeDirError(p, "is a symlink (never followed)")
     if not stat.S_ISDIR(st.st_mode):
