@@ -321,3 +321,18 @@ def test_a_bad_request_raises_locally_and_keeps_the_connection(
 
     assert asyncio.run(go()) == "running"
     assert alive(identity(info.pid)) and alive(identity(info.child_pid))
+
+
+def test_observe_refuses_a_directory_others_could_plant_records_in(sessions: Sessions) -> None:
+    """discover() refused a group/world-writable directory but observe() (behind `tower-client reap`) read
+    its records as evidence."""
+    from shellper.paths import UnsafeDirError
+
+    sessions.launch("one", ["cat"])
+    os.chmod(sessions.dir, 0o777)
+    try:
+        with pytest.raises(UnsafeDirError, match="writable by group or others"):
+            observe(sessions.dir, "one")
+    finally:
+        os.chmod(sessions.dir, 0o700)
+    assert observe(sessions.dir, "one").record is not None

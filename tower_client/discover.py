@@ -291,10 +291,12 @@ def _child(record: SessionRecord, welcome_child: int | None, answered: bool) -> 
 
 async def observe_async(directory: str | os.PathLike[str], name: str, *,
                         probe_timeout: float = PROBE_TIMEOUT) -> Observed:
-    """Everything about one name (raises BadName / PathTooLong for a name that cannot be a session).
+    """Everything about one name (raises BadName / PathTooLong for a name that cannot be a session, and
+    UnsafeDirError, as :func:`discover` does, for a directory others could plant records in).
 
     ValueError if ``probe_timeout`` is not a finite number > 0."""
     check_probe_timeout(probe_timeout)
+    check_dir(directory)
     paths = SessionPaths.for_name(directory, name)
     facts: dict[str, Any] = {"name": name, "dir": str(paths.dir), "files": _files(paths)}
     record: SessionRecord | None = None
