@@ -436,6 +436,8 @@ class SessionLock:
         except OSError as e:
             raise LockError(path, f"cannot open: {e.strerror}") from e
         try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):  # a directory flocks too, and would always read "free"
+                raise LockError(path, "is not a regular file")
             try:
                 fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
             except BlockingIOError:

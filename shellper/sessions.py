@@ -14,7 +14,7 @@ from typing import Any
 from shellper import wire
 from shellper.client import Client, ClientError
 from shellper.paths import LOCK_SUFFIX, RECORD_SUFFIX, SOCKET_SUFFIX, BadName, validate_name
-from shellper.record import RecordError, SessionLock, SessionRecord, read_record
+from shellper.record import LockError, RecordError, SessionLock, SessionRecord, read_record
 from shellper.records import asdict, record
 
 PROBE_TIMEOUT = 2.0
@@ -81,7 +81,11 @@ def inspect_session(directory: str | Path, name: str, probe: bool = True) -> Ses
         info.record = read_record(base.with_name(name + RECORD_SUFFIX))
     except (RecordError, OSError) as exc:
         info.reason = f"no readable record: {exc}"
-    info.locked = SessionLock.is_locked(base.with_name(name + LOCK_SUFFIX))
+    try:
+        info.locked = SessionLock.is_locked(base.with_name(name + LOCK_SUFFIX))
+    except LockError as exc:  # a directory or a fifo where the lock should be: say so, list the rest
+        info.state, info.reason = "unknown", str(exc)
+        return info
     record = info.record
     if record is not None:
         info.pid, info.child_pid, info.state = record.shellper_pid, record.child_pid, record.state

@@ -342,6 +342,16 @@ def test_lock_is_exclusive_across_processes(holder: tuple[subprocess.Popen[bytes
         lock.release()
 
 
+@pytest.mark.parametrize("kind", ["directory", "fifo"])
+def test_is_locked_refuses_what_is_not_a_lock_file(tmp_path: Path, kind: str) -> None:
+    """A directory at NAME.lock opened and flocked fine, so it always read "free": reconcile called the
+    session dead and planned to clean it (apply then failed on the lock)."""
+    path = tmp_path / "odd.lock"
+    path.mkdir() if kind == "directory" else os.mkfifo(path)
+    with pytest.raises(LockError, match="is not a regular file"):
+        SessionLock.is_locked(path)
+
+
 def test_lock_in_process_and_release(tmp_path: Path) -> None:
     path = tmp_path / "main.lock"
     assert not SessionLock.is_locked(path)  # missing file: not locked, and not created by probing
