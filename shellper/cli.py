@@ -305,6 +305,10 @@ def cmd_send(args: argparse.Namespace) -> int:
 
     text = args.text + ("\r" if args.enter else "")
     with _connect(args, "terminal", replay_bytes=0) as client:
+        assert client.welcome is not None
+        state = client.welcome.state
+        if state not in ("running", "starting"):  # input would go nowhere (or to a later child)
+            raise CliError(f"send: session {args.name!r} has no running program (state {state}); nothing sent")
         client.write(text.encode())
         client.request(wire.Ping(nonce=1), wire.Pong)  # the shellper has taken the input once it answers
     return 0

@@ -375,6 +375,16 @@ def test_ls_refuses_a_directory_run_would_refuse_and_dir_must_not_be_empty(sessi
     assert done.returncode == 2 and "--dir: must not be empty" in done.stderr, done
 
 
+def test_send_to_a_session_without_a_running_program_fails(sessions: Sessions) -> None:
+    """send used to exit 0 into an exited session (signal already said not_running)."""
+    sessions.start("ex", ["true"], policy=NO_RESTART)
+    with sessions.connect("ex", "viewer") as viewer:
+        poll_until(lambda: status(viewer).state == "exited", what="the child to exit")
+    done = cli("--dir", str(sessions.dir), "send", "ex", "hello", "--enter")
+    assert done.returncode == 1 and "has no running program (state exited); nothing sent" in done.stderr, done
+    sessions.stop("ex")
+
+
 def test_timers_beyond_epoll_s_limit_neither_crash_nor_fire_early(sessions: Sessions) -> None:
     """epoll waits at most ~24.8 days (a C int of ms); a 30-day husk TTL or grace used to end the loop with
     OverflowError, leaving a stale session whose stop had said "stopped"."""
