@@ -72,8 +72,8 @@ def test_terminate_refuses_a_foreign_process_with_the_recorded_ticks(sessions: S
 def test_apply_terminate_refuses_a_lock_holding_stand_in(sessions: Sessions) -> None:
     """A stand-in that holds the session lock itself gets a TERMINATE decision; apply signals nothing."""
     lock = sessions.dir / "standin.lock"
-    locker = "import fcntl, os, sys, time\n" \
-        "fcntl.flock(os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600), fcntl.LOCK_EX)\ntime.sleep(300)\n"
+    locker = "import fcntl, os, signal, sys\n" \
+        "fcntl.flock(os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600), fcntl.LOCK_EX)\nsignal.pause()\n"
     proc = sessions.spawn([sys.executable, "-c", locker, str(lock)], stdout=subprocess.DEVNULL)
     stand_in = identity(proc.pid)
     poll_until(lambda: SessionLock.is_locked(lock), what="the stand-in to take the lock")
