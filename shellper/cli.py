@@ -237,7 +237,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = SessionConfig(
         name=args.name, argv=command, dir=_dir(args), cwd=os.path.abspath(args.cwd or os.getcwd()), env=env,
         cols=args.cols, rows=args.rows, term=args.term, ring_bytes=args.ring_bytes, stderr_mode=args.stderr,
-        grace=args.grace, husk_ttl=args.husk_ttl, policy=RestartPolicy.from_arguments(args))
+        grace=args.grace, husk_ttl=args.husk_ttl, policy=_policy(args))
     if not os.path.isdir(config.cwd):
         raise CliError(f"run: --cwd {config.cwd} is not a directory")
     if args.foreground:
@@ -249,6 +249,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise CliError(f"run: session {config.name!r} started (pid {info.pid}), but its info line could not "
                        f"be written: {exc.strerror or exc}") from None
     return 0
+
+
+def _policy(args: argparse.Namespace) -> RestartPolicy:
+    """The restart policy, its errors named by the option the user typed (--backoff-initial), not the field."""
+    try:
+        return RestartPolicy.from_arguments(args)
+    except PolicyError as exc:
+        option = {"mode": "--restart", "fatal_patterns": "--fatal-pattern"}.get(
+            exc.field, "--" + exc.field.replace("_", "-"))
+        raise CliError(f"run: {option} {exc.value}: {exc.problem}") from None
 
 
 def cmd_ls(args: argparse.Namespace) -> int:

@@ -526,7 +526,7 @@ def _coerce_option(key: str, value: object) -> object:
             try:
                 return int(value) if want_int else float(value)
             except ValueError:
-                raise PolicyError(key, value, "expected a number") from None
+                raise PolicyError(key, value, "expected an integer" if want_int else "expected a number") from None
         if want_int and isinstance(value, float) and value.is_integer():
             return int(value)
         return value

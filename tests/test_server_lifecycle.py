@@ -385,6 +385,19 @@ def test_send_to_a_session_without_a_running_program_fails(sessions: Sessions) -
     sessions.stop("ex")
 
 
+@pytest.mark.parametrize(("option", "value", "says"), [
+    ("--backoff-initial", "-1", "--backoff-initial -1.0: must be >= 0"),
+    ("--breaker-count", "1e20", "--breaker-count 1e20: expected an integer"),
+    ("--max-restarts", "", "--max-restarts : expected an integer"),
+    ("--fatal-pattern", "(", "--fatal-pattern (: invalid regex"),
+])
+def test_restart_policy_errors_name_the_option_typed(sessions: Sessions, option: str, value: str, says: str) -> None:
+    """They named the policy's field (backoff_initial=-1.0) and called 1e20 'not a number'."""
+    done = cli("--dir", str(sessions.dir), "run", "x", option, value, "--", "cat")
+    assert done.returncode == 1 and f"shellper: run: {says}" in done.stderr, done.stderr
+    assert list(sessions.dir.iterdir()) == []
+
+
 def test_timers_beyond_epoll_s_limit_neither_crash_nor_fire_early(sessions: Sessions) -> None:
     """epoll waits at most ~24.8 days (a C int of ms); a 30-day husk TTL or grace used to end the loop with
     OverflowError, leaving a stale session whose stop had said "stopped"."""
