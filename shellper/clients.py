@@ -12,7 +12,6 @@ never overtakes the output before it.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import socket
 import struct
@@ -405,18 +404,15 @@ class ClientConn:
         elif isinstance(event, wire.Resize):
             if self.role == "viewer":
                 self.send_error("forbidden", "a viewer may not resize", event.TYPE)
-            elif not (1 <= event.cols <= 65535 and 1 <= event.rows <= 65535):
-                bad = "cols" if not 1 <= event.cols <= 65535 else "rows"
-                raise wire.BadField(f"{bad}: size {event.cols}x{event.rows} is outside 1..65535", event.TYPE, bad)
             else:
+                wire.check_request(event)
                 session.resize(event.cols, event.rows)
         elif isinstance(event, wire.Signal):
             session.send_signal(event.signal, self)
         elif isinstance(event, wire.Spawn):
             session.loop.create_task(session.respawn(event, self))
         elif isinstance(event, wire.Stop):
-            if event.grace is not None and not (math.isfinite(event.grace) and event.grace >= 0):
-                raise wire.BadField(f"grace {event.grace!r} must be a finite number >= 0", event.TYPE, "grace")
+            wire.check_request(event)
             session.request_stop(event.grace)
         elif isinstance(event, wire.Status):
             self.send_frame(session.status())

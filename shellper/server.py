@@ -430,8 +430,8 @@ class Session:
         self._event("resized", {"cols": cols, "rows": rows})
 
     def send_signal(self, name: str, client: ClientConn) -> None:
-        bare = name.upper().removeprefix("SIG")
-        if bare not in wire.SIGNALS:
+        bare = wire.bare_signal(name)
+        if bare is None:
             client.send_error("bad_signal", f"signal {name!r} is not one of {', '.join(wire.SIGNALS)}",
                               wire.FrameType.SIGNAL)
             return

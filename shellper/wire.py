@@ -8,6 +8,7 @@ versions can talk. Nothing here touches a socket or an event loop (see protocol/
 
 from __future__ import annotations
 
+import math
 import struct
 from collections.abc import Iterator
 from enum import IntEnum
@@ -447,6 +448,28 @@ DecodedEvent = Frame | Skipped | Unknown
 
 
 # --------------------------------------------------------------------------------------------- encode
+
+
+def bare_signal(name: object) -> str | None:
+    """The SIGNALS entry a SIGNAL frame's name means ("kill", "SIGKILL" -> "KILL"), or None."""
+    if not isinstance(name, str):
+        return None
+    bare = name.upper().removeprefix("SIG")
+    return bare if bare in SIGNALS else None
+
+
+def check_request(frame: Frame) -> None:
+    """The ranges a shellper holds RESIZE and STOP to (a violation is a fatal bad_field). Pure, so a
+    client can apply the same rules before it sends, and keep its connection."""
+    if isinstance(frame, Resize):
+        for name in ("cols", "rows"):
+            value = getattr(frame, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+                raise BadField(f"{name}: size {frame.cols}x{frame.rows} is outside 1..65535", frame.TYPE, name)
+    elif isinstance(frame, Stop) and frame.grace is not None:
+        grace = frame.grace
+        if isinstance(grace, bool) or not isinstance(grace, int | float) or not (math.isfinite(grace) and grace >= 0):
+            raise BadField(f"grace {grace!r} must be a finite number >= 0", frame.TYPE, "grace")
 
 
 def encode(frame: Frame) -> bytes:

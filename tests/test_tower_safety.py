@@ -290,7 +290,7 @@ def test_a_client_refuses_an_unknown_role_before_connecting(kind: str, tmp_path:
 BAD_REQUESTS = [
     ("resize", (0, 24), {}, ValueError), ("resize", ("80", 24), {}, ValueError),
     ("resize", (80, 70000), {}, ValueError),
-    ("signal", (9,), {}, ValueError), ("signal", ("SIGKILL",), {}, ValueError),
+    ("signal", (9,), {}, ValueError), ("signal", ("SIGBOGUS",), {}, ValueError),
     ("spawn", ([],), {}, ValueError), ("spawn", ("cat",), {}, ValueError), ("spawn", (None,), {"cwd": 5}, ValueError),
     ("spawn", (None,), {"env": {"A": 1}}, ValueError),
     ("stop", (-1,), {}, ValueError), ("stop", (float("nan"),), {}, ValueError), ("stop", ("5",), {}, ValueError),
@@ -313,7 +313,7 @@ def test_a_bad_request_raises_locally_and_keeps_the_connection(
             client = AsyncClient(sessions.dir / "req.sock", "tower")
             await client.connect(replay_bytes=0)
             try:
-                with pytest.raises(error, match=r"must be|is not one of"):
+                with pytest.raises(error, match=r"must be|is not one of|is outside"):
                     await getattr(client, method)(*args, **kwargs)
                 return (await client.status()).state
             finally:
@@ -336,3 +336,14 @@ def test_observe_refuses_a_directory_others_could_plant_records_in(sessions: Ses
     finally:
         os.chmod(sessions.dir, 0o700)
     assert observe(sessions.dir, "one").record is not None
+
+
+@pytest.mark.parametrize("name", ["KILL", "kill", "SIGKILL", "SIGwinch"])
+def test_the_client_lets_through_every_signal_name_the_shellper_takes(name: str) -> None:
+    """The client's check is the shellper's own (wire.bare_signal): it once refused "SIGKILL", which the
+    shellper accepts."""
+    from shellper import wire
+    from tower_client.client import checked_request
+
+    frame = wire.Signal(signal=name)
+    assert checked_request(frame) is frame

@@ -482,3 +482,27 @@ def test_garbage_only_raises_protocol_errors(garbage: bytes, max_frame: int, dat
         decoder.close()
     except TruncatedFrame as exc:
         assert exc.code == "truncated"
+
+
+@pytest.mark.parametrize(("name", "bare"), [("KILL", "KILL"), ("kill", "KILL"), ("SIGkill", "KILL"),
+                                            ("SIGWINCH", "WINCH"), ("BOGUS", None), ("", None), (9, None),
+                                            (None, None)])
+def test_bare_signal(name: object, bare: str | None) -> None:
+    assert wire.bare_signal(name) == bare
+
+
+@pytest.mark.parametrize(("frame", "field"), [
+    (wire.Resize(cols=0, rows=24), "cols"), (wire.Resize(cols=80, rows=65536), "rows"),
+    (wire.Resize(cols=True, rows=24), "cols"), (wire.Stop(grace=-1.0), "grace"),
+    (wire.Stop(grace=float("nan")), "grace"), (wire.Stop(grace=float("inf")), "grace"),
+    (wire.Resize(cols=80, rows=24), None), (wire.Resize(cols=65535, rows=1), None), (wire.Stop(grace=None), None),
+    (wire.Stop(grace=0), None), (wire.Signal(signal="BOGUS"), None),
+])
+def test_check_request(frame: wire.Frame, field: str | None) -> None:
+    """One set of range rules, applied by the shellper (fatal bad_field) and by tower_client before sending."""
+    if field is None:
+        wire.check_request(frame)
+        return
+    with pytest.raises(wire.BadField) as caught:
+        wire.check_request(frame)
+    assert caught.value.field_name == field and caught.value.frame_type == frame.TYPE

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import os
 import socket
 import struct
@@ -127,23 +126,15 @@ def checked_input(data: bytes) -> bytes:
 
 
 def checked_request(frame: F) -> F:
-    """The request methods' arguments, checked as the shellper would, so a mistake raises here instead
-    of costing the connection (the shellper answers a bad field with a fatal ERROR bad_field)."""
-    def number(value: object, what: str) -> None:
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-            raise ValueError(f"{what} must be a finite number >= 0, got {value!r}")
-
-    if isinstance(frame, wire.Resize):
-        for what, value in (("cols", frame.cols), ("rows", frame.rows)):
-            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
-                raise ValueError(f"{what} must be an integer in 1..65535, got {value!r}")
-    elif isinstance(frame, wire.Signal):
-        if frame.signal not in wire.SIGNALS:
-            raise ValueError(f"signal {frame.signal!r} is not one of {', '.join(wire.SIGNALS)}")
-    elif isinstance(frame, wire.Stop):
-        if frame.grace is not None:
-            number(frame.grace, "grace")
-    elif isinstance(frame, wire.Spawn):
+    """The request methods' arguments, checked as the shellper would (wire.check_request, wire.bare_signal),
+    so a mistake raises here instead of costing the connection (a fatal ERROR bad_field)."""
+    try:
+        wire.check_request(frame)
+    except wire.BadField as exc:
+        raise ValueError(str(exc)) from None
+    if isinstance(frame, wire.Signal) and wire.bare_signal(frame.signal) is None:
+        raise ValueError(f"signal {frame.signal!r} is not one of {', '.join(wire.SIGNALS)}")
+    if isinstance(frame, wire.Spawn):  # types only: what the shellper's decoder would refuse
         if frame.argv is not None and (not isinstance(frame.argv, list | tuple) or not frame.argv
                                        or not all(isinstance(a, str) for a in frame.argv)):
             raise ValueError(f"argv must be a non-empty list of strings or None, got {frame.argv!r:.80}")
