@@ -32,6 +32,7 @@ import termios
 import time
 from collections.abc import Mapping, Sequence
 
+from shellper.execve import env_problem, has_nul
 from shellper.identity import start_time as read_start_time
 from shellper.records import field, record
 
@@ -112,10 +113,9 @@ def build_env(
     env.update(extra)
     env["TERM"] = term
     for key, value in env.items():
-        if not key or "=" in key or "\0" in key:
-            raise ValueError(f"invalid environment variable name {key!r}")
-        if "\0" in value:
-            raise ValueError(f"environment variable {key} contains a NUL byte")
+        problem = env_problem(key, value)
+        if problem is not None:
+            raise ValueError(problem)
     return env
 
 
@@ -139,7 +139,7 @@ def _classify(path: str) -> int:
 
 def check_spawnable(argv: Sequence[str], cwd: str | None, env: Mapping[str, str]) -> str:
     """What can be checked before forking (the cwd, the command); the executable's path, or SpawnError."""
-    if any("\0" in arg for arg in argv) or (cwd is not None and "\0" in cwd):
+    if has_nul(list(argv)) or (cwd is not None and has_nul((cwd,))):
         raise SpawnError(argv, errno.EINVAL, "the command or working directory contains a NUL byte", "resolve")
     if cwd is not None and not os.path.isdir(cwd):
         err = errno.ENOENT if not os.path.exists(cwd) else errno.ENOTDIR

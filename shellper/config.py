@@ -7,6 +7,7 @@ import math
 import os
 
 from shellper import records
+from shellper.execve import env_problem, has_nul
 from shellper.exits import RestartPolicy
 from shellper.records import field, record
 
@@ -93,21 +94,18 @@ class SessionConfig:
             value = getattr(self, option)
             if not isinstance(value, str):
                 raise ConfigError(option, f"expected a string, got {type(value).__name__}")
-            if "\0" in value:
+            if has_nul((value,)):
                 raise ConfigError(option, "contains a NUL byte")
         if not isinstance(self.argv, list | tuple) or not all(isinstance(arg, str) for arg in self.argv):
             raise ConfigError("argv", f"expected a list of strings, got {self.argv!r:.80}")
-        if any("\0" in arg for arg in self.argv):
+        if has_nul(self.argv):
             raise ConfigError("argv", "an argument contains a NUL byte")
         if not isinstance(self.env, dict):
             raise ConfigError("env", f"expected a dict of strings, got {type(self.env).__name__}")
         for key, value in self.env.items():
-            if not isinstance(key, str) or not isinstance(value, str):
-                raise ConfigError("env", f"expected strings, got {key!r:.40}: {value!r:.40}")
-            if not key or "=" in key or "\0" in key:
-                raise ConfigError("env", f"invalid variable name {key!r:.80}")
-            if "\0" in value:
-                raise ConfigError("env", f"{key} contains a NUL byte")
+            problem = env_problem(key, value)
+            if problem is not None:
+                raise ConfigError("env", problem)
         for option in ("cols", "rows", "ring_bytes"):
             value = getattr(self, option)
             if isinstance(value, bool) or not isinstance(value, int):
