@@ -202,11 +202,14 @@ def spawn_child(
     rows: int,
     stderr_mode: str = "pty",
     pdeathsig: int = signal.SIGKILL,
+    cgroup_procs_fd: int = -1,
 ) -> Child:
     """Fork and exec ``argv`` on a new PTY of ``cols`` x ``rows``; raise SpawnError if it cannot run.
 
     ``env`` is used exactly as given (see :func:`build_env`). ``pdeathsig=0`` disables the
-    parent-death signal. Blocks only until the child has exec'd (or failed to).
+    parent-death signal. ``cgroup_procs_fd``, an fd open for writing on a cgroup's ``cgroup.procs``: the
+    child joins that cgroup before it execs, so nothing it ever forks is outside (shellper.cgroup).
+    Blocks only until the child has exec'd (or failed to).
     """
     if stderr_mode not in STDERR_MODES:
         raise ValueError(f"stderr_mode must be one of {STDERR_MODES}, got {stderr_mode!r}")
@@ -238,7 +241,8 @@ def spawn_child(
         try:
             pid = os.fork()
             if pid == 0:  # pragma: no cover - runs in the child, which always leaves via exec or _exit
-                _exec_in_child(executable, argv, env, cwd, slave, err_slave, report_w, parent, pdeathsig)
+                _exec_in_child(executable, argv, env, cwd, slave, err_slave, report_w, parent, pdeathsig,
+                               cgroup_procs_fd)
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
         started_at = time.monotonic()
@@ -307,6 +311,8 @@ def _decode_report(argv: list[str], report: bytes, cwd: str | None) -> SpawnErro
         message = f"permission denied: {argv[0]} is not executable"
     elif stage_s == "exec" and code == errno.ENOEXEC:
         message = f"exec format error: {argv[0]} is not a binary or a script with a #! line"
+    elif stage_s == "cgroup":
+        message = f"cannot join the session's cgroup: {detail_s}"
     elif stage_s == "chdir":
         message = f"cannot change directory to {cwd}: {detail_s}"
     else:
@@ -324,6 +330,7 @@ def _exec_in_child(  # pragma: no cover - only ever runs in a forked child
     report: int,
     parent: int,
     pdeathsig: int,
+    cgroup_procs_fd: int,
 ) -> None:
     """Become the session leader on ``slave`` and exec; on any failure report it and _exit(127).
 
@@ -331,6 +338,9 @@ def _exec_in_child(  # pragma: no cover - only ever runs in a forked child
     """
     stage = "setup"
     try:
+        if cgroup_procs_fd >= 0:
+            stage = "cgroup"
+            os.write(cgroup_procs_fd, b"0")
         stage = "setsid"
         os.setsid()
         if pdeathsig and _libc is not None:

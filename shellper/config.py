@@ -9,6 +9,7 @@ import os
 from shellper import records
 from shellper.execve import env_problem, has_nul
 from shellper.exits import RestartPolicy
+from shellper.owner import BadOwner, validate_owner
 from shellper.records import field, record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs each shellper ~2.5 ms and 0.5 MiB
@@ -22,6 +23,7 @@ DEFAULT_TERM = "xterm-256color"
 DEFAULT_GRACE = 5.0
 HANDSHAKE_TIMEOUT = 10.0
 STDERR_MODES = ("auto", "pty", "merged", "pipe")
+CONTAINMENT_REQUESTS = ("auto", "cgroup", "none")
 JOB_CONTROL_SHELLS = frozenset({"bash", "zsh", "fish", "sh", "dash", "ksh", "mksh", "tcsh", "csh", "nu", "xonsh"})
 """Shells do job control on the terminal at fd 2, which must then be the controlling terminal."""
 
@@ -66,6 +68,12 @@ class SessionConfig:
     husk_ttl: float | None = None
     handshake_timeout: float = HANDSHAKE_TIMEOUT
     policy: RestartPolicy = field(default_factory=RestartPolicy)
+    owner: str = ""
+    """Who the session belongs to (shellper.owner); "" means the default owner, resolved at launch."""
+    containment: str = "auto"
+    """auto (a cgroup where one can be made, else none), cgroup (or fail), none (shellper.cgroup)."""
+    cgroup_parent: str | None = None
+    """Where the session's cgroup is made; None: shellper.cgroup.default_parent()."""
 
     def validate(self) -> None:
         """Raise ConfigError for the first option that cannot work, before any process is started.
@@ -88,9 +96,18 @@ class SessionConfig:
             raise ConfigError("--husk-ttl", "must not be negative")
         if self.handshake_timeout <= 0:
             raise ConfigError("handshake_timeout", "must be positive")
+        if self.owner:
+            try:
+                validate_owner(self.owner)
+            except BadOwner as e:
+                raise ConfigError("--owner", e.reason) from None
+        if self.containment not in CONTAINMENT_REQUESTS:
+            raise ConfigError("--containment", f"{self.containment!r} is not one of {', '.join(CONTAINMENT_REQUESTS)}")
+        if self.cgroup_parent is not None and not os.path.isabs(self.cgroup_parent):
+            raise ConfigError("--cgroup-parent", f"{self.cgroup_parent!r} is not an absolute path")
 
     def _validate_types(self) -> None:
-        for option in ("name", "dir", "cwd", "term", "stderr_mode"):
+        for option in ("name", "dir", "cwd", "term", "stderr_mode", "owner", "containment"):
             value = getattr(self, option)
             if not isinstance(value, str):
                 raise ConfigError(option, f"expected a string, got {type(value).__name__}")
@@ -116,6 +133,9 @@ class SessionConfig:
                 continue
             if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
                 raise ConfigError(option, f"expected a finite number, got {value!r:.40}")
+        if self.cgroup_parent is not None and (not isinstance(self.cgroup_parent, str)
+                                               or has_nul((self.cgroup_parent,))):
+            raise ConfigError("cgroup_parent", f"expected a path string, got {self.cgroup_parent!r:.80}")
         if not isinstance(self.policy, RestartPolicy):
             raise ConfigError("policy", f"expected a RestartPolicy, got {type(self.policy).__name__}")
 

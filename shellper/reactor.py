@@ -138,6 +138,8 @@ class Reactor:
         self._masks: dict[int, int] = {}  # what each registered fd is registered for
         self._readers: dict[int, tuple[Callable[..., object], tuple[Any, ...]]] = {}
         self._writers: dict[int, tuple[Callable[..., object], tuple[Any, ...]]] = {}
+        self._priority: set[int] = set()
+        """Readers woken by EPOLLPRI instead of EPOLLIN (a cgroup.events file signals a change that way)."""
         self._timers: list[Handle] = []
         self._ready: deque[tuple[Callable[..., object], tuple[Any, ...]]] = deque()
         self._signal_handlers: dict[int, Callable[[], object]] = {}
@@ -150,7 +152,8 @@ class Reactor:
     # ------------------------------------------------------------------------------- fds
 
     def _update(self, fd: int) -> None:
-        mask = (_IN if fd in self._readers else 0) | (_OUT if fd in self._writers else 0)
+        reading = (select.EPOLLPRI if fd in self._priority else _IN) if fd in self._readers else 0
+        mask = reading | (_OUT if fd in self._writers else 0)
         old = self._masks.get(fd)
         if old is None:
             if mask:
@@ -170,6 +173,7 @@ class Reactor:
     def remove_reader(self, fd: int) -> None:
         if self._readers.pop(fd, None) is not None:
             self._update(fd)
+        self._priority.discard(fd)
 
     def add_writer(self, fd: int, callback: Callable[..., object], *args: Any) -> None:
         self._writers[fd] = (callback, args)
@@ -183,6 +187,7 @@ class Reactor:
         """Drop every callback for ``fd`` (call before closing it)."""
         self._readers.pop(fd, None)
         self._writers.pop(fd, None)
+        self._priority.discard(fd)
         if self._masks.pop(fd, None) is not None:
             with contextlib.suppress(ValueError, OSError):
                 self._epoll.unregister(fd)
@@ -273,6 +278,11 @@ class Reactor:
 
         self.add_reader(fd, ready)
         return fut
+
+    def priority_readable(self, fd: int) -> Future[None]:
+        """A future done once ``fd`` signals EPOLLPRI (a kernfs file such as cgroup.events has changed)."""
+        self._priority.add(fd)
+        return self.readable(fd)
 
     # ------------------------------------------------------------------------------- run
 

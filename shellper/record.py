@@ -36,6 +36,7 @@ MAX_EXITS = 50
 """Exit entries kept in the record; ``exit_count`` keeps the total."""
 STATES = ("starting", "running", "backoff", "exited", "fatal", "stopping", "stopped")
 STDERR_MODES = ("pty", "merged", "pipe")
+CONTAINMENTS = ("cgroup", "systemd-scope", "none")
 
 
 def _own_version() -> str:
@@ -125,6 +126,14 @@ class SessionRecord:
     ring_bytes: int = 0
     stderr_mode: str = "pty"
     version: str = field(default_factory=_own_version)
+    owner: str = ""
+    """Who the session belongs to; "" in records written before owners existed."""
+    containment: str = "none"
+    """What ends exactly this session's processes: cgroup, systemd-scope or none (markers and pidfds)."""
+    cgroup: str | None = None
+    """The session's cgroup directory (shellper.cgroup), when containment is not none."""
+    cgroup_id: int | None = None
+    """The inode of that directory: a cgroup made again under the same name is not the recorded one."""
 
     def add_exit(self, entry: dict[str, Any]) -> None:
         """Append an exit entry, keeping only the last MAX_EXITS while ``exit_count`` keeps counting."""
@@ -242,6 +251,10 @@ _CHECKS: dict[str, Callable[[Any], bool]] = {
     "ring_bytes": _nonneg,
     "stderr_mode": lambda v: v in STDERR_MODES,
     "version": _is_str,
+    "owner": _is_str,
+    "containment": lambda v: v in CONTAINMENTS,
+    "cgroup": _opt(lambda v: isinstance(v, str) and v.startswith("/")),
+    "cgroup_id": _opt(_nonneg),
 }
 assert set(_CHECKS) == {f.name for f in records.fields(SessionRecord)}
 

@@ -16,6 +16,18 @@ from collections import deque
 from collections.abc import Callable
 
 from shellper import __version__, wire
+from shellper.cgroup import (
+    CGROUP,
+    CHILD_SUB,
+    NONE,
+    SHELLPER_SUB,
+    CgroupError,
+    LeafName,
+    SessionCgroup,
+    default_parent,
+    events_populated,
+    own_cgroup,
+)
 from shellper.child import Child, SpawnError, build_env, check_spawnable, spawn_child
 from shellper.child import resize as resize_child
 from shellper.clients import ClientConn
@@ -23,6 +35,7 @@ from shellper.config import SessionConfig, resolve_stderr_mode
 from shellper.exits import Action, ExitEvidence, Supervisor, describe_exit, signal_name
 from shellper.identity import boot_id, start_time
 from shellper.logfile import LogFile
+from shellper.owner import default_owner
 from shellper.pacing import OutputPacer
 from shellper.paths import PathError, SessionPaths, ensure_runtime_dir, unlink_if_regular, unlink_if_socket
 from shellper.reactor import Future, Handle, Lock, Reactor
@@ -91,6 +104,12 @@ class Session:
         self._pgid, self._sid = os.getpgid(0), os.getsid(0)
         self._cmdline_sha256 = cmdline_sha256()
         self.cols, self.rows = config.cols, config.rows
+        self.owner = config.owner or default_owner()
+        self.containment = NONE
+        self.cgroup: SessionCgroup | None = None
+        """The session's cgroup (shellper.cgroup), once made; None: containment none."""
+        self._cgroup_id: int | None = None
+        self._origin_cgroup: str | None = None
         self.state = "starting"
         self.state_reason = ""
         self.child: Child | None = None
@@ -142,16 +161,22 @@ class Session:
             unlink_if_socket(self.paths.socket)  # stale: the lock says nobody owns it
             with contextlib.suppress(OSError):
                 set_child_subreaper()
+            self._contain()
             self._spawn(self.child_argv, self.child_cwd, self.child_env, first=True)
             self._listen()
         except BaseException:
             self._cleanup_child_fds()
+            if self.cgroup is not None:
+                with contextlib.suppress(CgroupError):
+                    self.cgroup.kill(CHILD_SUB)
+                    self.cgroup.wait_empty(5.0, CHILD_SUB)
             if self.child is not None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(self.child.pid, signal.SIGKILL)
                 with contextlib.suppress(ChildProcessError):
                     os.waitpid(self.child.pid, 0)
             self._remove_files(keep_log=False)  # a session that never started leaves nothing behind
+            self._release_cgroup()
             raise
         self.loop.add_signal_handler(signal.SIGCHLD, self._on_sigchld)
         self.loop.add_signal_handler(signal.SIGTERM, self.request_stop)
@@ -167,6 +192,7 @@ class Session:
         return {
             "name": self.config.name, "pid": self.pid, "start_time": self.start_time, "boot_id": self.boot_id,
             "instance_id": self.instance_id, "child_pid": self.child.pid if self.child else None,
+            "owner": self.owner, "containment": self.containment,
             "socket": str(self.paths.socket), "record": str(self.paths.record), "log": str(self.paths.log),
         }
 
@@ -193,6 +219,7 @@ class Session:
             close_listener(self.loop, self._server)
             self._server = None
         self.log.write("stopped")
+        self._release_cgroup()  # before the record that names it
         self._remove_files(keep_log=False)
         self.loop.stop()
 
@@ -206,6 +233,48 @@ class Session:
             self.log.close()
             unlink_if_regular(self.paths.log)
             unlink_if_regular(self.paths.log + ".1")
+
+    def _contain(self) -> None:
+        """Make the session's cgroup and move this shellper into its shellper/ part (shellper.cgroup).
+
+        Under ``auto`` a machine without a writable cgroup v2 hierarchy runs the session uncontained, and
+        says so in the record and the log; under ``cgroup`` it does not start."""
+        if self.config.containment == NONE:
+            return
+        parent = self.config.cgroup_parent or default_parent()
+        try:
+            if parent is None:
+                raise CgroupError("(none)", "no writable cgroup v2 parent: give --cgroup-parent, or run as root "
+                                  "or with a delegated cgroup")
+            origin = own_cgroup()
+            group = SessionCgroup.create(parent, LeafName.of(self.paths.dir, self.owner, self.config.name,
+                                                             self.instance_id))
+            try:
+                group.join(SHELLPER_SUB)
+                self._cgroup_id = group.inode()
+            except (CgroupError, OSError):
+                group.remove()
+                raise
+        except (CgroupError, OSError) as exc:
+            if self.config.containment == CGROUP:
+                raise
+            self.log.write(f"running without a cgroup: {exc}")
+            return
+        self.cgroup, self._origin_cgroup, self.containment = group, origin, CGROUP
+        self.log.write(f"cgroup {group.path}")
+
+    def _release_cgroup(self) -> None:
+        """Leave the session's cgroup and remove it: called once its child/ part is empty."""
+        group = self.cgroup
+        if group is None:
+            return
+        try:
+            group.leave(self._origin_cgroup)
+            if not group.remove():
+                self.log.write(f"cgroup {group.path} is not empty; left in place")
+        except (CgroupError, OSError) as exc:
+            self.log.write(f"could not remove cgroup {group.path}: {exc}")
+        self.cgroup = None
 
     def _cancel_timers(self) -> None:
         for handle in (self._restart_handle, self._husk_handle):
@@ -273,16 +342,23 @@ class Session:
     def _spawn(self, argv: list[str], cwd: str, env: dict[str, str], *, first: bool = False) -> bool:
         """Start a child; on exec failure either raise (first start) or treat it as a permanent exit."""
         full_env = self._child_env(env)
+        join_fd = -1
         try:
+            if self.cgroup is not None:
+                join_fd = self.cgroup.open_procs(CHILD_SUB)
             child = spawn_child(argv, cwd=cwd, env=full_env, cols=self.cols, rows=self.rows,
-                                stderr_mode=resolve_stderr_mode(self.config.stderr_mode, argv))
-        except SpawnError as exc:
+                                stderr_mode=resolve_stderr_mode(self.config.stderr_mode, argv),
+                                cgroup_procs_fd=join_fd)
+        except (SpawnError, CgroupError) as exc:
             if first:
                 raise
             self.log.write(f"spawn failed: {exc}")
             self._handle_exit(ExitEvidence(code=None, signal=None, core=False, uptime=0.0, requested=False,
                                            spawn_error=str(exc)), child_pid=None)
             return False
+        finally:
+            if join_fd >= 0:
+                os.close(join_fd)
         self.child = child
         self.stderr_tail.clear()
         for fd in child.output_fds():
@@ -499,6 +575,9 @@ class Session:
 
     async def _terminate_tree(self, grace: float) -> None:
         """SIGTERM the child's group and every descendant, wait ``grace``, SIGKILL, and confirm death."""
+        if self.cgroup is not None:
+            await self._terminate_cgroup(self.cgroup, grace)
+            return
         for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
             pids = descendants(self.pid)
             if not pids:
@@ -511,6 +590,41 @@ class Session:
         left = descendants(self.pid)
         if left:
             self.log.write(f"processes survived SIGKILL: {left}")
+
+    async def _terminate_cgroup(self, group: SessionCgroup, grace: float) -> None:
+        """SIGTERM every verified member of child/, wait ``grace`` for it to empty, then cgroup.kill."""
+        if not group.populated(CHILD_SUB):
+            self._on_sigchld()
+            return
+        group.signal_members(signal.SIGTERM, CHILD_SUB)
+        group.signal_members(signal.SIGCONT, CHILD_SUB)
+        if not await self._cgroup_emptied(group, grace):
+            try:
+                group.kill(CHILD_SUB)
+            except CgroupError as exc:
+                self.log.write(f"could not kill the child's cgroup: {exc}")
+            if not await self._cgroup_emptied(group, 5.0):
+                self.log.write(f"processes survived cgroup.kill: {group.procs(CHILD_SUB)}")
+        self._on_sigchld()
+
+    async def _cgroup_emptied(self, group: SessionCgroup, timeout: float) -> bool:
+        """Wait until child/ holds no process (the kernel flags cgroup.events with POLLPRI) or ``timeout``."""
+        deadline = time.monotonic() + timeout
+        try:
+            fd = os.open(group.events_path(CHILD_SUB), os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return True
+        try:
+            while events_populated(os.pread(fd, 4096, 0).decode("ascii", "replace")):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                if not await self.loop.wait([self.loop.priority_readable(fd)], timeout=left):
+                    self.loop.remove_reader(fd)
+            return True
+        finally:
+            self.loop.forget_fd(fd)
+            os.close(fd)
 
     async def _signal_and_wait(self, pids: list[int], sig: int, timeout: float) -> None:
         waiters: list[Future[None]] = []
@@ -687,6 +801,8 @@ class Session:
             "next_restart_at": self.next_restart_at, "event_seq": self.event_seq,
             "clients": [c.describe() for c in self.clients.values()],
             "record_error": self.record_error, "output_held": self.pacer.holding,
+            "owner": self.owner, "containment": self.containment,
+            "cgroup": self.cgroup.path if self.cgroup is not None else None,
         }
         return wire.StatusReply(state=self.state, info=info)
 
@@ -724,7 +840,9 @@ class Session:
             created_at=self.created_at, last_exit_at=self.last_exit["time"] if self.last_exit else None,
             next_restart_at=self.next_restart_at, exits=list(self.exits), exit_count=self.exit_count,
             restarts=self.restarts, breaker=self.supervisor.snapshot(), ring_bytes=self.config.ring_bytes,
-            stderr_mode=resolve_stderr_mode(self.config.stderr_mode, self.child_argv), version=__version__)
+            stderr_mode=resolve_stderr_mode(self.config.stderr_mode, self.child_argv), version=__version__,
+            owner=self.owner, containment=self.containment,
+            cgroup=self.cgroup.path if self.cgroup is not None else None, cgroup_id=self._cgroup_id)
         try:
             write_record(self.paths.record, record)
         except (OSError, RecordError) as exc:  # disk full, directory removed: keep serving, say so

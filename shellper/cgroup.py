@@ -1,0 +1,417 @@
+"""A cgroup v2 per session: the kernel's own answer to "which processes are this session's".
+
+A session's cgroup is a leaf directory under a parent the shellper may write (``--cgroup-parent``, else
+detected), named so that anyone can tell whose it is without a record::
+
+    PARENT/<dir key>.<owner key>.<session name>.<instance id>/
+        shellper/   the shellper itself (so a session started inside another one leaves the outer cgroup)
+        child/      the child, which joins before it execs: everything it ever forks is inside
+
+A process cannot leave a cgroup by setsid, double fork or re-parenting, so ending a session's tree is
+``cgroup.kill`` on ``child/`` (or on the leaf, once the shellper is dead) and waiting for ``populated 0``
+in ``cgroup.events``, which the kernel signals with POLLPRI: no pid list, no race with pid reuse, and
+nothing outside the cgroup can be hit. Kernels without ``cgroup.kill`` (before 5.14) get freeze, SIGKILL
+through pidfds of verified members, thaw.
+
+Only a cgroup whose name carries the expected keys, whose inode is the recorded one and whose ``shellper/``
+holds no process is ever killed on the strength of a record (:func:`verify_dead_session`). Under a systemd
+manager, only a delegated subtree is written to: the default parent is used only where no systemd manages
+the hierarchy (see :func:`default_parent`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import math
+import os
+import select
+import signal
+import time
+
+from shellper.identity import PidFd, ProcessGone
+from shellper.records import record
+
+V2_MOUNTS = ("/sys/fs/cgroup", "/sys/fs/cgroup/unified")
+"""Where a cgroup v2 hierarchy is looked for: the unified mount, or the v2 part of a hybrid one."""
+DEFAULT_PARENT_NAME = "shellper"
+SHELLPER_SUB = "shellper"
+CHILD_SUB = "child"
+KEY_HEX = 12
+INSTANCE_HEX = 32
+PARENT_ENV = "SHELLPER_CGROUP_PARENT"
+
+# The containment a session runs under: what the record, ls, status and reconcile report.
+CGROUP = "cgroup"
+SYSTEMD_SCOPE = "systemd-scope"
+NONE = "none"
+CONTAINMENTS = (CGROUP, SYSTEMD_SCOPE, NONE)
+REQUESTS = ("auto", CGROUP, NONE)
+"""What --containment accepts: auto uses a cgroup where one can be made and falls back to none."""
+
+
+class CgroupError(Exception):
+    """A cgroup could not be created, joined, killed or removed; ``path`` says which."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"cgroup {path}: {reason}")
+
+
+# --------------------------------------------------------------------------------------------- where
+
+
+def find_mount() -> str | None:
+    """The cgroup v2 mount point, or None (a v1-only machine, or no /sys)."""
+    for mount in V2_MOUNTS:
+        # v1 hierarchies have cgroup.procs too, but only v2 has cgroup.controllers
+        if os.path.isfile(os.path.join(mount, "cgroup.controllers")):
+            return mount
+    return None
+
+
+def own_cgroup(pid: int | str = "self") -> str | None:
+    """The v2 cgroup of ``pid`` relative to the hierarchy's root ("/..."), or None."""
+    try:
+        with open(f"/proc/{pid}/cgroup", "rb") as f:
+            for line in f.read().decode("utf-8", "replace").splitlines():
+                if line.startswith("0::"):
+                    return line[3:]
+    except OSError:
+        return None
+    return None
+
+
+def systemd_manages_cgroups() -> bool:
+    """A systemd manager owns the hierarchy: only delegated subtrees may be written (sd_booted's test)."""
+    return os.path.isdir("/run/systemd/system")
+
+
+def default_parent() -> str | None:
+    """``$SHELLPER_CGROUP_PARENT``, else ``MOUNT/shellper`` where no systemd manages the hierarchy and it is
+    writable (root, or a delegated mount), else None: the session runs without a cgroup."""
+    explicit = os.environ.get(PARENT_ENV)
+    if explicit:
+        return os.path.abspath(explicit)
+    mount = find_mount()
+    if mount is None or systemd_manages_cgroups():
+        return None
+    parent = os.path.join(mount, DEFAULT_PARENT_NAME)
+    if os.path.isdir(parent):
+        return parent if os.access(os.path.join(parent, "cgroup.procs"), os.W_OK) else None
+    return parent if os.access(mount, os.W_OK) else None
+
+
+def _key(text: str) -> str:
+    try:  # CPython's own SHA-256, as shellper.record does: hashlib would map libcrypto into every shellper
+        from _sha256 import sha256  # type: ignore[import-not-found]
+    except ImportError:  # pragma: no cover - other Pythons
+        from hashlib import sha256
+    return str(sha256(text.encode("utf-8", "surrogateescape")).hexdigest())[:KEY_HEX]
+
+
+def dir_key(runtime_dir: str) -> str:
+    return _key(os.path.abspath(runtime_dir))
+
+
+def owner_key(owner: str) -> str:
+    return _key(owner)
+
+
+@record(frozen=True)
+class LeafName:
+    """What a session cgroup's name says: whose runtime directory, whose owner, which session and instance."""
+
+    dir_key: str
+    owner_key: str
+    name: str
+    instance_id: str
+
+    def __str__(self) -> str:
+        return f"{self.dir_key}.{self.owner_key}.{self.name}.{self.instance_id}"
+
+    @classmethod
+    def of(cls, runtime_dir: str, owner: str, name: str, instance_id: str) -> LeafName:
+        return cls(dir_key(runtime_dir), owner_key(owner), name, instance_id)
+
+    @classmethod
+    def parse(cls, text: str) -> LeafName | None:
+        """The parts of a leaf's name, or None for anything else (the name itself may hold dots)."""
+        head, sep, instance = text.rpartition(".")
+        dkey, _, rest = head.partition(".")
+        okey, _, name = rest.partition(".")
+        hexdigits = set("0123456789abcdef")
+        if (not sep or len(instance) != INSTANCE_HEX or len(dkey) != KEY_HEX or len(okey) != KEY_HEX
+                or not name or not set(instance + dkey + okey) <= hexdigits):
+            return None
+        return cls(dkey, okey, name, instance)
+
+
+# --------------------------------------------------------------------------------------------- files
+
+
+def _read(path: str) -> str:
+    with open(path, "rb") as f:
+        return f.read().decode("ascii", "replace")
+
+
+def _write(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def events_populated(text: str) -> bool:
+    """``populated`` from a cgroup.events text (1 while any process is in the cgroup or below)."""
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "populated":
+            return value.strip() == "1"
+    return False
+
+
+def member_of(pid: int, relative: str) -> bool:
+    """``pid`` is in the cgroup ``relative`` (to the hierarchy's root) or one below it."""
+    path = own_cgroup(pid)
+    return path is not None and (path == relative or path.startswith(relative.rstrip("/") + "/"))
+
+
+class SessionCgroup:
+    """One session's cgroup leaf (absolute path); see the module docstring for its layout."""
+
+    def __init__(self, path: str, mount: str) -> None:
+        self.path = path
+        self.mount = mount
+
+    @property
+    def relative(self) -> str:
+        """The leaf as /proc/PID/cgroup names it."""
+        return "/" if self.path == self.mount else "/" + os.path.relpath(self.path, self.mount)
+
+    def sub(self, which: str | None) -> str:
+        return self.path if which is None else os.path.join(self.path, which)
+
+    def inode(self) -> int:
+        return os.stat(self.path).st_ino
+
+    # ------------------------------------------------------------------ making and joining
+
+    @classmethod
+    def create(cls, parent: str, leaf: LeafName) -> SessionCgroup:
+        """Make PARENT/leaf with its shellper/ and child/ cgroups (the parent too, if missing)."""
+        mount = find_mount()
+        if mount is None:
+            raise CgroupError(parent, "no cgroup v2 hierarchy is mounted")
+        real_parent = os.path.realpath(parent)
+        if real_parent != mount and not real_parent.startswith(mount + "/"):
+            raise CgroupError(parent, f"is not inside the cgroup v2 hierarchy at {mount}")
+        try:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(real_parent, 0o755)
+            if not os.path.isfile(os.path.join(real_parent, "cgroup.procs")):
+                raise CgroupError(parent, "is not a cgroup")
+            path = os.path.join(real_parent, str(leaf))
+            os.mkdir(path, 0o755)
+        except OSError as e:
+            raise CgroupError(parent, f"cannot create a session cgroup: {e.strerror}") from e
+        group = cls(path, mount)
+        try:
+            os.mkdir(group.sub(SHELLPER_SUB), 0o755)
+            os.mkdir(group.sub(CHILD_SUB), 0o755)
+        except OSError as e:
+            group.remove()
+            raise CgroupError(path, f"cannot create its sub-cgroups: {e.strerror}") from e
+        return group
+
+    def join(self, which: str, pid: int = 0) -> None:
+        """Move ``pid`` (0: the caller) into the sub-cgroup ``which``."""
+        target = os.path.join(self.sub(which), "cgroup.procs")
+        try:
+            _write(target, str(pid))
+        except OSError as e:
+            raise CgroupError(target, f"cannot move process {pid or os.getpid()} in: {e.strerror}") from e
+
+    def open_procs(self, which: str) -> int:
+        """An O_WRONLY fd on ``which``/cgroup.procs (CLOEXEC): the child writes "0" to it before exec."""
+        target = os.path.join(self.sub(which), "cgroup.procs")
+        try:
+            return os.open(target, os.O_WRONLY | os.O_CLOEXEC)
+        except OSError as e:
+            raise CgroupError(target, f"cannot open: {e.strerror}") from e
+
+    # ------------------------------------------------------------------ looking
+
+    def events_path(self, which: str | None = None) -> str:
+        return os.path.join(self.sub(which), "cgroup.events")
+
+    def populated(self, which: str | None = None) -> bool:
+        """Any process in it (or below); False once the cgroup is gone."""
+        try:
+            return events_populated(_read(self.events_path(which)))
+        except FileNotFoundError:
+            return False
+
+    def procs(self, which: str | None = None) -> list[int]:
+        """Pids directly in ``which`` and every cgroup below it (a snapshot: verify before use)."""
+        out: list[int] = []
+        for root, _dirs, _files in os.walk(self.sub(which)):
+            with contextlib.suppress(FileNotFoundError):
+                out += [int(t) for t in _read(os.path.join(root, "cgroup.procs")).split()]
+        return out
+
+    def pinned_members(self, which: str | None = None) -> list[PidFd]:
+        """Pidfds of the processes in ``which``, each verified to be a member after it was pinned."""
+        relative = self.relative if which is None else self.relative.rstrip("/") + "/" + which
+        pinned: list[PidFd] = []
+        for pid in self.procs(which):
+            try:
+                fd = PidFd.open(pid)
+            except ProcessGone:
+                continue
+            try:
+                ok = member_of(pid, relative) and fd.is_unreaped()
+            except OSError:
+                ok = False
+            if ok:
+                pinned.append(fd)
+            else:
+                fd.close()
+        return pinned
+
+    def signal_members(self, sig: int, which: str | None = None) -> int:
+        """Send ``sig`` to every verified member; how many were signalled."""
+        sent = 0
+        for fd in self.pinned_members(which):
+            with fd, contextlib.suppress(ProcessGone, PermissionError):
+                fd.send_signal(sig)
+                sent += 1
+        return sent
+
+    # ------------------------------------------------------------------ ending
+
+    def kill(self, which: str | None = None) -> None:
+        """SIGKILL everything in ``which`` (None: the whole leaf), atomically where the kernel can."""
+        target = self.sub(which)
+        try:
+            _write(os.path.join(target, "cgroup.kill"), "1")
+            return
+        except FileNotFoundError:
+            if not os.path.isdir(target):
+                return
+        except OSError as e:
+            raise CgroupError(target, f"cgroup.kill failed: {e.strerror}") from e
+        # Before Linux 5.14: a frozen process cannot fork, so signal the members and thaw.
+        freeze = os.path.join(target, "cgroup.freeze")
+        try:
+            _write(freeze, "1")
+            self.signal_members(signal.SIGKILL, which)
+        finally:
+            with contextlib.suppress(OSError):
+                _write(freeze, "0")
+
+    def wait_empty(self, timeout: float, which: str | None = None) -> bool:
+        """Block until nothing is left in ``which`` (POLLPRI on cgroup.events, no timed loop) or ``timeout``."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        try:
+            fd = os.open(self.events_path(which), os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return True
+        try:
+            poller = select.poll()
+            poller.register(fd, select.POLLPRI | select.POLLERR)
+            while events_populated(os.pread(fd, 4096, 0).decode("ascii", "replace")):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                poller.poll(max(1, math.ceil(left * 1000)))
+            return True
+        finally:
+            os.close(fd)
+
+    def remove(self) -> bool:
+        """rmdir child/, shellper/ and the leaf; False if something is still inside (EBUSY) or in the way."""
+        ok = True
+        for path in (self.sub(CHILD_SUB), self.sub(SHELLPER_SUB), self.path):
+            try:
+                os.rmdir(path)
+            except FileNotFoundError:
+                continue
+            except OSError as e:
+                if e.errno not in (errno.EBUSY, errno.ENOTEMPTY):
+                    raise CgroupError(path, f"cannot remove: {e.strerror}") from e
+                ok = False
+        return ok
+
+    def leave(self, to_relative: str | None) -> None:
+        """Move the caller out of the leaf (back where it came from, else to the parent) so it can go."""
+        target = self.mount + (to_relative if to_relative and to_relative != "/" else "")
+        if to_relative is None or not os.path.isdir(target) or target.startswith(self.path):
+            target = os.path.dirname(self.path)
+        _write(os.path.join(target, "cgroup.procs"), "0")
+
+
+# --------------------------------------------------------------------------------------------- records
+
+
+def verify_dead_session(path: str | None, inode: int | None, runtime_dir: str, name: str,
+                        instance_id: str) -> tuple[SessionCgroup | None, str]:
+    """The cgroup a record names, if it may be killed as a dead session's: (cgroup, "") or (None, why not).
+
+    It must sit in the v2 hierarchy, carry this runtime directory's key, the session's name and instance
+    in its name, still be the recorded directory (inode), and hold no live shellper in ``shellper/``: a
+    copied record, a recreated name or a live (if unreachable) shellper is never killed.
+    """
+    if path is None:
+        return None, "the record names no cgroup"
+    mount = find_mount()
+    if mount is None or not path.startswith(mount + "/"):
+        return None, f"{path} is not in the cgroup v2 hierarchy"
+    leaf = LeafName.parse(os.path.basename(path))
+    if leaf is None or leaf.dir_key != dir_key(runtime_dir) or leaf.name != name or leaf.instance_id != instance_id:
+        return None, f"{path} is not the cgroup of session {name!r} of {runtime_dir}"
+    group = SessionCgroup(path, mount)
+    try:
+        found = group.inode()
+    except FileNotFoundError:
+        return None, "gone"
+    except OSError as e:
+        return None, f"{path}: {e.strerror}"
+    if inode is not None and found != inode:
+        return None, f"{path} is not the recorded cgroup (inode {found}, recorded {inode})"
+    if group.populated(SHELLPER_SUB):
+        return None, f"a process is still in {group.sub(SHELLPER_SUB)}: the shellper lives"
+    return group, ""
+
+
+@record(frozen=True)
+class OrphanCgroup:
+    """A session cgroup of a runtime directory that no record names; ``shellper_alive``: its shellper/ is
+    populated (a live shellper whose files are gone), so it is reported, never killed."""
+
+    path: str
+    leaf: LeafName
+    populated: bool
+    shellper_alive: bool
+
+
+def find_session_cgroups(parent: str, runtime_dir: str) -> list[OrphanCgroup]:
+    """Every session cgroup under ``parent`` that carries ``runtime_dir``'s key (records not consulted)."""
+    key = dir_key(runtime_dir)
+    mount = find_mount()
+    out: list[OrphanCgroup] = []
+    if mount is None:
+        return out
+    try:
+        entries = sorted(os.listdir(parent))
+    except OSError:
+        return out
+    for entry in entries:
+        leaf = LeafName.parse(entry)
+        if leaf is None or leaf.dir_key != key:
+            continue
+        group = SessionCgroup(os.path.join(parent, entry), mount)
+        out.append(OrphanCgroup(group.path, leaf, group.populated(), group.populated(SHELLPER_SUB)))
+    return out
