@@ -88,15 +88,32 @@ def systemd_manages_cgroups() -> bool:
     return os.path.isdir("/run/systemd/system")
 
 
+def delegated_scope() -> str | None:
+    """The caller's own cgroup, if a systemd manager delegated it (``systemd-run --scope -p Delegate=yes``
+    marks it with a ``trusted.delegate`` or ``user.delegate`` attribute) and it is writable; else None."""
+    mount, own = find_mount(), own_cgroup()
+    if mount is None or own is None or own == "/":
+        return None
+    path = mount + own
+    for attribute in ("trusted.delegate", "user.delegate"):
+        with contextlib.suppress(OSError):
+            if os.getxattr(path, attribute) == b"1" and os.access(os.path.join(path, "cgroup.procs"), os.W_OK):
+                return path
+    return None
+
+
 def default_parent() -> str | None:
-    """``$SHELLPER_CGROUP_PARENT``, else ``MOUNT/shellper`` where no systemd manages the hierarchy and it is
-    writable (root, or a delegated mount), else None: the session runs without a cgroup."""
+    """``$SHELLPER_CGROUP_PARENT``; under a systemd manager, the caller's own cgroup if it was delegated
+    (:func:`delegated_scope`), never anything systemd manages; without one, ``MOUNT/shellper`` where the
+    hierarchy is writable (root, or a delegated mount); else None: the session runs without a cgroup."""
     explicit = os.environ.get(PARENT_ENV)
     if explicit:
         return os.path.abspath(explicit)
     mount = find_mount()
-    if mount is None or systemd_manages_cgroups():
+    if mount is None:
         return None
+    if systemd_manages_cgroups():
+        return delegated_scope()
     parent = os.path.join(mount, DEFAULT_PARENT_NAME)
     if os.path.isdir(parent):
         return parent if os.access(os.path.join(parent, "cgroup.procs"), os.W_OK) else None
@@ -356,13 +373,12 @@ class SessionCgroup:
 # --------------------------------------------------------------------------------------------- records
 
 
-def verify_dead_session(path: str | None, inode: int | None, runtime_dir: str, name: str,
-                        instance_id: str) -> tuple[SessionCgroup | None, str]:
-    """The cgroup a record names, if it may be killed as a dead session's: (cgroup, "") or (None, why not).
+def verify_cgroup(path: str | None, inode: int | None, runtime_dir: str, name: str,
+                  instance_id: str) -> tuple[SessionCgroup | None, str]:
+    """The cgroup a record names, if it is verifiably that session's: (cgroup, "") or (None, why not; "gone").
 
     It must sit in the v2 hierarchy, carry this runtime directory's key, the session's name and instance
-    in its name, still be the recorded directory (inode), and hold no live shellper in ``shellper/``: a
-    copied record, a recreated name or a live (if unreachable) shellper is never killed.
+    in its name, and still be the recorded directory (inode): a copied record or a recreated name is not.
     """
     if path is None:
         return None, "the record names no cgroup"
@@ -381,6 +397,16 @@ def verify_dead_session(path: str | None, inode: int | None, runtime_dir: str, n
         return None, f"{path}: {e.strerror}"
     if inode is not None and found != inode:
         return None, f"{path} is not the recorded cgroup (inode {found}, recorded {inode})"
+    return group, ""
+
+
+def verify_dead_session(path: str | None, inode: int | None, runtime_dir: str, name: str,
+                        instance_id: str) -> tuple[SessionCgroup | None, str]:
+    """:func:`verify_cgroup`, and no live shellper in ``shellper/``: what may be killed as a dead session's
+    leftovers (a live, if unreachable, shellper is ended only as :mod:`tower_client.apply` ends one)."""
+    group, why = verify_cgroup(path, inode, runtime_dir, name, instance_id)
+    if group is None:
+        return None, why
     if group.populated(SHELLPER_SUB):
         return None, f"a process is still in {group.sub(SHELLPER_SUB)}: the shellper lives"
     return group, ""

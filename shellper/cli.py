@@ -416,7 +416,8 @@ def _stop_stale(args: argparse.Namespace, paths: SessionPaths) -> int:
     """The shellper is gone (killed, crashed) and left its files: end what its tree left running and
     remove them, as tower_client's reconcile does for a dead session (identity-checked, under the lock)."""
     from shellper.record import AlreadyRunning, RecordError, read_record
-    from tower_client.apply import clean_session
+    from shellper.shellpers import record_is_alive
+    from tower_client.apply import clean_session, terminate_session
     from tower_client.survivors import reap_survivors
 
     ended: tuple[int, ...] = ()
@@ -424,6 +425,17 @@ def _stop_stale(args: argparse.Namespace, paths: SessionPaths) -> int:
         record = read_record(paths.record)
     except (OSError, RecordError):
         record = None
+    if record is not None and record_is_alive(record):
+        # Its lock file was removed (a tmp cleaner), not its shellper: end it as a Tower would, verified.
+        from shellper.identity import IdentityError
+
+        try:
+            term = terminate_session(record, paths, grace=5.0 if args.grace is None else args.grace)
+        except IdentityError as exc:
+            raise CliError(f"stop: session {args.name!r} has no lock file, and pid {record.shellper_pid} "
+                           f"could not be verified as its shellper: {exc}; nothing signalled") from None
+        print(f"stopped {args.name} (its lock file was missing; via {term.method})")
+        return 0
     if record is not None:
         ended = reap_survivors(record, directory=paths.dir, grace=5.0 if args.grace is None else args.grace).pids
     try:

@@ -21,10 +21,12 @@ from shellper.cgroup import (
     CHILD_SUB,
     NONE,
     SHELLPER_SUB,
+    SYSTEMD_SCOPE,
     CgroupError,
     LeafName,
     SessionCgroup,
     default_parent,
+    delegated_scope,
     events_populated,
     own_cgroup,
 )
@@ -33,7 +35,7 @@ from shellper.child import resize as resize_child
 from shellper.clients import ClientConn
 from shellper.config import SessionConfig, resolve_stderr_mode
 from shellper.exits import Action, ExitEvidence, Supervisor, describe_exit, signal_name
-from shellper.identity import boot_id, start_time
+from shellper.identity import IdentityError, boot_id, start_time
 from shellper.logfile import LogFile
 from shellper.owner import default_owner
 from shellper.pacing import OutputPacer
@@ -48,6 +50,7 @@ from shellper.record import (
     SessionRecord,
     cmdline_sha256,
     new_instance_id,
+    read_record,
     write_record,
 )
 from shellper.ring import Scrollback
@@ -158,6 +161,7 @@ class Session:
         """Lock, spawn the first child, listen. Raises (and cleans up) if any step fails."""
         self._lock = SessionLock.acquire(self.paths.lock, self.config.name)
         try:
+            self._end_previous()
             unlink_if_socket(self.paths.socket)  # stale: the lock says nobody owns it
             with contextlib.suppress(OSError):
                 set_child_subreaper()
@@ -234,6 +238,24 @@ class Session:
             unlink_if_regular(self.paths.log)
             unlink_if_regular(self.paths.log + ".1")
 
+    def _end_previous(self) -> None:
+        """A killed shellper's record is about to be overwritten: end what its tree left running first (its
+        cgroup, or what carries its mark), or nothing would ever find it again."""
+        try:
+            previous = read_record(self.paths.record)
+        except (OSError, RecordError):
+            return
+        from tower_client.survivors import reap_survivors  # only on this path: a name reused after a crash
+
+        try:
+            report = reap_survivors(previous, directory=self.paths.dir, grace=self.config.grace)
+        except (IdentityError, CgroupError, OSError) as exc:
+            self.log.write(f"could not end what instance {previous.instance_id} left running: {exc}")
+            return
+        if report.pids or report.suspect:
+            self.log.write(f"instance {previous.instance_id} left {list(report.pids)} running: ended"
+                           + (f"; not ended: {report.suspect}" if report.suspect else ""))
+
     def _contain(self) -> None:
         """Make the session's cgroup and move this shellper into its shellper/ part (shellper.cgroup).
 
@@ -246,7 +268,7 @@ class Session:
             if parent is None:
                 raise CgroupError("(none)", "no writable cgroup v2 parent: give --cgroup-parent, or run as root "
                                   "or with a delegated cgroup")
-            origin = own_cgroup()
+            origin, scope = own_cgroup(), delegated_scope()
             group = SessionCgroup.create(parent, LeafName.of(self.paths.dir, self.owner, self.config.name,
                                                              self.instance_id))
             try:
@@ -260,7 +282,8 @@ class Session:
                 raise
             self.log.write(f"running without a cgroup: {exc}")
             return
-        self.cgroup, self._origin_cgroup, self.containment = group, origin, CGROUP
+        self.cgroup, self._origin_cgroup = group, origin
+        self.containment = SYSTEMD_SCOPE if scope is not None and scope == parent else CGROUP
         self.log.write(f"cgroup {group.path}")
 
     def _release_cgroup(self) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from shellper import wire
+from shellper import cgroup, wire
 from shellper.client import Client, ClientError
 from shellper.config import SessionConfig
 from shellper.exits import RestartPolicy
@@ -33,6 +33,49 @@ PY = sys.executable
 _SCRIPT = Path(PY).with_name("shellper")
 SHELLPER_CLI = [str(_SCRIPT)] if _SCRIPT.exists() else [PY, "-m", "shellper.cli"]
 """How a person runs ``shellper``: the installed console script (shellper.prefork.entry) when there is one."""
+
+
+def _test_cgroup_parent() -> str | None:
+    """Sessions started by the tests make their cgroups in a parent of this run's own (removed at exit), so
+    the leak check sees exactly what the tests leave and a run never touches the machine's other sessions."""
+    mount = cgroup.find_mount()
+    if mount is None or not os.access(mount, os.W_OK) or cgroup.systemd_manages_cgroups():
+        return None
+    parent = os.path.join(mount, f"shellper-test-{os.getpid()}")
+    try:
+        os.mkdir(parent)
+    except OSError:
+        return None
+    os.environ[cgroup.PARENT_ENV] = parent
+    return parent
+
+
+CGROUP_PARENT = _test_cgroup_parent()
+"""Where this run's sessions make their cgroups; None where the machine gives none (containment none)."""
+
+
+def _session_cgroups() -> set[str]:
+    if CGROUP_PARENT is None:
+        return set()
+    with contextlib.suppress(FileNotFoundError):
+        return {e for e in os.listdir(CGROUP_PARENT) if cgroup.LeafName.parse(e) is not None}
+    return set()
+
+
+def remove_cgroup_tree(path: str) -> None:
+    """Kill what is in a cgroup and remove it with everything below it (test clean-up only)."""
+    with contextlib.suppress(FileNotFoundError), open(os.path.join(path, "cgroup.kill"), "w") as f:
+        f.write("1")
+    mount = cgroup.find_mount() or "/"
+    cgroup.SessionCgroup(path, mount).wait_empty(5.0)
+    for root, _dirs, _files in sorted(os.walk(path), key=lambda t: -len(t[0])):
+        with contextlib.suppress(FileNotFoundError):
+            os.rmdir(root)
+
+
+def pytest_unconfigure(config: Any) -> None:
+    if CGROUP_PARENT is not None and os.getpid() == int(CGROUP_PARENT.rsplit("-", 1)[1]):
+        remove_cgroup_tree(CGROUP_PARENT)
 
 
 def _open_fds() -> set[int]:
@@ -75,15 +118,17 @@ def poll_until(predicate: Any, timeout: float = 10.0, interval: float = 0.02, wh
 
 @pytest.fixture(autouse=True)
 def no_leaks() -> Iterator[None]:
-    """Fail a test that leaves an fd open or a child process (or zombie) behind in the test process."""
+    """Fail a test that leaves an fd open, a child process (or zombie) or a session cgroup behind."""
     fds_before = _open_fds()
     kids_before = _children(os.getpid())
+    cgroups_before = _session_cgroups()
     yield
     deadline = time.monotonic() + 5.0
     while True:
         extra_kids = _children(os.getpid()) - kids_before
         extra_fds = _open_fds() - fds_before
-        if not extra_kids and not extra_fds:
+        extra_cgroups = _session_cgroups() - cgroups_before
+        if not extra_kids and not extra_fds and not extra_cgroups:
             return
         if time.monotonic() > deadline:
             break
@@ -94,6 +139,10 @@ def no_leaks() -> Iterator[None]:
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, 0)
     details = []
+    for name in sorted(extra_cgroups):
+        assert CGROUP_PARENT is not None
+        remove_cgroup_tree(os.path.join(CGROUP_PARENT, name))
+        details.append(f"session cgroup left: {name}")
     if extra_kids:
         details.append(f"child processes left: {sorted(extra_kids)}")
     if extra_fds:

@@ -23,6 +23,7 @@ from test_tower_support import REPO, Sessions, alive, identity, is_dead, other, 
 
 from shellper import wire
 from shellper.identity import ProcessIdentity, boot_id, read_stat
+from shellper.owner import default_owner
 from shellper.record import SessionRecord, read_record, write_record
 from shellper.records import replace
 from tower_client.apply import apply
@@ -61,7 +62,7 @@ def stand_in_record(d: Path, name: str, pid: int, **changes: object) -> SessionR
     assert st is not None
     rec = SessionRecord(name=name, boot_id=boot_id(), shellper_pid=pid, shellper_start_time=st.start_time,
                         instance_id="f" * 32, command=["sleep"], cwd="/", socket=str(d / f"{name}.sock"),
-                        state="running")
+                        state="running", owner=default_owner())
     rec = replace(rec, **changes)  # type: ignore[arg-type]
     write_record(d / f"{name}.json", rec)
     return rec
@@ -273,6 +274,7 @@ _PID_REUSE = r"""
 import fcntl, json, os, subprocess, sys, time
 from pathlib import Path
 from shellper.identity import boot_id, read_stat
+from shellper.owner import default_owner
 from shellper.record import SessionRecord, write_record
 from tower_client.apply import apply
 from tower_client.client import AsyncClient, AsyncResumingClient
@@ -319,7 +321,7 @@ for lock in ("free", "held_by_other"):
         same_tick = same_tick or collided
         write_record(d / "reuse.json", SessionRecord(
             name="reuse", boot_id=boot_id(), shellper_pid=pid, shellper_start_time=ticks, instance_id="e" * 32,
-            command=["x"], cwd="/", socket=str(d / "reuse.sock"), state="running"))
+            command=["x"], cwd="/", socket=str(d / "reuse.sock"), state="running", owner=default_owner()))
         if lock == "held_by_other":  # a new owner (this process) holds the lock now
             other = os.open(d / "reuse.lock", os.O_RDWR)
             fcntl.flock(other, fcntl.LOCK_EX)

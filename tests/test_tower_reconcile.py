@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from shellper.cgroup import LeafName, OrphanCgroup
+from shellper.owner import default_owner
 from shellper.record import SessionRecord
 from tower_client.client import Backoff
 from tower_client.discover import Observed
@@ -39,7 +41,7 @@ INST = "a" * 32
 def rec(**kw: Any) -> SessionRecord:
     base: dict[str, Any] = dict(name="s", boot_id="boot", shellper_pid=100, shellper_start_time=5,
                                 instance_id=INST, command=["sh"], cwd="/", socket="/r/s.sock",
-                                state="running", created_at=NOW - 10_000)
+                                state="running", created_at=NOW - 10_000, owner=default_owner())
     base.update(kw)
     return SessionRecord(**base)
 
@@ -54,6 +56,8 @@ HUSK = replace(LIVE, state="exited", child="none", child_pid=None,
                record=rec(state="exited", last_exit_at=NOW - 100))
 STALE: dict[str, Any] = {"files": frozenset({"sock", "json", "lock"}), "locked": False, "lock_owners": None,
          "probe": "refused", "welcome_instance_id": None, "peer_pid": None, "welcome_pid": None}
+
+STRAY = OrphanCgroup("/sys/fs/cgroup/x/leaf", LeafName.of("/r", default_owner(), "s", "d" * 32), True, False)
 
 ROW = RegistryRow("s")
 PINNED = RegistryRow("s", INST)
@@ -120,6 +124,26 @@ CASES: list[tuple[str, RegistryRow | None, Observed | None, float | None, list[t
     ("no-record-stale", None, replace(LIVE, record=None, **STALE), None, [(C, "stale_files")]),
     ("no-record-answers", None, replace(LIVE, record=None, locked=False), None,
      [(L, "unowned_socket_answers")]),
+    # owners: another owner's session (or one recorded before owners) is never touched
+    ("other-owner-unregistered", None, replace(LIVE, record=rec(owner="someone-else")), None, [(L, "other_owner")]),
+    ("other-owner-registered", ROW, replace(LIVE, record=rec(owner="someone-else")), None, [(L, "other_owner")]),
+    ("other-owner-dead", None, replace(LIVE, record=rec(owner="someone-else"), identity="gone", **STALE), None,
+     [(L, "other_owner")]),
+    ("no-owner-recorded", None, replace(LIVE, record=rec(owner="")), None, [(L, "other_owner")]),
+    # the lock file was removed under a live shellper that still serves its socket (or sits in its cgroup)
+    ("lock-missing", None, replace(LIVE, serving=True, **STALE), None, [(L, "lock_missing")]),
+    ("lock-missing-registered", ROW, replace(LIVE, serving=True, **STALE), None, [(L, "lock_missing")]),
+    # session cgroups no record names: one decision each, before the name's own
+    ("stray-cgroup", None, replace(LIVE, files=frozenset(), record=None, stray_cgroups=(STRAY,)), None,
+     [(C, "stray_cgroup")]),
+    ("stray-cgroup-live", None, replace(LIVE, files=frozenset(), record=None,
+                                         stray_cgroups=(OrphanCgroup(STRAY.path, STRAY.leaf, True, True),)), None,
+     [(L, "stray_cgroup_live")]),
+    ("stray-cgroup-other-owner", None, replace(LIVE, files=frozenset(), record=None, stray_cgroups=(
+        OrphanCgroup(STRAY.path, LeafName.of("/r", "someone-else", "s", "d" * 32), True, False),)), None,
+     [(L, "other_owner")]),
+    ("stray-cgroup-beside-live", ROW, replace(LIVE, stray_cgroups=(STRAY,)), None,
+     [(C, "stray_cgroup"), (A, "running")]),
     # nothing on disk
     ("registered-nothing", ROW, None, None, [(R, "not_running")]),
     ("registered-no-files", ROW, replace(LIVE, files=frozenset()), None, [(R, "not_running")]),

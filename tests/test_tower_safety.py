@@ -17,11 +17,12 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import SHELLPER_CLI, poll_until
+from conftest import CGROUP_PARENT, SHELLPER_CLI, poll_until
 from test_tower_support import REPO, Sessions, alive, identity, is_dead, other, sessions, tree
 
 from shellper.identity import ProcessIdentity, boot_id, read_stat
 from shellper.launch import LaunchInfo
+from shellper.owner import default_owner
 from shellper.paths import SessionPaths
 from shellper.record import SessionLock, SessionRecord, cmdline_sha256, read_record, write_record
 from shellper.records import replace
@@ -41,7 +42,8 @@ def hand_made_record(d: Path, name: str, pid: int, **changes: object) -> Session
     st = read_stat(pid)
     assert st is not None
     rec = SessionRecord(name=name, boot_id=boot_id(), shellper_pid=pid, shellper_start_time=st.start_time,
-                        instance_id="f" * 32, command=["sleep"], cwd="/", socket="", state="running")
+                        instance_id="f" * 32, command=["sleep"], cwd="/", socket="", state="running",
+                        owner=default_owner())
     rec = replace(rec, **changes)  # type: ignore[arg-type]
     write_record(d / f"{name}.json", rec)
     return rec
@@ -148,15 +150,18 @@ def test_real_shellper_records_pass_the_cmdline_check(sessions: Sessions, how: s
 # --------------------------------------------------------------------------------------------- 2: clean
 
 
+@pytest.mark.parametrize("mode", ["none", pytest.param("cgroup", marks=pytest.mark.skipif(
+    CGROUP_PARENT is None, reason="no writable cgroup v2 hierarchy here"))])
 @pytest.mark.parametrize("variant", ["exact_copy", "other_instance", "live_record_removed"])
-def test_cleaning_a_ghost_of_a_live_session_spares_its_child(sessions: Sessions, variant: str) -> None:
+def test_cleaning_a_ghost_of_a_live_session_spares_its_child(sessions: Sessions, variant: str, mode: str) -> None:
     """A dead record copied from a live session carries that session's marks (instance id, child's
     session id); cleaning it must not end the live session's child.
 
     exact_copy: the instance id is claimed by the live record (suspect: nothing ended);
     other_instance: only the child is claimed (suspect); live_record_removed: nothing claims anything,
-    but the child's parent is the live shellper holding cat1's lock (spared)."""
-    info = sessions.launch("cat1", ["cat"])
+    but the child's parent is the live shellper holding cat1's lock (spared). With a cgroup, the ghost names
+    cat1's cgroup, which is not a cgroup of a session "ghost": nothing is ended either."""
+    info = sessions.launch("cat1", ["cat"], containment=mode)
     assert info.child_pid is not None
     shellper, child = identity(info.pid), identity(info.child_pid)
     rec = read_record(sessions.dir / "cat1.json")
@@ -171,10 +176,12 @@ def test_cleaning_a_ghost_of_a_live_session_spares_its_child(sessions: Sessions,
     report = apply(found, grace=0.3)
     outcome = report.outcomes[0]
     assert report.ok and outcome.result == "cleaned" and outcome.survivors == (), outcome
-    if variant == "live_record_removed":
+    if mode == "cgroup":
+        assert "suspect record" in outcome.detail and "is not the cgroup of session 'ghost'" in outcome.detail
+    elif variant == "live_record_removed":
         assert f"spared [{child.pid}]" in outcome.detail, outcome.detail
     else:
-        assert "suspect record" in outcome.detail and "live session 'cat1'" in outcome.detail, outcome.detail
+        assert "suspect record" in outcome.detail and "claimed by live" in outcome.detail, outcome.detail
     assert untouched(child) and untouched(shellper)
     assert "ghost.json" not in os.listdir(sessions.dir)
     if variant != "live_record_removed":

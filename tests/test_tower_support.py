@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import CGROUP_PARENT, remove_cgroup_tree
 
+from shellper.cgroup import find_session_cgroups
 from shellper.config import SessionConfig
 from shellper.exits import RestartPolicy
 from shellper.identity import IdentityError, ProcessIdentity, boot_id, open_verified, read_stat
@@ -104,6 +106,9 @@ class Sessions:
             with contextlib.suppress(OSError):
                 proc.kill()
             proc.wait(5)
+        if CGROUP_PARENT is not None:  # the shellpers killed above could not remove their own cgroups
+            for found in find_session_cgroups(CGROUP_PARENT, str(self.dir)):
+                remove_cgroup_tree(found.path)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

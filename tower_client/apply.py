@@ -32,6 +32,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shellper import wire
+from shellper.cgroup import (
+    NONE,
+    SHELLPER_SUB,
+    LeafName,
+    SessionCgroup,
+    dir_key,
+    find_mount,
+    member_of,
+    owner_key,
+    verify_cgroup,
+    verify_dead_session,
+)
 from shellper.client import Client, ClientError
 from shellper.config import DEFAULT_GRACE
 from shellper.identity import (
@@ -45,18 +57,22 @@ from shellper.identity import (
     open_verified,
     read_stat,
 )
+from shellper.owner import default_owner
 from shellper.paths import SessionPaths, unlink_if_regular, unlink_if_socket
 from shellper.reaper import TerminateReport, descendants, terminate_tree
-from shellper.record import AlreadyRunning, SessionLock, SessionRecord, cmdline_sha256
+from shellper.record import AlreadyRunning, RecordError, SessionLock, SessionRecord, cmdline_sha256, read_record
+from shellper.shellpers import holds_listener
 from tower_client.client import InstanceMismatch, PeerMismatch, peer_pid
 from tower_client.discover import PROBE_TIMEOUT, check_probe_timeout
 from tower_client.reconcile import Action, Decision
-from tower_client.survivors import SurvivorReport, protected_pids, reap_survivors
+from tower_client.survivors import SurvivorReport, end_cgroup, protected_pids, reap_survivors
 
 __all__ = [
     "CONFIRM_TIMEOUT",
     "CommandMismatch",
+    "NotAShellper",
     "Outcome",
+    "OwnerBusy",
     "ProtectedProcess",
     "Report",
     "Termination",
@@ -85,6 +101,7 @@ def clean_session(paths: SessionPaths) -> tuple[str, ...]:
     lock = SessionLock.acquire(paths.lock, paths.name)
     removed: list[str] = []
     try:
+        _remove_empty_cgroup(paths)
         if unlink_if_socket(paths.socket):
             removed.append(str(paths.socket))
         for path in (paths.record, paths.log, paths.log + ".1"):
@@ -95,6 +112,22 @@ def clean_session(paths: SessionPaths) -> tuple[str, ...]:
     if had_lock_file and not os.path.exists(paths.lock):
         removed.append(str(paths.lock))
     return tuple(removed)
+
+
+def _remove_empty_cgroup(paths: SessionPaths) -> None:
+    """The dead session's cgroup, if its record names one that is verifiably its own and empty: while
+    the record is still there to say which (processes in it are ended by reap_survivors, not here)."""
+    try:
+        record = read_record(paths.record)
+    except (OSError, RecordError):
+        return
+    if record.containment == NONE:
+        return
+    group, _ = verify_dead_session(record.cgroup, record.cgroup_id, str(paths.dir), record.name,
+                                   record.instance_id)
+    if group is not None and not group.populated():
+        with contextlib.suppress(OSError):
+            group.remove()
 
 
 # --------------------------------------------------------------------------------------------- verify
@@ -136,6 +169,16 @@ class CommandMismatch(IdentityMismatch):
         self.found_sha256 = found_sha256
 
 
+class NotAShellper(IdentityMismatch):
+    """The pid runs the recorded command line, but holds neither the listening socket at the record's
+    socket path nor a place in the record's cgroup: a stand-in, not the recorded shellper. Nothing is
+    signalled."""
+
+    def __init__(self, identity: ProcessIdentity, socket: str) -> None:
+        super().__init__(identity.pid, identity, identity)
+        self.args = (f"pid {identity.pid} is not the recorded shellper: it does not serve {socket}",)
+
+
 class ProtectedProcess(IdentityError):
     """The record names this process or one of its ancestors: never signalled."""
 
@@ -143,7 +186,7 @@ class ProtectedProcess(IdentityError):
         super().__init__(f"pid {pid} is this process or one of its ancestors: refusing to signal it", pid)
 
 
-def _check_leader(leader: PidFd, ident: ProcessIdentity, record: SessionRecord) -> None:
+def _check_leader(leader: PidFd, ident: ProcessIdentity, record: SessionRecord, paths: SessionPaths) -> None:
     """After :func:`open_verified`: not us nor an ancestor, and the pinned process runs the recorded
     program (its cmdline, read while the pidfd pins it, hashes as the shellper hashed its own)."""
     pid = leader.pid
@@ -161,6 +204,24 @@ def _check_leader(leader: PidFd, ident: ProcessIdentity, record: SessionRecord) 
         raise ProcessGone(pid, "exited during verification")
     if record.cmdline_sha256 is None or found != record.cmdline_sha256:
         raise CommandMismatch(ident, record.cmdline_sha256, found)
+    if not _serves(pid, record, paths):
+        raise NotAShellper(ident, record.socket)
+
+
+def _session_cgroup(record: SessionRecord, paths: SessionPaths) -> SessionCgroup | None:
+    if record.containment == NONE:
+        return None
+    group, _ = verify_cgroup(record.cgroup, record.cgroup_id, str(paths.dir), record.name, record.instance_id)
+    return group
+
+
+def _serves(pid: int, record: SessionRecord, paths: SessionPaths) -> bool:
+    """What only the running shellper of this session holds: its listening socket (bound at the record's
+    socket path, even if the file was removed since), or a place in its cgroup's shellper/ part."""
+    if holds_listener(pid, record.socket):
+        return True
+    group = _session_cgroup(record, paths)
+    return group is not None and member_of(pid, group.relative + "/" + SHELLPER_SUB)
 
 
 @dataclass(frozen=True)
@@ -245,10 +306,11 @@ def terminate_session(record: SessionRecord, paths: SessionPaths, *, grace: floa
     ident = ProcessIdentity(record.boot_id, record.shellper_pid, record.shellper_start_time)
     leader = open_verified(ident)
     try:
-        _check_leader(leader, ident, record)
+        _check_leader(leader, ident, record, paths)
     except BaseException:
         leader.close()
         raise
+    group = _session_cgroup(record, paths)
     tree = _pin_tree(leader)
     report: TerminateReport | None = None
     stop_error: str | None = None
@@ -271,8 +333,11 @@ def terminate_session(record: SessionRecord, paths: SessionPaths, *, grace: floa
         if not dead:
             method = "signals"
             with contextlib.suppress(ProcessGone):
-                report = terminate_tree(ident, grace, confirm_timeout=confirm_timeout)
+                # Never the shellper's process group: a --foreground shellper shares it with its pipeline.
+                report = terminate_tree(ident, grace, include_group=False, confirm_timeout=confirm_timeout)
         stragglers = _finish_stragglers(tree, grace, confirm_timeout)
+        if group is not None and leader.wait_dead(0):
+            stragglers += end_cgroup(record.name, group, grace, confirm_timeout).pids
     finally:
         for fd in tree.values():
             fd.close()
@@ -326,12 +391,49 @@ class Report:
         return {"ok": self.ok, "outcomes": [o.to_dict() for o in self.outcomes]}
 
 
-def apply(decisions: Iterable[Decision], *, grace: float = DEFAULT_GRACE, stop_timeout: float | None = None,
-          probe_timeout: float = PROBE_TIMEOUT, confirm_timeout: float = CONFIRM_TIMEOUT) -> Report:
-    """Carry out ``decisions`` in order. Never raises for one decision's failure: it is reported.
+class OwnerBusy(RuntimeError):
+    """Another Tower of the same owner is applying decisions in this runtime directory right now."""
 
-    ValueError (before anything is done) if ``probe_timeout`` is not a finite number > 0."""
+    def __init__(self, owner: str, directory: str) -> None:
+        self.owner = owner
+        self.directory = directory
+        super().__init__(f"owner {owner!r} is already applying decisions in {directory} (another Tower?); "
+                         "nothing was done")
+
+
+def hold_owner_lock(directory: str, owner: str) -> SessionLock:
+    """The owner lock of ``directory``: held while a Tower applies decisions, so two Towers of one owner
+    never act at once (Towers of different owners take different locks). OwnerBusy if it is taken."""
+    path = os.path.join(directory, f".owner-{owner_key(owner)}.lock")
+    try:
+        return SessionLock.acquire(path, f"owner {owner}")
+    except AlreadyRunning:
+        raise OwnerBusy(owner, directory) from None
+
+
+def apply(decisions: Iterable[Decision], *, grace: float = DEFAULT_GRACE, stop_timeout: float | None = None,
+          probe_timeout: float = PROBE_TIMEOUT, confirm_timeout: float = CONFIRM_TIMEOUT,
+          owner: str | None = None) -> Report:
+    """Carry out ``decisions`` in order, holding ``owner``'s lock (default: shellper.owner.default_owner())
+    in every runtime directory they touch. Never raises for one decision's failure: it is reported.
+
+    ValueError (before anything is done) if ``probe_timeout`` is not a finite number > 0; OwnerBusy if
+    another Tower of the same owner is applying in one of the directories (nothing is done)."""
     check_probe_timeout(probe_timeout)
+    decisions = list(decisions)
+    me = default_owner() if owner is None else owner
+    held: list[SessionLock] = []
+    try:
+        for directory in sorted({d.observed.dir for d in decisions if d.observed is not None and d.observed.dir}):
+            held.append(hold_owner_lock(directory, me))
+        return _apply_all(decisions, grace, stop_timeout, probe_timeout, confirm_timeout)
+    finally:
+        for lock in held:
+            lock.release()
+
+
+def _apply_all(decisions: list[Decision], grace: float, stop_timeout: float | None, probe_timeout: float,
+               confirm_timeout: float) -> Report:
     report = Report()
     failed: set[str] = set()
     for d in decisions:
@@ -345,6 +447,21 @@ def apply(decisions: Iterable[Decision], *, grace: float = DEFAULT_GRACE, stop_t
     return report
 
 
+def _clean_stray(d: Decision, directory: str, grace: float, confirm_timeout: float) -> Outcome:
+    """End and remove a session cgroup no record names, if it still is this directory's and holds no
+    shellper (checked again now: reconcile's look may be old)."""
+    assert d.cgroup is not None
+    mount = find_mount()
+    leaf = LeafName.parse(os.path.basename(d.cgroup))
+    if mount is None or leaf is None or leaf.dir_key != dir_key(directory) or leaf.name != d.name:
+        return Outcome(d, "skipped", False, f"{d.cgroup} is not a session cgroup of {directory}")
+    group = SessionCgroup(d.cgroup, mount)
+    if group.populated(SHELLPER_SUB):
+        return Outcome(d, "skipped", False, f"a shellper now lives in {d.cgroup}: nothing signalled")
+    ended = end_cgroup(d.name, group, grace, confirm_timeout)
+    return Outcome(d, "cleaned", True, f"removed cgroup {d.cgroup}" + _survivor_note(ended), survivors=ended.pids)
+
+
 def _apply_one(d: Decision, grace: float, stop_timeout: float | None, probe_timeout: float,
                confirm_timeout: float, blocked: bool) -> Outcome:
     obs = d.observed
@@ -355,6 +472,8 @@ def _apply_one(d: Decision, grace: float, stop_timeout: float | None, probe_time
                        "for the Tower to relaunch")
     if obs is None:
         return Outcome(d, "failed", False, error="decision carries no observation")
+    if d.action is Action.CLEAN and d.cgroup is not None:
+        return _clean_stray(d, obs.dir, grace, confirm_timeout)
     paths = SessionPaths.for_name(obs.dir, d.name)
     if d.action is Action.CLEAN:
         reaped = SurvivorReport(d.name, (), ())

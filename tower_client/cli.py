@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from shellper.identity import IdentityError, ProcessGone
+from shellper.owner import BadOwner, default_owner, validate_owner
 from shellper.paths import PathError, SessionPaths, runtime_dir
-from tower_client.apply import apply, terminate_session
+from tower_client.apply import OwnerBusy, apply, terminate_session
 from tower_client.client import ClientError
 from tower_client.discover import Observed, discover, observe
 from tower_client.holders import BadSessionId, find_holders
@@ -29,6 +30,10 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tower-client", description="Adopt or terminate shellper sessions.")
     p.add_argument("--dir", help="runtime directory (default: $SHELLPER_DIR, $XDG_RUNTIME_DIR/shellper, "
                    "/tmp/shellper-UID)")
+    p.add_argument("--owner", help="the owner this Tower acts for (default: $SHELLPER_OWNER, else the user "
+                   "name); sessions of other owners are left alone")
+    p.add_argument("--cgroup-parent", metavar="PATH", help="where session cgroups are looked for (default: "
+                   "$SHELLPER_CGROUP_PARENT, else detected)")
     sub = p.add_subparsers(dest="command", required=True)
     ls = sub.add_parser("ls", help="what is in the runtime directory, verified")
     ls.add_argument("--json", action="store_true")
@@ -59,12 +64,15 @@ def _emit(args: argparse.Namespace, data: Any, lines: list[str]) -> None:
 
 
 def _ls(args: argparse.Namespace, directory: Path) -> int:
-    seen = discover(directory)
-    rows = [f"{'NAME':20} {'STATE':10} {'PID':>8} {'IDENTITY':11} {'LOCK':6} {'SOCKET':9} CHILD"]
+    seen = discover(directory, cgroup_parent=args.cgroup_parent)
+    rows = [f"{'NAME':20} {'STATE':10} {'PID':>8} {'IDENTITY':11} {'LOCK':6} {'SOCKET':9} {'CHILD':10} "
+            f"{'CONTAINED':13} OWNER"]
     for o in seen:
         lock = {True: "held", False: "free", None: "?"}[o.locked]
+        owner = o.record.owner if o.record is not None else "-"
+        strays = f" (+{len(o.stray_cgroups)} stray cgroup(s))" if o.stray_cgroups else ""
         rows.append(f"{o.name:20} {o.state or '-':10} {o.pid or '-':>8} {_identity(o):11} {lock:6} "
-                    f"{o.probe:9} {o.child}")
+                    f"{o.probe:9} {o.child:10} {o.containment or '-':13} {owner or '-'}{strays}")
     _emit(args, [o.to_dict() for o in seen], rows if seen else [f"no sessions in {directory}"])
     return EXIT_OK
 
@@ -75,12 +83,14 @@ def _identity(o: Observed) -> str:
 
 def _reconcile(args: argparse.Namespace, directory: Path) -> int:
     registry = load_registry(args.registry)
-    decisions = reconcile(registry, discover(directory), now=time.time(), husk_max_age=args.husk_max_age)
-    lines = [f"{d.action:9} {d.name:20} {d.reason:22} {d.detail}" for d in decisions] or ["nothing to do"]
+    decisions = reconcile(registry, discover(directory, cgroup_parent=args.cgroup_parent), now=time.time(),
+                          husk_max_age=args.husk_max_age, owner=args.owner)
+    lines = [f"{d.action:9} {d.name:20} {d.reason:22} [{(d.observed.containment if d.observed else None) or '-'}] "
+             f"{d.detail}" for d in decisions] or ["nothing to do"]
     if not args.apply:
         _emit(args, {"applied": False, "decisions": [d.to_dict() for d in decisions]}, lines)
         return EXIT_OK
-    report = apply(decisions, grace=args.grace)
+    report = apply(decisions, grace=args.grace, owner=args.owner)
     lines = [f"{o.decision.action:9} {o.decision.name:20} {o.result:12} {o.error or o.detail}"
              for o in report.outcomes] or ["nothing to do"]
     _emit(args, {"applied": True, **report.to_dict()}, lines)
@@ -100,7 +110,7 @@ def _holders(args: argparse.Namespace, directory: Path) -> int:
 
 def _reap(args: argparse.Namespace, directory: Path) -> int:
     o = observe(directory, args.name)
-    refusal = _refuse_reap(o)
+    refusal = _refuse_reap(o, args.owner or default_owner())
     if refusal:
         _emit(args, {"name": args.name, "reaped": False, "reason": refusal}, [f"refused: {refusal}"])
         return EXIT_FAILED
@@ -118,10 +128,12 @@ def _reap(args: argparse.Namespace, directory: Path) -> int:
     return EXIT_OK
 
 
-def _refuse_reap(o: Observed) -> str:
+def _refuse_reap(o: Observed, owner: str) -> str:
     """Why ``reap`` will not touch this session ("" if it may)."""
     if o.record is None:
         return o.record_error or "no session record"
+    if o.record.owner != owner:
+        return f"the session belongs to owner {o.record.owner!r}, not {owner!r} (see --owner)"
     if o.boot != "current":
         return "the record is from another boot: nothing of it can be alive"
     if o.identity != "verified":
@@ -137,12 +149,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         directory = Path(runtime_dir(args.dir))
+        if args.owner is not None:
+            validate_owner(args.owner)
         handler = {"ls": _ls, "reconcile": _reconcile, "holders": _holders, "reap": _reap}[args.command]
         return handler(args, directory)
-    except (RegistryError, BadSessionId, PathError, ValueError) as exc:
+    except (RegistryError, BadSessionId, BadOwner, PathError, ValueError) as exc:
         print(f"tower-client: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except (ClientError, IdentityError, OSError) as exc:
+    except (ClientError, IdentityError, OwnerBusy, OSError) as exc:
         print(f"tower-client: {exc}", file=sys.stderr)
         return EXIT_FAILED
 

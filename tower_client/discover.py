@@ -18,14 +18,24 @@ import math
 import os
 import stat
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from shellper.cgroup import (
+    NONE,
+    SHELLPER_SUB,
+    OrphanCgroup,
+    default_parent,
+    find_session_cgroups,
+    member_of,
+    verify_cgroup,
+)
 from shellper.identity import IdentityUnreadable, ProcessIdentity, boot_id, read_stat
 from shellper.paths import PathError, SessionPaths, UnsafeDirError, lstat_dir
 from shellper.record import LockError, RecordError, SessionLock, SessionRecord, read_record
 from shellper.sessions import session_names
+from shellper.shellpers import holds_listener
 from tower_client.client import (
     AsyncClient,
     ClientError,
@@ -100,6 +110,15 @@ class Observed:
     child: ChildState = "unchecked"
     child_pid: int | None = None
     observed_at: float = field(default_factory=time.time)
+    serving: bool = False
+    """The verified shellper holds its listening socket or sits in its cgroup: it lives and is this
+    session's, whatever its lock file says."""
+    stray_cgroups: tuple[OrphanCgroup, ...] = ()
+    """Session cgroups of this name under the cgroup parent that its record does not name."""
+
+    @property
+    def containment(self) -> str | None:
+        return self.record.containment if self.record is not None else None
 
     @property
     def pid(self) -> int | None:
@@ -144,7 +163,10 @@ class Observed:
             "probe": self.probe, "probe_detail": self.probe_detail,
             "welcome_instance_id": self.welcome_instance_id, "peer_pid": self.peer_pid,
             "state": self.state, "child": self.child, "child_pid": self.child_pid,
-            "observed_at": self.observed_at,
+            "observed_at": self.observed_at, "serving": self.serving,
+            "containment": self.containment, "owner": None if rec is None else rec.owner,
+            "cgroup": None if rec is None else rec.cgroup,
+            "stray_cgroups": [c.path for c in self.stray_cgroups],
         }
 
 
@@ -286,6 +308,34 @@ def _child(record: SessionRecord, welcome_child: int | None, answered: bool) -> 
     return ("alive" if alive else "gone"), pid
 
 
+def _serving(record: SessionRecord, directory: str) -> bool:
+    if holds_listener(record.shellper_pid, record.socket):
+        return True
+    if record.containment == NONE:
+        return False
+    group, _ = verify_cgroup(record.cgroup, record.cgroup_id, directory, record.name, record.instance_id)
+    return group is not None and member_of(record.shellper_pid, group.relative + "/" + SHELLPER_SUB)
+
+
+def _with_strays(observed: list[Observed], directory: str, cgroup_parent: str | None) -> list[Observed]:
+    """Attach to each name the session cgroups under ``cgroup_parent`` its record does not name; a name
+    known only by such a cgroup gets an observation of its own (no files)."""
+    parent = cgroup_parent or default_parent()
+    if parent is None:
+        return observed
+    by_name: dict[str, list[OrphanCgroup]] = {}
+    for found in find_session_cgroups(parent, directory):
+        by_name.setdefault(found.leaf.name, []).append(found)
+    out: list[Observed] = []
+    for obs in observed:
+        named = obs.record.cgroup if obs.record is not None else None
+        strays = tuple(c for c in by_name.pop(obs.name, []) if c.path != named)
+        out.append(replace(obs, stray_cgroups=strays) if strays else obs)
+    for name, left in by_name.items():
+        out.append(Observed(name=name, dir=directory, stray_cgroups=tuple(left)))
+    return sorted(out, key=lambda o: o.name)
+
+
 # --------------------------------------------------------------------------------------------- observe
 
 
@@ -336,6 +386,8 @@ async def observe_async(directory: str | os.PathLike[str], name: str, *,
             facts["boot"] = "current"
             ident = ProcessIdentity(record.boot_id, record.shellper_pid, record.shellper_start_time)
             facts["identity"], facts["identity_detail"] = _identity(ident)
+            if facts["identity"] == "verified":
+                facts["serving"] = _serving(record, str(paths.dir))
     welcome_child: int | None = None
     if "sock" in facts["files"] and not _is_socket(paths.socket):
         facts["probe"], facts["probe_detail"] = "error", "not a socket (a symlink is never followed)"
@@ -350,8 +402,9 @@ async def observe_async(directory: str | os.PathLike[str], name: str, *,
 
 
 async def discover_async(directory: str | os.PathLike[str], *, probe_timeout: float = PROBE_TIMEOUT,
-                         concurrency: int = PROBE_CONCURRENCY) -> list[Observed]:
-    """Observe every session name in ``directory`` (sorted), probing at most ``concurrency`` at once.
+                         concurrency: int = PROBE_CONCURRENCY, cgroup_parent: str | None = None) -> list[Observed]:
+    """Observe every session name in ``directory`` (sorted), probing at most ``concurrency`` at once, and
+    the session cgroups of the directory under ``cgroup_parent`` (default: shellper.cgroup.default_parent).
 
     ValueError if ``concurrency`` < 1 or ``probe_timeout`` is not a finite number > 0."""
     check_concurrency(concurrency)
@@ -366,7 +419,7 @@ async def discover_async(directory: str | os.PathLike[str], *, probe_timeout: fl
             return await observe_async(d, name, probe_timeout=probe_timeout)
 
     names = [n for n in session_names(d) if _is_session_name(d, n)]
-    return list(await asyncio.gather(*(one(n) for n in names)))
+    return _with_strays(list(await asyncio.gather(*(one(n) for n in names))), str(d), cgroup_parent)
 
 
 def _is_session_name(d: Path, name: str) -> bool:
@@ -386,8 +439,9 @@ def observe(directory: str | os.PathLike[str], name: str, *,
 
 
 def discover(directory: str | os.PathLike[str], *, probe_timeout: float = PROBE_TIMEOUT,
-             concurrency: int = PROBE_CONCURRENCY) -> list[Observed]:
+             concurrency: int = PROBE_CONCURRENCY, cgroup_parent: str | None = None) -> list[Observed]:
     """Blocking :func:`discover_async` (runs its own event loop: not from inside one)."""
     check_concurrency(concurrency)
     check_probe_timeout(probe_timeout)
-    return asyncio.run(discover_async(directory, probe_timeout=probe_timeout, concurrency=concurrency))
+    return asyncio.run(discover_async(directory, probe_timeout=probe_timeout, concurrency=concurrency,
+                                      cgroup_parent=cgroup_parent))

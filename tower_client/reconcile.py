@@ -14,17 +14,24 @@ Decision table (first matching row wins; "row" = registry row for the name):
 ================================================  ==========================  ======================
 situation                                         decisions                   reason
 ================================================  ==========================  ======================
+a session cgroup the record does not name:        (one decision per cgroup, before the others)
+  another owner's                                 leave                       other_owner
+  its shellper/ part populated                    leave                       stray_cgroup_live
+  otherwise                                       clean (that cgroup)         stray_cgroup
 no files at all, row                              respawn                     not_running
 lock state unknown (lock file unreadable)         leave                       lock_unknown
 record unreadable (I/O, symlink), any             leave                       record_unreadable
 no/corrupt record, lock held                      leave                       no_record / record_unreadable
 no/corrupt record, socket answers                 leave                       unowned_socket_answers
 no/corrupt record, lock free                      clean (+respawn if row)     stale_files / corrupt_record
+record of another owner (or of none)              leave                       other_owner
 record from another boot, lock held               leave                       previous_boot_locked
 record from another boot, lock free               clean (+respawn if row)     previous_boot
 boot id unreadable                                leave                       boot_unknown
 lock held, pid gone / reused / unreadable /       leave                       lock_held_by_other,
   held by another pid                                                         pid_reused, identity_unreadable
+lock free, pid verified and serving its socket    leave                       lock_missing
+  (or in its cgroup): the lock file was removed
 lock free, socket answers                         leave                       unowned_socket_answers
 lock free, pid gone                               clean (+respawn if row)     dead
 lock free, pid reused (never signalled)           clean (+respawn if row)     pid_reused
@@ -46,6 +53,11 @@ One name can get two decisions, in the order they must be carried out: ``clean``
 first (it frees the name), then ``respawn`` (the Tower launches a fresh shellper with its own
 parameters). Both carry the same reason. ``respawn`` is never emitted while something keeps the lock.
 A ``husk_expired`` terminate has no respawn: the child ended for good; the Tower drops the row.
+
+Owners: every decision is taken for one ``owner`` (default: shellper.owner.default_owner). A record of
+another owner, or written before records carried one, is left whatever the registry says, and so is a
+session cgroup whose name carries another owner's key: Towers of different owners can share a runtime
+directory without touching each other's sessions.
 """
 
 from __future__ import annotations
@@ -60,6 +72,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from shellper.cgroup import owner_key
+from shellper.owner import default_owner
 from shellper.paths import BadName, validate_name
 from tower_client.discover import Observed
 
@@ -102,6 +116,7 @@ REASONS = frozenset({
     "corrupt_record", "previous_boot_locked", "previous_boot", "boot_unknown", "lock_held_by_other",
     "pid_reused", "identity_unreadable", "dead", "not_lock_owner", "instance_mismatch", "peer_mismatch",
     "stopping", "unreachable", "unregistered", "superseded", "husk_expired", "husk", "running",
+    "other_owner", "lock_missing", "stray_cgroup", "stray_cgroup_live",
 })
 
 
@@ -244,17 +259,21 @@ class Decision:
     detail: str = ""
     observed: Observed | None = None
     row: RegistryRow | None = None
+    cgroup: str | None = None
+    """For the stray_cgroup decisions: the cgroup they are about (not the record's)."""
 
     def to_dict(self) -> dict[str, Any]:
         obs = self.observed
         return {"name": self.name, "action": str(self.action), "reason": self.reason, "detail": self.detail,
                 "pid": obs.pid if obs else None, "instance_id": obs.instance_id if obs else None,
-                "registered": self.row is not None}
+                "registered": self.row is not None,
+                "containment": obs.containment if obs else None, "cgroup": self.cgroup}
 
 
 def reconcile(registry: Registry, observed: Iterable[Observed], *, now: float,
-              husk_max_age: float | None = None) -> list[Decision]:
-    """Decide, per name (sorted), following the table in the module docstring. Pure.
+              husk_max_age: float | None = None, owner: str | None = None) -> list[Decision]:
+    """Decide, per name (sorted), following the table in the module docstring, for ``owner`` (default:
+    shellper.owner.default_owner()). Pure, but for reading the default owner.
 
     ValueError if ``husk_max_age`` is negative or NaN (None: husks never expire)."""
     if husk_max_age is not None and (isinstance(husk_max_age, bool) or not isinstance(husk_max_age, int | float)
@@ -265,14 +284,32 @@ def reconcile(registry: Registry, observed: Iterable[Observed], *, now: float,
         if obs.name in by_name:
             raise ValueError(f"session {obs.name!r} observed twice")
         by_name[obs.name] = obs
+    me = default_owner() if owner is None else owner
     decisions: list[Decision] = []
     for name in sorted(set(by_name) | {row.name for row in registry.rows}):
-        decisions.extend(_decide(name, registry.get(name), by_name.get(name), now, husk_max_age))
+        seen, row = by_name.get(name), registry.get(name)
+        decisions.extend(_strays(name, row, seen, me))
+        decisions.extend(_decide(name, row, seen, now, husk_max_age, me))
     return decisions
 
 
+def _strays(name: str, row: RegistryRow | None, obs: Observed | None, owner: str) -> list[Decision]:
+    out: list[Decision] = []
+    for found in obs.stray_cgroups if obs is not None else ():
+        if found.leaf.owner_key != owner_key(owner):
+            action, reason, detail = Action.LEAVE, "other_owner", f"cgroup {found.path} is another owner's"
+        elif found.shellper_alive:
+            action, reason, detail = (Action.LEAVE, "stray_cgroup_live", f"a shellper lives in {found.path} "
+                                      "but no record names it: left alone")
+        else:
+            action, reason, detail = (Action.CLEAN, "stray_cgroup", f"no record names {found.path}"
+                                      + (" (processes inside)" if found.populated else ""))
+        out.append(Decision(name, action, reason, detail, obs, row, found.path))
+    return out
+
+
 def _decide(name: str, row: RegistryRow | None, obs: Observed | None, now: float,
-            husk_max_age: float | None) -> list[Decision]:
+            husk_max_age: float | None, owner: str) -> list[Decision]:
     def one(action: Action, reason: str, detail: str) -> Decision:
         return Decision(name, action, reason, detail, obs, row)
 
@@ -303,6 +340,9 @@ def _decide(name: str, row: RegistryRow | None, obs: Observed | None, now: float
             return leave("unowned_socket_answers", "nobody holds the lock, yet the socket answers")
         return clean("corrupt_record" if obs.record_error else "stale_files",
                      obs.record_error or "no record and no lock holder: leftover files")
+    if rec.owner != owner:
+        return leave("other_owner", f"the session belongs to {rec.owner!r}" if rec.owner else
+                     "the record names no owner (written by an older shellper)")
     if obs.boot == "previous":
         if obs.locked:
             return leave("previous_boot_locked", "record from another boot, yet the lock is held")
@@ -321,6 +361,9 @@ def _decide(name: str, row: RegistryRow | None, obs: Observed | None, now: float
                              "is held by somebody: nothing is touched")
             return leave("lock_held_by_other", f"the lock is held by pid(s) {list(obs.lock_owners or ())}, "
                          f"not by the recorded pid {rec.shellper_pid} ({obs.identity_detail})")
+        if obs.identity == "verified" and obs.serving:
+            return leave("lock_missing", f"{obs.identity_detail}; it serves this session but its lock file is "
+                         f"gone: send it SIGUSR1 to recreate its files; nothing removed")
         if obs.probe == "answered":
             return leave("unowned_socket_answers", "nobody holds the lock, yet the socket answers")
         reason = {"gone": "dead", "mismatch": "pid_reused", "unreadable": "identity_unreadable",

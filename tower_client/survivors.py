@@ -1,4 +1,13 @@
-"""What a dead shellper left running: find it by marks only its child's tree carries, end it through pidfds.
+"""What a dead shellper left running: its cgroup's processes, else what carries its mark, ended through pidfds.
+
+**Contained sessions** (``record.containment`` cgroup or systemd-scope): everything the session's child ever
+forked is in the recorded cgroup and nothing else is, so that is what is ended (SIGTERM to the verified
+members, ``grace``, ``cgroup.kill``, confirmed by ``populated 0``), and the cgroup is removed. Only a cgroup
+that :func:`shellper.cgroup.verify_dead_session` accepts is touched (the runtime directory's key, the
+session's name and instance in its name, the recorded inode, no live shellper inside); otherwise nothing is
+signalled and the report says why. No marks are used: a cgroup cannot be left.
+
+**Uncontained sessions** (containment none, the fallback):
 
 When a shellper is killed outright (SIGKILL, the OOM killer) its child gets PDEATHSIG SIGKILL and the
 terminal hang-up sends SIGHUP to the foreground process group. A grandchild that ignores SIGHUP, sits in
@@ -6,13 +15,10 @@ another process group, or left the session lives on, re-parented to init, holdin
 held (a conversation id: the original's incident #1224). Nothing else will ever end it.
 
 A process counts as left behind by the session recorded in ``record`` if it is of this boot, started no
-earlier than the recorded child, and carries either mark:
-
-* **the session**: ``sid == record.child_pid``. While any member of a session exists the kernel cannot
-  hand its id out again as a pid, so members are the recorded child's tree, unless that pid is now a
-  *different* live process leading a new session (its start ticks differ: then the mark is not used).
-* **the environment**: ``SHELLPER_INSTANCE=<record.instance_id>``, a 128-bit nonce the shellper gives
-  every child; it survives setsid and double forks (not an ``env -i``).
+earlier than the recorded shellper, and carries the mark ``SHELLPER_INSTANCE=<record.instance_id>`` in its
+environment: a 128-bit nonce the shellper gives every child; it survives setsid and double forks (not an
+``env -i``: such a process is not found, which is what containment none cannot promise). The session id is
+not used as a mark: once its leader is gone, the number can name another process's session.
 
 Every candidate is pinned with a pidfd before its marks are read, and the read counts only if the pidfd
 still names an unreaped process afterwards, so a recycled pid is never signalled. Never this process or
@@ -22,16 +28,16 @@ Marks can be copied: a record duplicated from a *live* session (another name, th
 child) carries that session's marks, and its "survivors" would be the live session's child. So, in the
 runtime directory the record came from (``directory``; default: that of ``record.socket``):
 
-* **A live shellper's tree is never touched.** A *live shellper* is a process holding some session's
-  lock there (per /proc/locks), or the recorded shellper (same boot, same start ticks) of a session
-  whose lock is held. A marked process that is a live shellper, or whose parent chain (ppid, up to pid 1)
-  reaches one, is *spared*. A shellper is a child subreaper, so whatever its child's tree orphans is
-  re-parented to it and stays in its ancestry. (The price: the survivors of a session started from inside
-  another, live session of the same directory are re-parented to that shellper and are spared too.)
+* **A live shellper's tree is never touched.** A *live shellper* is, in any runtime directory, a process
+  proven by :func:`shellper.shellpers.live_shellpers` (it holds the lock its record names it by), or, in
+  this directory, a process holding some session's lock (per /proc/locks). A marked process that is a live
+  shellper, or whose parent chain (ppid, up to pid 1) reaches one, is *spared*: a shellper started inside
+  the dead session inherited its mark, and it and its own tree are not the dead session's. A shellper is a
+  child subreaper, so whatever its child's tree orphans is re-parented to it and stays in its ancestry.
 * **A suspect record ends nothing.** A dead record whose instance id, or whose child (pid and start
-  ticks), is also claimed by a live session of the directory (its lock held, or its recorded shellper
-  alive) is suspect, and so is a directory in which a lock is held by nobody we can identify: nothing
-  is signalled and :attr:`SurvivorReport.suspect` says why.
+  ticks), is also claimed by a live session (of any directory) is suspect, and so is a directory in which
+  a lock is held by nobody we can identify: nothing is signalled and :attr:`SurvivorReport.suspect` says
+  why.
 """
 
 from __future__ import annotations
@@ -42,10 +48,12 @@ import signal
 import time
 from dataclasses import dataclass
 
+from shellper.cgroup import NONE, SessionCgroup, verify_dead_session
 from shellper.identity import IdentityError, PidFd, ProcessGone, SurvivorError, boot_id, read_stat
 from shellper.paths import PathError, SessionPaths, UnsafeDirError
 from shellper.record import LockError, RecordError, SessionLock, SessionRecord, read_record
 from shellper.sessions import session_names
+from shellper.shellpers import live_shellpers, record_is_alive, under
 from tower_client.discover import check_dir, lock_owners
 
 __all__ = ["INSTANCE_ENV", "MAX_ROUNDS", "Guard", "SurvivorReport", "find_survivors", "guard", "protected_pids",
@@ -108,30 +116,27 @@ def _record_dir(record: SessionRecord) -> str | None:
     return os.path.dirname(record.socket) if os.path.isabs(record.socket) else None
 
 
-def _verified_alive(rec: SessionRecord) -> bool:
-    """The recorded shellper is the live process at its pid now (this boot, same start ticks)."""
-    try:
-        if rec.boot_id != boot_id():
-            return False
-        st = read_stat(rec.shellper_pid)
-    except IdentityError:
-        return False
-    return st is not None and st.state != "Z" and st.start_time == rec.shellper_start_time
-
-
 def guard(record: SessionRecord, directory: str | os.PathLike[str] | None = None) -> Guard:
     """Scan ``directory`` (default: that of ``record.socket``) for live shellpers and for live sessions
     claiming ``record``'s instance id or child. Never signals."""
     where = os.fspath(directory) if directory else _record_dir(record)
     if where is None:
         return Guard(frozenset(), "the record names no runtime directory to check for live shellpers")
+    everywhere = live_shellpers()
+    for pid, other in everywhere.items():
+        if other.instance_id == record.instance_id:
+            return Guard(frozenset(everywhere), f"instance {record.instance_id} is also claimed by live shellper "
+                         f"{pid} (session {other.name!r} of {os.path.dirname(other.socket)})")
+        if (record.child_pid is not None and record.child_start_time is not None
+                and (other.child_pid, other.child_start_time) == (record.child_pid, record.child_start_time)):
+            return Guard(frozenset(everywhere), f"child {record.child_pid} is also claimed by live shellper {pid}")
     try:
         d = check_dir(where)
     except UnsafeDirError as e:
         return Guard(frozenset(), f"cannot check for live shellpers: {e}")
     if d is None:
-        return Guard(frozenset())
-    live: set[int] = set()
+        return Guard(frozenset(everywhere))
+    live: set[int] = set(everywhere)
     for name in session_names(d):
         try:
             paths = SessionPaths.for_name(d, name)
@@ -145,7 +150,7 @@ def guard(record: SessionRecord, directory: str | os.PathLike[str] | None = None
             rec: SessionRecord | None = read_record(paths.record)
         except (FileNotFoundError, RecordError):
             rec = None
-        rec_alive = rec is not None and _verified_alive(rec)
+        rec_alive = rec is not None and record_is_alive(rec)
         if held:
             owners = {p for p in (lock_owners(paths.lock) or ()) if p > 0}
             if rec is not None and rec_alive:
@@ -165,24 +170,6 @@ def guard(record: SessionRecord, directory: str | os.PathLike[str] | None = None
     return Guard(frozenset(live))
 
 
-def _under_live(pid: int, live: frozenset[int]) -> bool:
-    """``pid`` or one of its ancestors is a live shellper. Unknown (an unreadable or vanished link of
-    the chain) counts as yes: sparing a process is always safe."""
-    seen: set[int] = set()
-    while pid > 1 and pid not in seen:
-        if pid in live:
-            return True
-        seen.add(pid)
-        try:
-            st = read_stat(pid)
-        except IdentityError:
-            return True
-        if st is None:
-            return True
-        pid = st.ppid
-    return False
-
-
 def _has_env(pid: int, needle: bytes) -> bool:
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
@@ -191,25 +178,14 @@ def _has_env(pid: int, needle: bytes) -> bool:
         return False
 
 
-def _marked(pid: int, record: SessionRecord, use_sid: bool, needle: bytes, min_start: int) -> bool:
+def _marked(pid: int, needle: bytes, min_start: int) -> bool:
     try:
         st = read_stat(pid)
     except IdentityError:
         return False
     if st is None or st.state == "Z" or st.start_time < min_start:
         return False
-    return (use_sid and st.session == record.child_pid) or _has_env(pid, needle)
-
-
-def _sid_usable(record: SessionRecord) -> bool:
-    """The recorded child's pid still names its session: the child (alive or zombie) or nobody."""
-    if record.child_pid is None or record.child_start_time is None:
-        return False
-    try:
-        st = read_stat(record.child_pid)
-    except IdentityError:
-        return False
-    return st is None or st.start_time == record.child_start_time
+    return _has_env(pid, needle)
 
 
 def find_survivors(record: SessionRecord, pinned: dict[int, PidFd] | None = None, *,
@@ -217,18 +193,17 @@ def find_survivors(record: SessionRecord, pinned: dict[int, PidFd] | None = None
                    spared: set[int] | None = None) -> dict[int, PidFd]:
     """Pidfds of the live processes left behind by ``record``'s session (new ones added to ``pinned``).
 
-    Returns {} for a record of another boot or one that never had a child, and adds nothing for a
-    suspect record (``protect``, default: :func:`guard` of ``directory``). Marked processes that are
+    Returns {} for a record of another boot, and adds nothing for a suspect record (``protect``,
+    default: :func:`guard` of ``directory``). Marked processes that are
     (under) a live shellper are not pinned but added to ``spared``. The caller closes the pidfds.
     """
     found: dict[int, PidFd] = {} if pinned is None else pinned
-    if record.boot_id != boot_id() or record.child_start_time is None:
+    if record.boot_id != boot_id():
         return found
     if protect is None:
         protect = guard(record, directory)
     if protect.suspect:
         return found
-    use_sid = _sid_usable(record)
     needle = f"{INSTANCE_ENV}={record.instance_id}".encode()
     skip = protected_pids()
     for name in os.listdir("/proc"):
@@ -237,15 +212,15 @@ def find_survivors(record: SessionRecord, pinned: dict[int, PidFd] | None = None
         pid = int(name)
         if pid in skip or pid in found:
             continue
-        if not _marked(pid, record, use_sid, needle, record.child_start_time):
+        if not _marked(pid, needle, record.shellper_start_time):
             continue  # cheap pre-filter; the verdict that counts is taken below, through a pidfd
         try:
             fd = PidFd.open(pid)
         except ProcessGone:
             continue
         try:
-            ok = _marked(pid, record, use_sid, needle, record.child_start_time) and fd.is_unreaped()
-            if ok and _under_live(pid, protect.live):
+            ok = _marked(pid, needle, record.shellper_start_time) and fd.is_unreaped()
+            if ok and under(pid, protect.live):
                 ok = False
                 if spared is not None:
                     spared.add(pid)
@@ -282,6 +257,10 @@ def reap_survivors(record: SessionRecord, *, directory: str | os.PathLike[str] |
     that of ``record.socket``): a suspect record ends nothing, a live shellper's tree is spared (module
     docstring). Raises SurvivorError if anything outlives SIGKILL + ``confirm_timeout``.
     """
+    if record_is_alive(record):  # its lock file may be gone, but it lives: its tree is its own to end
+        return SurvivorReport(record.name, (), (), suspect=f"the recorded shellper {record.shellper_pid} is alive")
+    if record.containment != NONE:
+        return _reap_cgroup(record, directory, grace, confirm_timeout)
     protect = guard(record, directory)
     if protect.suspect:
         return SurvivorReport(record.name, (), (), suspect=protect.suspect)
@@ -310,3 +289,34 @@ def reap_survivors(record: SessionRecord, *, directory: str | os.PathLike[str] |
     finally:
         for fd in pinned.values():
             fd.close()
+
+
+def _reap_cgroup(record: SessionRecord, directory: str | os.PathLike[str] | None, grace: float,
+                 confirm_timeout: float) -> SurvivorReport:
+    """End and remove a dead contained session's cgroup (module docstring); suspect if it is not verifiably
+    that session's."""
+    where = os.fspath(directory) if directory else _record_dir(record)
+    if record.boot_id != boot_id():
+        return SurvivorReport(record.name, (), ())  # the cgroup went with the boot
+    if where is None:
+        return SurvivorReport(record.name, (), (), suspect="the record names no runtime directory")
+    group, why = verify_dead_session(record.cgroup, record.cgroup_id, where, record.name, record.instance_id)
+    if group is None:
+        return SurvivorReport(record.name, (), (), suspect="" if why == "gone" else why)
+    return end_cgroup(record.name, group, grace, confirm_timeout)
+
+
+def end_cgroup(name: str, group: SessionCgroup, grace: float, confirm_timeout: float) -> SurvivorReport:
+    """SIGTERM every verified member, wait ``grace``, cgroup.kill, confirm it empty, remove it."""
+    termed = tuple(sorted(group.procs()))
+    killed: tuple[int, ...] = ()
+    if termed:
+        group.signal_members(signal.SIGTERM)
+        group.signal_members(signal.SIGCONT)
+        if not group.wait_empty(grace):
+            killed = tuple(sorted(group.procs()))
+            group.kill()
+            if not group.wait_empty(confirm_timeout):
+                raise SurvivorError(tuple(sorted(group.procs())))
+    group.remove()
+    return SurvivorReport(name, termed, killed)
