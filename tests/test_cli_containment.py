@@ -10,6 +10,7 @@ import json
 import os
 import pwd
 import secrets
+import signal
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -17,13 +18,16 @@ from pathlib import Path
 
 import pytest
 from conftest import PY, ROOT, SHELLPER_CLI, Sessions, wait_gone
-from test_server_lifecycle import _UNDER_SUBREAPER
+from test_server_lifecycle import _UNDER_SUBREAPER, daemons_for
 
 from shellper.cgroup import (
     DEFAULT_PARENT_NAME,
     SessionCgroup,
     default_parent,
+    dir_key,
     find_mount,
+    find_session_cgroups,
+    own_cgroup,
 )
 from shellper.config import ConfigError, SessionConfig
 from shellper.launch import LaunchInfo, launch
@@ -151,6 +155,156 @@ def _leaf_of(record_cgroup: str | None, parent: str, name: str) -> str:
     assert record_cgroup is not None and os.path.dirname(record_cgroup) == parent, record_cgroup
     assert os.path.basename(record_cgroup).split(".")[2] == name
     return record_cgroup
+
+
+# --------------------------------------------------------------------------------------------- run
+
+
+@pytest.mark.parametrize(("request_", "expected"), [("auto", "cgroup"), ("cgroup", "cgroup"), ("none", "none")])
+def test_run_records_the_containment_and_ls_and_status_show_it(contained: Shell, request_: str,
+                                                               expected: str) -> None:
+    """auto takes its parent from $SHELLPER_CGROUP_PARENT, cgroup from --cgroup-parent; none makes nothing,
+    even with a parent given. `shellper stop` removes the session's cgroup."""
+    parent = contained.parent
+    if request_ == "auto":
+        info = contained.run("c", env=_env(SHELLPER_CGROUP_PARENT=parent))
+    else:
+        info = contained.run("c", "--containment", request_, "--cgroup-parent", parent)
+    assert (info.containment, info.owner) == (expected, _user())
+    record = read_record(info.record)
+    assert (record.containment, record.owner) == (expected, _user())
+    assert info.child_pid is not None
+    if expected == "cgroup":
+        leaf = _leaf_of(record.cgroup, parent, "c")
+        assert record.cgroup_id == os.stat(leaf).st_ino
+        mount = find_mount()
+        assert mount is not None
+        assert own_cgroup(info.child_pid) == "/" + os.path.relpath(os.path.join(leaf, "child"), mount)
+    else:
+        assert (record.cgroup, record.cgroup_id) == (None, None)
+        assert not os.path.exists(parent)  # containment none touches no cgroup at all
+
+    row = contained.ls_row("c")
+    assert (row["STATE"], row["OWNER"], row["CONTAINMENT"], row["LAST EXIT"]) == ("running", _user(), expected, "-")
+    listed = contained.ls_json("c")
+    assert (listed["owner"], listed["containment"], listed["cgroup"]) == (_user(), expected, record.cgroup)
+
+    shown = contained("status", "c")
+    assert shown.returncode == 0, shown.stderr
+    assert f"\n  owner {_user()}, containment {expected}\n" in shown.stdout, shown.stdout
+    assert (f"\n  cgroup {record.cgroup}\n" in shown.stdout) == (expected == "cgroup"), shown.stdout
+    status = json.loads(contained("status", "c", "--json").stdout)
+    assert (status["owner"], status["containment"], status["cgroup"]) == (_user(), expected, record.cgroup)
+
+    contained.stop(info)
+    if record.cgroup is not None:
+        assert not os.path.exists(record.cgroup), "shellper stop left the session's cgroup"
+        assert [e for e in os.listdir(parent) if os.path.isdir(os.path.join(parent, e))] == []
+
+
+@pytest.mark.parametrize("containment", ["cgroup", "none"])
+def test_a_dead_session_shows_its_owner_and_containment_from_its_record(contained: Shell,
+                                                                        containment: str) -> None:
+    info = contained.run("d", "--containment", containment, "--cgroup-parent", contained.parent,
+                         "--owner", "tower-a")
+    record = read_record(info.record)
+    assert info.child_pid is not None
+    os.kill(info.pid, signal.SIGKILL)
+    assert wait_gone(info.pid, 10) and wait_gone(info.child_pid, 10)  # the child goes with it (pdeathsig)
+
+    row = contained.ls_row("d")
+    assert (row["STATE"], row["OWNER"], row["CONTAINMENT"]) == ("stale", "tower-a", containment), row
+    listed = contained.ls_json("d")
+    assert (listed["state"], listed["owner"], listed["containment"], listed["cgroup"]) == (
+        "stale", "tower-a", containment, record.cgroup)
+
+    shown = contained("status", "d")
+    assert shown.returncode == 1  # not running: shown, but not a success
+    assert shown.stdout.startswith("d: stale (no live shellper holds this session's lock; its record said running)")
+    assert "\n  owner tower-a, containment " + containment + "\n" in shown.stdout, shown.stdout
+    assert (f"\n  cgroup {record.cgroup}\n" in shown.stdout) == (containment == "cgroup"), shown.stdout
+    assert shown.stderr == "shellper: session 'd' is not running (shown from its record)\n"
+    status = json.loads(contained("status", "d", "--json").stdout)
+    assert (status["state"], status["owner"], status["containment"], status["cgroup"]) == (
+        "stale", "tower-a", containment, record.cgroup)
+    assert status["record"]["instance_id"] == info.instance_id
+
+    done = contained("stop", "d")  # a dead shellper's files go; its cgroup (if any) goes at teardown
+    assert done.returncode == 0, done.stderr
+    contained.sessions.started.remove(info)
+
+
+@pytest.mark.parametrize("where", ["a plain directory", "a missing directory", "a file in the hierarchy"])
+@pytest.mark.parametrize("foreground", [False, True], ids=["detached", "foreground"])
+def test_containment_cgroup_with_an_unusable_parent_does_not_start(shell: Shell, tmp_path: Path, where: str,
+                                                                   foreground: bool) -> None:
+    """--containment cgroup does not fall back: the launch fails with one line naming the option and the
+    parent, no process is left behind (the CLI runs under a subreaper), and no file or cgroup is made."""
+    if where == "a plain directory":
+        parent = str(tmp_path)
+    elif where == "a missing directory":
+        parent = str(tmp_path / "missing")
+    else:
+        mount = find_mount()
+        if mount is None:
+            pytest.skip("no cgroup v2 hierarchy is mounted (shellper.cgroup.find_mount)")
+        parent = os.path.join(mount, "cgroup.procs")
+    done = shell("run", "u", "--containment", "cgroup", "--cgroup-parent", parent,
+                 *(["--foreground"] if foreground else []), "--", "cat", under_subreaper=True)
+    assert done.returncode == 1 and done.stdout == "", done
+    error, orphans = done.stderr.splitlines()
+    assert error.startswith(f"shellper: --containment cgroup: cgroup {parent}: "), error
+    # The subreaper waited for every process the CLI left: the run returned, so none is left running. Detached,
+    # the daemon that reported the failure is one of them (it exits after its report, after the CLI may have).
+    assert orphans.startswith("orphans: [") and (orphans == "orphans: []" or not foreground), orphans
+    assert daemons_for(shell.dir) == []
+    assert not shell.dir.exists() or list(shell.dir.iterdir()) == []
+    assert list(tmp_path.iterdir()) == []
+    mount = find_mount()
+    if mount is not None:  # no cgroup of this runtime directory anywhere a shellper could have made one
+        for place in (mount, os.path.join(mount, DEFAULT_PARENT_NAME)):
+            assert find_session_cgroups(place, str(shell.dir)) == [], place
+        assert not any(entry.startswith(dir_key(str(shell.dir))) for entry in os.listdir(mount))
+
+
+@pytest.mark.parametrize(("options", "env", "says"), [
+    (["--containment", "bogus"], {}, "shellper: --containment: 'bogus' is not one of auto, cgroup, none"),
+    (["--containment", ""], {}, "shellper: --containment: '' is not one of auto, cgroup, none"),
+    (["--cgroup-parent", ""], {}, "shellper: run: --cgroup-parent: must not be empty"),
+    (["--owner", "a b"], {}, "shellper: run: --owner 'a b': contains white space, '/' or a control character"),
+    (["--owner", "x/y"], {}, "shellper: run: --owner 'x/y': contains white space, '/' or a control character"),
+    (["--owner", ""], {}, "shellper: run: --owner '': is empty"),
+    (["--owner", "o" * 65], {}, "shellper: run: --owner '" + "o" * 65 + "': is 65 characters; at most 64 allowed"),
+    ([], {"SHELLPER_OWNER": "a b"},
+     "shellper: $SHELLPER_OWNER: 'a b' contains white space, '/' or a control character"),
+], ids=["containment", "containment-empty", "parent-empty", "owner-space", "owner-slash", "owner-empty",
+        "owner-long", "owner-env"])
+def test_a_bad_option_is_refused_in_one_line_before_anything_starts(shell: Shell, options: list[str],
+                                                                   env: dict[str, str], says: str) -> None:
+    done = shell("run", "bad", *options, "--", "cat", env=_env(**env), under_subreaper=True)
+    assert done.returncode == 1 and done.stdout == "", done
+    assert done.stderr.splitlines() == [says, "orphans: []"]
+    assert daemons_for(shell.dir) == []
+    assert not shell.dir.exists() or list(shell.dir.iterdir()) == []
+
+
+# --------------------------------------------------------------------------------------------- owner
+
+
+@pytest.mark.parametrize("how", ["--owner", "SHELLPER_OWNER", "both", "default"])
+def test_the_owner_is_recorded_and_shown(shell: Shell, how: str) -> None:
+    """--owner, else $SHELLPER_OWNER, else the user's name: in the info line, the record, ls and status."""
+    options = ["--containment", "none"]  # no cgroup: the owner is the point here
+    if how in ("--owner", "both"):
+        options += ["--owner", "tower-a"]
+    env = _env(SHELLPER_OWNER="tower-b") if how in ("SHELLPER_OWNER", "both") else _env()
+    expected = {"--owner": "tower-a", "both": "tower-a", "SHELLPER_OWNER": "tower-b", "default": _user()}[how]
+    info = shell.run("o", *options, env=env)
+    assert info.owner == expected and read_record(info.record).owner == expected
+    assert shell.ls_row("o")["OWNER"] == expected and shell.ls_json("o")["owner"] == expected
+    assert f"\n  owner {expected}, containment none\n" in shell("status", "o").stdout
+    assert json.loads(shell("status", "o", "--json").stdout)["owner"] == expected
+    shell.stop(info)
 
 
 # --------------------------------------------------------------------------------------------- launch()
