@@ -33,7 +33,7 @@ from shellper.cgroup import (
 from shellper.child import Child, SpawnError, build_env, check_spawnable, spawn_child
 from shellper.child import resize as resize_child
 from shellper.clients import ClientConn
-from shellper.config import SessionConfig, resolve_stderr_mode
+from shellper.config import ConfigError, SessionConfig, resolve_stderr_mode
 from shellper.exits import Action, ExitEvidence, Supervisor, describe_exit, signal_name
 from shellper.identity import IdentityError, boot_id, start_time
 from shellper.logfile import LogFile
@@ -278,8 +278,8 @@ class Session:
                 group.remove()
                 raise
         except (CgroupError, OSError) as exc:
-            if self.config.containment == CGROUP:
-                raise
+            if self.config.containment == CGROUP:  # the launcher shows this: say which option made it fatal
+                raise ConfigError("--containment cgroup", str(exc)) from exc
             self.log.write(f"running without a cgroup: {exc}")
             return
         self.cgroup, self._origin_cgroup = group, origin
