@@ -210,3 +210,125 @@ def test_own_tree_keeps_only_what_proc_shows_under_a_pinned_parent(monkeypatch: 
     finally:
         child.kill()
         child.wait()
+
+
+# ----------------------------------------------------------------------------- defect 6: RESIZE
+
+
+def test_same_size_resize_signals_the_foreground_job_and_keeps_the_size_exact() -> None:
+    """The kernel signals on any change of the winsize struct: a same-size resize changes ws_xpixel and
+    sets it back, so the job gets SIGWINCH and the struct ends as it would after a plain resize."""
+    import fcntl
+    import struct
+    import termios
+
+    from shellper.child import build_env, close, reap, resize, spawn_child
+
+    counter = ("import os, signal\n"
+               "n = 0\n"
+               "def h(*_):\n    global n\n    n += 1\n    os.write(1, b'winch %d\\n' % n)\n"
+               "signal.signal(signal.SIGWINCH, h)\n"
+               "os.write(1, b'ready\\n')\n"
+               "while True:\n    signal.pause()\n")
+    c = spawn_child([sys.executable, "-c", counter], cwd=None, env=build_env(None, {}), cols=80, rows=24)
+    try:
+        _read_until(c.master_fd, b"ready\r\n")
+        resize(c, 80, 24)
+        _read_until(c.master_fd, b"winch 1\r\n")
+        raw = fcntl.ioctl(c.master_fd, termios.TIOCGWINSZ, bytes(8))
+        assert struct.unpack("HHHH", raw) == (24, 80, 0, 0)
+    finally:
+        close(c)
+        reap(c, block=True)
+
+
+def _read_until(fd: int, needle: bytes, timeout: float = 10.0) -> bytes:
+    import select
+    import time
+
+    out = b""
+    end = time.monotonic() + timeout
+    while needle not in out:
+        left = end - time.monotonic()
+        assert left > 0, f"{needle!r} not seen; got {out!r}"
+        if select.select([fd], [], [], left)[0]:
+            out += os.read(fd, 4096)
+    return out
+
+
+def test_resize_never_signals_a_stranger_that_got_a_dead_foreground_group_s_number() -> None:
+    """In a private pid namespace, a session child acts as a shell: it puts a job in a group of its own in
+    the foreground, the job exits and is reaped, and the terminal's foreground group is left the dead one
+    (tcgetpgrp() still reports its number). A stranger, outside the session, is then made to lead a group
+    with that very number (ns_last_pid, setpgid). Resizes, to the same size and to another, must not signal
+    the stranger: the kernel signals the terminal's real (dead, empty) group. The old killpg of
+    tcgetpgrp()'s number gave the stranger SIGWINCH."""
+    result = _in_pid_namespace(_STALE_FOREGROUND)
+    assert result["stale_reported"], result  # the terminal still names the dead group: the old code's input
+    if not result["reused"]:
+        pytest.skip(f"could not give the stranger the dead group's number: {result}")
+    assert result["stranger_signals"] == [], result
+    assert result["winsize"] == [30, 100, 0, 0], result
+
+
+_STALE_FOREGROUND = r"""
+import fcntl, json, os, select, signal, struct, subprocess, sys, termios, time
+from shellper.child import build_env, close, reap, resize, spawn_child
+
+PY = sys.executable
+SHELL = ("import os, signal\n"
+         "r, w = os.pipe()\n"
+         "job = os.fork()\n"
+         "if job == 0:\n    os.setpgid(0, 0)\n    os.close(w)\n    os.read(r, 1)\n    os._exit(0)\n"
+         "os.setpgid(job, job)\n"  # both set it, as a shell does: no race with the tcsetpgrp below
+         "os.tcsetpgrp(0, job)\n"
+         "os.write(w, b'x')\n"
+         "os.waitpid(job, 0)\n"
+         "os.write(1, b'stale %d\\n' % job)\n"
+         "while True:\n    signal.pause()\n")
+STRANGER = ("import os, signal\n"
+            "def h(n, f):\n    os.write(1, b'%d\\n' % n)\n"
+            "for s in (signal.SIGWINCH, signal.SIGRTMIN):\n    signal.signal(s, h)\n"
+            "os.write(1, b'ready\\n')\n"
+            "while True:\n    signal.pause()\n")
+deadline = time.monotonic() + 60
+
+
+def read_line(fd, out=b""):
+    while b"\n" not in out:
+        if not select.select([fd], [], [], max(0, deadline - time.monotonic()))[0]:
+            raise SystemExit(f"timed out; got {out!r}")
+        chunk = os.read(fd, 1)
+        if not chunk:
+            break
+        out += chunk
+    return out.decode().strip()
+
+
+c = spawn_child([PY, "-c", SHELL], cwd="/", env=build_env(None, {}), cols=80, rows=24, stderr_mode="merged")
+line = read_line(c.master_fd)
+stale = int(line.split()[1])
+stale_reported = os.tcgetpgrp(c.master_fd) == stale
+fd = os.open("/proc/sys/kernel/ns_last_pid", os.O_WRONLY)
+os.write(fd, str(stale - 1).encode())  # os.write: a buffered write could hide an EPERM
+os.close(fd)
+x = subprocess.Popen([PY, "-c", STRANGER], stdout=subprocess.PIPE, process_group=0)
+assert read_line(x.stdout.fileno()) == "ready"
+reused = x.pid == stale and os.getpgid(x.pid) == stale
+resize(c, 80, 24)
+resize(c, 100, 30)
+x.send_signal(signal.SIGRTMIN)  # a sentinel: a SIGWINCH sent before it is reported before it
+got = []
+while True:
+    n = read_line(x.stdout.fileno())
+    if not n or int(n) == signal.SIGRTMIN:
+        break
+    got.append(int(n))
+winsize = list(struct.unpack("HHHH", fcntl.ioctl(c.master_fd, termios.TIOCGWINSZ, bytes(8))))
+x.kill()
+x.wait()
+close(c)
+reap(c, block=True)
+print(json.dumps({"stale": stale, "stale_reported": stale_reported, "reused": reused, "stranger": x.pid,
+                  "stranger_signals": got, "winsize": winsize}))
+"""
