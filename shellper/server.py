@@ -228,15 +228,21 @@ class Session:
         self.loop.stop()
 
     def _remove_files(self, keep_log: bool) -> None:
-        unlink_if_socket(self.paths.socket)
-        unlink_if_regular(self.paths.record)
+        # Displaced (our files were removed and another shellper took the name): its files, not ours.
+        displaced = os.path.lexists(self.paths.lock) and not self._lock_file_is_ours()
+        if displaced:
+            self.log.write(f"{self.paths.lock} is another shellper's: leaving the session's files to it")
+        else:
+            unlink_if_socket(self.paths.socket)
+            unlink_if_regular(self.paths.record)
         if self._lock is not None:
-            self._lock.release()
+            self._lock.release()  # unlinks the lock file only if it is still ours
             self._lock = None
         if not keep_log:
             self.log.close()
-            unlink_if_regular(self.paths.log)
-            unlink_if_regular(self.paths.log + ".1")
+            if not displaced:
+                unlink_if_regular(self.paths.log)
+                unlink_if_regular(self.paths.log + ".1")
 
     def _end_previous(self) -> None:
         """A killed shellper's record is about to be overwritten: end what its tree left running first (its
@@ -864,6 +870,17 @@ class Session:
         self._write_record()
 
     def _write_record(self) -> None:
+        if self._lock is None:  # stopped: the files are gone for good
+            return
+        if not self._lock_file_is_ours():
+            # Displaced (our files were removed; another shellper may own the name now): this identity must
+            # not replace whatever record is at the path.
+            problem = (f"not writing {self.paths.record}: {self.paths.lock} is not the lock this shellper "
+                       "holds (removed, or another shellper has the name); its files are left alone")
+            if self.record_error != problem:
+                self.log.write(problem)
+            self.record_error = problem
+            return
         child = self.child
         record = SessionRecord(
             name=self.config.name, boot_id=self.boot_id, shellper_pid=self.pid,
