@@ -21,7 +21,7 @@ from tower_client.apply import OwnerBusy, apply, terminate_session
 from tower_client.client import ClientError
 from tower_client.discover import Observed, discover, observe
 from tower_client.holders import BadSessionId, find_holders
-from tower_client.reconcile import RegistryError, load_registry, reconcile
+from tower_client.reconcile import RegistryError, load_registry, name_mismatch, reconcile
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -142,7 +142,7 @@ def _refuse_reap(o: Observed, owner: str) -> str:
         return "the recorded process does not hold the session lock"
     if o.probe == "answered" and (o.welcome_instance_id != o.record.instance_id or o.peer_pid != o.pid):
         return "the socket answers as another shellper than the record names"
-    return ""
+    return name_mismatch(o) or ""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
