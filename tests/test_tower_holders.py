@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 import time
 import uuid
@@ -14,6 +15,9 @@ from tower_client.apply import apply
 from tower_client.discover import discover
 from tower_client.holders import find_holders, mint_or_reclaim
 from tower_client.reconcile import Registry, RegistryRow, reconcile
+
+PAUSE = [sys.executable, "-c", "import signal; signal.pause()"]
+"""A stand-in agent CLI: waits for a signal; what follows it in argv is what it "holds"."""
 
 
 @pytest.fixture
@@ -110,5 +114,22 @@ def test_registered_session_is_left_to_the_tower_by_holders_lookup(sessions: Ses
     assert alive(before)
     decisions = reconcile(Registry((RegistryRow("arch-e"),)), discover(sessions.dir), now=time.time())
     assert [str(d.action) for d in decisions] == ["adopt"]
+
+# --------------------------------------------------------------------------------------------- matching
+
+
+def test_short_flag_redirections_and_backticks_are_holders(sessions: Sessions, sid: str) -> None:
+    """`-r ID`, an id right before a redirection, and one inside backticks were missed."""
+    held = shlex.join([*PAUSE, "-r", sid])
+    short = sessions.spawn([*PAUSE, "-r", sid])
+    redirected = sessions.spawn(["sh", "-c", f"{shlex.join(PAUSE)} --resume {sid}>/dev/null; :"])
+    backticks = sessions.spawn(["sh", "-c", f"x=`{held}`; :"])
+    want = {short.pid: "argv", redirected.pid: "shell", backticks.pid: "shell"}
+    found = poll_until(lambda: (f := {h.pid: h.form for h in find_holders(sid, sessions.dir)
+                                      if h.pid in want}) == want and f, what="the three holders")
+    assert found == want
+    assert all(h.kind == "foreign" for h in find_holders(sid, sessions.dir))
+    assert mint_or_reclaim(sid, sessions.dir).action == "mint"
+
 
 __all__ = ["other", "sessions"]  # the fixtures, re-exported for pytest

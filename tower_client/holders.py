@@ -1,9 +1,10 @@
 """Who holds a conversation/session id, and may we take it back? "Foreign wins" (codev #1224).
 
-A process *holds* an id when its argv carries it after ``--session-id`` or ``--resume``: as the next
-argument, as ``--flag=ID``, inside a shell command string (``sh -c "claude --resume ID"``) bounded by
-whitespace or shell punctuation, or as a JSON pair ``"--session-id","ID"`` (a config blob in argv).
-Always anchored on the flag and bounded after the id: a bare substring never matches.
+A process *holds* an id when its argv carries it after ``--session-id``, ``--resume`` or ``-r``: as the
+next argument, as ``--flag=ID`` (``-rID`` for the short flag, as getopt reads it), inside a shell command
+string (``sh -c "claude --resume ID"``, ``exec -a``) bounded by whitespace, shell punctuation, a
+redirection or a backtick, or as a JSON pair ``"--session-id","ID"`` (a config blob in argv). Always
+anchored on the flag and bounded after the id: a bare substring never matches.
 
 A holder is *own* only if it is one of our shellpers, or a descendant of one, where "our shellper"
 means: its record in the given runtime directory is from this boot, its pid carries the recorded
@@ -33,6 +34,7 @@ from tower_client.discover import check_dir, lock_owners
 __all__ = [
     "FLAGS",
     "MAX_SESSION_ID_LEN",
+    "SHORT_FLAGS",
     "BadSessionId",
     "Holder",
     "OwnShellper",
@@ -44,6 +46,8 @@ __all__ = [
 ]
 
 FLAGS = ("--session-id", "--resume")
+SHORT_FLAGS = ("-r",)
+"""Short forms: the id is the next argument or attached (``-rID``), never after ``=``."""
 MAX_SESSION_ID_LEN = 256
 MAX_ANCESTRY = 64
 """Parent links followed from a holder looking for one of our shellpers."""
@@ -69,16 +73,19 @@ def _check_id(session_id: str) -> None:
         raise BadSessionId(session_id, "contains whitespace, quotes, backslashes or control characters")
 
 
-_SHELL_BEFORE = r"(?:^|(?<=[\s;&|(]))"
-_SHELL_AFTER = r"(?=$|[\s;&|)])"
+# A flag starts a word (after a separator, an opening parenthesis or backtick); the id ends one (before a
+# separator, a closing parenthesis or backtick, or a redirection: `claude --resume ID>log`).
+_SHELL_BEFORE = r"(?:^|(?<=[\s;&|(`]))"
+_SHELL_AFTER = r"(?=$|[\s;&|)<>`])"
 
 
 def _patterns(session_id: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
-    flags = "|".join(re.escape(f) for f in FLAGS)
+    long = "|".join(re.escape(f) for f in FLAGS)
+    short = "|".join(re.escape(f) for f in SHORT_FLAGS)
     sid = re.escape(session_id)
-    shell = re.compile(rf"{_SHELL_BEFORE}(?:{flags})(?:=|\s+)(['\"]?){sid}\1{_SHELL_AFTER}")
+    shell = re.compile(rf"{_SHELL_BEFORE}(?:(?:{long})(?:=|\s+)|(?:{short})\s*)(['\"]?){sid}\1{_SHELL_AFTER}")
     jsid = re.escape(json.dumps(session_id)[1:-1])
-    js = re.compile(rf'"(?:{flags})"\s*,\s*"{jsid}"')
+    js = re.compile(rf'"(?:{long}|{short})"\s*,\s*"{jsid}"')
     return shell, js
 
 
@@ -90,10 +97,11 @@ def argv_carries(argv: Sequence[str], session_id: str) -> str | None:
 
 
 def _match(argv: Sequence[str], session_id: str, shell: re.Pattern[str], js: re.Pattern[str]) -> str | None:
+    attached = {f"{flag}={session_id}" for flag in FLAGS} | {f"{flag}{session_id}" for flag in SHORT_FLAGS}
     for i, arg in enumerate(argv):
-        if arg in FLAGS and i + 1 < len(argv) and argv[i + 1] == session_id:
+        if (arg in FLAGS or arg in SHORT_FLAGS) and i + 1 < len(argv) and argv[i + 1] == session_id:
             return "argv"
-        if any(arg == f"{flag}={session_id}" for flag in FLAGS):
+        if arg in attached:
             return "argv="
     for arg in argv:
         if any(c.isspace() for c in arg) and shell.search(arg):
