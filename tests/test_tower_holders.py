@@ -12,7 +12,7 @@ from collections.abc import Collection
 from pathlib import Path
 
 import pytest
-from conftest import SHELLPER_CLI, poll_until
+from conftest import CGROUP_PARENT, SHELLPER_CLI, poll_until
 from test_tower_support import Sessions, alive, identity, is_dead, other, sessions, sleeper_argv, tree
 
 from shellper.client import Client
@@ -228,11 +228,16 @@ def _record_with_child(path: Path) -> object:
 # --------------------------------------------------------------------------------------------- survivors
 
 
-def dead_with_survivor(sessions: Sessions, name: str, sid: str) -> ProcessIdentity:
+CONTAINMENTS = ["none", pytest.param("cgroup", marks=pytest.mark.skipif(
+    CGROUP_PARENT is None, reason="no writable cgroup v2 hierarchy here"))]
+
+
+def dead_with_survivor(sessions: Sessions, name: str, sid: str, containment: str) -> ProcessIdentity:
     """Session ``name`` whose shellper was SIGKILLed, leaving a setsid'd CLI holding ``sid`` (with the
-    session's marker in its environment) running."""
+    session's marker in its environment, and in its cgroup if it has one) running."""
     held = shlex.join([*PAUSE, "--resume", sid])
-    info = sessions.launch(name, ["sh", "-c", f"setsid {held} & exec {shlex.join(PAUSE)}"])
+    info = sessions.launch(name, ["sh", "-c", f"setsid {held} & exec {shlex.join(PAUSE)}"],
+                           containment=containment)
     [cli] = poll_until(lambda: [h for h in argv_holders(sid, sessions.dir, reclaimable={name})
                                 if h.kind == "own" and h.argv == (*PAUSE, "--resume", sid)],
                        what="the setsid'd CLI to start")
@@ -245,13 +250,15 @@ def dead_with_survivor(sessions: Sessions, name: str, sid: str) -> ProcessIdenti
     return survivor
 
 
+@pytest.mark.parametrize("containment", CONTAINMENTS)
 @pytest.mark.parametrize("pid", ["gone", "reused"])
-def test_what_a_dead_named_session_left_holding_the_id_is_reclaimed(sessions: Sessions, sid: str, pid: str) -> None:
+def test_what_a_dead_named_session_left_holding_the_id_is_reclaimed(sessions: Sessions, sid: str, pid: str,
+                                                                    containment: str) -> None:
     """A killed shellper's leftover carrying its marker was "foreign" for ever (mint, every time); it is the
     dead session's, reclaimable when that session is named, and ended through reap_survivors."""
     keep = sessions.launch("keep", PAUSE)
     person = sessions.spawn([*PAUSE, "--resume", str(uuid.uuid4())])  # a bystander holding another id
-    survivor = dead_with_survivor(sessions, "gone", sid)
+    survivor = dead_with_survivor(sessions, "gone", sid, containment)
     if pid == "reused":  # the recorded pid now names another process (with other start ticks)
         path = sessions.dir / "gone.json"
         write_record(path, replace(read_record(path), shellper_pid=person.pid))
@@ -271,10 +278,12 @@ def test_what_a_dead_named_session_left_holding_the_id_is_reclaimed(sessions: Se
     assert (unnamed.within, unnamed.left_behind) == ("gone", True) and "not named" in unnamed.reason
 
 
-def test_a_dead_session_whose_instance_a_live_one_claims_reclaims_nothing(sessions: Sessions, sid: str) -> None:
+@pytest.mark.parametrize("containment", CONTAINMENTS)
+def test_a_dead_session_whose_instance_a_live_one_claims_reclaims_nothing(sessions: Sessions, sid: str,
+                                                                          containment: str) -> None:
     """A suspect record (its instance id also claimed by a live session: a copy) ends nothing: its leftover
     is foreign even when named."""
-    survivor = dead_with_survivor(sessions, "gone", sid)
+    survivor = dead_with_survivor(sessions, "gone", sid, containment)
     live = sessions.launch("twin", PAUSE)
     path = sessions.dir / "twin.json"
     write_record(path, replace(read_record(path), instance_id=read_record(sessions.dir / "gone.json").instance_id))
