@@ -47,6 +47,9 @@ def _parser() -> argparse.ArgumentParser:
     rc.add_argument("--grace", type=float, default=5.0, metavar="S", help="SIGTERM-to-SIGKILL grace (5)")
     ho = sub.add_parser("holders", help="live processes carrying a conversation/session id")
     ho.add_argument("session_id")
+    ho.add_argument("--reclaimable", action="append", default=[], metavar="NAME",
+                    help="a session of the directory that may be ended to free the id (repeatable; default: "
+                    "none, so every holder is foreign)")
     ho.add_argument("--json", action="store_true")
     rp = sub.add_parser("reap", help="identity-checked terminate of one session and its whole tree")
     rp.add_argument("name")
@@ -98,8 +101,8 @@ def _reconcile(args: argparse.Namespace, directory: Path) -> int:
 
 
 def _holders(args: argparse.Namespace, directory: Path) -> int:
-    holders = find_holders(args.session_id, directory)
-    foreign = [h for h in holders if h.own is None]
+    holders = find_holders(args.session_id, directory, reclaimable=args.reclaimable)
+    foreign = [h for h in holders if h.kind == "foreign"]
     verdict = "mint" if foreign else ("reclaim" if holders else "resume")
     lines = [f"{h.pid:>8} {h.kind:7} {h.via:6} {h.reason}" for h in holders] or ["no holders"]
     lines.append(f"mint-or-reclaim would: {verdict}")
