@@ -131,6 +131,8 @@ class _Tree:
     def __init__(self, leader: PidFd, leader_stat: ProcStat) -> None:
         self.leader = leader
         self.self_pid = os.getpid()
+        self.spare: frozenset[int] = frozenset()
+        """Never pinned, nor walked into: live shellpers of sessions started inside this tree."""
         self.members: dict[int, _Member] = {
             leader.pid: _Member(leader, ProcessIdentity(boot_id(), leader.pid, leader_stat.start_time),
                                 leader_stat.pgrp)
@@ -138,7 +140,7 @@ class _Tree:
 
     def _adopt(self, pid: int, parent: PidFd | None, pgrp: int | None) -> bool:
         """Pin ``pid`` if, after the pinning, it is a child of ``parent`` / in group ``pgrp``."""
-        if pid in self.members or pid == self.self_pid:
+        if pid in self.members or pid == self.self_pid or pid in self.spare:
             return False
         try:
             fd = PidFd.open(pid)
@@ -228,7 +230,9 @@ class OwnTree:
     The caller is the root: never a member, never signalled. Close it (the pidfds) when done.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, spare: frozenset[int] = frozenset()) -> None:
+        """``spare``: pids never to pin or walk into (live shellpers started inside the tree, which end
+        their own trees)."""
         me = os.getpid()
         root = PidFd.open(me)
         try:
@@ -236,6 +240,7 @@ class OwnTree:
             if st is None:  # pragma: no cover - our own /proc entry always exists
                 raise ProcessGone(me, "no /proc entry for the calling process")
             self._tree = _Tree(root, st)
+            self._tree.spare = spare
         except BaseException:
             root.close()
             raise

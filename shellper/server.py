@@ -54,6 +54,7 @@ from shellper.record import (
     write_record,
 )
 from shellper.ring import Scrollback
+from shellper.shellpers import live_shellpers
 from shellper.starved import Starvation
 from shellper.transport import close_listener, listen_unix
 
@@ -612,7 +613,8 @@ class Session:
             await self._terminate_cgroup(self.cgroup, grace)
             return
         try:
-            tree = OwnTree()
+            # A session started from inside this one is not part of it: its shellper ends its own tree.
+            tree = OwnTree(spare=frozenset(live_shellpers()) - {self.pid})
         except (OSError, IdentityError) as exc:  # no pidfd to spare (EMFILE): a stop must not hang on it
             self.log.write(f"cannot pin the process tree, nothing signalled: {exc}")
             return
