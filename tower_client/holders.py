@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,16 +137,16 @@ class OwnShellper:
     paths: SessionPaths
 
 
-def own_shellpers(runtime_dir: str | os.PathLike[str]) -> list[OwnShellper]:
-    """Verified shellpers of ``runtime_dir``; anything unverifiable is simply not listed (so: foreign)."""
+def _records(runtime_dir: str | os.PathLike[str]) -> Iterator[tuple[str, SessionPaths, SessionRecord, bool, bool]]:
+    """(name, paths, record, alive, locked) for each record of this boot in ``runtime_dir`` that reads and
+    checks cleanly; anything unverifiable is not listed (so: foreign, never ended)."""
     d = check_dir(runtime_dir)
     if d is None:
-        return []
+        return
     try:
         this_boot = boot_id()
     except IdentityError:
-        return []
-    found: list[OwnShellper] = []
+        return
     for name in session_names(d):
         try:
             paths = SessionPaths.for_name(d, name)
@@ -154,11 +154,18 @@ def own_shellpers(runtime_dir: str | os.PathLike[str]) -> list[OwnShellper]:
             if record.name != name or record.boot_id != this_boot:
                 continue
             st = read_stat(record.shellper_pid)
-            if st is None or st.state == "Z" or st.start_time != record.shellper_start_time:
-                continue
-            if not SessionLock.is_locked(paths.lock):
-                continue
+            alive = st is not None and st.state != "Z" and st.start_time == record.shellper_start_time
+            locked = SessionLock.is_locked(paths.lock)
         except (OSError, RecordError, LockError, IdentityError, ValueError):
+            continue
+        yield name, paths, record, alive, locked
+
+
+def own_shellpers(runtime_dir: str | os.PathLike[str]) -> list[OwnShellper]:
+    """Verified shellpers of ``runtime_dir``; anything unverifiable is simply not listed (so: foreign)."""
+    found: list[OwnShellper] = []
+    for name, paths, record, alive, locked in _records(runtime_dir):
+        if not (alive and locked):
             continue
         owners = lock_owners(paths.lock)
         visible = [p for p in owners or () if p > 0]
@@ -180,29 +187,8 @@ class DeadSession:
 
 def dead_sessions(runtime_dir: str | os.PathLike[str]) -> list[DeadSession]:
     """Dead sessions of ``runtime_dir``; a record that cannot be read or checked is not listed."""
-    d = check_dir(runtime_dir)
-    if d is None:
-        return []
-    try:
-        this_boot = boot_id()
-    except IdentityError:
-        return []
-    found: list[DeadSession] = []
-    for name in session_names(d):
-        try:
-            paths = SessionPaths.for_name(d, name)
-            record = read_record(paths.record)
-            if record.name != name or record.boot_id != this_boot:
-                continue
-            st = read_stat(record.shellper_pid)
-            if st is not None and st.state != "Z" and st.start_time == record.shellper_start_time:
-                continue
-            if SessionLock.is_locked(paths.lock):
-                continue
-        except (OSError, RecordError, LockError, IdentityError, ValueError):
-            continue
-        found.append(DeadSession(name, record, paths))
-    return found
+    return [DeadSession(name, record, paths) for name, paths, record, alive, locked in _records(runtime_dir)
+            if not alive and not locked]
 
 
 def _marker(pid: int) -> str | None:
