@@ -132,7 +132,9 @@ if host == 0:
             return found
 
         reaper.children = children
-        config = SessionConfig(name="t", argv=[PY, "-c", CHILD], dir=d, cwd="/", env=dict(os.environ), grace=5.0)
+        # containment "none": this is the fallback's teardown (a cgroup teardown lists no pids at all)
+        config = SessionConfig(name="t", argv=[PY, "-c", CHILD], dir=d, cwd="/", env=dict(os.environ), grace=5.0,
+                               containment="none")
         code = run_foreground(config)
     except BaseException as e:
         os.write(2, f"host: {e!r}\n".encode())
