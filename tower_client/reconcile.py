@@ -389,7 +389,7 @@ def _decide(name: str, row: RegistryRow | None, obs: Observed | None, now: float
                          f"not by the recorded pid {rec.shellper_pid} ({obs.identity_detail})")
         if obs.identity == "verified" and obs.serving:
             return leave("lock_missing", f"{obs.identity_detail}; it serves this session but its lock file is "
-                         f"gone: send it SIGUSR1 to recreate its files; nothing removed")
+                         f"gone: `shellper stop {name}` ends it; nothing removed")
         if obs.probe == "answered":
             return leave("unowned_socket_answers", "nobody holds the lock, yet the socket answers")
         reason = {"gone": "dead", "mismatch": "pid_reused", "unreadable": "identity_unreadable",
