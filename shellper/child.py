@@ -389,9 +389,10 @@ def _report(fd: int, stage: str, code: int, detail: str) -> None:  # pragma: no 
 def resize(child: Child, cols: int, rows: int) -> None:
     """Set the PTY size(s) and make sure the foreground job gets SIGWINCH, even if the size is unchanged.
 
-    The kernel signals only on a change; a reattaching client needs a redraw either way. The explicit
-    signal goes to the terminal's foreground group (that is where the kernel would send it), falling
-    back to the child's group while the leader is unreaped.
+    The kernel signals the terminal's foreground group on any change of the winsize struct, and it holds
+    that group itself, not its number: a group that died is never confused with a stranger that got its
+    number since (as a killpg of tcgetpgrp()'s number would be). A reattaching client needs a redraw even
+    at the same size, so then ws_xpixel is changed and set back: the kernel signals, the size ends exact.
     """
     _check_size(cols, rows)
     if child.closed:
@@ -399,19 +400,10 @@ def resize(child: Child, cols: int, rows: int) -> None:
     if child.stderr_mode == "pty" and child.stderr_fd is not None:
         # First: resizing the main PTY signals the child at once, and its handler may query fd 2.
         set_winsize(child.stderr_fd, cols, rows)
-    old = set_winsize(child.master_fd, cols, rows)
-    if old != (cols, rows):
-        return
-    try:
-        pgrp = os.tcgetpgrp(child.master_fd)
-    except OSError:
-        pgrp = 0
-    if pgrp <= 0:
-        if child.wait_status is not None:
-            return
-        pgrp = child.pgid
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgrp, signal.SIGWINCH)
+    wanted = _WINSIZE.pack(rows, cols, 0, 0)
+    if fcntl.ioctl(child.master_fd, termios.TIOCGWINSZ, bytes(_WINSIZE.size)) == wanted:
+        fcntl.ioctl(child.master_fd, termios.TIOCSWINSZ, _WINSIZE.pack(rows, cols, 1, 0))
+    fcntl.ioctl(child.master_fd, termios.TIOCSWINSZ, wanted)
 
 
 def signal_group(child: Child, sig: int) -> bool:

@@ -14,9 +14,17 @@ import sys
 import time
 
 from shellper import __version__
-from shellper.config import DEFAULT_RING_BYTES, DEFAULT_TERM, STDERR_MODES, ConfigError, SessionConfig
+from shellper.config import (
+    CONTAINMENT_REQUESTS,
+    DEFAULT_RING_BYTES,
+    DEFAULT_TERM,
+    STDERR_MODES,
+    ConfigError,
+    SessionConfig,
+)
 from shellper.exits import PolicyError, RestartPolicy
 from shellper.launch import LaunchError, launch, run_foreground
+from shellper.owner import OWNER_ENV, BadOwner, validate_owner
 from shellper.paths import PathError, SessionPaths, existing_runtime_dir, runtime_dir, validate_name
 from shellper.record import LockError, SessionLock
 
@@ -123,6 +131,15 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--grace", type=_seconds, default=5.0, help="seconds between SIGTERM and SIGKILL on stop")
     run.add_argument("--husk-ttl", type=_seconds, default=None,
                      help="seconds an exited/fatal session stays around before it stops itself (default: forever)")
+    # values checked in cmd_run and by SessionConfig: one line naming the option, not argparse's usage dump
+    run.add_argument("--owner", metavar="NAME",
+                     help=f"who the session belongs to (default ${OWNER_ENV}, else your user name)")
+    run.add_argument("--containment", default="auto", metavar="|".join(CONTAINMENT_REQUESTS),
+                     help="cgroup: the session's processes in a cgroup of their own, or do not start; none: "
+                     "without one; auto (default): a cgroup where one can be made, else none")
+    run.add_argument("--cgroup-parent", metavar="PATH",
+                     help="the cgroup v2 directory to make the session's cgroup in (default "
+                     "$SHELLPER_CGROUP_PARENT, else detected)")
     RestartPolicy.add_arguments(run)
 
     ls = command("ls", "list sessions")
@@ -237,7 +254,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = SessionConfig(
         name=args.name, argv=command, dir=_dir(args), cwd=os.path.abspath(args.cwd or os.getcwd()), env=env,
         cols=args.cols, rows=args.rows, term=args.term, ring_bytes=args.ring_bytes, stderr_mode=args.stderr,
-        grace=args.grace, husk_ttl=args.husk_ttl, policy=_policy(args))
+        grace=args.grace, husk_ttl=args.husk_ttl, policy=_policy(args), owner=_owner(args),
+        containment=args.containment, cgroup_parent=_cgroup_parent(args))
     if not os.path.isdir(config.cwd):
         raise CliError(f"run: --cwd {config.cwd} is not a directory")
     if args.foreground:
@@ -249,6 +267,27 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise CliError(f"run: session {config.name!r} started (pid {info.pid}), but its info line could not "
                        f"be written: {exc.strerror or exc}") from None
     return 0
+
+
+def _owner(args: argparse.Namespace) -> str:
+    """--owner as typed ("" when not given: launch() resolves the default); an explicit '' is refused,
+    not taken as the default."""
+    if args.owner is None:
+        return ""
+    try:
+        return validate_owner(args.owner)
+    except BadOwner as exc:
+        raise CliError(f"run: --owner {args.owner!r}: {exc.reason}") from None
+
+
+def _cgroup_parent(args: argparse.Namespace) -> str | None:
+    """--cgroup-parent made absolute, as --cwd is (None when not given: the shellper detects one)."""
+    parent: str | None = args.cgroup_parent
+    if parent is None:
+        return None
+    if not parent:  # not "the default": the user named a parent, just not one
+        raise CliError("run: --cgroup-parent: must not be empty")
+    return os.path.abspath(parent)
 
 
 def _policy(args: argparse.Namespace) -> RestartPolicy:
@@ -271,7 +310,9 @@ def cmd_ls(args: argparse.Namespace) -> int:
     if not sessions:
         print(f"no sessions in {_dir(args)}")
         return 0
-    rows: list[tuple[str, ...]] = [("NAME", "STATE", "PID", "CHILD", "UPTIME", "CLIENTS", "RING", "LAST EXIT")]
+    # LAST EXIT, the one free-text column, stays last; the others keep their places for scripts that split rows
+    rows: list[tuple[str, ...]] = [("NAME", "STATE", "PID", "CHILD", "UPTIME", "CLIENTS", "RING", "OWNER",
+                                    "CONTAINMENT", "LAST EXIT")]
     rows += [_ls_row(s) for s in sessions]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
@@ -281,7 +322,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 def _ls_row(s: SessionInfo) -> tuple[str, ...]:
     return (s.name, s.state, str(s.pid or "-"), str(s.child_pid or "-"), _duration(s.uptime),
-            "-" if s.clients is None else str(s.clients), _bytes(s.ring_bytes), s.last_exit or "-")
+            "-" if s.clients is None else str(s.clients), _bytes(s.ring_bytes), s.owner or "-",
+            s.containment or "-", s.last_exit or "-")
 
 
 def _duration(seconds: float | None) -> str:
@@ -451,7 +493,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     from shellper import wire
     from shellper.sessions import exit_summary
 
-    with _connect(args, "viewer", replay_bytes=0) as client:
+    try:
+        client = _connect(args, "viewer", replay_bytes=0)
+    except CliError:  # no answer: if the shellper is gone and left its record, show what that says
+        paths = SessionPaths.for_name(_dir(args), args.name)
+        if SessionLock.is_locked(paths.lock) or not os.path.lexists(paths.record):
+            raise
+        return _status_of_dead(args, paths)
+    with client:
         reply = client.request(wire.Status(), wire.StatusReply)
     assert isinstance(reply, wire.StatusReply)
     if args.json:
@@ -461,6 +510,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"{info.get('name')}: {reply.state}" + (f" ({info['state_reason']})" if info.get("state_reason") else ""))
     print(f"  shellper pid {info.get('shellper_pid')}, child pid {info.get('child_pid') or '-'}, "
           f"up {_duration(info.get('uptime'))}")
+    _print_containment(info.get("owner"), info.get("containment"), info.get("cgroup"))
     print(f"  command {' '.join(info.get('argv') or [])} in {info.get('cwd')}")
     print(f"  output {info.get('ring_end')} bytes, ring holds {info.get('ring_end', 0) - info.get('ring_start', 0)}")
     print(f"  exits {info.get('exit_count')}, restarts {info.get('restarts')}")
@@ -471,6 +521,43 @@ def cmd_status(args: argparse.Namespace) -> int:
     if info.get("output_held"):
         print("  output held: the tower or a terminal is more than half a ring behind (the child waits for it)")
     return 0
+
+
+def _print_containment(owner: str | None, containment: str | None, cgroup: str | None) -> None:
+    print(f"  owner {owner or '-'}, containment {containment or '-'}")
+    if cgroup:
+        print(f"  cgroup {cgroup}")
+
+
+def _status_of_dead(args: argparse.Namespace, paths: SessionPaths) -> int:
+    """No live shellper holds the lock, but the record is there: what it last said (owner, containment, its
+    cgroup, the exits), marked stale; exit 1, as for any session that is not running."""
+    from shellper.record import RecordError, read_record
+    from shellper.records import asdict
+    from shellper.sessions import exit_summary
+
+    try:
+        record = read_record(paths.record)
+    except FileNotFoundError:  # removed since the check
+        raise CliError(f"session {args.name!r}: no such session") from None
+    except (OSError, RecordError) as exc:
+        raise CliError(f"status: session {args.name!r}: its shellper is gone and its record is unreadable: "
+                       f"{exc}") from None
+    reason = f"no live shellper holds this session's lock; its record said {record.state}"
+    if args.json:
+        print(json.dumps({"state": "stale", "state_reason": reason, "name": record.name, "owner": record.owner,
+                          "containment": record.containment, "cgroup": record.cgroup, "record": asdict(record)},
+                         indent=2, default=str))
+    else:
+        print(f"{record.name}: stale ({reason})")
+        print(f"  shellper pid {record.shellper_pid} (gone), child pid {record.child_pid or '-'} (recorded)")
+        _print_containment(record.owner, record.containment, record.cgroup)
+        print(f"  command {' '.join(record.command)} in {record.cwd}")
+        print(f"  exits {record.exit_count}, restarts {record.restarts}")
+        if record.exits:
+            print(f"  last exit: {exit_summary(record.exits[-1])}")
+    print(f"shellper: session {args.name!r} is not running (shown from its record)", file=sys.stderr)
+    return 1
 
 
 _COMMANDS = {

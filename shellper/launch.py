@@ -14,11 +14,12 @@ import select
 import sys
 import time
 
-from shellper.config import SessionConfig
+from shellper.config import ConfigError, SessionConfig
 from shellper.logfile import LogFile, redirect_stdio
+from shellper.owner import OWNER_ENV, BadOwner, default_owner
 from shellper.paths import SessionPaths, ensure_runtime_dir, validate_name
 from shellper.record import SessionLock
-from shellper.records import fields, record
+from shellper.records import fields, record, replace
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs each shellper ~2.5 ms and 0.5 MiB
 if TYPE_CHECKING:
@@ -40,7 +41,11 @@ class LaunchError(RuntimeError):
 
 @record(frozen=True)
 class LaunchInfo:
-    """What a started session reports once its socket accepts: the info line ``shellper run`` prints."""
+    """What a started session reports once its socket accepts: the info line ``shellper run`` prints.
+
+    ``owner`` and ``containment`` come last, with defaults, so code that builds one from an older info
+    line (or positionally) keeps working; a session started by this version always reports both.
+    """
 
     name: str
     pid: int
@@ -51,20 +56,39 @@ class LaunchInfo:
     socket: str
     record: str
     log: str
+    owner: str = ""
+    """Who the session belongs to (shellper.owner); "" only in an info line from before owners existed."""
+    containment: str = "none"
+    """What ends exactly this session's processes: cgroup, systemd-scope or none (shellper.cgroup)."""
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
 
-def prepare(config: SessionConfig) -> SessionPaths:
-    """Check everything that can be checked before a process is started."""
+def prepare(config: SessionConfig) -> tuple[SessionConfig, SessionPaths]:
+    """Check everything that can be checked before a process is started; the config to start, which
+    always names its owner (:func:`with_owner`)."""
     config.validate()
+    config = with_owner(config)
     validate_name(config.name)
     directory = ensure_runtime_dir(config.dir)
     paths = SessionPaths.for_name(directory, config.name)
     if SessionLock.is_locked(paths.lock):
         raise LaunchError(config.name, f"session {config.name!r} is already running in {directory}")
-    return paths
+    return config, paths
+
+
+def with_owner(config: SessionConfig) -> SessionConfig:
+    """``config`` itself if it names an owner, else a copy naming the default one (``$SHELLPER_OWNER``, else
+    the user's name): resolved by the launcher, so a bad ``$SHELLPER_OWNER`` fails before any process starts
+    and the record names the owner the caller saw."""
+    if config.owner:
+        return config
+    try:
+        owner = default_owner()
+    except BadOwner as exc:  # only $SHELLPER_OWNER can be bad: the user's name falls back to uid-N
+        raise ConfigError(f"${OWNER_ENV}", f"{exc.owner!r} {exc.reason}") from None
+    return replace(config, owner=owner)
 
 
 def launch(
@@ -79,7 +103,7 @@ def launch(
     """
     if prefork is not None or fork:
         try:
-            paths = prepare(config)
+            config, paths = prepare(config)
             if prefork is None:
                 from shellper.prefork import Prefork
 
@@ -90,7 +114,7 @@ def launch(
             if prefork is not None:
                 prefork.cancel()
         return _launch_reply(config, paths, reply)
-    paths = prepare(config)
+    config, paths = prepare(config)
     ready_r, ready_w = os.pipe()
     import subprocess  # only this path needs it
 
@@ -154,7 +178,7 @@ def _log_tail(log: str) -> str:
 
 def run_foreground(config: SessionConfig, announce: bool = True) -> int:
     """Run the session in this process until it stops; print the info line once ready."""
-    paths = prepare(config)
+    config, paths = prepare(config)
     log = LogFile(paths.log)
 
     def ready(info: dict[str, Any]) -> None:

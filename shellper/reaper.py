@@ -49,6 +49,7 @@ from shellper.records import record
 __all__ = [
     "PR_SET_CHILD_SUBREAPER",
     "PR_SET_PDEATHSIG",
+    "OwnTree",
     "SurvivorError",
     "TerminateReport",
     "children",
@@ -130,6 +131,8 @@ class _Tree:
     def __init__(self, leader: PidFd, leader_stat: ProcStat) -> None:
         self.leader = leader
         self.self_pid = os.getpid()
+        self.spare: frozenset[int] = frozenset()
+        """Never pinned, nor walked into: live shellpers of sessions started inside this tree."""
         self.members: dict[int, _Member] = {
             leader.pid: _Member(leader, ProcessIdentity(boot_id(), leader.pid, leader_stat.start_time),
                                 leader_stat.pgrp)
@@ -137,7 +140,7 @@ class _Tree:
 
     def _adopt(self, pid: int, parent: PidFd | None, pgrp: int | None) -> bool:
         """Pin ``pid`` if, after the pinning, it is a child of ``parent`` / in group ``pgrp``."""
-        if pid in self.members or pid == self.self_pid:
+        if pid in self.members or pid == self.self_pid or pid in self.spare:
             return False
         try:
             fd = PidFd.open(pid)
@@ -217,6 +220,54 @@ class _Tree:
             if m.fd is not self.leader:
                 m.fd.close()
         self.leader.close()
+
+
+class OwnTree:
+    """The calling process's descendants, pinned and verified as :class:`_Tree` pins a leader's: a pid
+    recycled since it was listed is never a member, so never signalled. For a process that ends its own
+    tree without blocking (the shellper): this signals and lists, the caller waits on the pidfds.
+
+    The caller is the root: never a member, never signalled. Close it (the pidfds) when done.
+    """
+
+    def __init__(self, spare: frozenset[int] = frozenset()) -> None:
+        """``spare``: pids never to pin or walk into (live shellpers started inside the tree, which end
+        their own trees)."""
+        me = os.getpid()
+        root = PidFd.open(me)
+        try:
+            st = read_stat(me)
+            if st is None:  # pragma: no cover - our own /proc entry always exists
+                raise ProcessGone(me, "no /proc entry for the calling process")
+            self._tree = _Tree(root, st)
+            self._tree.spare = spare
+        except BaseException:
+            root.close()
+            raise
+
+    def scan(self) -> list[int]:
+        """Pin the children of the caller and of every live member not pinned yet; the new pids."""
+        return self._tree.scan(None)
+
+    def alive(self) -> list[PidFd]:
+        """Members that have not exited (a zombie has), the caller excluded."""
+        root = self._tree.leader.pid
+        return [self._tree.members[pid].fd for pid in self._tree.alive() if pid != root]
+
+    def signal_group(self, pid: int, sig: int) -> bool:
+        """Signal the process group led by member ``pid`` through its pidfd; False if ``pid`` is not a
+        member, leads no group or is not ours to signal."""
+        member = self._tree.members.get(pid)
+        if member is None or pid == self._tree.leader.pid:
+            return False
+        try:
+            member.fd.send_group_signal(sig)
+        except (ProcessGone, PermissionError):
+            return False
+        return True
+
+    def close(self) -> None:
+        self._tree.close()
 
 
 def _signal(member: _Member, sig: int) -> bool | None:

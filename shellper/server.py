@@ -33,15 +33,15 @@ from shellper.cgroup import (
 from shellper.child import Child, SpawnError, build_env, check_spawnable, spawn_child
 from shellper.child import resize as resize_child
 from shellper.clients import ClientConn
-from shellper.config import SessionConfig, resolve_stderr_mode
+from shellper.config import ConfigError, SessionConfig, resolve_stderr_mode
 from shellper.exits import Action, ExitEvidence, Supervisor, describe_exit, signal_name
-from shellper.identity import IdentityError, boot_id, start_time
+from shellper.identity import IdentityError, PidFd, ProcessGone, boot_id, start_time
 from shellper.logfile import LogFile
 from shellper.owner import default_owner
 from shellper.pacing import OutputPacer
 from shellper.paths import PathError, SessionPaths, ensure_runtime_dir, unlink_if_regular, unlink_if_socket
 from shellper.reactor import Future, Handle, Lock, Reactor
-from shellper.reaper import descendants, reap_children_nohang, set_child_subreaper
+from shellper.reaper import OwnTree, reap_children_nohang, set_child_subreaper
 from shellper.record import (
     AlreadyRunning,
     LockError,
@@ -54,6 +54,7 @@ from shellper.record import (
     write_record,
 )
 from shellper.ring import Scrollback
+from shellper.shellpers import live_shellpers
 from shellper.starved import Starvation
 from shellper.transport import close_listener, listen_unix
 
@@ -228,15 +229,21 @@ class Session:
         self.loop.stop()
 
     def _remove_files(self, keep_log: bool) -> None:
-        unlink_if_socket(self.paths.socket)
-        unlink_if_regular(self.paths.record)
+        # Displaced (our files were removed and another shellper took the name): its files, not ours.
+        displaced = os.path.lexists(self.paths.lock) and not self._lock_file_is_ours()
+        if displaced:
+            self.log.write(f"{self.paths.lock} is another shellper's: leaving the session's files to it")
+        else:
+            unlink_if_socket(self.paths.socket)
+            unlink_if_regular(self.paths.record)
         if self._lock is not None:
-            self._lock.release()
+            self._lock.release()  # unlinks the lock file only if it is still ours
             self._lock = None
         if not keep_log:
             self.log.close()
-            unlink_if_regular(self.paths.log)
-            unlink_if_regular(self.paths.log + ".1")
+            if not displaced:
+                unlink_if_regular(self.paths.log)
+                unlink_if_regular(self.paths.log + ".1")
 
     def _end_previous(self) -> None:
         """A killed shellper's record is about to be overwritten: end what its tree left running first (its
@@ -278,8 +285,8 @@ class Session:
                 group.remove()
                 raise
         except (CgroupError, OSError) as exc:
-            if self.config.containment == CGROUP:
-                raise
+            if self.config.containment == CGROUP:  # the launcher shows this: say which option made it fatal
+                raise ConfigError("--containment cgroup", str(exc)) from exc
             self.log.write(f"running without a cgroup: {exc}")
             return
         self.cgroup, self._origin_cgroup = group, origin
@@ -597,22 +604,35 @@ class Session:
         self._write_record()
 
     async def _terminate_tree(self, grace: float) -> None:
-        """SIGTERM the child's group and every descendant, wait ``grace``, SIGKILL, and confirm death."""
+        """SIGTERM the child's group and every descendant, wait ``grace``, SIGKILL, and confirm death.
+
+        Without a cgroup, every process is pinned by a pidfd and only signalled if, after the pinning, it is
+        still under a pinned parent of this shellper (shellper.reaper.OwnTree): a pid recycled since /proc
+        listed it is never hit."""
         if self.cgroup is not None:
             await self._terminate_cgroup(self.cgroup, grace)
             return
-        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-            pids = descendants(self.pid)
-            if not pids:
-                return
-            if self.child is not None and sig == signal.SIGTERM:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(self.child.pid, signal.SIGCONT)
-                    os.killpg(self.child.pid, sig)
-            await self._signal_and_wait(pids, sig, wait)
-        left = descendants(self.pid)
-        if left:
-            self.log.write(f"processes survived SIGKILL: {left}")
+        try:
+            # A session started from inside this one is not part of it: its shellper ends its own tree.
+            tree = OwnTree(spare=frozenset(live_shellpers()) - {self.pid})
+        except (OSError, IdentityError) as exc:  # no pidfd to spare (EMFILE): a stop must not hang on it
+            self.log.write(f"cannot pin the process tree, nothing signalled: {exc}")
+            return
+        try:
+            for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+                self._pin_new(tree)
+                if not tree.alive():
+                    return
+                if self.child is not None and sig == signal.SIGTERM:
+                    tree.signal_group(self.child.pid, signal.SIGCONT)
+                    tree.signal_group(self.child.pid, sig)
+                await self._signal_and_wait(tree.alive(), sig, wait)
+            self._pin_new(tree)
+            left = [fd.pid for fd in tree.alive()]
+            if left:
+                self.log.write(f"processes survived SIGKILL: {left}")
+        finally:
+            tree.close()
 
     async def _terminate_cgroup(self, group: SessionCgroup, grace: float) -> None:
         """SIGTERM every verified member of child/, wait ``grace`` for it to empty, then cgroup.kill."""
@@ -649,25 +669,25 @@ class Session:
             self.loop.forget_fd(fd)
             os.close(fd)
 
-    async def _signal_and_wait(self, pids: list[int], sig: int, timeout: float) -> None:
+    def _pin_new(self, tree: OwnTree) -> None:
+        try:
+            tree.scan()
+        except (OSError, IdentityError) as exc:  # what is pinned so far still gets the signals
+            self.log.write(f"could not pin every descendant: {exc}")
+
+    async def _signal_and_wait(self, members: list[PidFd], sig: int, timeout: float) -> None:
+        """Signal pinned processes and wait, without blocking the loop, until they exit or ``timeout``."""
         waiters: list[Future[None]] = []
-        fds: list[int] = []
-        for pid in pids:
-            try:
-                fd = os.pidfd_open(pid)
-            except OSError:
-                continue
-            fds.append(fd)
-            with contextlib.suppress(OSError):
-                signal.pidfd_send_signal(fd, sig)
-            waiters.append(self.loop.readable(fd))
+        for member in members:
+            with contextlib.suppress(ProcessGone, PermissionError):
+                member.send_signal(sig)
+            waiters.append(self.loop.readable(member.fileno()))
         try:
             if waiters:
                 await self.loop.wait(waiters, timeout=timeout)
         finally:
-            for fd in fds:
-                self.loop.remove_reader(fd)
-                os.close(fd)
+            for member in members:
+                self.loop.remove_reader(member.fileno())
         self._on_sigchld()
 
     def _on_sigchld(self) -> None:
@@ -852,6 +872,17 @@ class Session:
         self._write_record()
 
     def _write_record(self) -> None:
+        if self._lock is None:  # stopped: the files are gone for good
+            return
+        if not self._lock_file_is_ours():
+            # Displaced (our files were removed; another shellper may own the name now): this identity must
+            # not replace whatever record is at the path.
+            problem = (f"not writing {self.paths.record}: {self.paths.lock} is not the lock this shellper "
+                       "holds (removed, or another shellper has the name); its files are left alone")
+            if self.record_error != problem:
+                self.log.write(problem)
+            self.record_error = problem
+            return
         child = self.child
         record = SessionRecord(
             name=self.config.name, boot_id=self.boot_id, shellper_pid=self.pid,

@@ -31,6 +31,11 @@ class SessionInfo:
     clients: int | None = None
     ring_bytes: int | None = None
     last_exit: str | None = None
+    owner: str | None = None
+    """Who the session belongs to; None where neither the shellper nor the record names one."""
+    containment: str | None = None
+    """cgroup, systemd-scope or none (shellper.cgroup): live from the shellper, else from the record."""
+    cgroup: str | None = None
     locked: bool = False
     answers: bool = False
     record: SessionRecord | None = None
@@ -90,6 +95,8 @@ def inspect_session(directory: str | Path, name: str, probe: bool = True) -> Ses
     if record is not None:
         info.pid, info.child_pid, info.state = record.shellper_pid, record.child_pid, record.state
         info.reason = record.state_reason
+        info.owner = record.owner or None  # "" in a record written before owners existed
+        info.containment, info.cgroup = record.containment, record.cgroup
         info.uptime = time.time() - record.created_at
         if record.exits:
             info.last_exit = exit_summary(record.exits[-1])
@@ -109,6 +116,9 @@ def inspect_session(directory: str | Path, name: str, probe: bool = True) -> Ses
             info.state = reply.state
             info.reason = str(reply.info.get("state_reason") or "")
             info.child_pid = reply.info.get("child_pid")
+            info.owner = reply.info.get("owner") or info.owner
+            info.containment = reply.info.get("containment") or info.containment
+            info.cgroup = reply.info.get("cgroup", info.cgroup)
             info.clients = max(0, len(reply.info.get("clients") or []) - 1)  # not counting this probe
             end, start = reply.info.get("ring_end", 0), reply.info.get("ring_start", 0)
             info.ring_bytes = end - start

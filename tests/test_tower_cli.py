@@ -9,11 +9,13 @@ import uuid
 from pathlib import Path
 
 import pytest
+from conftest import poll_until
 from test_tower_support import REPO, Sessions, alive, identity, is_dead, sessions, sleeper_argv
 
 from shellper.record import read_record, write_record
 from shellper.records import replace
 from tower_client.cli import main
+from tower_client.holders import find_holders
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -88,6 +90,24 @@ def test_holders_command(sessions: Sessions, capsys: pytest.CaptureFixture[str])
     assert [(h["pid"], h["kind"]) for h in data["holders"]] == [(person.pid, "foreign")]
     code, _, err = run(capsys, "--dir", str(sessions.dir), "holders", "not an id")
     assert code == 2 and "invalid session id" in err
+
+
+def test_holders_command_reclaimable(sessions: Sessions, capsys: pytest.CaptureFixture[str]) -> None:
+    """Only sessions named with --reclaimable are the Tower's to end; a holder in any other is foreign."""
+    sid = str(uuid.uuid4())
+    info = sessions.launch("agent", sleeper_argv("-r", sid))
+    poll_until(lambda: [h for h in find_holders(sid, sessions.dir) if h.pid == info.child_pid],
+               what="the child to exec")
+    base = ("--dir", str(sessions.dir), "holders", sid, "--json")
+    for named, would, kind in [((), "mint", "foreign"), (("--reclaimable", "x"), "mint", "foreign"),
+                               (("--reclaimable", "x", "--reclaimable", "agent"), "reclaim", "own")]:
+        code, out, _ = run(capsys, *base, *named)
+        data = json.loads(out)
+        assert code == 0 and data["would"] == would, named
+        [h] = data["holders"]
+        assert (h["pid"], h["kind"], h["within"], h["left_behind"]) == (info.child_pid, kind, "agent", False)
+        assert h["session"] == ("agent" if kind == "own" else None)
+    assert alive(identity(info.pid))  # looking ends nothing
 
 
 def test_console_script_entry(sessions: Sessions) -> None:

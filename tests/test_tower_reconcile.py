@@ -30,6 +30,7 @@ from tower_client.reconcile import (
     RegistryTooLarge,
     RegistryUnreadable,
     load_registry,
+    name_mismatch,
     parse_registry,
     reconcile,
 )
@@ -49,7 +50,8 @@ def rec(**kw: Any) -> SessionRecord:
 LIVE = Observed(
     name="s", dir="/r", files=frozenset({"sock", "json", "lock", "log"}), record=rec(), boot="current",
     identity="verified", locked=True, lock_owners=(100,), probe="answered", welcome_instance_id=INST,
-    welcome_pid=100, peer_pid=100, state="running", child="alive", child_pid=101, observed_at=NOW)
+    welcome_pid=100, peer_pid=100, state="running", child="alive", child_pid=101, welcome_name="s",
+    record_socket_ok=True, observed_at=NOW)
 """A verified, serving shellper: every case below is this with something changed."""
 
 HUSK = replace(LIVE, state="exited", child="none", child_pid=None,
@@ -144,6 +146,21 @@ CASES: list[tuple[str, RegistryRow | None, Observed | None, float | None, list[t
      [(L, "other_owner")]),
     ("stray-cgroup-beside-live", ROW, replace(LIVE, stray_cgroups=(STRAY,)), None,
      [(C, "stray_cgroup"), (A, "running")]),
+    # files that are not this name's own: a hard link of a live session's lock and socket plus a copied
+    # record (name edited or not) verify as that session; they are never adopted nor terminated
+    ("hard-linked-lock", None, replace(LIVE, hard_linked=frozenset({"lock"})), None, [(L, "name_mismatch")]),
+    ("hard-linked-lock-silent", None, replace(LIVE, hard_linked=frozenset({"lock"}), probe="absent",
+                                              welcome_instance_id=None, welcome_pid=None, peer_pid=None,
+                                              welcome_name=None), None, [(L, "name_mismatch")]),
+    ("hard-linked-sock-registered", ROW, replace(LIVE, hard_linked=frozenset({"sock"})), None,
+     [(L, "name_mismatch")]),
+    ("hard-linked-record", None, replace(LIVE, hard_linked=frozenset({"json"})), None, [(L, "name_mismatch")]),
+    ("welcome-names-another", None, replace(LIVE, welcome_name="real"), None, [(L, "name_mismatch")]),
+    ("welcome-names-another-registered", ROW, replace(LIVE, welcome_name="real"), None, [(L, "name_mismatch")]),
+    ("record-socket-elsewhere", None, replace(LIVE, record_socket_ok=False), None, [(L, "name_mismatch")]),
+    ("record-names-another", None, replace(LIVE, record=rec(name="real")), None, [(L, "name_mismatch")]),
+    ("hard-linked-but-dead", ROW, replace(LIVE, identity="gone", hard_linked=frozenset({"lock"}), **STALE), None,
+     [(C, "dead"), (R, "dead")]),  # nobody holds the lock: stale names go, nothing is signalled
     # nothing on disk
     ("registered-nothing", ROW, None, None, [(R, "not_running")]),
     ("registered-no-files", ROW, replace(LIVE, files=frozenset()), None, [(R, "not_running")]),
@@ -178,13 +195,15 @@ def test_reconcile_only_terminates_verified_lock_owners() -> None:
                 assert o is not None and o.boot == "current" and o.identity == "verified" and o.locked
                 assert o.lock_owner_ok
                 assert o.probe != "answered" or o.welcome_instance_id == INST
+                assert name_mismatch(o) is None and not o.hard_linked and o.record_socket_ok
 
 
 def test_reconcile_many_names_sorted_and_grouped() -> None:
     registry = Registry((RegistryRow("b"), RegistryRow("a"), RegistryRow("c")))
-    dead = replace(LIVE, name="b", identity="gone", **STALE)
-    extra = replace(LIVE, name="z")
-    decisions = reconcile(registry, [extra, dead, replace(LIVE, name="a")], now=NOW)
+    def named(name: str, **changes: Any) -> Observed:
+        return replace(LIVE, name=name, record=rec(name=name), welcome_name=name, **changes)
+
+    decisions = reconcile(registry, [named("z"), named("b", identity="gone", **STALE), named("a")], now=NOW)
     assert [(d.name, d.action) for d in decisions] == [
         ("a", A), ("b", C), ("b", R), ("c", R), ("z", T)]
 
@@ -280,6 +299,19 @@ SID = "89f3b4c0-1111-2222-3333-444455556666"
     (["sh", "-c", f'claude --session-id="{SID}" && x'], "shell"),
     (["node", "main.js", json.dumps({"args": ["--session-id", SID]}, separators=(",", ":"))], "json"),
     (["node", "x.js", json.dumps({"args": ["--resume", SID]})], "json"),
+    # the short form of --resume, redirections right after the id, command substitution in backticks
+    (["claude", "-r", SID], "argv"),
+    (["claude", f"-r{SID}"], "argv="),
+    (["node", "x.js", json.dumps({"args": ["-r", SID]})], "json"),
+    (["sh", "-c", f"claude -r {SID}"], "shell"),
+    (["sh", "-c", f"claude -r '{SID}' 2>&1"], "shell"),
+    (["sh", "-c", f"claude --resume {SID}>log"], "shell"),
+    (["sh", "-c", f"claude --resume {SID}>>log 2>&1"], "shell"),
+    (["sh", "-c", f"claude --session-id={SID}<in"], "shell"),
+    (["sh", "-c", f"claude -r \"{SID}\">log"], "shell"),
+    (["sh", "-c", f"x=`claude --resume {SID}`"], "shell"),
+    (["sh", "-c", f"echo `claude -r {SID}`; done"], "shell"),
+    (["sh", "-c", f"echo `--resume {SID}`"], "shell"),
     # near misses: never a bare substring
     (["claude", SID], None),
     (["claude", "--session-id", SID + "0"], None),
@@ -294,6 +326,24 @@ SID = "89f3b4c0-1111-2222-3333-444455556666"
     (["sh", "-c", f"echo {SID} --resume other"], None),
     (["x", json.dumps({"args": ["--session-id", SID + "-2"]})], None),
     (["x", json.dumps({"other": SID})], None),
+    (["claude", "-r", SID + "0"], None),
+    (["claude", "-r", "x" + SID], None),
+    (["claude", f"-r={SID}"], None),
+    (["claude", f"-r{SID}x"], None),
+    (["claude", "-R", SID], None),
+    (["claude", "-rr", SID], None),
+    (["claude", "-r"], None),
+    (["sh", "-c", f"claude x-r {SID}"], None),
+    (["sh", "-c", f"claude -R {SID}"], None),
+    (["sh", "-c", f"grep -e {SID} -r ."], None),
+    (["sh", "-c", f"claude --resume {SID}x>log"], None),
+    (["sh", "-c", f"claude --resume x{SID}>log"], None),
+    (["sh", "-c", f"echo {SID}>log --resume x"], None),
+    (["sh", "-c", f"x=`echo {SID}` --resume y"], None),
+    (["sh", "-c", f"x=`claude --resume {SID}0`"], None),
+    (["sh", "-c", f"claude a>--resume {SID}"], None),
+    (["x", json.dumps({"args": ["-r", SID + "0"]})], None),
+    (["x", json.dumps({"args": ["-rx", SID]})], None),
     ([], None),
 ])
 def test_argv_carries(argv: list[str], form: str | None) -> None:

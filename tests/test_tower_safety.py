@@ -38,12 +38,13 @@ def decisions(d: Path, *rows: RegistryRow, probe_timeout: float = 2.0) -> list[D
 
 
 def hand_made_record(d: Path, name: str, pid: int, **changes: object) -> SessionRecord:
-    """A record naming ``pid`` with its real boot id and start ticks, no socket, written to ``d``."""
+    """A record naming ``pid`` with its real boot id and start ticks, written to ``d`` (its socket path is
+    the name's own, as a shellper's is, but no socket is there)."""
     st = read_stat(pid)
     assert st is not None
     rec = SessionRecord(name=name, boot_id=boot_id(), shellper_pid=pid, shellper_start_time=st.start_time,
-                        instance_id="f" * 32, command=["sleep"], cwd="/", socket="", state="running",
-                        owner=default_owner())
+                        instance_id="f" * 32, command=["sleep"], cwd="/", socket=str(d / f"{name}.sock"),
+                        state="running", owner=default_owner())
     rec = replace(rec, **changes)  # type: ignore[arg-type]
     write_record(d / f"{name}.json", rec)
     return rec

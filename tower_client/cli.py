@@ -21,7 +21,7 @@ from tower_client.apply import OwnerBusy, apply, terminate_session
 from tower_client.client import ClientError
 from tower_client.discover import Observed, discover, observe
 from tower_client.holders import BadSessionId, find_holders
-from tower_client.reconcile import RegistryError, load_registry, reconcile
+from tower_client.reconcile import RegistryError, load_registry, name_mismatch, reconcile
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -47,6 +47,9 @@ def _parser() -> argparse.ArgumentParser:
     rc.add_argument("--grace", type=float, default=5.0, metavar="S", help="SIGTERM-to-SIGKILL grace (5)")
     ho = sub.add_parser("holders", help="live processes carrying a conversation/session id")
     ho.add_argument("session_id")
+    ho.add_argument("--reclaimable", action="append", default=[], metavar="NAME",
+                    help="a session of the directory that may be ended to free the id (repeatable; default: "
+                    "none, so every holder is foreign)")
     ho.add_argument("--json", action="store_true")
     rp = sub.add_parser("reap", help="identity-checked terminate of one session and its whole tree")
     rp.add_argument("name")
@@ -98,8 +101,8 @@ def _reconcile(args: argparse.Namespace, directory: Path) -> int:
 
 
 def _holders(args: argparse.Namespace, directory: Path) -> int:
-    holders = find_holders(args.session_id, directory)
-    foreign = [h for h in holders if h.own is None]
+    holders = find_holders(args.session_id, directory, reclaimable=args.reclaimable)
+    foreign = [h for h in holders if h.kind == "foreign"]
     verdict = "mint" if foreign else ("reclaim" if holders else "resume")
     lines = [f"{h.pid:>8} {h.kind:7} {h.via:6} {h.reason}" for h in holders] or ["no holders"]
     lines.append(f"mint-or-reclaim would: {verdict}")
@@ -142,7 +145,7 @@ def _refuse_reap(o: Observed, owner: str) -> str:
         return "the recorded process does not hold the session lock"
     if o.probe == "answered" and (o.welcome_instance_id != o.record.instance_id or o.peer_pid != o.pid):
         return "the socket answers as another shellper than the record names"
-    return ""
+    return name_mismatch(o) or ""
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -88,6 +88,9 @@ class Observed:
     * ``probe``: what the socket did; on "answered", ``welcome_instance_id``, ``welcome_pid`` (what
       WELCOME claims) and ``peer_pid`` (SO_PEERCRED: who really serves the socket) say who.
     * ``state``: WELCOME's state if answered, else the record's. ``child``: the recorded child's identity.
+    * Whether the files are this name's own: ``welcome_name`` (the session WELCOME names), ``record_socket_ok``
+      (the record's ``socket`` is this name's socket path; None without a record) and ``hard_linked`` (which
+      of sock/json/lock have more than one link: another name may share the inode).
     """
 
     name: str
@@ -109,6 +112,9 @@ class Observed:
     state: str | None = None
     child: ChildState = "unchecked"
     child_pid: int | None = None
+    welcome_name: str | None = None
+    record_socket_ok: bool | None = None
+    hard_linked: frozenset[str] = frozenset()
     observed_at: float = field(default_factory=time.time)
     serving: bool = False
     """The verified shellper holds its listening socket or sits in its cgroup: it lives and is this
@@ -167,6 +173,8 @@ class Observed:
             "containment": self.containment, "owner": None if rec is None else rec.owner,
             "cgroup": None if rec is None else rec.cgroup,
             "stray_cgroups": [c.path for c in self.stray_cgroups],
+            "welcome_name": self.welcome_name, "record_socket_ok": self.record_socket_ok,
+            "hard_linked": sorted(self.hard_linked),
         }
 
 
@@ -246,6 +254,31 @@ def _files(paths: SessionPaths) -> frozenset[str]:
     return frozenset(present)
 
 
+def _hard_linked(paths: SessionPaths) -> frozenset[str]:
+    """Which of the socket, record and lock have other links: a shellper creates each with one."""
+    linked = set()
+    for kind, path in (("sock", paths.socket), ("json", paths.record), ("lock", paths.lock)):
+        try:
+            if os.lstat(path).st_nlink != 1:
+                linked.add(kind)
+        except OSError:
+            continue
+    return frozenset(linked)
+
+
+def _is_this_socket(recorded: str, paths: SessionPaths) -> bool:
+    """The record's socket path is this name's: the same text, or the same file name in the same
+    directory spelled another way (a symlinked parent)."""
+    if recorded == paths.socket:
+        return True
+    if os.path.basename(recorded) != os.path.basename(paths.socket):
+        return False
+    try:
+        return os.path.samestat(os.stat(os.path.dirname(recorded)), os.stat(paths.dir))
+    except (OSError, ValueError):
+        return False
+
+
 def _identity(ident: ProcessIdentity) -> tuple[IdentityState, str]:
     try:
         st = read_stat(ident.pid)
@@ -267,7 +300,7 @@ async def _probe(paths: SessionPaths, timeout: float) -> tuple[dict[str, Any], i
                          handshake_timeout=timeout)
     try:
         welcome = await client.connect(replay_bytes=0)
-        facts = {"probe": "answered", "welcome_instance_id": welcome.instance_id,
+        facts = {"probe": "answered", "welcome_instance_id": welcome.instance_id, "welcome_name": welcome.name,
                  "welcome_pid": welcome.shellper_pid, "peer_pid": client.peer_pid(), "state": welcome.state,
                  "probe_detail": f"WELCOME from pid {welcome.shellper_pid} ({welcome.state})"}
         return facts, welcome.child_pid
@@ -348,7 +381,8 @@ async def observe_async(directory: str | os.PathLike[str], name: str, *,
     check_probe_timeout(probe_timeout)
     check_dir(directory)
     paths = SessionPaths.for_name(directory, name)
-    facts: dict[str, Any] = {"name": name, "dir": str(paths.dir), "files": _files(paths)}
+    facts: dict[str, Any] = {"name": name, "dir": str(paths.dir), "files": _files(paths),
+                             "hard_linked": _hard_linked(paths)}
     record: SessionRecord | None = None
     try:
         record = read_record(paths.record)
@@ -362,6 +396,8 @@ async def observe_async(directory: str | os.PathLike[str], name: str, *,
         facts["record_corrupt"] = True
         record = None
     facts["record"] = record
+    if record is not None:
+        facts["record_socket_ok"] = _is_this_socket(record.socket, paths)
     try:
         facts["locked"] = SessionLock.is_locked(paths.lock)
     except LockError as e:

@@ -1,16 +1,27 @@
 """Who holds a conversation/session id, and may we take it back? "Foreign wins" (codev #1224).
 
-A process *holds* an id when its argv carries it after ``--session-id`` or ``--resume``: as the next
-argument, as ``--flag=ID``, inside a shell command string (``sh -c "claude --resume ID"``) bounded by
-whitespace or shell punctuation, or as a JSON pair ``"--session-id","ID"`` (a config blob in argv).
-Always anchored on the flag and bounded after the id: a bare substring never matches.
+A process *holds* an id when its argv carries it after ``--session-id``, ``--resume`` or ``-r``: as the
+next argument, as ``--flag=ID`` (``-rID`` for the short flag, as getopt reads it), inside a shell command
+string (``sh -c "claude --resume ID"``, ``exec -a``) bounded by whitespace, shell punctuation, a
+redirection or a backtick, or as a JSON pair ``"--session-id","ID"`` (a config blob in argv). Always
+anchored on the flag and bounded after the id: a bare substring never matches.
 
-A holder is *own* only if it is one of our shellpers, or a descendant of one, where "our shellper"
-means: its record in the given runtime directory is from this boot, its pid carries the recorded
-start ticks and it holds the session lock. A shellper whose recorded command carries the id is a
-holder too (the durable evidence while a crash-looping child is dead between respawns). Everything
-else is *foreign* - a person's own CLI, a shellper of another runtime directory - and is never
-touched: any foreign holder means "mint a fresh id", even if own holders exist as well.
+Nothing is reclaimable unless the caller names it: ``reclaimable`` is a set of session names of the runtime
+directory. A holder is *own* only if
+
+* it is, or is under, the verified shellper of a named session (its record is from this boot, its pid
+  carries the recorded start ticks, it holds the session lock), that shellper is the nearest process above
+  it holding a session lock (no shellper of another session, of any directory, in between), and, below the
+  shellper, it carries that session's marker ``SHELLPER_INSTANCE`` (the shellper gives it to its child's
+  tree; a session started inside it gives its own); or
+* it was left behind by the *dead* shellper of a named session (its record is from this boot, the recorded
+  pid is gone or another process, its lock is free): no session lock holder is above it and it passes
+  :func:`survivor_of`.
+
+A shellper whose recorded command carries the id is a holder too (the durable evidence while a
+crash-looping child is dead between respawns). Everything else is *foreign* - a person's own CLI, typed
+in a session's shell or anywhere else, whatever runs in a session not named, a shellper of another runtime
+directory - and is never touched: any foreign holder means "mint a fresh id", even if own holders exist.
 """
 
 from __future__ import annotations
@@ -18,32 +29,39 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from shellper.config import DEFAULT_GRACE
-from shellper.identity import IdentityError, PidFd, ProcessGone, boot_id, cmdline, read_stat
+from shellper.identity import IdentityError, PidFd, ProcessGone, ProcStat, boot_id, cmdline, read_stat
 from shellper.paths import SessionPaths
 from shellper.record import LockError, RecordError, SessionLock, SessionRecord, read_record
 from shellper.sessions import session_names
 from tower_client.apply import CONFIRM_TIMEOUT, Termination, terminate_session
 from tower_client.discover import check_dir, lock_owners
+from tower_client.survivors import INSTANCE_ENV, Guard, SurvivorReport, guard, reap_survivors
 
 __all__ = [
     "FLAGS",
     "MAX_SESSION_ID_LEN",
+    "SHORT_FLAGS",
     "BadSessionId",
+    "DeadSession",
     "Holder",
     "OwnShellper",
     "Verdict",
     "argv_carries",
+    "dead_sessions",
     "find_holders",
     "mint_or_reclaim",
     "own_shellpers",
+    "survivor_of",
 ]
 
 FLAGS = ("--session-id", "--resume")
+SHORT_FLAGS = ("-r",)
+"""Short forms: the id is the next argument or attached (``-rID``), never after ``=``."""
 MAX_SESSION_ID_LEN = 256
 MAX_ANCESTRY = 64
 """Parent links followed from a holder looking for one of our shellpers."""
@@ -69,16 +87,19 @@ def _check_id(session_id: str) -> None:
         raise BadSessionId(session_id, "contains whitespace, quotes, backslashes or control characters")
 
 
-_SHELL_BEFORE = r"(?:^|(?<=[\s;&|(]))"
-_SHELL_AFTER = r"(?=$|[\s;&|)])"
+# A flag starts a word (after a separator, an opening parenthesis or backtick); the id ends one (before a
+# separator, a closing parenthesis or backtick, or a redirection: `claude --resume ID>log`).
+_SHELL_BEFORE = r"(?:^|(?<=[\s;&|(`]))"
+_SHELL_AFTER = r"(?=$|[\s;&|)<>`])"
 
 
 def _patterns(session_id: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
-    flags = "|".join(re.escape(f) for f in FLAGS)
+    long = "|".join(re.escape(f) for f in FLAGS)
+    short = "|".join(re.escape(f) for f in SHORT_FLAGS)
     sid = re.escape(session_id)
-    shell = re.compile(rf"{_SHELL_BEFORE}(?:{flags})(?:=|\s+)(['\"]?){sid}\1{_SHELL_AFTER}")
+    shell = re.compile(rf"{_SHELL_BEFORE}(?:(?:{long})(?:=|\s+)|(?:{short})\s*)(['\"]?){sid}\1{_SHELL_AFTER}")
     jsid = re.escape(json.dumps(session_id)[1:-1])
-    js = re.compile(rf'"(?:{flags})"\s*,\s*"{jsid}"')
+    js = re.compile(rf'"(?:{long}|{short})"\s*,\s*"{jsid}"')
     return shell, js
 
 
@@ -90,10 +111,11 @@ def argv_carries(argv: Sequence[str], session_id: str) -> str | None:
 
 
 def _match(argv: Sequence[str], session_id: str, shell: re.Pattern[str], js: re.Pattern[str]) -> str | None:
+    attached = {f"{flag}={session_id}" for flag in FLAGS} | {f"{flag}{session_id}" for flag in SHORT_FLAGS}
     for i, arg in enumerate(argv):
-        if arg in FLAGS and i + 1 < len(argv) and argv[i + 1] == session_id:
+        if (arg in FLAGS or arg in SHORT_FLAGS) and i + 1 < len(argv) and argv[i + 1] == session_id:
             return "argv"
-        if any(arg == f"{flag}={session_id}" for flag in FLAGS):
+        if arg in attached:
             return "argv="
     for arg in argv:
         if any(c.isspace() for c in arg) and shell.search(arg):
@@ -103,7 +125,7 @@ def _match(argv: Sequence[str], session_id: str, shell: re.Pattern[str], js: re.
     return None
 
 
-# --------------------------------------------------------------------------------------------- our shellpers
+# --------------------------------------------------------------------------------------------- sessions
 
 
 @dataclass(frozen=True)
@@ -115,16 +137,16 @@ class OwnShellper:
     paths: SessionPaths
 
 
-def own_shellpers(runtime_dir: str | os.PathLike[str]) -> list[OwnShellper]:
-    """Verified shellpers of ``runtime_dir``; anything unverifiable is simply not listed (so: foreign)."""
+def _records(runtime_dir: str | os.PathLike[str]) -> Iterator[tuple[str, SessionPaths, SessionRecord, bool, bool]]:
+    """(name, paths, record, alive, locked) for each record of this boot in ``runtime_dir`` that reads and
+    checks cleanly; anything unverifiable is not listed (so: foreign, never ended)."""
     d = check_dir(runtime_dir)
     if d is None:
-        return []
+        return
     try:
         this_boot = boot_id()
     except IdentityError:
-        return []
-    found: list[OwnShellper] = []
+        return
     for name in session_names(d):
         try:
             paths = SessionPaths.for_name(d, name)
@@ -132,11 +154,18 @@ def own_shellpers(runtime_dir: str | os.PathLike[str]) -> list[OwnShellper]:
             if record.name != name or record.boot_id != this_boot:
                 continue
             st = read_stat(record.shellper_pid)
-            if st is None or st.state == "Z" or st.start_time != record.shellper_start_time:
-                continue
-            if not SessionLock.is_locked(paths.lock):
-                continue
+            alive = st is not None and st.state != "Z" and st.start_time == record.shellper_start_time
+            locked = SessionLock.is_locked(paths.lock)
         except (OSError, RecordError, LockError, IdentityError, ValueError):
+            continue
+        yield name, paths, record, alive, locked
+
+
+def own_shellpers(runtime_dir: str | os.PathLike[str]) -> list[OwnShellper]:
+    """Verified shellpers of ``runtime_dir``; anything unverifiable is simply not listed (so: foreign)."""
+    found: list[OwnShellper] = []
+    for name, paths, record, alive, locked in _records(runtime_dir):
+        if not (alive and locked):
             continue
         owners = lock_owners(paths.lock)
         visible = [p for p in owners or () if p > 0]
@@ -146,13 +175,61 @@ def own_shellpers(runtime_dir: str | os.PathLike[str]) -> list[OwnShellper]:
     return found
 
 
+@dataclass(frozen=True)
+class DeadSession:
+    """A session of the runtime directory whose shellper is dead: its record is from this boot, the recorded
+    pid is gone, a zombie or another process, and its lock is free. What its tree left may still run."""
+
+    name: str
+    record: SessionRecord
+    paths: SessionPaths
+
+
+def dead_sessions(runtime_dir: str | os.PathLike[str]) -> list[DeadSession]:
+    """Dead sessions of ``runtime_dir``; a record that cannot be read or checked is not listed."""
+    return [DeadSession(name, record, paths) for name, paths, record, alive, locked in _records(runtime_dir)
+            if not alive and not locked]
+
+
+def _marker(pid: int) -> str | None:
+    """The ``SHELLPER_INSTANCE`` ``pid`` was started with (the first, as getenv reads it); None if it has
+    none or its environment cannot be read."""
+    prefix = f"{INSTANCE_ENV}=".encode()
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    for item in data.split(b"\0"):
+        if item.startswith(prefix):
+            return item[len(prefix):].decode("ascii", "replace")
+    return None
+
+
+def survivor_of(pid: int, stat: ProcStat, session: DeadSession) -> bool:
+    """``pid`` (whose stat is ``stat``) is a process left behind by the dead ``session``: it started after
+    the session's shellper and carries the marker that shellper gave its child's tree.
+
+    Membership only: whether a live shellper is above it is the caller's question. (A session's cgroup,
+    where it has one, is a second test that belongs here.)
+    """
+    if stat.start_time < session.record.shellper_start_time:
+        return False
+    return _marker(pid) == session.record.instance_id
+
+
 # --------------------------------------------------------------------------------------------- holders
 
 
 @dataclass(frozen=True)
 class Holder:
     """One process holding the id. ``via``: "argv" (its own argv) or "record" (a shellper's recorded
-    command carries it while no process of that session does). ``own`` names our shellper if so."""
+    command carries it while no process of that session does).
+
+    ``own`` names the verified shellper of a session named reclaimable that it is, or runs under;
+    ``survivor_of`` the dead session named reclaimable that left it behind. Neither: foreign. ``within``
+    is the session of the runtime directory it runs in (or, with ``left_behind``, was left by), whatever
+    its kind."""
 
     pid: int
     start_time: int | None
@@ -161,15 +238,26 @@ class Holder:
     via: str
     own: OwnShellper | None
     reason: str
+    survivor_of: DeadSession | None = None
+    within: str | None = None
+    left_behind: bool = False
 
     @property
     def kind(self) -> str:
-        return "own" if self.own is not None else "foreign"
+        return "own" if self.own is not None or self.survivor_of is not None else "foreign"
+
+    @property
+    def session(self) -> str | None:
+        """The session reclaiming it would end."""
+        if self.own is not None:
+            return self.own.name
+        return self.survivor_of.name if self.survivor_of is not None else None
 
     def to_dict(self) -> dict[str, Any]:
         return {"pid": self.pid, "start_time": self.start_time, "kind": self.kind, "via": self.via,
-                "form": self.form, "session": self.own.name if self.own else None,
+                "form": self.form, "session": self.session,
                 "shellper_pid": self.own.record.shellper_pid if self.own else None,
+                "within": self.within, "left_behind": self.left_behind,
                 "reason": self.reason, "argv": list(self.argv)}
 
 
@@ -177,35 +265,146 @@ def _proc_pids() -> list[int]:
     return sorted(int(n) for n in os.listdir("/proc") if n.isdigit())
 
 
-def _owner_of(pid: int, shellpers: dict[int, OwnShellper]) -> tuple[OwnShellper | None, str]:
-    """The verified shellper ``pid`` is, or descends from (by parent links), and how."""
-    cur: int | None = pid
+def _locks_by_pid() -> dict[int, set[tuple[int, int]]] | None:
+    """Pid -> the (device, inode) pairs it holds a lock on, per /proc/locks; None if that cannot be read."""
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    out: dict[int, set[tuple[int, int]]] = {}
+    for line in lines:
+        parts = line.split()
+        if len(parts) < 6 or parts[1] == "->":  # "->" marks a waiter, not a holder
+            continue
+        try:
+            major, minor, ino = parts[5].split(":")
+            out.setdefault(int(parts[4]), set()).add((os.makedev(int(major, 16), int(minor, 16)), int(ino)))
+        except ValueError:
+            continue
+    return out
+
+
+def _holds_session_lock(pid: int, locks: dict[int, set[tuple[int, int]]] | None) -> bool:
+    """``pid`` holds a lock on a ``*.lock`` file it has open: a shellper (of any directory). What cannot be
+    checked counts as yes: it only ever makes a holder foreign."""
+    if locks is None:
+        return True
+    held = locks.get(pid)
+    if not held:
+        return False
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    for fd in fds:
+        link = f"/proc/{pid}/fd/{fd}"
+        try:
+            if not os.readlink(link).removesuffix(" (deleted)").endswith(".lock"):
+                continue
+            st = os.stat(link)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) in held:
+            return True
+    return False
+
+
+@dataclass(frozen=True)
+class _Above:
+    """What a holder runs under: the nearest verified shellper of the directory (``depth`` parent links
+    up, 0: itself), else the nearest other lock holder (``other``); ``complete``: the walk reached pid 1."""
+
+    shellper: OwnShellper | None = None
+    depth: int = 0
+    other: int | None = None
+    complete: bool = True
+
+
+def _above(pid: int, verified: dict[int, OwnShellper], locks: dict[int, set[tuple[int, int]]] | None) -> _Above:
+    cur = pid
     for depth in range(MAX_ANCESTRY):
-        if cur is None or cur <= 1:
-            break
-        if cur in shellpers:
-            how = "is the shellper" if depth == 0 else ("its child" if depth == 1 else "its descendant")
-            return shellpers[cur], how
+        if cur <= 1:
+            return _Above()
+        if cur in verified:
+            return _Above(verified[cur], depth)
+        if _holds_session_lock(cur, locks):
+            return _Above(other=cur, depth=depth)
         try:
             st = read_stat(cur)
         except IdentityError:
             break
-        cur = None if st is None else st.ppid
-    return None, ""
+        if st is None:
+            break
+        cur = st.ppid
+    return _Above(complete=False)
+
+
+def _how(depth: int) -> str:
+    return "is" if depth == 0 else ("is the child of" if depth == 1 else "is a descendant of")
+
+
+def _classify(pid: int, st: ProcStat, argv: Sequence[str], form: str, above: _Above, named: Collection[str],
+              dead: Sequence[DeadSession], guard_of: Callable[[DeadSession], Guard]) -> Holder:
+    """One process carrying the id, own or foreign: see the module docstring."""
+    def foreign(reason: str, within: str | None = None, left_behind: bool = False) -> Holder:
+        return Holder(pid, st.start_time, tuple(argv), form, "argv", None, reason, within=within,
+                      left_behind=left_behind)
+
+    s = above.shellper
+    if s is not None:
+        where = f"{_how(above.depth)} verified shellper {s.record.shellper_pid} (session {s.name!r})"
+        if s.name not in named:
+            return foreign(f"{where}, a session not named reclaimable", s.name)
+        if above.depth > 0 and _marker(pid) != s.record.instance_id:
+            return foreign(f"{where} but lacks its marker {INSTANCE_ENV} (has another session's, or none)",
+                           s.name)
+        return Holder(pid, st.start_time, tuple(argv), form, "argv", s, where, within=s.name)
+    if above.other is not None:
+        what = "is" if above.depth == 0 else "runs under"
+        return foreign(f"{what} pid {above.other}, a shellper that is not a verified session of this directory "
+                       "(or a lock holder that could not be checked)")
+    if not above.complete:
+        return foreign("its ancestry could not be read up to pid 1")
+    for d in dead:
+        if not survivor_of(pid, st, d):
+            continue
+        left = f"left behind by the dead shellper of session {d.name!r}"
+        if d.name not in named:
+            return foreign(f"{left}, a session not named reclaimable", d.name, True)
+        suspect = guard_of(d).suspect
+        if suspect:
+            return foreign(f"{left}, whose record is suspect: {suspect}", d.name, True)
+        return Holder(pid, st.start_time, tuple(argv), form, "argv", None, left, d, d.name, True)
+    return foreign("neither under a verified shellper of this directory nor left behind by one")
 
 
 def find_holders(session_id: str, runtime_dir: str | os.PathLike[str] | None = None, *,
-                 exclude: Iterable[int] = ()) -> list[Holder]:
-    """Live processes carrying ``session_id``, classified against ``runtime_dir``'s verified shellpers.
+                 exclude: Iterable[int] = (), reclaimable: Collection[str] = ()) -> list[Holder]:
+    """Live processes carrying ``session_id``, classified against ``runtime_dir``'s sessions named in
+    ``reclaimable`` (see the module docstring).
 
-    Without ``runtime_dir`` every holder is foreign. The calling process and ``exclude`` are skipped;
-    processes whose /proc entry cannot be read are skipped too (they cannot be seen, so not reported).
+    Without ``runtime_dir``, or with nothing named, every holder is foreign. The calling process and
+    ``exclude`` are skipped; processes whose /proc entry cannot be read are skipped too (they cannot be
+    seen, so not reported).
     """
     _check_id(session_id)
     shell, js = _patterns(session_id)
     skip = {os.getpid(), *exclude}
-    ours = own_shellpers(runtime_dir) if runtime_dir is not None else []
-    by_pid = {s.record.shellper_pid: s for s in ours}
+    named = frozenset(reclaimable)
+    live = own_shellpers(runtime_dir) if runtime_dir is not None else []
+    dead = dead_sessions(runtime_dir) if runtime_dir is not None else []
+    by_pid = {s.record.shellper_pid: s for s in live}
+    locks = _locks_by_pid()
+    guards: dict[str, Guard] = {}
+
+    def guard_of(d: DeadSession) -> Guard:
+        if d.name not in guards:
+            guards[d.name] = guard(d.record, runtime_dir)
+        return guards[d.name]
+
     holders: list[Holder] = []
     covered: set[int] = set()
     for pid in _proc_pids():
@@ -221,22 +420,23 @@ def find_holders(session_id: str, runtime_dir: str | os.PathLike[str] | None = N
         form = _match(argv, session_id, shell, js)
         if form is None:
             continue
-        owner, how = _owner_of(pid, by_pid)
-        if owner is not None:
-            covered.add(owner.record.shellper_pid)
-            reason = f"{how} of verified shellper {owner.record.shellper_pid} (session {owner.name!r})"
-        else:
-            reason = "not one of our verified shellpers nor a descendant of one"
-        holders.append(Holder(pid, st.start_time, tuple(argv), form, "argv", owner, reason))
-    for shellper in ours:
+        above = _above(pid, by_pid, locks)
+        if above.shellper is not None:
+            covered.add(above.shellper.record.shellper_pid)
+        holders.append(_classify(pid, st, argv, form, above, named, dead, guard_of))
+    for shellper in live:
         pid = shellper.record.shellper_pid
         if pid in covered or pid in skip:
             continue
         form = _match(shellper.record.command, session_id, shell, js)
-        if form is not None:
-            holders.append(Holder(pid, shellper.record.shellper_start_time, tuple(shellper.record.command),
-                                  form, "record", shellper,
-                                  f"verified shellper (session {shellper.name!r}) whose command carries it"))
+        if form is None:
+            continue
+        reason = f"verified shellper (session {shellper.name!r}) whose command carries it"
+        if shellper.name not in named:
+            reason += ", a session not named reclaimable"
+        holders.append(Holder(pid, shellper.record.shellper_start_time, tuple(shellper.record.command), form,
+                              "record", shellper if shellper.name in named else None, reason,
+                              within=shellper.name))
     return holders
 
 
@@ -245,8 +445,10 @@ def find_holders(session_id: str, runtime_dir: str | os.PathLike[str] | None = N
 
 @dataclass(frozen=True)
 class Verdict:
-    """``resume`` (nobody holds it), ``reclaim`` (only our shellpers held it; they are confirmed dead:
-    resume now) or ``mint`` (a foreign holder, or reclaiming failed: start a fresh id)."""
+    """``resume`` (nobody holds it), ``reclaim`` (only sessions named reclaimable held it; their holders are
+    confirmed dead: resume now) or ``mint`` (a foreign holder, or reclaiming failed: start a fresh id).
+
+    ``terminated``: live sessions ended; ``reaped``: what dead sessions had left behind, ended."""
 
     action: str
     session_id: str
@@ -254,34 +456,47 @@ class Verdict:
     holders: tuple[Holder, ...] = ()
     terminated: tuple[Termination, ...] = ()
     errors: tuple[str, ...] = ()
+    reaped: tuple[SurvivorReport, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {"action": self.action, "session_id": self.session_id, "reason": self.reason,
                 "holders": [h.to_dict() for h in self.holders],
                 "terminated": [{"name": t.name, "pid": t.pid, "method": t.method} for t in self.terminated],
+                "reaped": [{"name": r.name, "termed": list(r.termed), "killed": list(r.killed),
+                            "spared": list(r.spared)} for r in self.reaped],
                 "errors": list(self.errors)}
+
+
+def _still_dead(session: DeadSession, runtime_dir: str | os.PathLike[str]) -> bool:
+    """The same record (instance) is still there, its shellper still dead: no new session took the name."""
+    return any(d.name == session.name and d.record.instance_id == session.record.instance_id
+               for d in dead_sessions(runtime_dir))
 
 
 def mint_or_reclaim(session_id: str, runtime_dir: str | os.PathLike[str], *, grace: float = DEFAULT_GRACE,
                     stop_timeout: float | None = None, confirm_timeout: float = CONFIRM_TIMEOUT,
-                    exclude: Iterable[int] = (), protect: Collection[str] = ()) -> Verdict:
-    """Decide whether ``session_id`` can be resumed, freeing it from our own stale shellpers if needed.
+                    exclude: Iterable[int] = (), protect: Collection[str] = (),
+                    reclaimable: Collection[str] = ()) -> Verdict:
+    """Decide whether ``session_id`` can be resumed, freeing it from sessions named in ``reclaimable``.
 
-    Own holders are ended through :func:`~tower_client.apply.terminate_session` (identity-checked
-    STOP, then pidfd signals), and every holder process pinned beforehand must be dead afterwards;
-    a final re-scan must find no holder at all, else the verdict is ``mint``. Sessions named in
-    ``protect`` (e.g. other live, registered sessions) are treated like foreign holders: never ended.
+    With nothing named (the default) nothing is ever ended: any holder means ``mint``. Holders under a
+    named live session are ended through :func:`~tower_client.apply.terminate_session` (identity-checked
+    STOP, then pidfd signals: the whole session goes); those a named dead session left behind through
+    :func:`~tower_client.survivors.reap_survivors`. Every holder process pinned beforehand must be dead
+    afterwards, and a final re-scan must find no holder at all, else the verdict is ``mint``. Sessions
+    in ``protect`` are never ended, even if named.
     """
     exclude = tuple(exclude)
-    holders = find_holders(session_id, runtime_dir, exclude=exclude)
+    reclaimable = frozenset(reclaimable)
+    holders = find_holders(session_id, runtime_dir, exclude=exclude, reclaimable=reclaimable)
     if not holders:
         return Verdict("resume", session_id, "no live process holds it")
-    foreign = [h for h in holders if h.own is None]
+    foreign = [h for h in holders if h.kind == "foreign"]
     if foreign:
         pids = ", ".join(str(h.pid) for h in foreign)
         return Verdict("mint", session_id, f"held by foreign process(es) {pids}: never touched",
                        tuple(holders))
-    kept = sorted({h.own.name for h in holders if h.own is not None and h.own.name in protect})
+    kept = sorted({h.session for h in holders if h.session is not None and h.session in protect})
     if kept:
         return Verdict("mint", session_id, f"held by protected session(s) {', '.join(kept)}: never touched",
                        tuple(holders))
@@ -297,6 +512,7 @@ def mint_or_reclaim(session_id: str, runtime_dir: str | os.PathLike[str], *, gra
             continue
         pinned.append(fd)
     terminated: list[Termination] = []
+    reaped: list[SurvivorReport] = []
     errors: list[str] = []
     try:
         shellpers = {h.own.record.shellper_pid: h.own for h in holders if h.own is not None}
@@ -308,6 +524,20 @@ def mint_or_reclaim(session_id: str, runtime_dir: str | os.PathLike[str], *, gra
                 continue
             except Exception as exc:
                 errors.append(f"{s.name}: {type(exc).__name__}: {exc}")
+        dead = {h.survivor_of.name: h.survivor_of for h in holders if h.survivor_of is not None}
+        for d in dead.values():
+            if not _still_dead(d, runtime_dir):
+                errors.append(f"{d.name}: no longer the dead session it was (a new shellper, or its record changed)")
+                continue
+            try:
+                report = reap_survivors(d.record, directory=runtime_dir, grace=grace,
+                                        confirm_timeout=confirm_timeout)
+            except Exception as exc:
+                errors.append(f"{d.name}: {type(exc).__name__}: {exc}")
+                continue
+            reaped.append(report)
+            if report.suspect:
+                errors.append(f"{d.name}: nothing ended, the record is suspect: {report.suspect}")
         alive = [fd.pid for fd in pinned if not fd.wait_dead(confirm_timeout)]
     finally:
         for fd in pinned:
@@ -316,12 +546,13 @@ def mint_or_reclaim(session_id: str, runtime_dir: str | os.PathLike[str], *, gra
         errors.append(f"holder(s) {alive} still alive")
     if errors:
         return Verdict("mint", session_id, "could not free it: " + "; ".join(errors), tuple(holders),
-                       tuple(terminated), tuple(errors))
-    left = find_holders(session_id, runtime_dir, exclude=exclude)
+                       tuple(terminated), tuple(errors), tuple(reaped))
+    left = find_holders(session_id, runtime_dir, exclude=exclude, reclaimable=reclaimable)
     if left:
         pids = ", ".join(f"{h.pid} ({h.kind})" for h in left)
         return Verdict("mint", session_id, f"still held after reclaiming, by {pids}", tuple(holders),
-                       tuple(terminated))
-    names = ", ".join(sorted(repr(s.name) for s in shellpers.values()))
-    return Verdict("reclaim", session_id, f"held only by our shellper(s) {names}: terminated, confirmed dead",
-                   tuple(holders), tuple(terminated))
+                       tuple(terminated), reaped=tuple(reaped))
+    names = ", ".join([repr(s.name) for s in shellpers.values()]
+                      + [f"{d.name!r} (dead, what it left)" for d in dead.values()])
+    return Verdict("reclaim", session_id, f"held only by session(s) named reclaimable, {names}: ended, "
+                   "confirmed dead", tuple(holders), tuple(terminated), reaped=tuple(reaped))

@@ -4,10 +4,13 @@ Input: the Tower's registry (which sessions it wants, optionally pinned to an in
 :mod:`tower_client.discover` observed. Output: :class:`Decision` s, each with a reason code.
 
 "Ours" means *verified*: the record is from this boot, the recorded pid carries the recorded kernel
-start ticks, the session lock is held (by that pid, when /proc/locks can tell), and a socket that
-answers names the record's instance id from the record's pid. Only a verified shellper is ever
-terminated. The lock, not the pid, says whether anybody owns the files: files are cleaned only when
-the lock is free and the socket is silent, which never signals anybody.
+start ticks, the session lock is held (by that pid, when /proc/locks can tell), a socket that
+answers names the record's instance id from the record's pid, and the files are this name's own: the
+record and WELCOME name it, the record's socket is its socket path, and neither socket, record nor
+lock has a second link (a hard link under another name shares the real session's lock and socket).
+Only a verified shellper is ever terminated. The lock, not the pid, says whether anybody owns the
+files: files are cleaned only when the lock is free and the socket is silent, which never signals
+anybody.
 
 Decision table (first matching row wins; "row" = registry row for the name):
 
@@ -37,6 +40,10 @@ lock free, pid gone                               clean (+respawn if row)     de
 lock free, pid reused (never signalled)           clean (+respawn if row)     pid_reused
 lock free, pid unreadable                         clean (+respawn if row)     identity_unreadable
 lock free, pid verified (not the lock owner)      clean (+respawn if row)     not_lock_owner
+verified; the files are not this name's own       leave                       name_mismatch
+  (record/WELCOME name another session, the
+  record's socket is another path, or the
+  socket, record or lock is hard-linked)
 verified; socket answers as another instance/pid  leave                       instance_mismatch,
                                                                               peer_mismatch
 verified; state stopping/stopped                  leave                       stopping
@@ -94,6 +101,7 @@ __all__ = [
     "RegistryTooLarge",
     "RegistryUnreadable",
     "load_registry",
+    "name_mismatch",
     "parse_registry",
     "reconcile",
 ]
@@ -116,7 +124,7 @@ REASONS = frozenset({
     "corrupt_record", "previous_boot_locked", "previous_boot", "boot_unknown", "lock_held_by_other",
     "pid_reused", "identity_unreadable", "dead", "not_lock_owner", "instance_mismatch", "peer_mismatch",
     "stopping", "unreachable", "unregistered", "superseded", "husk_expired", "husk", "running",
-    "other_owner", "lock_missing", "stray_cgroup", "stray_cgroup_live",
+    "other_owner", "lock_missing", "stray_cgroup", "stray_cgroup_live", "name_mismatch",
 })
 
 
@@ -308,6 +316,24 @@ def _strays(name: str, row: RegistryRow | None, obs: Observed | None, owner: str
     return out
 
 
+def name_mismatch(obs: Observed) -> str | None:
+    """Why the files observed under ``obs.name`` are not that session's own, or None if they are.
+
+    A hard link of a live session's lock and socket under another name, with its record copied, would
+    otherwise verify as a session of that name: its lock is held by the recorded pid and its socket
+    answers as the recorded instance. A shellper creates each of its files with one link."""
+    name, rec = obs.name, obs.record
+    if rec is not None and rec.name != name:
+        return f"the record names session {rec.name!r}"
+    if obs.record_socket_ok is False and rec is not None:
+        return f"the record's socket {rec.socket!r} is not {name}.sock in {obs.dir or 'this directory'}"
+    if obs.probe == "answered" and obs.welcome_name != name:
+        return f"the socket answers as session {obs.welcome_name!r}"
+    if obs.hard_linked:
+        return f"{', '.join(f'{name}.{kind}' for kind in sorted(obs.hard_linked))} has more than one link"
+    return None
+
+
 def _decide(name: str, row: RegistryRow | None, obs: Observed | None, now: float,
             husk_max_age: float | None, owner: str) -> list[Decision]:
     def one(action: Action, reason: str, detail: str) -> Decision:
@@ -363,7 +389,7 @@ def _decide(name: str, row: RegistryRow | None, obs: Observed | None, now: float
                          f"not by the recorded pid {rec.shellper_pid} ({obs.identity_detail})")
         if obs.identity == "verified" and obs.serving:
             return leave("lock_missing", f"{obs.identity_detail}; it serves this session but its lock file is "
-                         f"gone: send it SIGUSR1 to recreate its files; nothing removed")
+                         f"gone: `shellper stop {name}` ends it; nothing removed")
         if obs.probe == "answered":
             return leave("unowned_socket_answers", "nobody holds the lock, yet the socket answers")
         reason = {"gone": "dead", "mismatch": "pid_reused", "unreadable": "identity_unreadable",
@@ -371,6 +397,9 @@ def _decide(name: str, row: RegistryRow | None, obs: Observed | None, now: float
         return clean(reason, f"{obs.identity_detail}; nobody holds the lock: files are stale "
                      "(no process is signalled)")
 
+    mismatch = name_mismatch(obs)
+    if mismatch is not None:
+        return leave("name_mismatch", f"{mismatch}: the files may be another session's; nothing is touched")
     if obs.probe == "answered":
         if obs.welcome_instance_id != rec.instance_id:
             return leave("instance_mismatch", f"socket answers as instance {obs.welcome_instance_id}, "

@@ -124,12 +124,10 @@ def guard(record: SessionRecord, directory: str | os.PathLike[str] | None = None
         return Guard(frozenset(), "the record names no runtime directory to check for live shellpers")
     everywhere = live_shellpers()
     for pid, other in everywhere.items():
-        if other.instance_id == record.instance_id:
-            return Guard(frozenset(everywhere), f"instance {record.instance_id} is also claimed by live shellper "
-                         f"{pid} (session {other.name!r} of {os.path.dirname(other.socket)})")
-        if (record.child_pid is not None and record.child_start_time is not None
-                and (other.child_pid, other.child_start_time) == (record.child_pid, record.child_start_time)):
-            return Guard(frozenset(everywhere), f"child {record.child_pid} is also claimed by live shellper {pid}")
+        claim = _claims(record, other)
+        if claim:
+            return Guard(frozenset(everywhere), f"{claim} is also claimed by live shellper {pid} (session "
+                         f"{other.name!r} of {os.path.dirname(other.socket)})")
     try:
         d = check_dir(where)
     except UnsafeDirError as e:
@@ -161,13 +159,20 @@ def guard(record: SessionRecord, directory: str | os.PathLike[str] | None = None
             live.update(owners)
         if rec is None or name == record.name or not (held or rec_alive):
             continue
-        if rec.instance_id == record.instance_id:
-            return Guard(frozenset(live), f"instance {record.instance_id} is also claimed by live session "
-                         f"{name!r}")
-        if (record.child_pid is not None and record.child_start_time is not None
-                and (rec.child_pid, rec.child_start_time) == (record.child_pid, record.child_start_time)):
-            return Guard(frozenset(live), f"child {record.child_pid} is also claimed by live session {name!r}")
+        claim = _claims(record, rec)
+        if claim:
+            return Guard(frozenset(live), f"{claim} is also claimed by live session {name!r}")
     return Guard(frozenset(live))
+
+
+def _claims(record: SessionRecord, other: SessionRecord) -> str:
+    """What of ``record``'s marks ``other`` claims too: its instance, or its child (pid and ticks); ""."""
+    if other.instance_id == record.instance_id:
+        return f"instance {record.instance_id}"
+    if (record.child_pid is not None and record.child_start_time is not None
+            and (other.child_pid, other.child_start_time) == (record.child_pid, record.child_start_time)):
+        return f"child {record.child_pid}"
+    return ""
 
 
 def _has_env(pid: int, needle: bytes) -> bool:
