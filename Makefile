@@ -41,6 +41,8 @@ bench: compile
 
 # The long versions of the fault, hostile-input and soak tests (RELIABILITY.md). SOAK_SECONDS sets the
 # soak's length (default 600; CI: SOAK_SECONDS=120); SOAK_REPORT=file.json keeps its figures.
+# KILLSOAK_TRIALS sets the random-moment kill trials per containment mode (default 200), KILLSOAK_SEED
+# their seed (default: a fresh one, printed); KILLSOAK_REPORT=file.json keeps their figures.
 soak: $(STAMP)
 	$(BIN)/python -m pytest -q -s -m slow -p no:cacheprovider
 

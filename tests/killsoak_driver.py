@@ -25,7 +25,8 @@ One trial:
    SPAWN      after SPAWN of a new child: the old tree's grace (0.2-0.8 s), its end, the new spawn
    ========== ==================================================================================
 
-3. **The Tower comes back**: ``tower-client reconcile --registry R --apply`` (R names the bystander only).
+3. **The Tower comes back**: ``tower-client --owner killsoak [--cgroup-parent P] reconcile --registry R
+   --apply`` (R names the bystander only).
 4. **Measure**: session processes surviving (the ledger, ``SHELLPER_INSTANCE``, the ledger's path in a
    command line, membership of the victim's cgroup, the victim's shellper itself), bystanders signalled
    (a signal written down, or dead), files left in the runtime directory (the bystander's own four
@@ -72,6 +73,8 @@ _TOWER_SCRIPT = Path(PY).with_name("tower-client")
 TOWER_CLIENT = [str(_TOWER_SCRIPT)] if _TOWER_SCRIPT.exists() else [PY, "-m", "tower_client.cli"]
 VICTIM = "victim"
 BYSTANDER = "bystander"
+OWNER = "killsoak"
+"""Both sessions' owner, and the one the restarted Tower acts for."""
 SESSION_FILES = (".sock", ".json", ".lock", ".log")
 TOWER_GRACE = 0.2
 """The restarted Tower's SIGTERM-to-SIGKILL grace: the trees ignore SIGTERM, so every trial waits it out."""
@@ -405,7 +408,7 @@ class Trial:
     def config(self, name: str, argv: list[str], grace: float = 1.0,
                policy: RestartPolicy | None = None) -> SessionConfig:
         return SessionConfig(name=name, argv=argv, dir=self.run, cwd=self.work, env=self.env, grace=grace,
-                             ring_bytes=1 << 20, policy=policy or RestartPolicy(),
+                             ring_bytes=1 << 20, policy=policy or RestartPolicy(), owner=OWNER,
                              containment=self.cfg.mode.value, cgroup_parent=self.cg_parent)
 
     def connect(self, info: LaunchInfo) -> Client:
@@ -533,6 +536,7 @@ class Trial:
             self.result.note = "launch() returned first" if returned <= self.killed else "launch() returned"
         else:
             self.result.note = "launch() raised"
+        self.result.note += f" (the bystander's daemon took {self.daemon_life:.3f} s)"
 
     def _flood(self) -> None:
         tower = self.launch_victim("flood")
@@ -605,12 +609,10 @@ class Trial:
         registry = self.path("registry.json")
         with open(registry, "w") as f:
             json.dump({"sessions": [{"name": BYSTANDER, "instance_id": self.bystander.instance_id}]}, f)
-        env = dict(self.env)
-        if self.cg_parent is not None:
-            env["SHELLPER_CGROUP_PARENT"] = self.cg_parent
-        proc = subprocess.run([*TOWER_CLIENT, "--dir", self.run, "reconcile", "--registry", registry, "--apply",
-                               "--json", "--grace", str(TOWER_GRACE)], env=env, capture_output=True, timeout=120,
-                              stdin=subprocess.DEVNULL)
+        where = ["--cgroup-parent", self.cg_parent] if self.cg_parent is not None else []
+        proc = subprocess.run([*TOWER_CLIENT, "--dir", self.run, "--owner", OWNER, *where, "reconcile", "--registry",
+                               registry, "--apply", "--json", "--grace", str(TOWER_GRACE)], env=self.env,
+                              capture_output=True, timeout=120, stdin=subprocess.DEVNULL)
         self.result.apply_rc = proc.returncode
         self.result.apply_output = (proc.stdout + proc.stderr).decode("utf-8", "replace")
         try:
@@ -710,15 +712,26 @@ class Trial:
         return hurt
 
     def unreaped(self) -> list[str]:
-        """Zombies of either session's tree whose parent lives and is not init (somebody should reap them)."""
-        procs = processes()
-        out = []
-        for who in (VICTIM, BYSTANDER):
-            for (pid, start), role in Ledger(self.path(f"{who}.ledger")).load().entries.items():
-                p = procs.get(pid)
-                if p is not None and p.start == start and p.state == "Z" and p.ppid > 1 and p.ppid in procs:
-                    out.append(f"{who} {role} {pid} unreaped by {p.ppid}")
-        return out
+        """Zombies of either session's tree whose parent lives and is not init (somebody should reap them),
+        still there after a second (a churner reaps its child right after it exits)."""
+
+        def zombies() -> dict[tuple[int, int], str]:
+            procs = processes()
+            out = {}
+            for who in (VICTIM, BYSTANDER):
+                for (pid, start), role in Ledger(self.path(f"{who}.ledger")).load().entries.items():
+                    p = procs.get(pid)
+                    if p is not None and p.start == start and p.state == "Z" and p.ppid > 1 and p.ppid in procs:
+                        out[(pid, start)] = f"{who} {role} {pid} unreaped by {p.ppid}"
+            return out
+
+        found = zombies()
+        deadline = time.monotonic() + 1.0
+        while found and time.monotonic() < deadline:
+            time.sleep(0.02)
+            now = zombies()
+            found = {k: v for k, v in found.items() if k in now}
+        return list(found.values())
 
     # ------------------------------------------------------------------ clean up
 
@@ -929,7 +942,7 @@ class Summary:
     def report(self) -> str:
         t = self.totals(self.results)
         launches = [r for r in self.results if r.state is State.LAUNCH]
-        early = sum(1 for r in launches if r.note != "launch() returned first")
+        early = sum(1 for r in launches if not r.note.startswith("launch() returned first"))
         return "\n".join([
             f"kill soak, containment {self.mode}: seed {self.seed}, {t['trials']} trials in {self.seconds:.0f} s",
             self.table(),

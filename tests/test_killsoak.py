@@ -13,20 +13,58 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
-from killsoak_driver import KillSoakConfig, Mode, Summary, cgroup_available, run_killsoak
+from killsoak_driver import KillSoakConfig, Mode, State, Summary, TrialResult, cgroup_available, run_killsoak
 from soak_support import scales
 
-OPEN_DEFECTS = ("issue 15: a dead session's processes are not yet ended through its cgroup, nor looked for "
-                "at all when its record names no child (backoff, restart loop, husk, between SPAWN's kill "
-                "and spawn: defect 11), and its cgroup is not removed")
-"""Why survivors, files and cgroups left are expected today: the test reports them as an expected failure
-(with the figures) instead of failing. Set to "" once tower_client ends a dead session through its cgroup
-and looks for survivors in every state: then any of them fails the test."""
+
+@dataclass(frozen=True)
+class OpenDefect:
+    """A product bug this soak finds today, and the part of a trial's result it accounts for. A trial
+    whose every failure is accounted for by open defects makes the test an expected failure (with the
+    figures); anything else fails it. Delete an entry once its bug is fixed."""
+
+    what: str
+    files: str = ""
+    """A regex (fullmatch) for files left that this defect leaves."""
+    cleanup: str = ""
+    """A regex (match) for what cleaning up found that this defect leaves."""
+    states: frozenset[State] = frozenset(State)
+    modes: frozenset[Mode] = frozenset(Mode)
+
+    def explains(self, r: TrialResult, mode: Mode) -> bool:
+        return r.state in self.states and mode in self.modes
+
+
+OPEN_DEFECTS = (
+    OpenDefect("kill -9 during launch before NAME.lock exists leaves NAME.log, which nothing looks at",
+               files=r"victim\.log", states=frozenset({State.LAUNCH})),
+    OpenDefect("issue 15 defect 15: kill -9 during a record write leaves .NAME.json.<pid>.<hex>.tmp",
+               files=r"\.victim\.json\.\d+\.[0-9a-f]+\.tmp"),
+    OpenDefect("containment none: a process forked while STOP's SIGKILL round runs outlives the stop",
+               cleanup=r"the bystander's STOP left processes", modes=frozenset({Mode.NONE})),
+)
+
+
+def unexplained(r: TrialResult, mode: Mode) -> tuple[TrialResult, set[str]]:
+    """``r`` without what open defects account for, and which defects those were."""
+    used: set[str] = set()
+    files, cleanup = list(r.files_left), list(r.cleanup)
+    for d in OPEN_DEFECTS:
+        if not d.explains(r, mode):
+            continue
+        if d.files and any(re.fullmatch(d.files, f) for f in files):
+            files = [f for f in files if not re.fullmatch(d.files, f)]
+            used.add(d.what)
+        if d.cleanup and any(re.match(d.cleanup, c) for c in cleanup):
+            cleanup = [c for c in cleanup if not re.match(d.cleanup, c)]
+            used.add(d.what)
+    return replace(r, files_left=files, cleanup=cleanup), used
 
 
 @dataclass(frozen=True)
@@ -54,13 +92,15 @@ def test_kill_at_a_random_moment(scale: KillScale, mode: Mode) -> None:
     _keep(summary)
     t = summary.totals(summary.results)
     assert t["trials"] == len(summary.results) > 0
-    hard = {k: t[k] for k in ("signalled", "zombies", "errors", "stop_left")}
+    hard = {k: t[k] for k in ("signalled", "zombies", "errors")}
     assert not any(hard.values()), f"{hard}\n{report}"
-    contained = {k: t[k] for k in ("survivors", "files_left", "cgroups_left", "apply_failed")}
-    if any(contained.values()):
-        if OPEN_DEFECTS:
-            pytest.xfail(f"{OPEN_DEFECTS}: {contained}\n{report}")
-        pytest.fail(f"{contained}\n{report}")
+    known: set[str] = set()
+    for r in summary.failures:
+        rest, used = unexplained(r, mode)
+        assert not rest.failed, f"trial #{r.index} ({r.state}) failed beyond the open defects\n{report}"
+        known |= used
+    if known:
+        pytest.xfail(f"open defects: {sorted(known)}\n{report}")
 
 
 def _keep(summary: Summary) -> None:
