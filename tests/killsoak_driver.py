@@ -243,11 +243,18 @@ def _boot_id() -> str:
 _BOOT = _boot_id()
 
 
-def daemon_of(procs: dict[int, Proc], name: str, run_dir: str) -> Proc | None:
+def daemon_of(name: str, run_dir: str) -> Proc | None:
     """The detached shellper of session ``name`` (``python -m shellper.daemon NAME DIR``): not the
-    intermediate process (the harness's child) nor a child forked by the daemon that has not exec'd yet."""
-    tail = ("shellper.daemon", name, run_dir)
-    cands = {p.pid: p for p in procs.values() if p.argv[-3:] == tail and p.state != "Z"}
+    intermediate process (the harness's child) nor a child forked by the daemon that has not exec'd yet.
+    Reads only command lines, then the stat of those that match: it runs while the daemon starts."""
+    tail = b"\0".join((b"shellper.daemon", name.encode(), run_dir.encode())) + b"\0"
+    cands: dict[int, Proc] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (_read(f"/proc/{entry}/cmdline") or b"").endswith(tail):
+            with contextlib.suppress(IdentityError):
+                st = read_stat(int(entry))
+                if st is not None and st.state != "Z":
+                    cands[int(entry)] = Proc(int(entry), st.ppid, st.state, st.start_time, (), None, None)
     inner = {pid: p for pid, p in cands.items() if p.ppid != os.getpid()}
     for p in inner.values():
         if p.ppid not in inner:
@@ -333,7 +340,7 @@ def cgroup_available() -> str | None:
 # --------------------------------------------------------------------------------------------- one trial
 
 
-def _wait_for(predicate: Callable[[], object], timeout: float, what: str) -> object:
+def _wait_for(predicate: Callable[[], object], timeout: float, what: str, interval: float = 0.005) -> object:
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
@@ -341,7 +348,7 @@ def _wait_for(predicate: Callable[[], object], timeout: float, what: str) -> obj
             return value
         if time.monotonic() > deadline:
             raise TrialFailed(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.005)
+        time.sleep(interval)
 
 
 def _clean_env() -> dict[str, str]:
@@ -512,8 +519,8 @@ class Trial:
         found: object = None
         try:
             time.sleep(0.8 * self.fork_delay)  # the launcher's interpreter is starting: nothing to kill yet
-            found = _wait_for(lambda: daemon_of(processes(), VICTIM, self.run) or "done" in box, 15.0,
-                              "the victim's daemon to be forked")
+            found = _wait_for(lambda: daemon_of(VICTIM, self.run) or "done" in box, 15.0,
+                              "the victim's daemon to be forked", interval=0.002)
             if isinstance(found, Proc):
                 time.sleep(max(0.0, target - process_age(found.start)))  # the random moment
                 self.victim_shellper = (found.pid, found.start)
@@ -905,6 +912,7 @@ class Summary:
             "errors": sum(1 for r in rows if r.error),
             "apply_failed": sum(1 for r in rows if r.apply_rc not in (0, None)),
             "stop_left": sum(1 for r in rows if r.cleanup),
+            "seconds": round(sum(r.seconds for r in rows), 1),
         }
 
     def table(self) -> str:
@@ -917,7 +925,7 @@ class Summary:
             if not rows:
                 continue
             t = self.totals(rows)
-            per = sum(r.seconds for r in rows) / len(rows)
+            per = t["seconds"] / len(rows)
             cg = f"{t['cgroups_left']}" if self.mode is Mode.CGROUP else "-"
             lines.append(f"| {label} | {t['trials']} | {t['left_by_kill']} | {t['survivors']} ({t['survivor_trials']})"
                          f" | {t['signalled']} | {t['files_left']} ({t['file_trials']}) | {cg} | {t['zombies']} | "
