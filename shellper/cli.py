@@ -25,7 +25,15 @@ from shellper.config import (
 from shellper.exits import PolicyError, RestartPolicy
 from shellper.launch import LaunchError, launch, run_foreground
 from shellper.owner import OWNER_ENV, BadOwner, validate_owner
-from shellper.paths import PathError, SessionPaths, existing_runtime_dir, runtime_dir, validate_name
+from shellper.paths import (
+    PathError,
+    SessionPaths,
+    existing_runtime_dir,
+    file_kind,
+    runtime_dir,
+    session_files,
+    validate_name,
+)
 from shellper.record import LockError, SessionLock
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs each shellper ~2.5 ms and 0.5 MiB
@@ -34,6 +42,7 @@ if TYPE_CHECKING:  # imported where used: `shellper run` starts faster without t
 
     from shellper.client import Client
     from shellper.prefork import Prefork
+    from shellper.record import SessionRecord
     from shellper.sessions import SessionInfo
 
 
@@ -438,7 +447,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
     validate_name(args.name)
     paths = SessionPaths.for_name(_dir(args), args.name)
-    if not SessionLock.is_locked(paths.lock) and any(os.path.lexists(p) for p in (paths.socket, paths.record)):
+    if not SessionLock.is_locked(paths.lock) and session_files(paths):
         return _stop_stale(args, paths)
     with _connect(args, "tower", replay_bytes=0) as client:
         client.send(wire.Stop(grace=args.grace))
@@ -454,19 +463,26 @@ def cmd_stop(args: argparse.Namespace) -> int:
     raise CliError(f"stop: session {args.name!r} did not stop in time")
 
 
+def _read_record(paths: SessionPaths) -> SessionRecord | None:
+    from shellper.record import RecordError, read_record
+
+    try:
+        return read_record(paths.record)
+    except (OSError, RecordError):
+        return None
+
+
 def _stop_stale(args: argparse.Namespace, paths: SessionPaths) -> int:
-    """The shellper is gone (killed, crashed) and left its files: end what its tree left running and
-    remove them, as tower_client's reconcile does for a dead session (identity-checked, under the lock)."""
-    from shellper.record import AlreadyRunning, RecordError, read_record
+    """The shellper is gone (killed, crashed, or a launch that failed) and left files: end what its tree
+    left running and remove them, as tower_client's reconcile does for a dead session (identity-checked,
+    under the lock). What is not the session's to remove (a symlink, a directory) is named, not touched."""
+    from shellper.record import AlreadyRunning
     from shellper.shellpers import record_is_alive
     from tower_client.apply import clean_session, terminate_session
     from tower_client.survivors import reap_survivors
 
     ended: tuple[int, ...] = ()
-    try:
-        record = read_record(paths.record)
-    except (OSError, RecordError):
-        record = None
+    record = _read_record(paths)
     if record is not None and record_is_alive(record):
         # Its lock file was removed (a tmp cleaner), not its shellper: end it as a Tower would, verified.
         from shellper.identity import IdentityError
@@ -481,11 +497,17 @@ def _stop_stale(args: argparse.Namespace, paths: SessionPaths) -> int:
     if record is not None:
         ended = reap_survivors(record, directory=paths.dir, grace=5.0 if args.grace is None else args.grace).pids
     try:
-        clean_session(paths)
+        removed = clean_session(paths)
     except AlreadyRunning:
         raise CliError(f"stop: session {args.name!r} was started again meanwhile; nothing removed") from None
-    left = f" and ended {len(ended)} process(es) it left running" if ended else ""
-    print(f"stopped {args.name}: its shellper was already gone; removed its files{left}")
+    ended_note = f" and ended {len(ended)} process(es) it left running" if ended else ""
+    left = session_files(paths)
+    if left:
+        kinds = ", ".join(f"{os.path.basename(p)} ({file_kind(p) or 'gone'})" for p in left)
+        raise CliError(f"stop: session {args.name!r}: its shellper was already gone; removed {len(removed)} "
+                       f"file(s){ended_note}, but left in {paths.dir}: {kinds}, which shellper never removes "
+                       "(only its own sockets and regular files): check what they are and remove them yourself")
+    print(f"stopped {args.name}: its shellper was already gone; removed its files{ended_note}")
     return 0
 
 

@@ -1,0 +1,222 @@
+"""What failed launches and killed record writers leave behind, and how the CLI cleans it up.
+
+Driven through the real ``shellper`` and ``tower-client`` commands in subprocesses: record temp files a
+kill -9 left, and a launch on a really full filesystem (a small tmpfs, as root).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import PY, SHELLPER_CLI, poll_until
+from test_tower_support import REPO, Sessions, identity, is_dead, sessions
+
+from shellper.paths import record_temp_name, temp_file_session
+
+__all__ = ["sessions"]  # the fixture, re-exported for pytest
+
+TOWER_CLI = [str(Path(PY).with_name("tower-client"))]
+
+
+def shellper(d: Path, *args: str, env: dict[str, str] | None = None,
+             timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*SHELLPER_CLI, "--dir", str(d), *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO, env=env)
+
+
+def reconcile_apply(d: Path, tmp: Path) -> subprocess.CompletedProcess[str]:
+    registry = tmp / "registry.json"
+    registry.write_text(json.dumps({"sessions": []}))
+    return subprocess.run([*TOWER_CLI, "--dir", str(d), "reconcile", "--registry", str(registry), "--apply",
+                           "--grace", "0.5"], capture_output=True, text=True, timeout=60, cwd=REPO)
+
+
+def files_of(d: Path, name: str) -> list[str]:
+    """Every entry of ``d`` that belongs to session ``name``, by name (temp files included)."""
+    return sorted(p.name for p in d.iterdir() if p.name.startswith((f"{name}.", f".{name}.json.")))
+
+
+def one_line(text: str) -> bool:
+    return text.count("\n") == 1 and "Traceback" not in text
+
+
+# --------------------------------------------------------------------------------------------- 15a: temp files
+
+_WRITER = """
+import os, signal, sys
+from shellper.record import SessionRecord, write_record
+
+def stuck(fd):  # the data is written; the kill -9 lands before the fsync and the rename
+    os.write(1, b"writing\\n")
+    signal.pause()
+
+os.fsync = stuck
+rec = SessionRecord(name=sys.argv[2], boot_id="b", shellper_pid=os.getpid(), shellper_start_time=1,
+                    instance_id="i", command=["sleep"], cwd="/", socket="")
+write_record(os.path.join(sys.argv[1], sys.argv[2] + ".json"), rec)
+"""
+
+
+def killed_writer_leftover(d: Path, name: str) -> Path:
+    """A real record write (shellper.record.write_record) kill -9'ed in the middle: its temp file stays."""
+    proc = subprocess.Popen([PY, "-c", _WRITER, str(d), name], stdout=subprocess.PIPE, cwd=REPO)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"writing\n"
+        proc.kill()
+    finally:
+        proc.wait(10)
+        assert proc.stdout is not None
+        proc.stdout.close()
+    left = [p for p in d.iterdir() if p.name.startswith(f".{name}.json.{proc.pid}.")]
+    assert len(left) == 1 and left[0].name.endswith(".tmp") and left[0].stat().st_size > 0, left
+    return left[0]
+
+
+@pytest.mark.parametrize("name", ["a", "a.json", "x-1.2_y"])
+def test_the_temp_name_the_writer_uses_is_the_one_recognised(name: str) -> None:
+    made = record_temp_name(f"{name}.json")
+    assert made.startswith(f".{name}.json.{os.getpid()}.") and temp_file_session(made) == name
+
+
+@pytest.mark.parametrize("file_name", [
+    "x.json.123.deadbeef.tmp",  # not hidden
+    ".x.json.123.deadbeef.tmp.1", ".x.json.123.deadbeef.tmpx", ".x.json.123.deadbeef",
+    ".x.json.123.DEADBEEF.tmp", ".x.json.123.deadbee.tmp", ".x.json.123.deadbeef0.tmp",
+    ".x.json.0123.deadbeef.tmp", ".x.json.-1.deadbeef.tmp", ".x.json.12a.deadbeef.tmp", ".x.json..deadbeef.tmp",
+    ".x.json.\u0661\u0662.deadbeef.tmp",  # Arabic-Indic digits: isdigit() says yes
+    ".x.log.123.deadbeef.tmp", ".json.123.deadbeef.tmp", "..x.json.123.deadbeef.tmp", ".-x.json.123.deadbeef.tmp",
+])
+def test_only_exactly_the_writers_pattern_counts(file_name: str) -> None:
+    assert temp_file_session(file_name) is None
+
+
+def test_stop_removes_the_temp_file_a_killed_writer_left_beside_a_killed_session(sessions: Sessions) -> None:
+    info = sessions.launch("kw", ["sleep", "300"])
+    leftover = killed_writer_leftover(sessions.dir, "kw")
+    shellper_id = identity(info.pid)
+    os.kill(info.pid, signal.SIGKILL)  # our own shellper
+    poll_until(lambda: is_dead(shellper_id), what="the shellper to die")
+    done = shellper(sessions.dir, "stop", "kw", "--grace", "0.5")
+    assert done.returncode == 0, done.stderr
+    assert not leftover.exists() and files_of(sessions.dir, "kw") == []
+
+
+@pytest.mark.parametrize("how", ["stop", "reconcile"])
+def test_a_session_with_only_a_temp_file_left_is_seen_and_cleaned(sessions: Sessions, tmp_path: Path,
+                                                                   how: str) -> None:
+    leftover = killed_writer_leftover(sessions.dir, "only")
+    listed = shellper(sessions.dir, "ls", "--json")
+    assert [(s["name"], s["state"]) for s in json.loads(listed.stdout)] == [("only", "stale")], listed.stderr
+    done = shellper(sessions.dir, "stop", "only") if how == "stop" else reconcile_apply(sessions.dir, tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not leftover.exists() and files_of(sessions.dir, "only") == []
+
+
+def test_what_only_looks_like_a_temp_file_is_never_touched(sessions: Sessions, tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    d = sessions.dir
+    (d / ".lk.json.123.deadbeef.tmp").symlink_to(victim)  # the pattern, but a symlink
+    (d / ".lk.json.456.deadbeef.tmp").mkdir()  # the pattern, but a directory
+    near = [".lk.json.123.DEADBEEF.tmp", ".lk.json.0123.deadbeef.tmp", "lk.json.123.deadbeef.tmp",
+            ".lk.json.123.deadbeef.tmp.bak"]
+    for n in near:
+        (d / n).write_text("not a temp file of lk\n")
+    assert json.loads(shellper(d, "ls", "--json").stdout) == []  # none of them makes a session
+    real = killed_writer_leftover(d, "lk")
+    for done in (shellper(d, "stop", "lk"), reconcile_apply(d, tmp_path)):
+        assert done.returncode == 0, done.stdout + done.stderr
+    assert not real.exists()
+    assert (d / ".lk.json.123.deadbeef.tmp").is_symlink() and victim.read_text() == "precious\n"
+    assert (d / ".lk.json.456.deadbeef.tmp").is_dir()
+    assert all((d / n).read_text() == "not a temp file of lk\n" for n in near)
+    shutil.rmtree(d / ".lk.json.456.deadbeef.tmp")
+
+
+# --------------------------------------------------------------------------------------------- 15b: full disk
+
+
+@pytest.fixture
+def full_fs() -> Iterator[Path]:
+    """A runtime directory on a 64 KiB tmpfs with no byte free (a file fills the rest); unmounted after."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: mounting a small tmpfs is how this test gets a really full filesystem")
+    base = Path(tempfile.mkdtemp(prefix="fs-", dir="/tmp"))
+    mount = base / "m"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", str(mount)],
+                          capture_output=True, text=True)
+    if made.returncode != 0:
+        shutil.rmtree(base)
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.strip() or made.returncode}")
+    try:
+        run_dir = mount / "run"
+        run_dir.mkdir(mode=0o700)
+        yield run_dir
+    finally:
+        unmount(mount)
+        shutil.rmtree(base)
+
+
+def unmount(mount: Path) -> None:
+    """umount, retried for a while: anything on the machine that looks into the directory for a moment
+    (another process walking /tmp) makes it "busy". Lazily, and the test fails, if it stays busy."""
+    deadline = time.monotonic() + 10.0
+    while subprocess.run(["umount", str(mount)], capture_output=True).returncode != 0:
+        if time.monotonic() > deadline:
+            subprocess.run(["umount", "-l", str(mount)], check=True)
+            pytest.fail(f"{mount} stayed busy for 10 s: unmounted lazily")
+        time.sleep(0.1)
+
+
+def fill(run_dir: Path) -> None:
+    """Write into the filesystem until it refuses: ENOSPC."""
+    chunk = b"\0" * 4096
+    with open(run_dir.parent / "fill", "wb", buffering=0) as f, pytest.raises(OSError) as caught:
+        while True:
+            f.write(chunk)
+    assert caught.value.errno == errno.ENOSPC
+
+
+@pytest.mark.parametrize("foreground", [False, True])
+def test_a_launch_on_a_full_disk_says_so_and_leaves_nothing(full_fs: Path, foreground: bool) -> None:
+    fill(full_fs)
+    done = shellper(full_fs, "run", *(["--foreground"] if foreground else []), "full", "--", "sleep", "300")
+    assert done.returncode == 1 and one_line(done.stderr), done.stderr
+    assert f"session lock {full_fs}/full.lock: cannot write to it: No space left on device" in done.stderr
+    assert "the filesystem is full: free some space" in done.stderr
+    assert files_of(full_fs, "full") == []
+    # the daemon-to-be reports its failure, then exits: it may take a moment
+    poll_until(lambda: not [p for p in os.listdir("/proc") if p.isdigit() and _runs_in(int(p), full_fs)],
+               what="the failed launch's processes to exit")
+
+
+def _runs_in(pid: int, d: Path) -> bool:
+    """A shellper process for ``d`` (the CLI names the directory in its argv)."""
+    with contextlib.suppress(OSError):
+        return os.fsencode(str(d)) in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    return False
+
+
+@pytest.mark.parametrize("how", ["stop", "reconcile"])
+@pytest.mark.parametrize("left", [("lock",), ("log",), ("lock", "log")])
+def test_a_lock_and_log_left_on_a_full_disk_are_cleaned(full_fs: Path, tmp_path: Path, how: str,
+                                                        left: tuple[str, ...]) -> None:
+    """What the old launch left on a full disk: NAME.lock and/or NAME.log, the lock free."""
+    for suffix in left:
+        (full_fs / f"gone.{suffix}").write_bytes(b"")
+    fill(full_fs)
+    done = shellper(full_fs, "stop", "gone") if how == "stop" else reconcile_apply(full_fs, tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert files_of(full_fs, "gone") == []
