@@ -1,17 +1,22 @@
-"""What failed launches and killed record writers leave behind, and how the CLI cleans it up.
+"""What failed launches, killed writers and interrupted stops leave behind, and what the CLI says about it.
 
 Driven through the real ``shellper`` and ``tower-client`` commands in subprocesses: record temp files a
-kill -9 left, and a launch on a really full filesystem (a small tmpfs, as root).
+kill -9 left, a launch on a really full filesystem (a small tmpfs, as root), and ``stop`` when its
+shellper is killed or stopped while stopping.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import json
 import os
+import re
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import tempfile
 import time
@@ -19,10 +24,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import PY, SHELLPER_CLI, poll_until
-from test_tower_support import REPO, Sessions, identity, is_dead, sessions
+from conftest import PY, SHELLPER_CLI, poll_until, wait_gone
+from test_tower_support import REPO, Sessions, identity, is_dead, sessions, tree
 
+from shellper.client import Client
+from shellper.identity import PidFd, read_stat
 from shellper.paths import record_temp_name, temp_file_session
+from shellper.record import read_record
+from shellper.sessions import probe_status
 
 __all__ = ["sessions"]  # the fixture, re-exported for pytest
 
@@ -220,3 +229,135 @@ def test_a_lock_and_log_left_on_a_full_disk_are_cleaned(full_fs: Path, tmp_path:
     done = shellper(full_fs, "stop", "gone") if how == "stop" else reconcile_apply(full_fs, tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert files_of(full_fs, "gone") == []
+
+
+# --------------------------------------------------------------------------------------------- 16: stop
+
+
+_IGNORES_TERM = ("import signal, subprocess\n"
+                 "signal.signal(signal.SIGTERM, signal.SIG_IGN)  # and so does the sleep (inherited)\n"
+                 "subprocess.Popen(['sleep', '300'], start_new_session=True)\n"
+                 "signal.pause()\n")
+
+
+def test_stop_fails_when_its_shellper_is_killed_while_stopping(sessions: Sessions) -> None:
+    """The connection ends because the shellper was SIGKILLed in its stop grace: its files and a
+    grandchild are left. `stop` said "stopped" (exit 0); it now says what is left, and a second stop
+    ends the grandchild and removes the files."""
+    info = sessions.launch("k", [PY, "-c", _IGNORES_TERM])
+    sleep = poll_until(lambda: next((m for m in tree(info.pid) if (st := read_stat(m.pid)) is not None
+                                     and st.comm == "sleep"), None), what="the setsid'd sleep")
+    sessions.track(sleep)
+    stop = subprocess.Popen([*SHELLPER_CLI, "--dir", str(sessions.dir), "stop", "k", "--grace", "60"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        poll_until(lambda: read_record(sessions.dir / "k.json").state == "stopping", what="the stop to begin")
+        os.kill(info.pid, signal.SIGKILL)  # our own shellper, mid-stop
+        out, err = stop.communicate(timeout=60)
+    finally:
+        if stop.poll() is None:
+            stop.kill()
+            stop.communicate()
+    assert stop.returncode == 1 and out == "" and one_line(err), (out, err)
+    assert f"its shellper (pid {info.pid}) died before it finished stopping" in err, err
+    assert f"files left in {sessions.dir}: k.sock, k.json, k.lock, k.log" in err, err
+    running = re.search(r"processes it started still running: ([\d, ]+)", err)
+    assert running and str(sleep.pid) in running[1].split(", "), err  # the child may not have died yet either
+    assert "run `shellper stop k` again" in err, err
+    again = shellper(sessions.dir, "stop", "k", "--grace", "0.5")
+    assert again.returncode == 0, again.stderr
+    assert is_dead(sleep) and files_of(sessions.dir, "k") == []
+
+
+_FLOOD_ON_ENTER = ("import signal, sys\n"
+                   "sys.stdin.readline()\n"
+                   "sys.stdout.write('x' * 3_000_000); sys.stdout.flush()\n"
+                   "signal.pause()\n")
+
+
+@contextlib.contextmanager
+def stop_lingering(sessions: Sessions, name: str) -> Iterator[int]:
+    """A session whose shellper, once asked to stop, lingers ~2 s after closing the `stop` connection:
+    a viewer that stopped reading mid-flood has its EXIT still queued, and the shellper gives it up to 2 s
+    before it removes its files and exits. Yields the shellper's pid."""
+    info = sessions.launch(name, [PY, "-c", _FLOOD_ON_ENTER])
+    stalled = Client(sessions.dir / f"{name}.sock", "viewer", client_name="stalled", timeout=10)
+    stalled.connect(replay_bytes=0)
+    try:
+        sent = shellper(sessions.dir, "send", name, "go", "--enter")
+        assert sent.returncode == 0, sent.stderr
+
+        def flooded() -> bool:
+            reply = probe_status(sessions.dir / f"{name}.sock")
+            return reply is not None and reply.info["ring_end"] >= 3_000_000
+
+        poll_until(flooded, 30, what="the flood to be read")
+        yield info.pid
+    finally:
+        stalled.close()
+
+
+def test_stop_returns_only_once_the_shellper_has_exited_and_its_files_are_gone(sessions: Sessions) -> None:
+    """`stop` printed "stopped" as soon as the connection closed, while the shellper still had files."""
+    with stop_lingering(sessions, "lg") as pid:
+        done = shellper(sessions.dir, "stop", "lg")
+        assert done.returncode == 0 and done.stdout == "stopped lg\n", done.stderr
+        assert files_of(sessions.dir, "lg") == [] and wait_gone(pid, 0)
+
+
+def drop_connections_of(shellper_pid: int, peer: int) -> int:
+    """Shut down, from outside, the shellper's connections to ``peer``: a copy of each socket fd is taken
+    with pidfd_getfd (root) and shut down, which ends the connection for both ends. Returns how many."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    dropped = 0
+    with PidFd.open(shellper_pid) as pidfd:
+        for entry in os.listdir(f"/proc/{shellper_pid}/fd"):
+            try:
+                if not os.readlink(f"/proc/{shellper_pid}/fd/{entry}").startswith("socket:"):
+                    continue
+            except FileNotFoundError:  # closed meanwhile
+                continue
+            copy = libc.syscall(_SYS_PIDFD_GETFD, pidfd.fileno(), int(entry), 0)
+            if copy < 0:
+                raise OSError(ctypes.get_errno(), f"pidfd_getfd of fd {entry} of pid {shellper_pid}")
+            with socket.socket(fileno=copy) as sock, contextlib.suppress(OSError):
+                creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+                if struct.unpack("3i", creds)[0] == peer:
+                    sock.shutdown(socket.SHUT_RDWR)
+                    dropped += 1
+    return dropped
+
+
+_SYS_PIDFD_GETFD = 438  # the same number on every architecture (added after the tables were unified)
+
+
+def test_stop_fails_when_its_connection_ends_while_the_shellper_is_stopped(sessions: Sessions) -> None:
+    """The shellper is SIGSTOPped in its stop grace and the `stop` command's connection ends: `stop` said
+    "stopped" (exit 0); it now waits for the shellper to exit, then says it is stopped and what to do.
+    Doing what it says (kill -KILL, stop again) ends everything and removes the files."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: the connection is ended from outside with pidfd_getfd")
+    info = sessions.launch("st", [PY, "-c", _IGNORES_TERM])
+    sleep = poll_until(lambda: next((m for m in tree(info.pid) if (st := read_stat(m.pid)) is not None
+                                     and st.comm == "sleep"), None), what="the setsid'd sleep")
+    sessions.track(sleep)
+    stop = subprocess.Popen([*SHELLPER_CLI, "--dir", str(sessions.dir), "stop", "st", "--grace", "60"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        poll_until(lambda: read_record(sessions.dir / "st.json").state == "stopping", what="the stop to begin")
+        os.kill(info.pid, signal.SIGSTOP)  # our own shellper, mid-stop
+        assert drop_connections_of(info.pid, stop.pid) == 1
+        out, err = stop.communicate(timeout=60)
+    finally:
+        if stop.poll() is None:
+            stop.kill()
+            stop.communicate()
+    assert stop.returncode == 1 and out == "" and one_line(err), (out, err)
+    assert "stop: session 'st': the connection ended but the shellper did not exit" in err, err
+    assert f"its shellper (pid {info.pid}) is stopped (SIGSTOP)" in err and f"`kill -CONT {info.pid}`" in err, err
+    assert f"files left in {sessions.dir}: st.sock, st.json, st.lock, st.log" in err, err
+    assert f"`kill -KILL {info.pid}`, then `shellper stop st`" in err, err
+    os.kill(info.pid, signal.SIGKILL)  # as it says (our own shellper)
+    again = shellper(sessions.dir, "stop", "st", "--grace", "0.5")
+    assert again.returncode == 0, again.stderr
+    assert is_dead(sleep) and files_of(sessions.dir, "st") == []
