@@ -248,15 +248,17 @@ def _dir(args: argparse.Namespace) -> str:
 
 
 def _connect(args: argparse.Namespace, role: str = "tower", **hello: Any) -> Client:
-    from shellper.client import Client, ClientError
+    from shellper.client import Client, ClientError, ConnectionRefused
 
     validate_name(args.name)
     path = os.path.join(_dir(args), f"{args.name}.sock")
     client = Client(path, role, client_name=f"shellper-cli:{args.cmd}")
     try:
         client.connect(**hello)
-    except ClientError as exc:
-        raise CliError(f"session {args.name!r}: {exc.message}") from None
+    except ClientError as exc:  # the path, what is wrong, and for a stale socket what to do
+        hint = (f"; its shellper is gone: `shellper stop {args.name}` ends what it left running and removes "
+                "its files") if isinstance(exc, ConnectionRefused) else ""
+        raise CliError(f"session {args.name!r}: {exc}{hint}") from None
     return client
 
 

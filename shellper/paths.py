@@ -44,6 +44,15 @@ class UnsafeDirError(PathError):
         super().__init__(f"unsafe runtime directory {self.path}: {reason}")
 
 
+class SessionFileError(PathError):
+    """A session file cannot be created or used: the message names the file, says why and what to do."""
+
+    def __init__(self, what: str, path: str | os.PathLike[str], reason: str) -> None:
+        self.path = os.fspath(path)
+        self.reason = reason
+        super().__init__(f"{what} {self.path}: {reason}")
+
+
 class PathTooLong(PathError):
     """A socket path would not fit in sockaddr_un.sun_path, so bind()/connect() would fail."""
 
@@ -297,3 +306,12 @@ def describe_error(exc: OSError) -> str:
     hint = advice(exc)
     return f"{reason}; {hint}" if hint else reason
 
+
+def socket_error(path: str, exc: OSError) -> SessionFileError:
+    """Why the session socket could not be bound at ``path``: a file in the way (start-up removes only
+    a stale socket, so EADDRINUSE means something else sits there), or ``exc`` with advice."""
+    kind = file_kind(path)
+    if exc.errno == errno.EADDRINUSE and kind not in (None, "a socket"):
+        return SessionFileError("session socket", path, f"{kind} is in the way; shellper never follows, replaces "
+                                "or removes anything but a stale socket there: remove it")
+    return SessionFileError("session socket", path, f"cannot create it: {describe_error(exc)}")

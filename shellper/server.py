@@ -44,6 +44,7 @@ from shellper.paths import (
     SessionPaths,
     ensure_runtime_dir,
     remove_record_temps,
+    socket_error,
     unlink_if_regular,
     unlink_if_socket,
 )
@@ -350,6 +351,8 @@ class Session:
         old_umask = os.umask(0o177)
         try:
             self._server = listen_unix(self.loop, str(self.paths.socket), lambda: ClientConn(self))
+        except OSError as exc:  # a bare errno would not say which file, nor what to do
+            raise socket_error(str(self.paths.socket), exc) from exc
         finally:
             os.umask(old_umask)
 

@@ -1,8 +1,9 @@
 """What failed launches, killed writers and interrupted stops leave behind, and what the CLI says about it.
 
 Driven through the real ``shellper`` and ``tower-client`` commands in subprocesses: record temp files a
-kill -9 left, a launch on a really full filesystem (a small tmpfs, as root), and ``stop`` when its
-shellper is killed or stopped while stopping.
+kill -9 left, a launch on a really full filesystem (a small tmpfs, as root), ``stop`` when its
+shellper is killed or stopped while stopping, a forked daemon-to-be that dies, symlinks at the log and
+socket.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import re
 import shutil
 import signal
 import socket
+import stat
 import struct
 import subprocess
 import tempfile
@@ -25,10 +27,11 @@ from pathlib import Path
 
 import pytest
 from conftest import PY, SHELLPER_CLI, poll_until, wait_gone
-from test_tower_support import REPO, Sessions, identity, is_dead, sessions, tree
+from test_tower_support import REPO, Sessions, identity, is_dead, kill_verified, sessions, tree
 
 from shellper.client import Client
 from shellper.identity import PidFd, read_stat
+from shellper.launch import _log_tail
 from shellper.paths import record_temp_name, temp_file_session
 from shellper.record import read_record
 from shellper.sessions import probe_status
@@ -361,3 +364,97 @@ def test_stop_fails_when_its_connection_ends_while_the_shellper_is_stopped(sessi
     again = shellper(sessions.dir, "stop", "st", "--grace", "0.5")
     assert again.returncode == 0, again.stderr
     assert is_dead(sleep) and files_of(sessions.dir, "st") == []
+
+
+# --------------------------------------------------------------------------------------------- 16: errors
+
+
+def test_run_says_so_in_one_line_when_the_forked_daemon_to_be_dies(sessions: Sessions, tmp_path: Path) -> None:
+    """The process `shellper run` forks early to become the shellper is killed before it gets the config:
+    a BrokenPipeError traceback; now one line naming the session and its log."""
+    (tmp_path / "sitecustomize.py").write_text(
+        "import os, signal\n"
+        "from shellper import prefork\n"
+        "_start = prefork.Prefork.start.__func__\n"
+        "def start(cls):\n"
+        "    forked = _start(cls)\n"
+        "    os.kill(forked.pid, signal.SIGKILL)  # dead (not reaped) before the CLI writes the config\n"
+        "    os.waitid(os.P_PID, forked.pid, os.WEXITED | os.WNOWAIT)\n"
+        "    return forked\n"
+        "prefork.Prefork.start = classmethod(start)\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    done = shellper(sessions.dir, "run", "pf", "--", "sleep", "300", env=env)
+    assert done.returncode == 1 and done.stdout == "" and one_line(done.stderr), done.stderr
+    assert done.stderr.startswith("shellper: session 'pf' did not start: the process forked to become its "
+                                  "shellper died before it got its config (killed by SIGKILL)")
+    assert f"{sessions.dir}/pf.log" in done.stderr
+    assert files_of(sessions.dir, "pf") == []
+
+
+@pytest.fixture
+def secret(tmp_path: Path) -> Path:
+    path = tmp_path / "secret"
+    path.write_text("line one\nTOP-SECRET-CONTENT\n")
+    return path
+
+
+def test_a_symlinked_log_is_refused_by_name_and_never_read(sessions: Sessions, secret: Path) -> None:
+    log = sessions.dir / "sl.log"
+    log.symlink_to(secret)
+    done = shellper(sessions.dir, "run", "sl", "--", "sleep", "300")
+    assert done.returncode == 1 and one_line(done.stderr), done.stderr
+    assert "TOP-SECRET" not in done.stderr
+    assert f"session log {log}: cannot open it: Too many levels of symbolic links; it is a symlink" in done.stderr
+    assert log.is_symlink() and files_of(sessions.dir, "sl") == ["sl.log"]
+    log.unlink()
+
+
+def test_the_log_tail_of_a_failed_launch_is_read_without_following_links(tmp_path: Path, secret: Path) -> None:
+    log = tmp_path / "x.log"
+    log.symlink_to(secret)
+    assert _log_tail(str(log)) == ""
+    log.unlink()
+    os.mkfifo(log)  # nobody writes it: a blocking open would hang
+    assert _log_tail(str(log)) == ""
+    log.unlink()
+    log.write_text("".join(f"line {i}\n" for i in range(100_000)))
+    assert _log_tail(str(log)) == ": line 99995 | line 99996 | line 99997 | line 99998 | line 99999"
+
+
+def test_a_symlinked_socket_is_named_with_what_to_do(sessions: Sessions, secret: Path) -> None:
+    sock = sessions.dir / "ss.sock"
+    sock.symlink_to(secret)
+    run = shellper(sessions.dir, "run", "ss", "--", "sleep", "300")
+    assert run.returncode == 1 and one_line(run.stderr), run.stderr
+    assert run.stderr == (f"shellper: session socket {sock}: a symlink is in the way; shellper never follows, "
+                          "replaces or removes anything but a stale socket there: remove it\n")
+    for command in (["status", "ss"], ["attach", "ss"], ["send", "ss", "x"]):
+        done = shellper(sessions.dir, *command)
+        assert done.returncode == 1 and one_line(done.stderr), (command, done.stderr)
+        assert f"session 'ss': {sock}: is a symlink, not a session socket" in done.stderr, (command, done.stderr)
+    stop = shellper(sessions.dir, "stop", "ss")
+    assert stop.returncode == 1 and one_line(stop.stderr), stop.stderr
+    assert f"left in {sessions.dir}: ss.sock (a symlink), which shellper never removes" in stop.stderr
+    assert sock.is_symlink() and files_of(sessions.dir, "ss") == ["ss.sock"]
+    sock.unlink()
+
+
+def test_a_stale_socket_says_where_and_what_to_do(sessions: Sessions) -> None:
+    info = sessions.launch("dead", ["sleep", "300"])
+    kill_verified(identity(info.pid))
+    done = shellper(sessions.dir, "tail", "dead")
+    assert done.returncode == 1 and one_line(done.stderr), done.stderr
+    assert done.stderr == (f"shellper: session 'dead': {sessions.dir}/dead.sock: nothing is listening (stale "
+                           "socket); its shellper is gone: `shellper stop dead` ends what it left running and "
+                           "removes its files\n")
+    assert shellper(sessions.dir, "stop", "dead").returncode == 0 and files_of(sessions.dir, "dead") == []
+
+
+def test_a_fifo_at_the_log_neither_hangs_a_launch_nor_is_removed(sessions: Sessions) -> None:
+    """A FIFO at NAME.log: the launch must not hang opening it, and says it is not a regular file."""
+    d = sessions.dir
+    os.mkfifo(d / "ff.log")
+    done = shellper(d, "run", "ff", "--", "sleep", "300", timeout=30)
+    assert done.returncode == 1 and one_line(done.stderr), done.stderr
+    assert f"session log {d}/ff.log: cannot open it: not a regular file" in done.stderr
+    assert stat.S_ISFIFO(os.lstat(d / "ff.log").st_mode) and files_of(d, "ff") == ["ff.log"]
