@@ -539,7 +539,7 @@ def attach(socket_path: str | os.PathLike[str], *, name: str | None = None,
                                      detach_byte=detach_byte)
         except ClientError as exc:  # connect() has closed what it opened; nothing was shown
             reset, bare = False, True
-            message = exc.error.message if isinstance(exc, RemoteError) else exc.message
+            message = exc.error.message if isinstance(exc, RemoteError) else str(exc)  # str: with the path
             outcome = _Outcome(1, f"shellper: {label}: {message}", to_stderr=True)
         else:
             assert client.sock is not None

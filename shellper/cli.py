@@ -25,7 +25,15 @@ from shellper.config import (
 from shellper.exits import PolicyError, RestartPolicy
 from shellper.launch import LaunchError, launch, run_foreground
 from shellper.owner import OWNER_ENV, BadOwner, validate_owner
-from shellper.paths import PathError, SessionPaths, existing_runtime_dir, runtime_dir, validate_name
+from shellper.paths import (
+    PathError,
+    SessionPaths,
+    existing_runtime_dir,
+    file_kind,
+    runtime_dir,
+    session_files,
+    validate_name,
+)
 from shellper.record import LockError, SessionLock
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs each shellper ~2.5 ms and 0.5 MiB
@@ -33,12 +41,19 @@ if TYPE_CHECKING:  # imported where used: `shellper run` starts faster without t
     from typing import Any
 
     from shellper.client import Client
+    from shellper.identity import PidFd
     from shellper.prefork import Prefork
+    from shellper.record import SessionRecord
     from shellper.sessions import SessionInfo
 
 
 class CliError(Exception):
     """A failure worth one line to the user."""
+
+
+STOP_EXIT_WAIT = 5.0
+"""Seconds ``stop`` waits, once the shellper has closed the connection, for it to exit: it first gives its
+other clients up to 2 s to take their last frames, then removes its files."""
 
 
 def _size(text: str) -> int:
@@ -233,15 +248,17 @@ def _dir(args: argparse.Namespace) -> str:
 
 
 def _connect(args: argparse.Namespace, role: str = "tower", **hello: Any) -> Client:
-    from shellper.client import Client, ClientError
+    from shellper.client import Client, ClientError, ConnectionRefused
 
     validate_name(args.name)
     path = os.path.join(_dir(args), f"{args.name}.sock")
     client = Client(path, role, client_name=f"shellper-cli:{args.cmd}")
     try:
         client.connect(**hello)
-    except ClientError as exc:
-        raise CliError(f"session {args.name!r}: {exc.message}") from None
+    except ClientError as exc:  # the path, what is wrong, and for a stale socket what to do
+        hint = (f"; its shellper is gone: `shellper stop {args.name}` ends what it left running and removes "
+                "its files") if isinstance(exc, ConnectionRefused) else ""
+        raise CliError(f"session {args.name!r}: {exc}{hint}") from None
     return client
 
 
@@ -433,40 +450,154 @@ def _confirm(client: Client) -> None:
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
+    """STOP over the socket, then make sure: the shellper (pinned by a pidfd before asking) has exited and
+    its files are gone. A closed connection alone proves neither (the shellper killed or stopped mid-way)."""
     from shellper import wire
     from shellper.client import RemoteError, SessionGone
 
     validate_name(args.name)
     paths = SessionPaths.for_name(_dir(args), args.name)
-    if not SessionLock.is_locked(paths.lock) and any(os.path.lexists(p) for p in (paths.socket, paths.record)):
+    if not SessionLock.is_locked(paths.lock) and session_files(paths):
         return _stop_stale(args, paths)
-    with _connect(args, "tower", replay_bytes=0) as client:
-        client.send(wire.Stop(grace=args.grace))
-        deadline = time.monotonic() + (args.grace if args.grace is not None else 5.0) + 15.0
-        while time.monotonic() < deadline:
+    record = _read_record(paths)
+    pin: PidFd | None = None
+    try:
+        with _connect(args, "tower", replay_bytes=0) as client:
+            pin = _pin_shellper(client, record)
+            grace = args.grace if args.grace is not None else 5.0
+            deadline = time.monotonic() + grace + 15.0
             try:
-                frame = client.recv(timeout=max(0.0, deadline - time.monotonic()))
+                client.send(wire.Stop(grace=args.grace))
+                while True:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise CliError(f"stop: session {args.name!r} did not stop within {grace + 15.0:g} s: "
+                                       + _what_remains(args.name, paths, pin))
+                    frame = client.recv(timeout=left)
+                    if isinstance(frame, wire.Error):
+                        raise RemoteError(client.path, frame)
             except SessionGone:
-                print(f"stopped {args.name}")
-                return 0
-            if isinstance(frame, wire.Error):
-                raise RemoteError(client.path, frame)
-    raise CliError(f"stop: session {args.name!r} did not stop in time")
+                pass
+        return _confirm_stopped(args.name, paths, pin, record)
+    finally:
+        if pin is not None:
+            pin.close()
+
+
+def _read_record(paths: SessionPaths) -> SessionRecord | None:
+    from shellper.record import RecordError, read_record
+
+    try:
+        return read_record(paths.record)
+    except (OSError, RecordError):
+        return None
+
+
+def _pin_shellper(client: Client, record: SessionRecord | None) -> PidFd | None:
+    """A pidfd on the shellper that answered: the record's (boot id, pid, start ticks) when the record
+    names the instance that answered, else the socket's peer if it is the pid WELCOME claims; None if
+    neither can be had (then the lock tells when it is gone)."""
+    from shellper.identity import IdentityError, PidFd, ProcessIdentity, open_verified
+    from tower_client.client import peer_pid
+
+    welcome = client.welcome
+    assert welcome is not None
+    try:
+        if record is not None and (record.instance_id, record.shellper_pid) == (welcome.instance_id,
+                                                                                welcome.shellper_pid):
+            return open_verified(ProcessIdentity(record.boot_id, record.shellper_pid, record.shellper_start_time))
+        peer = peer_pid(client.sock) if client.sock is not None else None
+        if peer is not None and peer == welcome.shellper_pid:
+            return PidFd.open(peer)  # it holds the connection open, so this pid is still the peer's
+    except IdentityError:
+        pass
+    return None
+
+
+def _lock_freed(paths: SessionPaths, timeout: float) -> bool:
+    """Without a pidfd: wait for the session lock to be free (its holder gone), polling until ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if not SessionLock.is_locked(paths.lock):
+                return True
+        except LockError:
+            return False
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+
+
+def _confirm_stopped(name: str, paths: SessionPaths, pin: PidFd | None, record: SessionRecord | None) -> int:
+    gone = pin.wait_dead(STOP_EXIT_WAIT) if pin is not None else _lock_freed(paths, STOP_EXIT_WAIT)
+    if not gone:
+        raise CliError(f"stop: session {name!r}: the connection ended but the shellper did not exit: "
+                       + _what_remains(name, paths, pin))
+    left = session_files(paths)
+    if not left:
+        print(f"stopped {name}")
+        return 0
+    if SessionLock.is_locked(paths.lock):  # its files now: the name was taken by a new shellper
+        print(f"stopped {name}; a new session {name!r} has started since")
+        return 0
+    pid = f" (pid {pin.pid})" if pin is not None else ""
+    raise CliError(f"stop: session {name!r}: its shellper{pid} died before it finished stopping (killed?); "
+                   f"{_files_left(paths, left)}{_survivors_note(record, paths)}: run `shellper stop {name}` again "
+                   "to end what it left running and remove its files")
+
+
+def _what_remains(name: str, paths: SessionPaths, pin: PidFd | None) -> str:
+    """A live shellper and its files, and what to do about them."""
+    from shellper.identity import read_stat
+
+    files = _files_left(paths, session_files(paths))
+    if pin is None:
+        return (f"its lock is still held; {files}: run `shellper stop {name}` again once its shellper has "
+                "exited, or find and end it (`shellper ls` shows its pid)")
+    st = read_stat(pin.pid) if not pin.wait_dead(0) else None
+    state = {"T": "is stopped (SIGSTOP)", "t": "is stopped by a debugger", "D": "is blocked in the kernel (D)",
+             }.get(st.state, "is still running") if st is not None else "has just exited"
+    cont = f"`kill -CONT {pin.pid}` lets it finish; or " if st is not None and st.state == "T" else ""
+    return (f"its shellper (pid {pin.pid}) {state}; {files}: {cont}`kill -KILL {pin.pid}`, then "
+            f"`shellper stop {name}` ends what it left running and removes its files")
+
+
+def _files_left(paths: SessionPaths, left: list[str]) -> str:
+    if not left:
+        return "no files left"
+    return f"files left in {paths.dir}: {', '.join(os.path.basename(p) for p in left)}"
+
+
+def _survivors_note(record: SessionRecord | None, paths: SessionPaths) -> str:
+    """The processes a dead shellper's tree left running, found by their marks (nothing is signalled)."""
+    if record is None:
+        return ""
+    from shellper.identity import IdentityError
+    from tower_client.survivors import find_survivors
+
+    try:
+        found = find_survivors(record, directory=paths.dir)
+    except (IdentityError, OSError, PathError):  # only a note: the error says what to do either way
+        return ""
+    try:
+        pids = sorted(found)
+    finally:
+        for fd in found.values():
+            fd.close()
+    return f"; processes it started still running: {', '.join(map(str, pids))}" if pids else ""
 
 
 def _stop_stale(args: argparse.Namespace, paths: SessionPaths) -> int:
-    """The shellper is gone (killed, crashed) and left its files: end what its tree left running and
-    remove them, as tower_client's reconcile does for a dead session (identity-checked, under the lock)."""
-    from shellper.record import AlreadyRunning, RecordError, read_record
+    """The shellper is gone (killed, crashed, or a launch that failed) and left files: end what its tree
+    left running and remove them, as tower_client's reconcile does for a dead session (identity-checked,
+    under the lock). What is not the session's to remove (a symlink, a directory) is named, not touched."""
+    from shellper.record import AlreadyRunning
     from shellper.shellpers import record_is_alive
     from tower_client.apply import clean_session, terminate_session
     from tower_client.survivors import reap_survivors
 
     ended: tuple[int, ...] = ()
-    try:
-        record = read_record(paths.record)
-    except (OSError, RecordError):
-        record = None
+    record = _read_record(paths)
     if record is not None and record_is_alive(record):
         # Its lock file was removed (a tmp cleaner), not its shellper: end it as a Tower would, verified.
         from shellper.identity import IdentityError
@@ -481,11 +612,17 @@ def _stop_stale(args: argparse.Namespace, paths: SessionPaths) -> int:
     if record is not None:
         ended = reap_survivors(record, directory=paths.dir, grace=5.0 if args.grace is None else args.grace).pids
     try:
-        clean_session(paths)
+        removed = clean_session(paths)
     except AlreadyRunning:
         raise CliError(f"stop: session {args.name!r} was started again meanwhile; nothing removed") from None
-    left = f" and ended {len(ended)} process(es) it left running" if ended else ""
-    print(f"stopped {args.name}: its shellper was already gone; removed its files{left}")
+    ended_note = f" and ended {len(ended)} process(es) it left running" if ended else ""
+    left = session_files(paths)
+    if left:
+        kinds = ", ".join(f"{os.path.basename(p)} ({file_kind(p) or 'gone'})" for p in left)
+        raise CliError(f"stop: session {args.name!r}: its shellper was already gone; removed {len(removed)} "
+                       f"file(s){ended_note}, but left in {paths.dir}: {kinds}, which shellper never removes "
+                       "(only its own sockets and regular files): check what they are and remove them yourself")
+    print(f"stopped {args.name}: its shellper was already gone; removed its files{ended_note}")
     return 0
 
 

@@ -11,6 +11,7 @@ import errno
 import os
 import select
 import socket
+import stat
 import time
 
 from shellper import wire
@@ -39,6 +40,10 @@ class SessionNotFound(ClientError):
 
 class ConnectionRefused(ClientError):
     """A socket file is there but nothing answers: a stale file, or a shellper that died."""
+
+
+class NotASocket(ClientError):
+    """Something other than a socket is at the path (a symlink is never connected through)."""
 
 
 class SessionGone(ClientError):
@@ -97,6 +102,21 @@ def check_role(role: str) -> str:
     return role
 
 
+def _check_not_a_link(path: str) -> None:
+    """NotASocket if lstat finds a symlink or another non-socket at ``path``: connect() would follow a
+    symlink to whatever it names, and report a file as "nothing is listening"."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return  # connect() says what is wrong
+    if stat.S_ISLNK(mode):
+        raise NotASocket(path, "is a symlink, not a session socket; shellper never connects through one: "
+                         "remove it if it is not needed")
+    if not stat.S_ISSOCK(mode):
+        kind = "a directory" if stat.S_ISDIR(mode) else "a regular file" if stat.S_ISREG(mode) else "a FIFO or device"
+        raise NotASocket(path, f"is {kind}, not a session socket: remove it if it is not needed")
+
+
 class Client:
     """One connection: ``connect()`` does the handshake; then ``recv()`` frames and ``send()`` them."""
 
@@ -128,6 +148,7 @@ class Client:
         ``terminal_fd`` offers the shellper a terminal to read and write itself (protocol 7.4); it keeps
         a copy only if ``WELCOME.terminal`` says so, and the caller still owns and closes ``terminal_fd``.
         """
+        _check_not_a_link(self.path)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         sock.settimeout(self.timeout)
         try:

@@ -8,17 +8,19 @@ launcher returns once the daemon reports, over a dedicated pipe, that its socket
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
+import stat
 import sys
 import time
 
 from shellper.config import ConfigError, SessionConfig
-from shellper.logfile import LogFile, redirect_stdio
+from shellper.logfile import LogFile, redirect_stdio, remove_created_log
 from shellper.owner import OWNER_ENV, BadOwner, default_owner
-from shellper.paths import SessionPaths, ensure_runtime_dir, validate_name
-from shellper.record import SessionLock
+from shellper.paths import SessionPaths, describe_error, ensure_runtime_dir, open_nofollow, validate_name
+from shellper.record import AlreadyRunning, SessionLock
 from shellper.records import fields, record, replace
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs each shellper ~2.5 ms and 0.5 MiB
@@ -28,6 +30,8 @@ if TYPE_CHECKING:
     from shellper.prefork import Prefork
 
 LAUNCH_TIMEOUT = 10.0
+LOG_TAIL_BYTES = 4096
+"""How much of the log's end a failed launch shows (its last lines)."""
 
 
 class LaunchError(RuntimeError):
@@ -108,7 +112,13 @@ def launch(
                 from shellper.prefork import Prefork
 
                 prefork = Prefork.start()
-            prefork.send(config.to_json().encode())
+            try:
+                prefork.send(config.to_json().encode())
+            except OSError as exc:  # EPIPE: the forked daemon-to-be died (killed, out of memory) first
+                raise LaunchError(config.name, f"session {config.name!r} did not start: the process forked to "
+                                  f"become its shellper died before it got its config "
+                                  f"({prefork.describe_exit() or exc.strerror or exc}), so nothing was started "
+                                  f"and nothing logged to {paths.log}; run it again", paths.log) from None
             reply = _read_until_eof(prefork.ready_r, timeout)
         finally:
             if prefork is not None:
@@ -132,8 +142,17 @@ def launch(
     os.close(ready_w)
     try:
         assert proc.stdin is not None
-        proc.stdin.write(config.to_json().encode())
-        proc.stdin.close()
+        try:
+            proc.stdin.write(config.to_json().encode())
+            proc.stdin.close()
+        except OSError as exc:  # EPIPE: the daemon-to-be died before it read the config
+            with contextlib.suppress(OSError):
+                proc.stdin.close()  # the unsent rest is dropped; the pipe is closed all the same
+            status = proc.wait()
+            raise LaunchError(config.name, f"session {config.name!r} did not start: the process started to "
+                              f"become its shellper (pid {proc.pid}) died before it got its config (status "
+                              f"{status}; {exc.strerror or exc}), so nothing was started and nothing logged to "
+                              f"{paths.log}; run it again", paths.log) from None
         proc.wait()  # the intermediate process exits as soon as it has forked the daemon
         reply = _read_until_eof(ready_r, timeout)
     finally:
@@ -168,11 +187,21 @@ def _read_until_eof(fd: int, timeout: float) -> bytes:
 
 
 def _log_tail(log: str) -> str:
+    """The log's last lines for an error message: never through a symlink, only from a regular file."""
     try:
-        with open(log, errors="replace") as f:
-            lines = f.read().splitlines()[-5:]
+        fd = open_nofollow(log, os.O_RDONLY | os.O_NONBLOCK)
     except OSError:
         return ""
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return ""
+        data = os.pread(fd, LOG_TAIL_BYTES, max(0, st.st_size - LOG_TAIL_BYTES))
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+    lines = data.decode(errors="replace").splitlines()[-5:]
     return (": " + " | ".join(lines)) if lines else ""
 
 
@@ -204,7 +233,6 @@ def detached_daemon(config: SessionConfig, ready_fd: int) -> int:
     os.set_inheritable(ready_fd, False)
     paths = SessionPaths.for_name(config.dir, config.name)
     log = LogFile(paths.log)
-    redirect_stdio(paths.log)
 
     def report(message: dict[str, Any]) -> None:
         nonlocal ready_fd
@@ -215,11 +243,20 @@ def detached_daemon(config: SessionConfig, ready_fd: int) -> int:
                 os.close(ready_fd)
                 ready_fd = -1
 
+    try:
+        created_log = redirect_stdio(paths.log)
+    except OSError as exc:
+        report({"error": f"session log {paths.log}: cannot open it: {describe_error(exc)}"})
+        os._exit(1)
+
     from shellper.server import serve
 
     try:
         code = serve(config, paths, log, report)
     except BaseException as exc:  # the launcher shows this; the session's files are already removed
+        if ready_fd >= 0 and created_log is not None and not isinstance(exc, AlreadyRunning):
+            log.close()  # a launch that failed leaves nothing; the log of a live owner (AlreadyRunning) stays
+            remove_created_log(paths.log, created_log)
         report({"error": str(exc) or type(exc).__name__})
         code = 1
     os._exit(code)  # never unwind into the launcher's code when forked from it

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import _thread  # threading.Lock without importing threading (1.4 ms of every launch)
 import contextlib
+import errno
 import os
+import stat
 import sys
 import time
 
@@ -135,10 +137,13 @@ def _dup_onto_stdio(fd: int) -> None:
     os.dup2(fd, 2)
 
 
-def redirect_stdio(log_path: str | os.PathLike[str]) -> None:
+def redirect_stdio(log_path: str | os.PathLike[str]) -> tuple[int, int] | None:
     """Point fd 0 at /dev/null and fds 1, 2 at ``log_path`` (O_APPEND), so a detached shellper never
-    writes into a closed pipe or a terminal it no longer owns (the original's #324 crash)."""
-    fd = open_nofollow(log_path, _APPEND_FLAGS, 0o600)
+    writes into a closed pipe or a terminal it no longer owns (the original's #324 crash).
+
+    Returns the log's (st_dev, st_ino) if this call created it, else None: a launch that fails removes
+    the log only if it made it. A symlink (ELOOP) or anything but a regular file raises OSError."""
+    fd, created = _open_log(os.fspath(log_path))
     try:
         _dup_onto_stdio(fd)
     finally:
@@ -148,3 +153,42 @@ def redirect_stdio(log_path: str | os.PathLike[str]) -> None:
         os.dup2(null, 0)
     finally:
         os.close(null)
+    return created
+
+
+def _open_log(path: str) -> tuple[int, tuple[int, int] | None]:
+    """Open (or create, then say so) the log for appending; O_NONBLOCK so a FIFO there cannot hang us."""
+    while True:
+        try:
+            fd = open_nofollow(path, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK)
+            created = False
+        except OSError as e:
+            if e.errno == errno.ENXIO:  # a FIFO nobody reads
+                raise OSError(errno.EINVAL, "not a regular file", path) from e
+            if e.errno != errno.ENOENT:
+                raise
+            try:
+                fd = open_nofollow(path, _APPEND_FLAGS | os.O_EXCL, 0o600)
+            except FileExistsError:  # created meanwhile: open that one
+                continue
+            created = True
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            raise OSError(errno.EINVAL, "not a regular file", path)
+        os.set_blocking(fd, True)
+        return fd, ((st.st_dev, st.st_ino) if created else None)
+
+
+def remove_created_log(log_path: str | os.PathLike[str], created: tuple[int, int]) -> bool:
+    """Remove the log a failed launch created, only if the path still names that file; True if removed."""
+    path = os.fspath(log_path)
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    if (st.st_dev, st.st_ino) != created or not stat.S_ISREG(st.st_mode):
+        return False
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    return True

@@ -13,6 +13,7 @@ launch and ~0.5 MiB of private memory.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 
@@ -29,6 +30,9 @@ SOCKET_SUFFIX = ".sock"
 RECORD_SUFFIX = ".json"
 LOCK_SUFFIX = ".lock"
 LOG_SUFFIX = ".log"
+TEMP_SUFFIX = ".tmp"
+"""Of the temp file an atomic record write renames into place: ``.NAME.json.<pid>.<8 hex digits>.tmp``."""
+_HEX = frozenset("0123456789abcdef")
 
 
 class UnsafeDirError(PathError):
@@ -38,6 +42,15 @@ class UnsafeDirError(PathError):
         self.path = os.fspath(path)
         self.reason = reason
         super().__init__(f"unsafe runtime directory {self.path}: {reason}")
+
+
+class SessionFileError(PathError):
+    """A session file cannot be created or used: the message names the file, says why and what to do."""
+
+    def __init__(self, what: str, path: str | os.PathLike[str], reason: str) -> None:
+        self.path = os.fspath(path)
+        self.reason = reason
+        super().__init__(f"{what} {self.path}: {reason}")
 
 
 class PathTooLong(PathError):
@@ -197,3 +210,108 @@ def unlink_if_regular(path: str | os.PathLike[str]) -> bool:
 def open_nofollow(path: str | os.PathLike[str], flags: int, mode: int = 0o600) -> int:
     """os.open plus O_NOFOLLOW|O_CLOEXEC: a symlink at ``path`` fails with ELOOP instead of being followed."""
     return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+
+
+# --- leftovers and errors ------------------------------------------------------------------------
+
+
+def record_temp_name(record_file: str) -> str:
+    """The name of a temp file for an atomic write of ``record_file`` (a file name, not a path):
+    ``.NAME.json.<pid>.<8 hex digits>.tmp``, hidden, in the same directory. A writer killed mid-write
+    leaves it behind; :func:`temp_file_session` recognises exactly these names so they can be cleaned."""
+    return f".{record_file}.{os.getpid()}.{os.urandom(4).hex()}{TEMP_SUFFIX}"
+
+
+def temp_file_session(file_name: str) -> str | None:
+    """The session whose record ``file_name`` is a leftover temp file of, or None unless the name is
+    exactly what :func:`record_temp_name` makes for ``NAME.json`` with a valid session name."""
+    if not (file_name.startswith(".") and file_name.endswith(TEMP_SUFFIX)):
+        return None
+    parts = file_name[1:-len(TEMP_SUFFIX)].rsplit(".", 2)
+    if len(parts) != 3:
+        return None
+    base, pid, token = parts
+    if not (pid.isascii() and pid.isdigit() and pid[0] != "0") or len(token) != 8 or not _HEX.issuperset(token):
+        return None
+    if not base.endswith(RECORD_SUFFIX):
+        return None
+    name = base[: -len(RECORD_SUFFIX)]
+    try:
+        return validate_name(name)
+    except BadName:
+        return None
+
+
+def record_temp_files(paths: SessionPaths) -> list[str]:
+    """Leftover record temp files of this session: regular files only (lstat; a symlink never counts)."""
+    found: list[str] = []
+    try:
+        entries = os.scandir(paths.dir)
+    except OSError:
+        return found
+    with entries:
+        for entry in entries:
+            if temp_file_session(entry.name) == paths.name:
+                try:
+                    if entry.is_file(follow_symlinks=False):
+                        found.append(entry.path)
+                except OSError:
+                    continue
+    return sorted(found)
+
+
+def remove_record_temps(paths: SessionPaths) -> list[str]:
+    """Remove this session's leftover record temp files (only while nobody else may write its record:
+    under its lock); returns those removed."""
+    return [path for path in record_temp_files(paths) if unlink_if_regular(path)]
+
+
+def session_files(paths: SessionPaths) -> list[str]:
+    """Every file of this session that exists, of any type (lstat): socket, record, lock, log and its
+    rotation, and leftover record temp files."""
+    present = [p for p in (paths.socket, paths.record, paths.lock, paths.log, paths.log + ".1")
+               if os.path.lexists(p)]
+    return present + record_temp_files(paths)
+
+
+def file_kind(path: str | os.PathLike[str]) -> str | None:
+    """What is at ``path`` without following a symlink ("a symlink", "a directory", ...); None if nothing."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return None
+    for test, kind in ((stat.S_ISLNK, "a symlink"), (stat.S_ISDIR, "a directory"), (stat.S_ISREG, "a regular file"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISFIFO, "a FIFO")):
+        if test(mode):
+            return kind
+    return "a device file"
+
+
+def advice(exc: OSError) -> str:
+    """What to do about an error on a session file, as a clause to append after "; " ("" if none)."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "the filesystem is full: free some space on it, or use another runtime directory (--dir)"
+    if exc.errno == errno.ELOOP:
+        return "it is a symlink, which shellper never follows: remove it"
+    if exc.errno == errno.EROFS:
+        return "the filesystem is read-only: use another runtime directory (--dir)"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return "check the owner and mode of the file and of its directory"
+    return ""
+
+
+def describe_error(exc: OSError) -> str:
+    """``exc``'s reason, then what to do about it: one clause for a message that already names the path."""
+    reason = exc.strerror or str(exc)
+    hint = advice(exc)
+    return f"{reason}; {hint}" if hint else reason
+
+
+def socket_error(path: str, exc: OSError) -> SessionFileError:
+    """Why the session socket could not be bound at ``path``: a file in the way (start-up removes only
+    a stale socket, so EADDRINUSE means something else sits there), or ``exc`` with advice."""
+    kind = file_kind(path)
+    if exc.errno == errno.EADDRINUSE and kind not in (None, "a socket"):
+        return SessionFileError("session socket", path, f"{kind} is in the way; shellper never follows, replaces "
+                                "or removes anything but a stale socket there: remove it")
+    return SessionFileError("session socket", path, f"cannot create it: {describe_error(exc)}")

@@ -29,6 +29,8 @@ class Prefork:
         self.pid = pid
         self._config_w = config_w
         self.ready_r = ready_r
+        self.status: int | None = None
+        """The intermediate's wait status, once it was reaped having died before taking the config."""
 
     @classmethod
     def start(cls) -> Prefork:
@@ -47,16 +49,37 @@ class Prefork:
         return cls(pid, config_w, ready_r)
 
     def send(self, config_json: bytes) -> None:
-        """Hand over the config; the intermediate forks the daemon and exits, and is reaped here."""
+        """Hand over the config; the intermediate forks the daemon and exits, and is reaped here.
+
+        OSError (EPIPE) if it died first: it is reaped then, and :meth:`describe_exit` says how it ended."""
         try:
             view = memoryview(config_json)
             while view:
                 view = view[os.write(self._config_w, view):]
-        finally:
-            os.close(self._config_w)
+        except OSError:
+            os.close(self._config_w)  # first: were it alive, it would wait for the rest of the config
             self._config_w = -1
+            _, self.status = os.waitpid(self.pid, 0)
+            self.pid = 0
+            raise
+        finally:
+            if self._config_w >= 0:
+                os.close(self._config_w)
+                self._config_w = -1
         os.waitpid(self.pid, 0)
         self.pid = 0
+
+    def describe_exit(self) -> str:
+        """How the intermediate ended, if it died before taking the config: "killed by SIGKILL", ..."""
+        if self.status is None:
+            return ""
+        if os.WIFSIGNALED(self.status):
+            number = os.WTERMSIG(self.status)
+            try:
+                return f"killed by {signal.Signals(number).name}"
+            except ValueError:
+                return f"killed by signal {number}"
+        return f"exit status {os.WEXITSTATUS(self.status)}"
 
     def cancel(self) -> None:
         """Not launching after all: kill the intermediate (our own child, by pid) and reap it."""

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 
 from shellper import records
-from shellper.paths import open_nofollow
+from shellper.paths import describe_error, open_nofollow, record_temp_name
 from shellper.records import field, record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs each shellper ~2.5 ms and 0.5 MiB
@@ -289,7 +289,7 @@ def write_record(path: str | os.PathLike[str], record: SessionRecord) -> None:
     except OSError as e:
         raise RecordError(p, f"cannot stat: {e.strerror}", e.errno) from e
     directory, name = os.path.split(p)
-    tmp_name = f".{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+    tmp_name = record_temp_name(name)  # a kill -9 mid-write leaves it: cleaners recognise exactly this name
     tmp = os.path.join(directory, tmp_name)
     try:
         fd = open_nofollow(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -369,15 +369,18 @@ def _open_lock_file(p: str) -> int:
     try:
         fd = open_nofollow(p, os.O_RDWR | os.O_CREAT, 0o600)
     except OSError as e:
-        raise LockError(p, f"cannot open: {e.strerror}") from e
+        raise LockError(p, f"cannot open: {describe_error(e)}") from e
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise LockError(p, "is not a regular file")
     return fd
 
 
-def _lock_and_verify(p: str, fd: int) -> str:
-    """flock ``fd``; "busy" if held elsewhere, "stale" if ``p`` no longer names the locked inode."""
+def _lock_and_verify(p: str, fd: int, write_pid: bool = True) -> str:
+    """flock ``fd``; "busy" if held elsewhere, "stale" if ``p`` no longer names the locked inode.
+
+    A failure to write our pid (a full disk) removes the file again before raising LockError: we hold the
+    lock, so the name is free and the file is nobody else's (release()'s order: unlink, then close)."""
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -391,8 +394,17 @@ def _lock_and_verify(p: str, fd: int) -> str:
         return "stale"
     if (now.st_dev, now.st_ino) != (mine.st_dev, mine.st_ino):
         return "stale"
-    os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()}\n".encode())
+    if not write_pid:
+        return "locked"
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            now = os.stat(p, follow_symlinks=False)
+            if (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino):
+                os.unlink(p)
+        raise LockError(p, f"cannot write to it: {describe_error(e)}") from e
     return "locked"
 
 
@@ -416,15 +428,17 @@ class SessionLock:
         return self._fd is not None
 
     @classmethod
-    def acquire(cls, path: str | os.PathLike[str], name: str | None = None) -> SessionLock:
-        """Take the lock or raise AlreadyRunning (live owner) / LockError (cannot open or lock)."""
+    def acquire(cls, path: str | os.PathLike[str], name: str | None = None, *, write_pid: bool = True) -> SessionLock:
+        """Take the lock or raise AlreadyRunning (live owner) / LockError (cannot open or lock).
+
+        ``write_pid=False`` for a brief hold that writes nothing (a cleaner): it works on a full disk."""
         p = os.fspath(path)
         label = name if name is not None else os.path.splitext(os.path.basename(p))[0]
         busy = 0
         while True:
             fd = _open_lock_file(p)
             try:
-                outcome = _lock_and_verify(p, fd)
+                outcome = _lock_and_verify(p, fd, write_pid)
             except BaseException:
                 os.close(fd)
                 raise
@@ -447,7 +461,7 @@ class SessionLock:
         except FileNotFoundError:
             return False
         except OSError as e:
-            raise LockError(path, f"cannot open: {e.strerror}") from e
+            raise LockError(path, f"cannot open: {describe_error(e)}") from e
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):  # a directory flocks too, and would always read "free"
                 raise LockError(path, "is not a regular file")

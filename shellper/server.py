@@ -39,7 +39,15 @@ from shellper.identity import IdentityError, PidFd, ProcessGone, boot_id, start_
 from shellper.logfile import LogFile
 from shellper.owner import default_owner
 from shellper.pacing import OutputPacer
-from shellper.paths import PathError, SessionPaths, ensure_runtime_dir, unlink_if_regular, unlink_if_socket
+from shellper.paths import (
+    PathError,
+    SessionPaths,
+    ensure_runtime_dir,
+    remove_record_temps,
+    socket_error,
+    unlink_if_regular,
+    unlink_if_socket,
+)
 from shellper.reactor import Future, Handle, Lock, Reactor
 from shellper.reaper import OwnTree, reap_children_nohang, set_child_subreaper
 from shellper.record import (
@@ -236,6 +244,8 @@ class Session:
         else:
             unlink_if_socket(self.paths.socket)
             unlink_if_regular(self.paths.record)
+        if self._lock_file_is_ours():  # then nobody else writes this record: the temps are a killed writer's
+            remove_record_temps(self.paths)
         if self._lock is not None:
             self._lock.release()  # unlinks the lock file only if it is still ours
             self._lock = None
@@ -341,6 +351,8 @@ class Session:
         old_umask = os.umask(0o177)
         try:
             self._server = listen_unix(self.loop, str(self.paths.socket), lambda: ClientConn(self))
+        except OSError as exc:  # a bare errno would not say which file, nor what to do
+            raise socket_error(str(self.paths.socket), exc) from exc
         finally:
             os.umask(old_umask)
 

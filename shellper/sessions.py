@@ -13,7 +13,15 @@ from typing import Any
 
 from shellper import wire
 from shellper.client import Client, ClientError
-from shellper.paths import LOCK_SUFFIX, RECORD_SUFFIX, SOCKET_SUFFIX, BadName, validate_name
+from shellper.paths import (
+    LOCK_SUFFIX,
+    LOG_SUFFIX,
+    RECORD_SUFFIX,
+    SOCKET_SUFFIX,
+    BadName,
+    temp_file_session,
+    validate_name,
+)
 from shellper.record import LockError, RecordError, SessionLock, SessionRecord, read_record
 from shellper.records import asdict, record
 
@@ -48,11 +56,16 @@ class SessionInfo:
 
 
 def session_names(directory: str | Path) -> list[str]:
-    """Every name that has a record, socket or lock file in ``directory`` (sorted)."""
+    """Every name that has a record, socket, lock or log file in ``directory``, or a record temp file a
+    killed writer left (``.NAME.json.<pid>.<hex>.tmp``, a regular file), sorted: a session that left only
+    some of its files behind is still seen, and can be cleaned."""
     names: set[str] = set()
     with contextlib.suppress(FileNotFoundError, NotADirectoryError):
         for entry in Path(directory).iterdir():
-            for suffix in (RECORD_SUFFIX, SOCKET_SUFFIX, LOCK_SUFFIX):
+            temp_of = temp_file_session(entry.name)
+            if temp_of is not None and entry.is_file() and not entry.is_symlink():
+                names.add(temp_of)
+            for suffix in (RECORD_SUFFIX, SOCKET_SUFFIX, LOCK_SUFFIX, LOG_SUFFIX):
                 if entry.name.endswith(suffix):
                     stem = entry.name[: -len(suffix)]
                     with contextlib.suppress(BadName):

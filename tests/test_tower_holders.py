@@ -312,3 +312,53 @@ def test_short_flag_redirections_and_backticks_are_holders(sessions: Sessions, s
 
 
 __all__ = ["other", "sessions"]  # the fixtures, re-exported for pytest
+
+
+# --------------------------------------------------------------------------------------------- cgroup, owners
+
+
+@pytest.mark.skipif(CGROUP_PARENT is None, reason="no writable cgroup v2 hierarchy here")
+def test_a_leftover_that_cleared_its_environment_is_still_the_dead_sessions_through_its_cgroup(
+        sessions: Sessions, sid: str) -> None:
+    """`env -i` drops the marker; the dead session's cgroup still holds the process, so it is the dead
+    session's (reclaimable when named), not a foreigner forcing a fresh id for ever."""
+    held = shlex.join(["env", "-i", *PAUSE, "--resume", sid])
+    info = sessions.launch("gone", ["sh", "-c", f"setsid {held} & exec {shlex.join(PAUSE)}"], containment="cgroup")
+    [cli] = poll_until(lambda: [h for h in find_holders(sid, sessions.dir) if h.argv[:1] == (PAUSE[0],)],
+                       what="the env -i'd CLI to start")
+    survivor = identity(cli.pid)
+    sessions.track(survivor)
+    shellper = identity(info.pid)
+    os.kill(info.pid, signal.SIGKILL)  # our own shellper, just launched
+    poll_until(lambda: is_dead(shellper) and [d for d in dead_sessions(sessions.dir) if d.name == "gone"],
+               what="the session to be dead")
+    [h] = find_holders(sid, sessions.dir, reclaimable={"gone"})
+    assert h.kind == "own" and h.survivor_of is not None and h.survivor_of.name == "gone", h.reason
+    verdict = mint_or_reclaim(sid, sessions.dir, grace=0.5, reclaimable={"gone"})
+    assert verdict.action == "reclaim", verdict.reason
+    assert is_dead(survivor)
+
+
+def test_a_named_session_of_another_owner_is_never_reclaimed(sessions: Sessions, sid: str) -> None:
+    info = sessions.launch("theirs", ["sh", "-c", f"exec {shlex.join(PAUSE)} --resume {sid}"], owner="bob")
+    poll_until(lambda: [h for h in find_holders(sid, sessions.dir, reclaimable={"theirs"}) if h.via == "argv"],
+               what="the child to exec")
+    verdict = mint_or_reclaim(sid, sessions.dir, grace=0.5, reclaimable={"theirs"}, owner="alice")
+    assert verdict.action == "mint" and "another owner" in verdict.reason and verdict.terminated == ()
+    assert alive(identity(info.pid))
+
+
+def test_reclaiming_holds_the_owner_lock(sessions: Sessions, sid: str) -> None:
+    from tower_client.apply import OwnerBusy, hold_owner_lock
+
+    info = sessions.launch("mine", ["sh", "-c", f"exec {shlex.join(PAUSE)} --resume {sid}"], owner="alice")
+    poll_until(lambda: [h for h in find_holders(sid, sessions.dir, reclaimable={"mine"}) if h.via == "argv"],
+               what="the child to exec")
+    other_tower = hold_owner_lock(str(sessions.dir), "alice")
+    try:
+        with pytest.raises(OwnerBusy):
+            mint_or_reclaim(sid, sessions.dir, grace=0.5, reclaimable={"mine"}, owner="alice")
+        assert alive(identity(info.pid))
+    finally:
+        other_tower.release()
+    assert mint_or_reclaim(sid, sessions.dir, grace=0.5, reclaimable={"mine"}, owner="alice").action == "reclaim"

@@ -12,9 +12,9 @@
   behind (:mod:`tower_client.survivors`: processes in the recorded child's session or carrying its
   instance mark, each through a pidfd; never a live shellper's tree, nothing at all for a record whose
   instance is claimed by a live session). Then take the session lock ourselves (so nobody can start the
-  session meanwhile, and proving no live owner), remove the socket (only if it is a socket), record and
-  log (only regular files), then release the lock, which removes the lock file. Nothing is followed
-  through a symlink.
+  session meanwhile, and proving no live owner), remove the socket (only if it is a socket), record,
+  log and the temp files a cut-short record write left (``.NAME.json.<pid>.<hex>.tmp``; only regular
+  files), then release the lock, which removes the lock file. Nothing is followed through a symlink.
 * adopt: connect as a viewer and check the instance id and peer pid; the connection is closed again.
   The Tower then attaches its own (resuming) client with ``expect_instance_id`` from the record -
   returning open connections would force one concurrency model on it.
@@ -58,7 +58,7 @@ from shellper.identity import (
     read_stat,
 )
 from shellper.owner import default_owner
-from shellper.paths import SessionPaths, unlink_if_regular, unlink_if_socket
+from shellper.paths import SessionPaths, remove_record_temps, session_files, unlink_if_regular, unlink_if_socket
 from shellper.reaper import TerminateReport, descendants, terminate_tree
 from shellper.record import AlreadyRunning, RecordError, SessionLock, SessionRecord, cmdline_sha256, read_record
 from shellper.shellpers import holds_listener
@@ -95,10 +95,11 @@ def clean_session(paths: SessionPaths) -> tuple[str, ...]:
     """Remove a dead session's files while holding its lock; returns the paths removed.
 
     Raises AlreadyRunning if a live process holds the lock (nothing removed), LockError if the lock
-    file cannot be opened safely (e.g. it is a symlink).
+    file cannot be opened safely (e.g. it is a symlink). The lock is taken without writing to it, so
+    a full disk does not stop the clean-up.
     """
     had_lock_file = os.path.isfile(paths.lock) and not os.path.islink(paths.lock)
-    lock = SessionLock.acquire(paths.lock, paths.name)
+    lock = SessionLock.acquire(paths.lock, paths.name, write_pid=False)
     removed: list[str] = []
     try:
         _remove_empty_cgroup(paths)
@@ -107,6 +108,7 @@ def clean_session(paths: SessionPaths) -> tuple[str, ...]:
         for path in (paths.record, paths.log, paths.log + ".1"):
             if unlink_if_regular(path):
                 removed.append(str(path))
+        removed += remove_record_temps(paths)  # nobody can be writing the record: we hold its lock
     finally:
         lock.release()
     if had_lock_file and not os.path.exists(paths.lock):
@@ -343,7 +345,7 @@ def terminate_session(record: SessionRecord, paths: SessionPaths, *, grace: floa
             fd.close()
         leader.close()
     removed: tuple[str, ...] = ()
-    if any(os.path.lexists(p) for p in (paths.socket, paths.record, paths.lock, paths.log)):
+    if session_files(paths):
         with contextlib.suppress(AlreadyRunning):  # a new shellper took the name: its files now
             removed = clean_session(paths)
     return Termination(record.name, record.shellper_pid, method, stop_error, tuple(tree), stragglers, removed,
@@ -406,7 +408,7 @@ def hold_owner_lock(directory: str, owner: str) -> SessionLock:
     never act at once (Towers of different owners take different locks). OwnerBusy if it is taken."""
     path = os.path.join(directory, f".owner-{owner_key(owner)}.lock")
     try:
-        return SessionLock.acquire(path, f"owner {owner}")
+        return SessionLock.acquire(path, f"owner {owner}", write_pid=False)  # no write: works on a full disk
     except AlreadyRunning:
         raise OwnerBusy(owner, directory) from None
 

@@ -32,7 +32,7 @@ from shellper.cgroup import (
     verify_cgroup,
 )
 from shellper.identity import IdentityUnreadable, ProcessIdentity, boot_id, read_stat
-from shellper.paths import PathError, SessionPaths, UnsafeDirError, lstat_dir
+from shellper.paths import PathError, SessionPaths, UnsafeDirError, lstat_dir, record_temp_files
 from shellper.record import LockError, RecordError, SessionLock, SessionRecord, read_record
 from shellper.sessions import session_names
 from shellper.shellpers import holds_listener
@@ -70,14 +70,16 @@ IdentityState = Literal["verified", "gone", "mismatch", "unreadable", "unchecked
 ProbeState = Literal["answered", "absent", "refused", "timeout", "rejected", "error", "skipped"]
 ChildState = Literal["alive", "gone", "mismatch", "unreadable", "none", "unchecked"]
 
-FILE_KINDS = ("sock", "json", "lock", "log")
+FILE_KINDS = ("sock", "json", "lock", "log", "tmp")
 
 
 @dataclass(frozen=True)
 class Observed:
     """Facts about one session name in one runtime directory, as seen at ``observed_at``.
 
-    * ``files``: which of NAME.sock/.json/.lock/.log exist (lstat; any file type).
+    * ``files``: which of NAME.sock/.json/.lock/.log exist (lstat; any file type); with none of them,
+      "tmp" if a record write cut short left ``.NAME.json.<pid>.<hex>.tmp`` (a regular file) behind, so
+      a session with only that left is seen (cleaning removes such files in any case).
     * ``record`` / ``record_error``: the parsed record, or why not; ``record_corrupt`` is True when its
       *content* is bad (safe to clean if nobody owns it), False when it could not be read at all.
     * ``boot``: the record's boot id vs this boot's. ``identity``: the recorded pid now carries the
@@ -245,12 +247,14 @@ def _is_socket(path: str | Path) -> bool:
 
 def _files(paths: SessionPaths) -> frozenset[str]:
     present = set()
-    for kind, path in zip(FILE_KINDS, (paths.socket, paths.record, paths.lock, paths.log), strict=True):
+    for kind, path in (("sock", paths.socket), ("json", paths.record), ("lock", paths.lock), ("log", paths.log)):
         try:
             os.lstat(path)
             present.add(kind)
         except OSError:
             continue
+    if not present and record_temp_files(paths):  # a scan of the directory: not for every name of a big one
+        present.add("tmp")
     return frozenset(present)
 
 

@@ -33,12 +33,14 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from shellper.cgroup import NONE, member_of, verify_cgroup
 from shellper.config import DEFAULT_GRACE
 from shellper.identity import IdentityError, PidFd, ProcessGone, ProcStat, boot_id, cmdline, read_stat
+from shellper.owner import default_owner
 from shellper.paths import SessionPaths
 from shellper.record import LockError, RecordError, SessionLock, SessionRecord, read_record
 from shellper.sessions import session_names
-from tower_client.apply import CONFIRM_TIMEOUT, Termination, terminate_session
+from tower_client.apply import CONFIRM_TIMEOUT, Termination, hold_owner_lock, terminate_session
 from tower_client.discover import check_dir, lock_owners
 from tower_client.survivors import INSTANCE_ENV, Guard, SurvivorReport, guard, reap_survivors
 
@@ -208,14 +210,20 @@ def _marker(pid: int) -> str | None:
 
 def survivor_of(pid: int, stat: ProcStat, session: DeadSession) -> bool:
     """``pid`` (whose stat is ``stat``) is a process left behind by the dead ``session``: it started after
-    the session's shellper and carries the marker that shellper gave its child's tree.
+    the session's shellper and carries the marker that shellper gave its child's tree, or it sits in the
+    session's verified cgroup (which a process that cleared its environment cannot leave).
 
-    Membership only: whether a live shellper is above it is the caller's question. (A session's cgroup,
-    where it has one, is a second test that belongs here.)
+    Membership only: whether a live shellper is above it is the caller's question.
     """
     if stat.start_time < session.record.shellper_start_time:
         return False
-    return _marker(pid) == session.record.instance_id
+    if _marker(pid) == session.record.instance_id:
+        return True
+    rec = session.record
+    if rec.containment == NONE:
+        return False
+    group, _ = verify_cgroup(rec.cgroup, rec.cgroup_id, str(session.paths.dir), rec.name, rec.instance_id)
+    return group is not None and member_of(pid, group.relative)
 
 
 # --------------------------------------------------------------------------------------------- holders
@@ -476,7 +484,7 @@ def _still_dead(session: DeadSession, runtime_dir: str | os.PathLike[str]) -> bo
 def mint_or_reclaim(session_id: str, runtime_dir: str | os.PathLike[str], *, grace: float = DEFAULT_GRACE,
                     stop_timeout: float | None = None, confirm_timeout: float = CONFIRM_TIMEOUT,
                     exclude: Iterable[int] = (), protect: Collection[str] = (),
-                    reclaimable: Collection[str] = ()) -> Verdict:
+                    reclaimable: Collection[str] = (), owner: str | None = None) -> Verdict:
     """Decide whether ``session_id`` can be resumed, freeing it from sessions named in ``reclaimable``.
 
     With nothing named (the default) nothing is ever ended: any holder means ``mint``. Holders under a
@@ -484,7 +492,10 @@ def mint_or_reclaim(session_id: str, runtime_dir: str | os.PathLike[str], *, gra
     STOP, then pidfd signals: the whole session goes); those a named dead session left behind through
     :func:`~tower_client.survivors.reap_survivors`. Every holder process pinned beforehand must be dead
     afterwards, and a final re-scan must find no holder at all, else the verdict is ``mint``. Sessions
-    in ``protect`` are never ended, even if named.
+    in ``protect`` are never ended, even if named. A named session of another owner than ``owner``
+    (default: shellper.owner.default_owner()) is never ended either, and the ending is done holding the
+    owner's lock, as :func:`~tower_client.apply.apply` does (OwnerBusy if another Tower of the owner holds
+    it: nothing is ended).
     """
     exclude = tuple(exclude)
     reclaimable = frozenset(reclaimable)
@@ -500,6 +511,29 @@ def mint_or_reclaim(session_id: str, runtime_dir: str | os.PathLike[str], *, gra
     if kept:
         return Verdict("mint", session_id, f"held by protected session(s) {', '.join(kept)}: never touched",
                        tuple(holders))
+    me = default_owner() if owner is None else owner
+    others = sorted({f"{rec.name} ({rec.owner or 'no owner'})" for h in holders
+                     if (rec := _holder_record(h)) is not None and rec.owner != me})
+    if others:
+        return Verdict("mint", session_id, f"held by session(s) of another owner, {', '.join(others)}: never "
+                       "touched", tuple(holders))
+    lock = hold_owner_lock(str(runtime_dir), me)
+    try:
+        return _reclaim(session_id, runtime_dir, holders, grace, stop_timeout, confirm_timeout, exclude,
+                        reclaimable)
+    finally:
+        lock.release()
+
+
+def _holder_record(h: Holder) -> SessionRecord | None:
+    if h.own is not None:
+        return h.own.record
+    return h.survivor_of.record if h.survivor_of is not None else None
+
+
+def _reclaim(session_id: str, runtime_dir: str | os.PathLike[str], holders: list[Holder], grace: float,
+             stop_timeout: float | None, confirm_timeout: float, exclude: tuple[int, ...],
+             reclaimable: frozenset[str]) -> Verdict:
     pinned: list[PidFd] = []
     for h in holders:
         try:
