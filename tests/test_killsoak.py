@@ -42,10 +42,6 @@ class OpenDefect:
 
 
 OPEN_DEFECTS = (
-    OpenDefect("kill -9 during launch before NAME.lock exists leaves NAME.log, which nothing looks at",
-               files=r"victim\.log", states=frozenset({State.LAUNCH})),
-    OpenDefect("issue 15 defect 15: kill -9 during a record write leaves .NAME.json.<pid>.<hex>.tmp",
-               files=r"\.victim\.json\.\d+\.[0-9a-f]+\.tmp"),
     OpenDefect("containment none: a process forked while STOP's SIGKILL round runs outlives the stop",
                cleanup=r"the bystander's STOP left processes", modes=frozenset({Mode.NONE})),
 )
