@@ -1,0 +1,149 @@
+"""Adversary probes of issue 15 (containment by construction): each xfail test shows a way in which a path of
+shellper or tower_client signals a process, or removes a cgroup, that is not verifiably the session's, lets a
+session's process survive, or leaves files or cgroups behind. Real processes; everything started is cleaned up.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import CGROUP_PARENT, SHELLPER_CLI, poll_until, remove_cgroup_tree
+from test_tower_support import Sessions, alive, identity, is_dead, other, sessions
+
+from shellper.identity import ProcessIdentity, open_verified
+from shellper.record import read_record
+from tower_client.apply import apply
+from tower_client.discover import discover
+from tower_client.reconcile import Action, Registry, RegistryRow, reconcile
+
+__all__ = ["other", "sessions"]
+
+needs_cgroup = pytest.mark.skipif(CGROUP_PARENT is None, reason="no writable cgroup v2 hierarchy here")
+MODES = [pytest.param("cgroup", marks=needs_cgroup), "none"]
+
+
+def decide(d: Path, *rows: RegistryRow) -> list:  # type: ignore[type-arg]
+    return reconcile(Registry(rows), discover(d), now=time.time())
+
+
+def nested_argv(inner_dir: Path, mode: str) -> list[str]:
+    """An outer child that starts session "inner" of ``inner_dir`` from inside, then waits."""
+    cli = " ".join(SHELLPER_CLI)
+    return ["sh", "-c", f"{cli} --dir {inner_dir} run inner --containment {mode} -- sh -c 'sleep 300' "
+            f"> /dev/null; echo started; sleep 300"]
+
+
+def start_nested(sessions: Sessions, other: Sessions, outer_mode: str, inner_mode: str) -> tuple[
+        ProcessIdentity, ProcessIdentity, ProcessIdentity]:
+    """Outer session "outer" of ``sessions`` whose child starts "inner" of ``other``: (outer, inner shellper,
+    inner child)."""
+    outer = sessions.launch("outer", nested_argv(other.dir, inner_mode), containment=outer_mode)
+    inner = poll_until(lambda: (other.dir / "inner.json").exists() and read_record(other.dir / "inner.json"),
+                       what="the inner session")
+    inner_shellper = ProcessIdentity(inner.boot_id, inner.shellper_pid, inner.shellper_start_time)
+    other.track(inner_shellper)
+    child = poll_until(lambda: read_record(other.dir / "inner.json").child_pid, what="the inner child")
+    inner_child = identity(child)
+    other.track(inner_child)
+    return ProcessIdentity(outer.boot_id, outer.pid, outer.start_time), inner_shellper, inner_child
+
+
+def kill9(ident: ProcessIdentity) -> None:
+    """SIGKILL a shellper this test launched (verified through a pidfd), and wait for it to be gone."""
+    fd = open_verified(ident)
+    try:
+        fd.send_signal(signal.SIGKILL)
+        assert fd.wait_dead(10.0)
+    finally:
+        fd.close()
+
+
+def stop(d: Path, name: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*SHELLPER_CLI, "--dir", str(d), "stop", name, "--grace", "0.5"],
+                          capture_output=True, text=True, timeout=60)
+
+
+# --------------------------------------------------------------------------------------------- nesting
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.xfail(strict=True, reason="terminate_session pins the shellper's descendants by ppid and SIGTERMs "
+                   "the ones alive after STOP: a session started inside, re-parented to the outer subreaper")
+def test_reconcile_terminating_a_live_outer_session_spares_a_session_started_inside_it(
+        sessions: Sessions, other: Sessions, mode: str) -> None:
+    outer, inner_shellper, inner_child = start_nested(sessions, other, mode, mode)
+    found = decide(sessions.dir)
+    assert [(d.action, d.reason) for d in found] == [(Action.TERMINATE, "unregistered")]
+    report = apply(found, grace=0.5)
+    assert report.ok, report.to_dict()
+    assert is_dead(outer)
+    assert alive(inner_shellper) and alive(inner_child), report.to_dict()
+    assert (other.dir / "inner.json").exists()
+    stop(other.dir, "inner")
+
+
+@needs_cgroup
+@pytest.mark.xfail(strict=True, reason="a shellper that runs without a cgroup (containment none, or auto falling "
+                   "back) stays in the cgroup it was started in: the outer session's child/, which the outer "
+                   "session's stop ends with cgroup.kill")
+@pytest.mark.parametrize("how", ["stop", "kill9_reconcile"])
+def test_ending_a_contained_outer_session_spares_an_uncontained_session_started_inside_it(
+        sessions: Sessions, other: Sessions, how: str) -> None:
+    outer, inner_shellper, inner_child = start_nested(sessions, other, "cgroup", "none")
+    if how == "stop":
+        done = stop(sessions.dir, "outer")
+        assert done.returncode == 0, done.stderr
+    else:
+        kill9(outer)
+        report = apply(decide(sessions.dir), grace=0.5)
+        assert report.ok, report.to_dict()
+    poll_until(lambda: is_dead(outer), what="outer gone")
+    try:
+        assert alive(inner_shellper) and alive(inner_child)
+        assert (other.dir / "inner.json").exists()
+    finally:
+        stop(other.dir, "inner")
+
+
+# --------------------------------------------------------------------------------------------- odd parents
+
+
+@needs_cgroup
+@pytest.mark.parametrize("where", ["child", "leaf"])
+@pytest.mark.xfail(strict=True, reason="--cgroup-parent inside another session's cgroup is accepted: ending "
+                   "that session (stop: cgroup.kill of child/; after a kill -9: cgroup.kill of the leaf) ends "
+                   "the session whose cgroup was made inside it")
+def test_a_cgroup_parent_inside_another_session_is_refused_or_spared(sessions: Sessions, where: str) -> None:
+    a = sessions.launch("a", ["sleep", "300"], containment="cgroup")
+    rec_a = read_record(sessions.dir / "a.json")
+    assert rec_a.cgroup is not None
+    parent = os.path.join(rec_a.cgroup, "child") if where == "child" else rec_a.cgroup
+    try:
+        sessions.launch("b", ["sleep", "300"], containment="cgroup", cgroup_parent=parent)
+    except Exception:
+        return  # refused: what a fix may do
+    rec_b = read_record(sessions.dir / "b.json")
+    b_shellper = ProcessIdentity(rec_b.boot_id, rec_b.shellper_pid, rec_b.shellper_start_time)
+    b_child = identity(poll_until(lambda: read_record(sessions.dir / "b.json").child_pid, what="b's child"))
+    sessions.track(b_child)
+    try:
+        if where == "child":
+            done = stop(sessions.dir, "a")
+            assert done.returncode == 0, done.stderr
+        else:
+            kill9(ProcessIdentity(a.boot_id, a.pid, a.start_time))
+            found = [d for d in decide(sessions.dir, RegistryRow("b")) if d.name == "a"]
+            report = apply(found, grace=0.5)
+            assert report.ok, report.to_dict()
+        assert alive(b_shellper) and alive(b_child)
+    finally:
+        stop(sessions.dir, "b")
+        if rec_b.cgroup is not None and os.path.isdir(rec_b.cgroup):
+            remove_cgroup_tree(rec_b.cgroup)
+        if os.path.isdir(rec_a.cgroup):
+            remove_cgroup_tree(rec_a.cgroup)
