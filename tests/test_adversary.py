@@ -5,9 +5,11 @@ session's process survive, or leaves files or cgroups behind. Real processes; ev
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -15,7 +17,10 @@ import pytest
 from conftest import CGROUP_PARENT, SHELLPER_CLI, poll_until, remove_cgroup_tree
 from test_tower_support import Sessions, alive, identity, is_dead, other, sessions
 
+from shellper.cgroup import find_session_cgroups
+from shellper.config import SessionConfig
 from shellper.identity import ProcessIdentity, open_verified
+from shellper.launch import launch
 from shellper.record import read_record
 from tower_client.apply import apply
 from tower_client.discover import discover
@@ -147,3 +152,82 @@ def test_a_cgroup_parent_inside_another_session_is_refused_or_spared(sessions: S
             remove_cgroup_tree(rec_b.cgroup)
         if os.path.isdir(rec_a.cgroup):
             remove_cgroup_tree(rec_a.cgroup)
+
+
+# --------------------------------------------------------------------------------------------- the caller
+
+CALLER = """
+import json, os, sys, time
+from tower_client.apply import apply
+from tower_client.discover import discover
+from tower_client.reconcile import Registry, reconcile
+d, out = sys.argv[1], sys.argv[2]
+with open(out + ".pid", "w") as f:
+    f.write(str(os.getpid()))
+while not os.path.exists(out + ".go"):
+    time.sleep(0.02)
+report = apply(reconcile(Registry(()), discover(d), now=time.time()), grace=0.5)
+with open(out + ".tmp", "w") as f:
+    json.dump(report.to_dict(), f)
+os.rename(out + ".tmp", out)
+time.sleep(300)
+"""
+
+
+@pytest.mark.parametrize("mode", [pytest.param("cgroup", marks=[needs_cgroup, pytest.mark.xfail(
+    strict=True, reason="end_cgroup signals every member of the dead session's cgroup, the caller and its "
+    "ancestors included (survivors.find_survivors and terminate_session skip protected_pids; the cgroup path "
+    "does not)")]), "none"])
+def test_a_reconcile_run_by_a_process_the_dead_session_left_never_ends_the_caller(
+        sessions: Sessions, tmp_path: Path, mode: str) -> None:
+    """A Tower (or an agent calling tower-client) started from inside a session, detached so that it outlives
+    the session's shellper, reconciles the directory after that shellper was killed: it must not end itself."""
+    out = tmp_path / "report.json"
+    script = tmp_path / "caller.py"
+    script.write_text(CALLER)
+    argv = ["sh", "-c", f"(setsid {sys.executable} {script} {sessions.dir} {out} &) ; exec sleep 300"]
+    info = sessions.launch("s", argv, containment=mode)
+    caller = identity(int(poll_until(lambda: (tmp_path / "report.json.pid").exists()
+                                     and (tmp_path / "report.json.pid").read_text().strip(), what="the caller")))
+    sessions.track(caller)
+    kill9(ProcessIdentity(info.boot_id, info.pid, info.start_time))
+    (tmp_path / "report.json.go").touch()
+    poll_until(lambda: out.exists() or is_dead(caller), timeout=30, what="the caller's reconcile")
+    assert alive(caller) and out.exists()
+    report = json.loads(out.read_text())
+    assert [(o["name"], o["result"]) for o in report["outcomes"]] == [("s", "cleaned")], report
+
+
+# --------------------------------------------------------------------------------------------- paths
+
+ESCAPER = ("trap '' HUP TERM; (setsid sh -c 'trap \"\" HUP TERM; echo $$ > {out}; while :; do sleep 1; done' &) ; "
+           "while :; do sleep 1; done")
+
+
+@needs_cgroup
+@pytest.mark.xfail(strict=True, reason="the cgroup's name carries sha256(abspath(dir)), not of the real path: "
+                   "a reconcile through another path to the same directory finds the record's cgroup 'not "
+                   "this session's', ends nothing, removes the record, and never sees the cgroup as a stray")
+def test_a_dead_session_reconciled_through_another_path_to_its_directory_leaves_nothing_running(
+        sessions: Sessions) -> None:
+    """/var/run -> /run is the usual case: the shellper was started with one spelling of the runtime
+    directory, the Tower looks with the other."""
+    link = Path(f"/tmp/adv-{os.getpid()}")
+    link.symlink_to(sessions.dir.parent)
+    via_link = link / sessions.dir.name
+    out = sessions.dir / "escapee.pid"
+    try:
+        info = launch(SessionConfig(name="s", argv=["sh", "-c", ESCAPER.format(out=out)], dir=str(via_link),
+                                    cwd="/", env=dict(os.environ), grace=0.5, containment="cgroup"))
+        sessions.track(ProcessIdentity(info.boot_id, info.pid, info.start_time))
+        escapee = identity(int(poll_until(lambda: out.exists() and out.read_text().strip(), what="escapee")))
+        sessions.track(escapee)
+        kill9(ProcessIdentity(info.boot_id, info.pid, info.start_time))
+        report = apply(decide(sessions.dir), grace=0.5)
+        assert report.ok, report.to_dict()
+        assert is_dead(escapee), report.to_dict()
+    finally:
+        assert CGROUP_PARENT is not None
+        for found in find_session_cgroups(CGROUP_PARENT, str(via_link)):
+            remove_cgroup_tree(found.path)
+        link.unlink()
