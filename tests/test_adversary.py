@@ -231,3 +231,27 @@ def test_a_dead_session_reconciled_through_another_path_to_its_directory_leaves_
         for found in find_session_cgroups(CGROUP_PARENT, str(via_link)):
             remove_cgroup_tree(found.path)
         link.unlink()
+
+
+# --------------------------------------------------------------------------------------------- escapes
+
+MIGRATOR = ("(setsid sh -c 'trap \"\" HUP TERM; echo $$ > {mount}/cgroup.procs; echo $$ > {out}; "
+            "while :; do sleep 1; done' &) ; exec sleep 300")
+
+
+@needs_cgroup
+@pytest.mark.xfail(strict=True, reason="a session process that may write a cgroup.procs above its cgroup (root, "
+                   "or the user a parent was delegated to) moves itself out; README's 'whatever it does' does not "
+                   "hold without a cgroup namespace for the child (nsdelegate) or a re-check")
+def test_a_session_process_that_migrates_itself_out_of_the_cgroup_does_not_survive_stop(sessions: Sessions) -> None:
+    from shellper.cgroup import find_mount
+
+    out = sessions.dir / "migrated.pid"
+    info = sessions.launch("m", ["sh", "-c", MIGRATOR.format(mount=find_mount(), out=out)], containment="cgroup",
+                           grace=0.5)
+    migrated = identity(int(poll_until(lambda: out.exists() and out.read_text().strip(), what="the migrant")))
+    sessions.track(migrated)
+    done = stop(sessions.dir, "m")
+    assert done.returncode == 0, done.stderr
+    poll_until(lambda: is_dead(ProcessIdentity(info.boot_id, info.pid, info.start_time)), what="m gone")
+    assert is_dead(migrated)
