@@ -129,7 +129,9 @@ def _key(text: str) -> str:
 
 
 def dir_key(runtime_dir: str) -> str:
-    return _key(os.path.abspath(runtime_dir))
+    """Of the real path: a Tower that reaches the directory by another spelling (a symlinked /var/run) must
+    find the same cgroups."""
+    return _key(os.path.realpath(runtime_dir))
 
 
 def owner_key(owner: str) -> str:
@@ -190,6 +192,15 @@ def events_populated(text: str) -> bool:
     return False
 
 
+def session_cgroup_of(relative: str) -> str | None:
+    """The session cgroup (relative to the hierarchy's root) that ``relative`` is, or is inside; None."""
+    parts = relative.strip("/").split("/") if relative.strip("/") else []
+    for i, part in enumerate(parts):
+        if LeafName.parse(part) is not None:
+            return "/" + "/".join(parts[: i + 1])
+    return None
+
+
 def member_of(pid: int, relative: str) -> bool:
     """``pid`` is in the cgroup ``relative`` (to the hierarchy's root) or one below it."""
     path = own_cgroup(pid)
@@ -225,6 +236,10 @@ class SessionCgroup:
         real_parent = os.path.realpath(parent)
         if real_parent != mount and not real_parent.startswith(mount + "/"):
             raise CgroupError(parent, f"is not inside the cgroup v2 hierarchy at {mount}")
+        inside = session_cgroup_of(real_parent[len(mount):] or "/")
+        if inside is not None:
+            raise CgroupError(parent, f"is inside the cgroup of another session ({inside}): ending that session "
+                              "would end this one")
         try:
             with contextlib.suppress(FileExistsError):
                 os.mkdir(real_parent, 0o755)
@@ -362,19 +377,23 @@ class SessionCgroup:
                 ok = False
         return ok
 
-    def leave(self, to_relative: str | None) -> None:
-        """Move the caller out of the leaf (back where it came from, else to the parent) so it can go."""
-        target = self.mount + (to_relative if to_relative and to_relative != "/" else "")
-        if to_relative is None or not os.path.isdir(target) or target.startswith(self.path):
-            target = os.path.dirname(self.path)
-        _write(os.path.join(target, "cgroup.procs"), "0")
+    def leave(self) -> None:
+        """Move the caller out of the leaf so it can be removed: to the leaf's parent, else the hierarchy's
+        root; never back into another session's cgroup it may have come from (that one may be ending)."""
+        for target in (os.path.dirname(self.path), self.mount):
+            try:
+                _write(os.path.join(target, "cgroup.procs"), "0")
+                return
+            except OSError as e:
+                failure = e
+        raise CgroupError(self.path, f"cannot move out of it: {failure.strerror}")
 
 
 # --------------------------------------------------------------------------------------------- records
 
 
 def verify_cgroup(path: str | None, inode: int | None, runtime_dir: str, name: str,
-                  instance_id: str) -> tuple[SessionCgroup | None, str]:
+                  instance_id: str, owner: str | None = None) -> tuple[SessionCgroup | None, str]:
     """The cgroup a record names, if it is verifiably that session's: (cgroup, "") or (None, why not; "gone").
 
     It must sit in the v2 hierarchy, carry this runtime directory's key, the session's name and instance
@@ -383,11 +402,13 @@ def verify_cgroup(path: str | None, inode: int | None, runtime_dir: str, name: s
     if path is None:
         return None, "the record names no cgroup"
     mount = find_mount()
-    if mount is None or not path.startswith(mount + "/"):
+    if mount is None or os.path.normpath(path) != path or not path.startswith(mount + "/"):
         return None, f"{path} is not in the cgroup v2 hierarchy"
     leaf = LeafName.parse(os.path.basename(path))
     if leaf is None or leaf.dir_key != dir_key(runtime_dir) or leaf.name != name or leaf.instance_id != instance_id:
         return None, f"{path} is not the cgroup of session {name!r} of {runtime_dir}"
+    if owner is not None and leaf.owner_key != owner_key(owner):
+        return None, f"{path} is not a cgroup of owner {owner!r}"
     group = SessionCgroup(path, mount)
     try:
         found = group.inode()
@@ -401,10 +422,10 @@ def verify_cgroup(path: str | None, inode: int | None, runtime_dir: str, name: s
 
 
 def verify_dead_session(path: str | None, inode: int | None, runtime_dir: str, name: str,
-                        instance_id: str) -> tuple[SessionCgroup | None, str]:
+                        instance_id: str, owner: str | None = None) -> tuple[SessionCgroup | None, str]:
     """:func:`verify_cgroup`, and no live shellper in ``shellper/``: what may be killed as a dead session's
     leftovers (a live, if unreachable, shellper is ended only as :mod:`tower_client.apply` ends one)."""
-    group, why = verify_cgroup(path, inode, runtime_dir, name, instance_id)
+    group, why = verify_cgroup(path, inode, runtime_dir, name, instance_id, owner)
     if group is None:
         return None, why
     if group.populated(SHELLPER_SUB):

@@ -28,7 +28,9 @@ from shellper.cgroup import (
     default_parent,
     delegated_scope,
     events_populated,
+    find_mount,
     own_cgroup,
+    session_cgroup_of,
 )
 from shellper.child import Child, SpawnError, build_env, check_spawnable, spawn_child
 from shellper.child import resize as resize_child
@@ -96,6 +98,8 @@ INPUT_HIGH_WATER = 1024 * 1024
 """Pending keyboard input above which we stop reading from the sending client (the child is slow)."""
 REQUESTED_WINDOW = 10.0
 """An exit within this many seconds of a terminating SIGNAL from a client counts as requested."""
+KILL_ROUNDS = 8
+"""SIGKILL rounds of a teardown without a cgroup before what is left is logged as surviving."""
 TERMINATING = {signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGKILL}
 
 
@@ -121,7 +125,6 @@ class Session:
         self.cgroup: SessionCgroup | None = None
         """The session's cgroup (shellper.cgroup), once made; None: containment none."""
         self._cgroup_id: int | None = None
-        self._origin_cgroup: str | None = None
         self.state = "starting"
         self.state_reason = ""
         self.child: Child | None = None
@@ -262,6 +265,10 @@ class Session:
             previous = read_record(self.paths.record)
         except (OSError, RecordError):
             return
+        if previous.owner != self.owner:
+            self.log.write(f"instance {previous.instance_id} was owner {previous.owner!r}'s: what it left running "
+                           "is theirs to end")
+            return
         from tower_client.survivors import reap_survivors  # only on this path: a name reused after a crash
 
         try:
@@ -279,29 +286,60 @@ class Session:
         Under ``auto`` a machine without a writable cgroup v2 hierarchy runs the session uncontained, and
         says so in the record and the log; under ``cgroup`` it does not start."""
         if self.config.containment == NONE:
+            self._leave_outer_session()
             return
         parent = self.config.cgroup_parent or default_parent()
         try:
             if parent is None:
                 raise CgroupError("(none)", "no writable cgroup v2 parent: give --cgroup-parent, or run as root "
                                   "or with a delegated cgroup")
-            origin, scope = own_cgroup(), delegated_scope()
+            scope = delegated_scope()
             group = SessionCgroup.create(parent, LeafName.of(self.paths.dir, self.owner, self.config.name,
                                                              self.instance_id))
             try:
-                group.join(SHELLPER_SUB)
                 self._cgroup_id = group.inode()
-            except (CgroupError, OSError):
+            except OSError:
                 group.remove()
                 raise
         except (CgroupError, OSError) as exc:
             if self.config.containment == CGROUP:  # the launcher shows this: say which option made it fatal
                 raise ConfigError("--containment cgroup", str(exc)) from exc
             self.log.write(f"running without a cgroup: {exc}")
+            self._leave_outer_session()
             return
-        self.cgroup, self._origin_cgroup = group, origin
+        self.cgroup = group
         self.containment = SYSTEMD_SCOPE if scope is not None and scope == parent else CGROUP
         self.log.write(f"cgroup {group.path}")
+
+    def join_own_cgroup(self) -> None:
+        """Move into the session cgroup's shellper/ part, once the launcher has been told we are ready.
+
+        Off the launch path on purpose: a migration between cgroups waits for an RCU grace period (5-20 ms
+        here: bench/NOTES.md). Until then this shellper stays where it was started, which matters only for
+        a session started inside another one, for those few milliseconds."""
+        if self.cgroup is None:
+            return
+        try:
+            self.cgroup.join(SHELLPER_SUB)
+        except CgroupError as exc:
+            self.log.write(f"could not move into {self.cgroup.sub(SHELLPER_SUB)}: {exc}")
+
+    def _leave_outer_session(self) -> None:
+        """Without a cgroup of our own, still not inside another session's: ending that one would end this.
+        Move to the nearest cgroup above it (where the hierarchy lets us)."""
+        mount, here = find_mount(), own_cgroup()
+        outer = session_cgroup_of(here) if here is not None else None
+        if mount is None or outer is None:
+            return
+        target = mount + os.path.dirname(outer)
+        try:
+            with open(os.path.join(target, "cgroup.procs"), "w") as procs:
+                procs.write("0")
+        except OSError as exc:
+            self.log.write(f"runs inside session cgroup {outer} and could not leave it ({exc.strerror}): ending "
+                           "that session ends this one")
+            return
+        self.log.write(f"left session cgroup {outer} for {target}")
 
     def _release_cgroup(self) -> None:
         """Leave the session's cgroup and remove it: called once its child/ part is empty."""
@@ -309,7 +347,7 @@ class Session:
         if group is None:
             return
         try:
-            group.leave(self._origin_cgroup)
+            group.leave()
             if not group.remove():
                 self.log.write(f"cgroup {group.path} is not empty; left in place")
         except (CgroupError, OSError) as exc:
@@ -631,14 +669,20 @@ class Session:
             self.log.write(f"cannot pin the process tree, nothing signalled: {exc}")
             return
         try:
-            for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+            self._pin_new(tree)
+            if not tree.alive():
+                return
+            if self.child is not None:
+                tree.signal_group(self.child.pid, signal.SIGCONT)
+                tree.signal_group(self.child.pid, signal.SIGTERM)
+            await self._signal_and_wait(tree.alive(), signal.SIGTERM, grace)
+            # SIGKILL in rounds: a process forked between a round's scan and its parent's death is found
+            # (re-parented to us, the subreaper) by the next. Each round's victims can fork no more.
+            for _ in range(KILL_ROUNDS):
                 self._pin_new(tree)
                 if not tree.alive():
                     return
-                if self.child is not None and sig == signal.SIGTERM:
-                    tree.signal_group(self.child.pid, signal.SIGCONT)
-                    tree.signal_group(self.child.pid, sig)
-                await self._signal_and_wait(tree.alive(), sig, wait)
+                await self._signal_and_wait(tree.alive(), signal.SIGKILL, 5.0)
             self._pin_new(tree)
             left = [fd.pid for fd in tree.alive()]
             if left:
@@ -936,6 +980,7 @@ def serve(config: SessionConfig, paths: SessionPaths, log: LogFile,
         session = Session(config, paths, log, loop)
         session.start()
         on_ready(session.info_line())
+        loop.call_soon(session.join_own_cgroup)
         loop.run()
     finally:
         loop.close()

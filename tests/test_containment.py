@@ -77,7 +77,7 @@ def test_the_child_and_all_it_forks_are_in_the_session_cgroup_and_the_shellper_b
     assert rec.cgroup_id == os.stat(rec.cgroup).st_ino
     grandchild = escapee(info.pid)
     relative = cgroup.SessionCgroup(rec.cgroup, cgroup.find_mount() or "").relative
-    assert cgroup.own_cgroup(info.pid) == relative + "/shellper"
+    poll_until(lambda: cgroup.own_cgroup(info.pid) == relative + "/shellper", what="the shellper to move in")
     assert cgroup.own_cgroup(grandchild.pid) == relative + "/child"
     assert cgroup.own_cgroup(os.getpid()) != relative + "/child"
 
@@ -398,3 +398,44 @@ def test_under_a_systemd_user_manager_a_delegated_scope_contains_the_session(ses
     sessions.track(ProcessIdentity(rec.boot_id, rec.shellper_pid, rec.shellper_start_time))
     assert rec.containment == "systemd-scope"
     subprocess.run([*SHELLPER_CLI, "--dir", str(sessions.dir), "stop", "s"], capture_output=True, timeout=30)
+
+
+CHURNER = r"""
+import os, signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+signal.signal(signal.SIGHUP, signal.SIG_IGN)
+if os.fork() == 0:  # a grandchild forking a child every ~5 ms; each child waits to be killed
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    while True:
+        if os.fork() == 0:
+            signal.pause()
+        time.sleep(0.005)
+print("READY", flush=True)
+signal.pause()
+"""
+
+
+def marked(instance_id: str) -> list[int]:
+    needle = f"SHELLPER_INSTANCE={instance_id}".encode()
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/environ", "rb") as f:
+                    if needle in f.read().split(b"\0") and (st := read_stat(int(name))) and st.state != "Z":
+                        found.append(int(name))
+            except OSError:
+                continue
+    return found
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_stop_ends_a_tree_that_forks_while_it_is_being_killed(sessions: Sessions, mode: str) -> None:
+    """Without a cgroup, a child forked between the SIGKILL round's scan and its parent's death was re-parented
+    to the shellper, logged as surviving, and outlived the stop (the kill soak found it)."""
+    info = sessions.launch("churn", [sys.executable, "-c", CHURNER], containment=mode, grace=0.1)
+    poll_until(lambda: len(marked(info.instance_id)) > 20, what="the churner to be forking")
+    done = subprocess.run([*SHELLPER_CLI, "--dir", str(sessions.dir), "stop", "churn", "--grace", "0.1"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert marked(info.instance_id) == []

@@ -33,6 +33,7 @@ from typing import Any
 
 from shellper import wire
 from shellper.cgroup import (
+    CHILD_SUB,
     NONE,
     SHELLPER_SUB,
     LeafName,
@@ -61,7 +62,7 @@ from shellper.owner import default_owner
 from shellper.paths import SessionPaths, remove_record_temps, session_files, unlink_if_regular, unlink_if_socket
 from shellper.reaper import TerminateReport, descendants, terminate_tree
 from shellper.record import AlreadyRunning, RecordError, SessionLock, SessionRecord, cmdline_sha256, read_record
-from shellper.shellpers import holds_listener
+from shellper.shellpers import holds_listener, live_shellpers, under
 from tower_client.client import InstanceMismatch, PeerMismatch, peer_pid
 from tower_client.discover import PROBE_TIMEOUT, check_probe_timeout
 from tower_client.reconcile import Action, Decision
@@ -241,11 +242,14 @@ class Termination:
 
 
 def _pin_tree(leader: PidFd) -> dict[int, PidFd]:
-    """Pidfds of the leader's descendants, each kept only if /proc showed it under a pinned parent."""
+    """Pidfds of the leader's descendants, each kept only if /proc showed it under a pinned parent. A live
+    shellper among them (a session started inside this one, re-parented to this subreaper) is not this
+    session's: it and everything under it are left out."""
     pinned: dict[int, PidFd] = {}
     skip = protected_pids()
+    others = set(live_shellpers()) - {leader.pid}
     for pid in descendants(leader.pid):
-        if pid in skip:
+        if pid in skip or under(pid, others):
             continue
         try:
             fd = PidFd.open(pid)
@@ -313,7 +317,8 @@ def terminate_session(record: SessionRecord, paths: SessionPaths, *, grace: floa
         leader.close()
         raise
     group = _session_cgroup(record, paths)
-    tree = _pin_tree(leader)
+    tree = {} if group is not None else _pin_tree(leader)  # with a cgroup, end_cgroup below ends the tree
+    members = tuple(sorted(group.procs(CHILD_SUB))) if group is not None else tuple(tree)
     report: TerminateReport | None = None
     stop_error: str | None = None
     try:
@@ -348,7 +353,7 @@ def terminate_session(record: SessionRecord, paths: SessionPaths, *, grace: floa
     if session_files(paths):
         with contextlib.suppress(AlreadyRunning):  # a new shellper took the name: its files now
             removed = clean_session(paths)
-    return Termination(record.name, record.shellper_pid, method, stop_error, tuple(tree), stragglers, removed,
+    return Termination(record.name, record.shellper_pid, method, stop_error, members, stragglers, removed,
                        report)
 
 
@@ -458,6 +463,9 @@ def _clean_stray(d: Decision, directory: str, grace: float, confirm_timeout: flo
     if mount is None or leaf is None or leaf.dir_key != dir_key(directory) or leaf.name != d.name:
         return Outcome(d, "skipped", False, f"{d.cgroup} is not a session cgroup of {directory}")
     group = SessionCgroup(d.cgroup, mount)
+    if SessionLock.is_locked(SessionPaths.for_name(directory, d.name).lock):
+        return Outcome(d, "skipped", False, f"session {d.name!r} is starting or running now: {d.cgroup} may be "
+                       "its new cgroup; nothing signalled")
     if group.populated(SHELLPER_SUB):
         return Outcome(d, "skipped", False, f"a shellper now lives in {d.cgroup}: nothing signalled")
     ended = end_cgroup(d.name, group, grace, confirm_timeout)

@@ -305,14 +305,21 @@ def _reap_cgroup(record: SessionRecord, directory: str | os.PathLike[str] | None
         return SurvivorReport(record.name, (), ())  # the cgroup went with the boot
     if where is None:
         return SurvivorReport(record.name, (), (), suspect="the record names no runtime directory")
-    group, why = verify_dead_session(record.cgroup, record.cgroup_id, where, record.name, record.instance_id)
+    group, why = verify_dead_session(record.cgroup, record.cgroup_id, where, record.name, record.instance_id,
+                                     record.owner)
     if group is None:
         return SurvivorReport(record.name, (), (), suspect="" if why == "gone" else why)
     return end_cgroup(record.name, group, grace, confirm_timeout)
 
 
 def end_cgroup(name: str, group: SessionCgroup, grace: float, confirm_timeout: float) -> SurvivorReport:
-    """SIGTERM every verified member, wait ``grace``, cgroup.kill, confirm it empty, remove it."""
+    """SIGTERM every verified member, wait ``grace``, cgroup.kill, confirm it empty, remove it. Nothing at all
+    if this process or an ancestor is inside (a Tower run from what the session left): cgroup.kill cannot
+    spare one member."""
+    inside = set(group.procs()) & protected_pids()
+    if inside:
+        return SurvivorReport(name, (), (), suspect=f"this process or an ancestor ({sorted(inside)}) is inside "
+                              f"{group.path}: nothing ended")
     termed = tuple(sorted(group.procs()))
     killed: tuple[int, ...] = ()
     if termed:
