@@ -11,11 +11,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from conftest import CGROUP_PARENT, SHELLPER_CLI, poll_until, remove_cgroup_tree
+from test_containment import MODES, decide, needs_cgroup, start_nested
 from test_tower_support import Sessions, alive, identity, is_dead, other, sessions
 
 from shellper.cgroup import find_session_cgroups
@@ -24,40 +24,9 @@ from shellper.identity import ProcessIdentity, open_verified
 from shellper.launch import launch
 from shellper.record import read_record
 from tower_client.apply import apply
-from tower_client.discover import discover
-from tower_client.reconcile import Action, Registry, RegistryRow, reconcile
+from tower_client.reconcile import Action, RegistryRow
 
 __all__ = ["other", "sessions"]
-
-needs_cgroup = pytest.mark.skipif(CGROUP_PARENT is None, reason="no writable cgroup v2 hierarchy here")
-MODES = [pytest.param("cgroup", marks=needs_cgroup), "none"]
-
-
-def decide(d: Path, *rows: RegistryRow) -> list:  # type: ignore[type-arg]
-    return reconcile(Registry(rows), discover(d), now=time.time())
-
-
-def nested_argv(inner_dir: Path, mode: str) -> list[str]:
-    """An outer child that starts session "inner" of ``inner_dir`` from inside, then waits."""
-    cli = " ".join(SHELLPER_CLI)
-    return ["sh", "-c", f"{cli} --dir {inner_dir} run inner --containment {mode} -- sh -c 'sleep 300' "
-            f"> /dev/null; echo started; sleep 300"]
-
-
-def start_nested(sessions: Sessions, other: Sessions, outer_mode: str, inner_mode: str) -> tuple[
-        ProcessIdentity, ProcessIdentity, ProcessIdentity]:
-    """Outer session "outer" of ``sessions`` whose child starts "inner" of ``other``: (outer, inner shellper,
-    inner child)."""
-    outer = sessions.launch("outer", nested_argv(other.dir, inner_mode), containment=outer_mode)
-    inner = poll_until(lambda: (other.dir / "inner.json").exists() and read_record(other.dir / "inner.json"),
-                       what="the inner session")
-    inner_shellper = ProcessIdentity(inner.boot_id, inner.shellper_pid, inner.shellper_start_time)
-    other.track(inner_shellper)
-    child = poll_until(lambda: read_record(other.dir / "inner.json").child_pid, what="the inner child")
-    inner_child = identity(child)
-    other.track(inner_child)
-    return ProcessIdentity(outer.boot_id, outer.pid, outer.start_time), inner_shellper, inner_child
-
 
 def kill9(ident: ProcessIdentity) -> None:
     """SIGKILL a shellper this test launched (verified through a pidfd), and wait for it to be gone."""

@@ -165,7 +165,22 @@ def nested_argv(inner_dir: Path, mode: str) -> list[str]:
     """An outer child that starts session "inner" of ``inner_dir`` from inside, then waits."""
     cli = " ".join(SHELLPER_CLI)
     return ["sh", "-c", f"{cli} --dir {inner_dir} run inner --containment {mode} -- sh -c 'sleep 300' "
-            f"> {inner_dir}/../inner-{inner_dir.name}.info; echo started; sleep 300"]
+            f"> /dev/null; echo started; sleep 300"]
+
+
+def start_nested(sessions: Sessions, other: Sessions, outer_mode: str, inner_mode: str) -> tuple[
+        ProcessIdentity, ProcessIdentity, ProcessIdentity]:
+    """Outer session "outer" of ``sessions`` whose child starts "inner" of ``other``: (outer, inner shellper,
+    inner child), all tracked for cleanup."""
+    outer = sessions.launch("outer", nested_argv(other.dir, inner_mode), containment=outer_mode)
+    inner = poll_until(lambda: (other.dir / "inner.json").exists() and read_record(other.dir / "inner.json"),
+                       what="the inner session")
+    inner_shellper = ProcessIdentity(inner.boot_id, inner.shellper_pid, inner.shellper_start_time)
+    other.track(inner_shellper)
+    child = poll_until(lambda: read_record(other.dir / "inner.json").child_pid, what="the inner child")
+    inner_child = identity(child)
+    other.track(inner_child)
+    return ProcessIdentity(outer.boot_id, outer.pid, outer.start_time), inner_shellper, inner_child
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -173,13 +188,7 @@ def test_reconciling_a_killed_outer_session_never_touches_a_session_started_insi
         sessions: Sessions, other: Sessions, mode: str) -> None:
     """Defect 2: a shellper of directory B started inside a session of A inherited A's marker; after A's
     shellper was killed, A's reconcile --apply ended B's live shellper and orphaned its children."""
-    outer = sessions.launch("outer", nested_argv(other.dir, mode), containment=mode)
-    inner = poll_until(lambda: (other.dir / "inner.json").exists() and read_record(other.dir / "inner.json"),
-                       what="the inner session")
-    inner_shellper = ProcessIdentity(inner.boot_id, inner.shellper_pid, inner.shellper_start_time)
-    other.track(inner_shellper)
-    inner_child = poll_until(lambda: read_record(other.dir / "inner.json").child_pid, what="the inner child")
-    inner_child_ident = identity(inner_child)
+    outer, inner_shellper, inner_child_ident = start_nested(sessions, other, mode, mode)
     kill9(outer.pid)
     report = apply(decide(sessions.dir), grace=0.3)
     assert report.ok, report.to_dict()
@@ -191,15 +200,11 @@ def test_reconciling_a_killed_outer_session_never_touches_a_session_started_insi
 def test_stopping_the_outer_session_never_touches_a_session_started_inside_it(
         sessions: Sessions, other: Sessions, mode: str) -> None:
     """Defect 4: `shellper stop outer` killed a session started inside it, and left its files behind."""
-    outer = sessions.launch("outer", nested_argv(other.dir, mode), containment=mode)
-    inner = poll_until(lambda: (other.dir / "inner.json").exists() and read_record(other.dir / "inner.json"),
-                       what="the inner session")
-    inner_shellper = ProcessIdentity(inner.boot_id, inner.shellper_pid, inner.shellper_start_time)
-    other.track(inner_shellper)
+    outer, inner_shellper, _ = start_nested(sessions, other, mode, mode)
     done = subprocess.run([*SHELLPER_CLI, "--dir", str(sessions.dir), "stop", "outer", "--grace", "0.5"],
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
-    poll_until(lambda: is_dead(ProcessIdentity(outer.boot_id, outer.pid, outer.start_time)), what="outer gone")
+    poll_until(lambda: is_dead(outer), what="outer gone")
     assert alive(inner_shellper)
     assert (other.dir / "inner.sock").exists() and (other.dir / "inner.json").exists()
     subprocess.run([*SHELLPER_CLI, "--dir", str(other.dir), "stop", "inner", "--grace", "0.3"], timeout=30,
