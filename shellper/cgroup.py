@@ -120,6 +120,34 @@ def default_parent() -> str | None:
     return parent if os.access(mount, os.W_OK) else None
 
 
+def scope_command(*, manages: bool, delegated: str | None, explicit_parent: bool, systemd_run: str | None,
+                  manager_socket: bool, euid: int, unit: str) -> list[str] | None:
+    """The command prefix that starts a shellper in a transient, delegated systemd scope, or None.
+
+    Wanted only where a systemd manager owns the hierarchy, no parent was named and the caller's own cgroup
+    is not already delegated; possible only with ``systemd-run`` and a reachable manager (the user's, or
+    the system's for root). Pure: :func:`scope_prefix` gathers the facts."""
+    if not manages or delegated is not None or explicit_parent or systemd_run is None or not manager_socket:
+        return None
+    user = ["--user"] if euid != 0 else []
+    return [systemd_run, *user, "--scope", "--quiet", "--collect", "-p", "Delegate=yes", f"--unit={unit}", "--"]
+
+
+def scope_prefix(name: str, explicit_parent: str | None) -> list[str] | None:
+    """:func:`scope_command` for this machine and caller (a unit named after the session, made unique)."""
+    if not systemd_manages_cgroups():
+        return None
+    import shutil  # only under systemd
+
+    euid = os.geteuid()
+    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
+    socket = "/run/systemd/private" if euid == 0 else os.path.join(runtime, "systemd", "private")
+    return scope_command(manages=True, delegated=delegated_scope(),
+                         explicit_parent=bool(explicit_parent or os.environ.get(PARENT_ENV)),
+                         systemd_run=shutil.which("systemd-run"), manager_socket=bool(runtime or euid == 0)
+                         and os.path.exists(socket), euid=euid, unit=f"shellper-{name}-{os.urandom(4).hex()}.scope")
+
+
 def _key(text: str) -> str:
     try:  # CPython's own SHA-256, as shellper.record does: hashlib would map libcrypto into every shellper
         from _sha256 import sha256  # type: ignore[import-not-found]

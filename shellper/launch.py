@@ -16,6 +16,7 @@ import stat
 import sys
 import time
 
+from shellper.cgroup import scope_prefix
 from shellper.config import ConfigError, SessionConfig
 from shellper.logfile import LogFile, redirect_stdio, remove_created_log
 from shellper.owner import OWNER_ENV, BadOwner, default_owner
@@ -105,7 +106,10 @@ def launch(
     and its imports: only for a single-threaded caller such as the ``shellper`` CLI, which may also pass
     the ``prefork`` it started before parsing (see shellper.prefork).
     """
-    if prefork is not None or fork:
+    scope = None if config.containment == "none" else scope_prefix(config.name, config.cgroup_parent)
+    if scope is not None and prefork is not None:
+        prefork.cancel()  # a forked daemon would stay in the caller's cgroup: start one inside a systemd scope
+    if scope is None and (prefork is not None or fork):
         try:
             config, paths = prepare(config)
             if prefork is None:
@@ -130,7 +134,7 @@ def launch(
 
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "shellper.daemon", config.name, str(paths.dir)],
+            [*(scope or ()), sys.executable, "-m", "shellper.daemon", config.name, str(paths.dir)],
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             pass_fds=(ready_w,), start_new_session=True, close_fds=True,
             env={**os.environ, "SHELLPER_READY_FD": str(ready_w)},

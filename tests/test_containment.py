@@ -395,8 +395,8 @@ def test_under_a_systemd_user_manager_a_delegated_scope_contains_the_session(ses
     why = _user_manager()
     if why:
         pytest.skip(why)
-    done = subprocess.run(["systemd-run", "--user", "--scope", "--quiet", "-p", "Delegate=yes", *SHELLPER_CLI,
-                           "--dir", str(sessions.dir), "run", "s", "--", "sleep", "300"],
+    # Plain `shellper run`: under a systemd manager it starts its shellper in a delegated transient scope.
+    done = subprocess.run([*SHELLPER_CLI, "--dir", str(sessions.dir), "run", "s", "--", "sleep", "300"],
                           capture_output=True, text=True, timeout=60, env={**os.environ, cgroup.PARENT_ENV: ""})
     assert done.returncode == 0, done.stderr
     rec = read_record(sessions.dir / "s.json")
@@ -444,3 +444,41 @@ def test_stop_ends_a_tree_that_forks_while_it_is_being_killed(sessions: Sessions
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert marked(info.instance_id) == []
+
+
+SCOPE = ["/usr/bin/systemd-run", "--scope", "--quiet", "--collect", "-p", "Delegate=yes", "--unit=u.scope", "--"]
+
+
+@pytest.mark.parametrize(("facts", "expected"), [
+    ({}, SCOPE),
+    ({"euid": 1000}, [SCOPE[0], "--user", *SCOPE[1:]]),
+    ({"manages": False}, None),  # no systemd: MOUNT/shellper, written directly
+    ({"delegated": "/sys/fs/cgroup/user.slice/x.scope"}, None),  # already in a delegated scope: used as is
+    ({"explicit_parent": True}, None),  # --cgroup-parent / $SHELLPER_CGROUP_PARENT: the user chose
+    ({"systemd_run": None}, None),
+    ({"manager_socket": False}, None),  # no manager to ask: containment falls back to none
+])
+def test_under_systemd_a_shellper_is_started_in_a_delegated_scope_only_when_it_needs_one(
+        facts: dict[str, object], expected: list[str] | None) -> None:
+    given: dict[str, object] = {"manages": True, "delegated": None, "explicit_parent": False,
+                                "systemd_run": "/usr/bin/systemd-run", "manager_socket": True, "euid": 0,
+                                "unit": "u.scope", **facts}
+    assert cgroup.scope_command(**given) == expected  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_reap_of_a_killed_session_ends_what_it_left_and_removes_its_files(sessions: Sessions, mode: str) -> None:
+    """`tower-client reap NAME` refused a session whose shellper was dead ("identity not verified"), so what
+    its tree left ran on; it ends it (through the cgroup, or by the mark) and removes the files."""
+    info = sessions.launch("r", ["sh", "-c", ESCAPER], containment=mode)
+    grandchild = escapee(info.pid)
+    sessions.track(grandchild)
+    kill9(info.pid)
+    done = subprocess.run([sys.executable, "-m", "tower_client.cli", "--dir", str(sessions.dir), "reap", "r",
+                           "--grace", "0.3"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "already dead" in done.stdout
+    assert is_dead(grandchild)
+    assert sorted(p.name for p in sessions.dir.iterdir()) == []
+    if mode == "cgroup":
+        assert session_cgroups(sessions.dir) == []

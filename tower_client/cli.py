@@ -17,11 +17,13 @@ from typing import Any
 from shellper.identity import IdentityError, ProcessGone
 from shellper.owner import BadOwner, default_owner, validate_owner
 from shellper.paths import PathError, SessionPaths, runtime_dir
-from tower_client.apply import OwnerBusy, apply, terminate_session
+from shellper.record import AlreadyRunning, SessionRecord
+from tower_client.apply import OwnerBusy, apply, clean_session, terminate_session
 from tower_client.client import ClientError
 from tower_client.discover import Observed, discover, observe
 from tower_client.holders import BadSessionId, find_holders
 from tower_client.reconcile import RegistryError, load_registry, name_mismatch, reconcile
+from tower_client.survivors import reap_survivors
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -113,6 +115,8 @@ def _holders(args: argparse.Namespace, directory: Path) -> int:
 
 def _reap(args: argparse.Namespace, directory: Path) -> int:
     o = observe(directory, args.name)
+    if _dead(o) and o.record is not None and o.record.owner == (args.owner or default_owner()):
+        return _reap_dead(args, directory, o.record)
     refusal = _refuse_reap(o, args.owner or default_owner())
     if refusal:
         _emit(args, {"name": args.name, "reaped": False, "reason": refusal}, [f"refused: {refusal}"])
@@ -129,6 +133,27 @@ def _reap(args: argparse.Namespace, directory: Path) -> int:
     _emit(args, data, [f"reaped {args.name} (pid {term.pid}, {len(term.tree)} descendant(s)) "
                        f"via {term.method}"])
     return EXIT_OK
+
+
+def _dead(o: Observed) -> bool:
+    """The recorded shellper of this boot is gone (or its pid is another process's) and nobody holds the lock."""
+    return o.boot == "current" and o.identity in ("gone", "mismatch") and o.locked is False
+
+
+def _reap_dead(args: argparse.Namespace, directory: Path, record: SessionRecord) -> int:
+    """A killed shellper's session: end what it left running (its cgroup, or what carries its mark) and
+    remove its files, as reconcile --apply does for a dead session."""
+    report = reap_survivors(record, directory=directory, grace=args.grace)
+    try:
+        removed = clean_session(SessionPaths.for_name(directory, args.name))
+    except AlreadyRunning:
+        removed = ()
+    data = {"name": args.name, "reaped": True, "dead": True, "pid": record.shellper_pid,
+            "survivors": list(report.pids), "suspect": report.suspect or None, "removed": list(removed)}
+    note = f"; nothing ended: {report.suspect}" if report.suspect else ""
+    _emit(args, data, [f"reaped {args.name}: its shellper {record.shellper_pid} was already dead; ended "
+                       f"{len(report.pids)} process(es) it left, removed {len(removed)} file(s){note}"])
+    return EXIT_FAILED if report.suspect else EXIT_OK
 
 
 def _refuse_reap(o: Observed, owner: str) -> str:
