@@ -133,7 +133,10 @@ class Lock:
 class Reactor:
     """One thread, one epoll: readers, writers, timers, signals, and coroutine tasks."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        """Seconds on a monotonic scale, by which timers fall due: replaceable (a test's virtual clock)
+        before ``run``, which reads it once."""
         self._epoll = select.epoll()
         self._masks: dict[int, int] = {}  # what each registered fd is registered for
         self._readers: dict[int, tuple[Callable[..., object], tuple[Any, ...]]] = {}
@@ -194,12 +197,11 @@ class Reactor:
 
     # ------------------------------------------------------------------------------- time
 
-    @staticmethod
-    def time() -> float:
-        return time.monotonic()
+    def time(self) -> float:
+        return self.clock()
 
     def call_later(self, delay: float, callback: Callable[..., object], *args: Any) -> Handle:
-        handle = Handle(time.monotonic() + max(0.0, delay), callback, args)
+        handle = Handle(self.clock() + max(0.0, delay), callback, args)
         heapq.heappush(self._timers, handle)
         return handle
 
@@ -292,7 +294,7 @@ class Reactor:
     def run(self) -> None:
         """Dispatch until ``stop()``. Blocks without a timeout when nothing is scheduled."""
         self._running = True
-        poll = self._epoll.poll
+        poll, clock = self._epoll.poll, self.clock
         readers, writers, timers, ready = self._readers, self._writers, self._timers, self._ready
         while self._running:
             if ready:
@@ -301,7 +303,7 @@ class Reactor:
                 while timers and timers[0].cancelled:
                     heapq.heappop(timers)
                 # rounded up to epoll's millisecond, so a timer due in 0.3 ms is not a busy loop
-                timeout = (min(MAX_WAIT, math.ceil(max(0.0, timers[0].when - time.monotonic()) * 1e3) * 1e-3)
+                timeout = (min(MAX_WAIT, math.ceil(max(0.0, timers[0].when - clock()) * 1e3) * 1e-3)
                            if timers else -1)
             else:
                 timeout = -1
@@ -316,7 +318,7 @@ class Reactor:
                 except Exception as exc:
                     self.on_error(exc)
             if timers:
-                now = time.monotonic()
+                now = clock()
                 while timers and timers[0].when <= now:
                     handle = heapq.heappop(timers)
                     if not handle.cancelled:
