@@ -72,27 +72,46 @@ class Handle:
 
 
 class Future(_Generic[T]):
-    """A result that arrives later; coroutines ``await`` it."""
+    """A result, or the exception instead of one, that arrives later; coroutines ``await`` it."""
 
-    __slots__ = ("_callbacks", "_done", "_result")
+    __slots__ = ("_callbacks", "_done", "_error", "_result")
 
     def __init__(self) -> None:
         self._done = False
         self._result: T | None = None
+        self._error: BaseException | None = None
         self._callbacks: list[Callable[[Future[T]], None]] = []
 
     def done(self) -> bool:
         return self._done
 
     def result(self) -> T:
+        """The result; raises the exception if the future failed."""
         if not self._done:
             raise RuntimeError("future is not done")
+        if self._error is not None:
+            raise self._error
         return self._result  # type: ignore[return-value]
+
+    def exception(self) -> BaseException | None:
+        """What the future failed with; None if it has a result."""
+        if not self._done:
+            raise RuntimeError("future is not done")
+        return self._error
 
     def set_result(self, value: T) -> None:
         if self._done:
             return
         self._done, self._result = True, value
+        self._call_back()
+
+    def set_exception(self, error: BaseException) -> None:
+        if self._done:
+            return
+        self._done, self._error = True, error
+        self._call_back()
+
+    def _call_back(self) -> None:
         callbacks, self._callbacks = self._callbacks, []
         for cb in callbacks:
             cb(self)
@@ -107,6 +126,12 @@ class Future(_Generic[T]):
         if not self._done:
             yield self
         return self.result()
+
+
+class Task(Future[T]):
+    """The future of a coroutine run by ``Reactor.create_task``: what it returned, or what it raised."""
+
+    __slots__ = ()
 
 
 class Lock:
@@ -230,27 +255,42 @@ class Reactor:
 
     # ------------------------------------------------------------------------------- coroutines
 
-    def create_task(self, coro: Coroutine[Future[Any], Any, Any]) -> Future[Any]:
-        """Run a coroutine that awaits reactor Futures; its result arrives in the returned future."""
-        done: Future[Any] = Future()
+    def create_task(self, coro: Coroutine[Future[Any], Any, Any]) -> Task[Any]:
+        """Run a coroutine that awaits reactor Futures; the task it returns is done when the coroutine is.
 
-        def step(value: Any = None) -> None:
+        A coroutine that raises fails its task (awaiting it, or its ``result()``, raises the same exception)
+        and is reported to ``on_error`` at once, so no failure goes unseen when nobody awaits the task: the
+        one exception is that a task failing with the very exception of a task it awaited is not reported
+        again."""
+        task: Task[Any] = Task()
+        awaited: list[Future[Any] | None] = [None]
+
+        def step() -> None:
             try:
-                waiting = coro.send(value)
+                waiting = coro.send(None)  # Future.__await__ itself takes the awaited result (or raises)
             except StopIteration as stop:
-                done.set_result(stop.value)
+                task.set_result(stop.value)
                 return
             except BaseException as exc:
-                done.set_result(None)
-                self.on_error(exc)
+                last = awaited[0]
+                try:
+                    if not (isinstance(last, Task) and last._error is exc):
+                        self.on_error(exc)
+                finally:
+                    task.set_exception(exc)
                 return
-            waiting.add_done_callback(lambda fut: self.call_soon(step, fut.result()))
+            awaited[0] = waiting
+            waiting.add_done_callback(resume)
+
+        def resume(_: Future[Any]) -> None:
+            self.call_soon(step)
 
         self.call_soon(step)
-        return done
+        return task
 
     def wait(self, futures: Iterable[Future[Any]], timeout: float | None) -> Future[bool]:
-        """A future that is True once every future is done, or False when ``timeout`` passes first."""
+        """A future that is True once every future is done (failed ones too), or False when ``timeout``
+        passes first."""
         pending = [f for f in futures if not f.done()]
         outcome: Future[bool] = Future()
         if not pending:

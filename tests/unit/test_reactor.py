@@ -15,13 +15,13 @@ import signal
 import socket
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
-from shellper.reactor import MAX_WAIT, Future, Lock, Reactor
+from shellper.reactor import MAX_WAIT, Future, Lock, Reactor, Task
 
 START = 1000.0
 """Where virtual time starts: a value unlike 0, so a timer measured from 0 by mistake shows."""
@@ -250,6 +250,41 @@ def test_without_on_error_a_failing_callback_ends_run(reactor: Reactor, vt: Virt
 # --------------------------------------------------------------------------------------- futures
 
 
+def test_a_future_before_it_is_done() -> None:
+    fut: Future[int] = Future()
+    assert not fut.done()
+    with pytest.raises(RuntimeError, match="not done"):
+        fut.result()
+    with pytest.raises(RuntimeError, match="not done"):
+        fut.exception()
+
+
+@pytest.mark.parametrize(("settle", "result", "error"), [
+    ([("result", 1)], 1, None),
+    ([("result", 1), ("result", 2)], 1, None),  # the first outcome stands
+    ([("result", 1), ("exception", KeyError("k"))], 1, None),
+    ([("exception", KeyError("k"))], None, KeyError),
+    ([("exception", KeyError("k")), ("result", 2)], None, KeyError),
+    ([("result", None)], None, None),
+], ids=["result", "result-twice", "result-then-error", "error", "error-then-result", "none"])
+def test_a_future_keeps_its_first_outcome(settle: list[tuple[str, Any]], result: Any,
+                                          error: type[BaseException] | None) -> None:
+    fut: Future[Any] = Future()
+    seen: list[Future[Any]] = []
+    fut.add_done_callback(seen.append)
+    for how, value in settle:
+        fut.set_result(value) if how == "result" else fut.set_exception(value)
+    assert fut.done()
+    assert seen == [fut]  # called back once, on the first outcome
+    if error is None:
+        assert fut.exception() is None
+        assert fut.result() == result
+    else:
+        assert isinstance(fut.exception(), error)
+        with pytest.raises(error):
+            fut.result()
+
+
 def test_a_callback_added_after_the_future_is_done_runs_at_once() -> None:
     fut: Future[int] = Future()
     fut.set_result(3)
@@ -281,10 +316,92 @@ def test_a_task_resumes_with_what_it_awaited_at_its_time(reactor: Reactor, vt: V
         return "end"
 
     task = reactor.create_task(flow())
-    assert not task.done()  # it starts on the loop, not in create_task
+    assert isinstance(task, Task) and not task.done()  # it starts on the loop, not in create_task
     run_until_idle(reactor)
     assert got == [("a", START + 1.0), ("b", START + 3.0), ("already", START + 3.0)]
     assert task.result() == "end"
+
+
+FailureCase = Callable[[Reactor], Coroutine[Future[Any], Any, Any]]
+
+
+def _raises(reactor: Reactor) -> Coroutine[Future[Any], Any, Any]:
+    async def flow() -> None:
+        await later(reactor, 1.0)
+        raise OSError(5, "stop failed")
+    return flow()
+
+
+def _awaits_failed_future(reactor: Reactor) -> Coroutine[Future[Any], Any, Any]:
+    async def flow() -> None:
+        await later(reactor, 1.0, error=OSError(5, "stop failed"))
+    return flow()
+
+
+def _catches_failed_future(reactor: Reactor) -> Coroutine[Future[Any], Any, Any]:
+    async def flow() -> str:
+        try:
+            await later(reactor, 1.0, error=OSError(5, "stop failed"))
+        except OSError as exc:
+            return f"caught {exc.strerror}"
+        return "not raised"
+    return flow()
+
+
+def _raises_at_once(reactor: Reactor) -> Coroutine[Future[Any], Any, Any]:
+    async def flow() -> None:
+        raise OSError(5, "stop failed")
+    return flow()
+
+
+@pytest.mark.parametrize(("make", "result", "reported"), [
+    (_raises, OSError, 1),
+    (_raises_at_once, OSError, 1),
+    (_awaits_failed_future, OSError, 1),  # a plain future's failure was nobody's report yet
+    (_catches_failed_future, "caught stop failed", 0),
+], ids=["raises", "raises-at-once", "awaits-a-failed-future", "catches-it"])
+def test_a_failing_task_fails_its_future_and_is_reported(reactor: Reactor, vt: VirtualTime, make: FailureCase,
+                                                         result: Any, reported: int) -> None:
+    rec = Recorder(vt)
+    reactor.on_error = rec.on_error
+    task = reactor.create_task(make(reactor))
+    run_until_idle(reactor)
+    assert task.done()
+    assert len(rec.errors) == reported
+    if isinstance(result, type):
+        error = task.exception()
+        assert isinstance(error, result)
+        assert rec.errors == [error]
+        with pytest.raises(result):
+            task.result()
+    else:
+        assert task.result() == result
+
+
+@pytest.mark.parametrize(("rethrow", "reports"), [
+    (False, 1),  # the same exception, passing through the awaiting task: reported once
+    (True, 2),  # turned into another one: that one is news
+], ids=["passes-through", "wrapped"])
+def test_a_task_awaiting_a_failed_task_fails_too(reactor: Reactor, vt: VirtualTime, rethrow: bool,
+                                                 reports: int) -> None:
+    rec = Recorder(vt)
+    reactor.on_error = rec.on_error
+    inner = reactor.create_task(_raises(reactor))
+
+    async def outer() -> None:
+        try:
+            await inner
+        except OSError as exc:
+            if rethrow:
+                raise RuntimeError("outer") from exc
+            raise
+
+    task = reactor.create_task(outer())
+    run_until_idle(reactor)
+    assert isinstance(inner.exception(), OSError)
+    assert isinstance(task.exception(), RuntimeError if rethrow else OSError)
+    assert len(rec.errors) == reports
+    assert rec.errors[0] is inner.exception()
 
 
 def test_a_task_awaiting_a_task_gets_its_result(reactor: Reactor, vt: VirtualTime) -> None:
@@ -297,6 +414,13 @@ def test_a_task_awaiting_a_task_gets_its_result(reactor: Reactor, vt: VirtualTim
     task = reactor.create_task(outer())
     run_until_idle(reactor)
     assert task.result() == 42
+
+
+def test_a_failed_task_without_on_error_ends_run(reactor: Reactor, vt: VirtualTime) -> None:
+    task = reactor.create_task(_raises(reactor))
+    with pytest.raises(OSError, match="stop failed"):
+        reactor.run()
+    assert isinstance(task.exception(), OSError)  # failed before run() ended, not left pending
 
 
 def test_the_lock_serialises_tasks_even_when_one_fails(reactor: Reactor, vt: VirtualTime) -> None:
@@ -329,7 +453,8 @@ def test_the_lock_serialises_tasks_even_when_one_fails(reactor: Reactor, vt: Vir
     ([1.0, 9.0], 5.0, False, 5.0),
     ([1.0, None], 5.0, False, 5.0),  # one never done
     ([1.0, 2.0], None, True, 2.0),
-], ids=["none", "all-done", "timeout", "never", "no-timeout"])
+    ([1.0, "fail"], 5.0, True, 1.0),  # a failed future is done
+], ids=["none", "all-done", "timeout", "never", "no-timeout", "failed-counts"])
 def test_wait_is_true_once_all_are_done_or_false_at_the_timeout(
         reactor: Reactor, vt: VirtualTime, done_at: list[Any], timeout: float | None, outcome: bool,
         at: float) -> None:
@@ -338,6 +463,8 @@ def test_wait_is_true_once_all_are_done_or_false_at_the_timeout(
     for when in done_at:
         if when is None:
             futures.append(Future())
+        elif when == "fail":
+            futures.append(later(reactor, 1.0, error=OSError("gone")))
         else:
             futures.append(later(reactor, when))
     waited = reactor.wait(futures, timeout)
