@@ -161,6 +161,8 @@ class Session:
         self._lock: SessionLock | None = None
         self.record_error: str | None = None
         """Why the last record write failed (disk full, directory gone); None once one succeeds."""
+        self.stop_error: str | None = None
+        """Why the stop failed, if it did: the session was ended anyway, and serve() returns 1."""
         self.paced: list[ClientConn] = []
         """The clients output waits for, within bounds (shellper.pacing): the tower and the terminals."""
         self.pacer = OutputPacer(loop, max(1, config.ring_bytes // 2), readers=lambda: self.paced,
@@ -216,7 +218,33 @@ class Session:
         if self._stop_requested:
             return
         self._stop_requested = True
-        self.loop.create_task(self._stop(self.config.grace if grace is None else grace))
+        stop = self.loop.create_task(self._stop(self.config.grace if grace is None else grace))
+        stop.add_done_callback(self._after_stop)
+
+    def _after_stop(self, stop: Future[None]) -> None:
+        """A stop that failed still ends the session: a shellper stuck in ``stopping`` would keep its name
+        and its processes, answer nobody and never exit. Its log stays, to say why."""
+        error = stop.exception()
+        if error is None:
+            return
+        self.stop_error = f"{type(error).__name__}: {error}"
+        self.log.write(f"stop failed ({self.stop_error}): ending the session anyway; its log is kept")
+        ending = self.loop.create_task(self._end_after_failed_stop())
+        ending.add_done_callback(lambda _: self.loop.stop())
+
+    async def _end_after_failed_stop(self) -> None:
+        """What a stop must not skip, each step on its own: the child's tree (SIGKILL now: the grace may
+        have passed already), the cgroup, the files."""
+        try:
+            await self._terminate_tree(0.0)
+        except Exception as exc:
+            self.log.write(f"could not end the session's processes: {type(exc).__name__}: {exc}")
+        self._release_cgroup()  # never raises: says in the log what it could not do
+        try:
+            self._remove_files(keep_log=True)
+        except Exception as exc:
+            self.log.write(f"could not remove the session's files: {type(exc).__name__}: {exc}")
+        self.log.write("stopped after a failed stop")
 
     async def _stop(self, grace: float) -> None:
         self._set_state("stopping", "stop requested")
@@ -984,4 +1012,4 @@ def serve(config: SessionConfig, paths: SessionPaths, log: LogFile,
         loop.run()
     finally:
         loop.close()
-    return 0
+    return 1 if session.stop_error is not None else 0

@@ -9,6 +9,7 @@ import os
 import shutil
 import signal
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,8 +19,9 @@ from test_server import NO_RESTART, TREE_CHILD, echo_roundtrip, expect_closed, s
 from shellper import wire
 from shellper.identity import boot_id, start_time
 from shellper.launch import LaunchError, LaunchInfo
-from shellper.paths import PathError
+from shellper.paths import PathError, SessionPaths
 from shellper.record import SessionLock, read_record
+from tower_client.apply import clean_session
 
 
 def cli(*args: str, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
@@ -240,6 +242,74 @@ def test_sigterm_to_the_shellper_stops_the_session(sessions: Sessions) -> None:
     for pid in (info.pid, shell, grandchild):
         assert wait_gone(pid, 10), f"pid {pid} survived SIGTERM to the shellper"
     assert list(sessions.dir.iterdir()) == []
+
+
+@contextlib.contextmanager
+def immutable(directory: Path) -> Iterator[None]:
+    """No entry of ``directory`` can be added or removed, by root either (chattr +i); its files stay writable."""
+    done = subprocess.run(["chattr", "+i", str(directory)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot make {directory} immutable: {done.stderr.strip()}")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(directory)], check=True)
+
+
+def test_a_stop_that_fails_still_ends_the_session_and_says_why(sessions: Sessions) -> None:
+    info = sessions.start("sf", ["sh", "-c", TREE_CHILD], grace=0.3)
+    with sessions.connect("sf", "tower") as tower:
+        shell, grandchild = tree_pids(tower)
+    with immutable(sessions.dir):  # the stop's last step, removing the session's files, fails (EPERM)
+        sessions.stop("sf")  # which waits for the shellper to exit
+    for pid in (shell, grandchild):
+        assert wait_gone(pid, 0), f"pid {pid} survived the failed stop"
+    log = Path(info.log).read_text()
+    assert "stop failed (PermissionError: [Errno 1] Operation not permitted" in log, log
+    assert "could not remove the session's files: PermissionError" in log, log
+    assert "stopped after a failed stop" in log, log
+    # What it could not remove is a dead session's files, as after a kill -9: the Tower's clean removes them.
+    removed = clean_session(SessionPaths.for_name(str(sessions.dir), "sf"))
+    assert sorted(Path(p).name for p in removed) == ["sf.json", "sf.lock", "sf.log", "sf.sock"]
+
+
+BROKEN_STOP = """
+import sys
+from shellper import server
+def fail(self):
+    raise RuntimeError("injected: the stop's first step fails")
+server.Session._cancel_timers = fail
+from shellper.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+"""``shellper`` with a stop that fails before it has ended anything: the children are still running."""
+
+
+@pytest.mark.parametrize("containment", ["auto", "none"])  # auto: a cgroup where the machine gives one
+def test_a_stop_that_fails_early_still_ends_the_processes_and_exits_1(sessions: Sessions, containment: str) -> None:
+    proc = subprocess.Popen([PY, "-c", BROKEN_STOP, "--dir", str(sessions.dir), "run", "--foreground", "sb",
+                             "--grace", "30", "--containment", containment, "--", "sh", "-c", TREE_CHILD],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT)
+    try:
+        assert proc.stdout is not None
+        info = LaunchInfo(**json.loads(proc.stdout.readline()))  # printed once its socket accepts
+        with sessions.connect("sb", "tower") as tower:
+            shell, grandchild = tree_pids(tower)
+            tower.send(wire.Stop())
+            expect_closed(tower)
+        assert proc.wait(30) == 1  # the session was ended, though not as asked
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()  # type: ignore[union-attr]
+    for pid in (shell, grandchild):  # ended at once: the 30 s grace was not waited for
+        assert wait_gone(pid, 0), f"pid {pid} survived the failed stop"
+    log = Path(info.log).read_text()
+    assert "stop failed (RuntimeError: injected: the stop's first step fails)" in log, log
+    assert "stopped after a failed stop" in log, log
+    assert sorted(p.name for p in sessions.dir.iterdir()) == ["sb.log"]  # the rest is removed, the cgroup too
+    Path(info.log).unlink()
 
 
 # ------------------------------------------------------------------------------------------- repair
