@@ -29,8 +29,6 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs each s
 if TYPE_CHECKING:
     from typing import Any
 
-    from shellper.reaper import TerminateReport
-
 __all__ = [
     "PIDFD_SIGNAL_PROCESS_GROUP",
     "IdentityError",
@@ -42,7 +40,6 @@ __all__ = [
     "ProcStat",
     "ProcessGone",
     "ProcessIdentity",
-    "SurvivorError",
     "boot_id",
     "cmdline",
     "open_verified",
@@ -119,15 +116,6 @@ class NotAChild(IdentityError):
     def __init__(self, pid: int, ppid: int) -> None:
         super().__init__(f"pid {pid} is not a child of {os.getpid()} (its parent is {ppid})", pid)
         self.ppid = ppid
-
-
-class SurvivorError(IdentityError):
-    """Processes still alive after SIGKILL and the confirmation wait."""
-
-    def __init__(self, pids: tuple[int, ...], report: TerminateReport | None = None) -> None:
-        super().__init__(f"processes survived SIGKILL: {list(pids)}", pids[0] if pids else None)
-        self.pids = pids
-        self.report = report
 
 
 # --------------------------------------------------------------------------- /proc readers

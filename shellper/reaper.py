@@ -20,7 +20,7 @@ Limits (documented, not hidden):
   must reap afterwards (``Popen.wait``, ``os.waitpid`` or :func:`reap_children_nohang`);
   orphans of a killed tree are reaped by their new parent (subreaper or init).
 * A process that cannot die (uninterruptible sleep, frozen cgroup, foreign uid) is reported by
-  :class:`~shellper.identity.SurvivorError`, never silently ignored.
+  :class:`SurvivorError`, never silently ignored.
 """
 
 from __future__ import annotations
@@ -39,7 +39,6 @@ from shellper.identity import (
     ProcessGone,
     ProcessIdentity,
     ProcStat,
-    SurvivorError,
     boot_id,
     open_verified,
     read_stat,
@@ -291,6 +290,15 @@ def _group_signal(tree: _Tree, sig: int) -> bool:
 
 
 # --------------------------------------------------------------------------- terminate_tree
+
+
+class SurvivorError(IdentityError):
+    """Processes still alive after SIGKILL and the confirmation wait."""
+
+    def __init__(self, pids: tuple[int, ...], report: TerminateReport | None = None) -> None:
+        super().__init__(f"processes survived SIGKILL: {list(pids)}", pids[0] if pids else None)
+        self.pids = pids
+        self.report = report
 
 
 @record(frozen=True)

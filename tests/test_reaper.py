@@ -33,12 +33,12 @@ from shellper.identity import (
     PidFd,
     ProcessGone,
     ProcessIdentity,
-    SurvivorError,
     parent_pid,
     process_group,
     process_state,
 )
 from shellper.reaper import (
+    SurvivorError,
     children,
     descendants,
     get_child_subreaper,

@@ -7,7 +7,7 @@
   but only if the socket answers as the recorded instance from the recorded pid. If STOP cannot be
   delivered or the shellper does not exit in time: :func:`shellper.reaper.terminate_tree` (SIGTERM,
   grace, SIGKILL, confirmed death, all through pidfds). Either way every descendant pinned before the
-  first signal must be dead afterwards, or :class:`~shellper.identity.SurvivorError` is raised.
+  first signal must be dead afterwards, or :class:`~shellper.reaper.SurvivorError` is raised.
 * clean: if the record's shellper is dead (this boot, pid gone or reused), first end what its tree left
   behind (:mod:`tower_client.survivors`: processes in the recorded child's session or carrying its
   instance mark, each through a pidfd; never a live shellper's tree, nothing at all for a record whose
@@ -54,13 +54,12 @@ from shellper.identity import (
     PidFd,
     ProcessGone,
     ProcessIdentity,
-    SurvivorError,
     open_verified,
     read_stat,
 )
 from shellper.owner import default_owner
 from shellper.paths import SessionPaths, remove_record_temps, session_files, unlink_if_regular, unlink_if_socket
-from shellper.reaper import TerminateReport, descendants, terminate_tree
+from shellper.reaper import SurvivorError, TerminateReport, descendants, terminate_tree
 from shellper.record import AlreadyRunning, RecordError, SessionLock, SessionRecord, cmdline_sha256, read_record
 from shellper.shellpers import holds_listener, live_shellpers, under
 from tower_client.client import InstanceMismatch, PeerMismatch, peer_pid

@@ -17,14 +17,13 @@ from shellper.identity import (
     ProcessGone,
     ProcessIdentity,
     ProcStat,
-    SurvivorError,
     boot_id,
     cmdline,
     open_verified,
     read_stat,
     start_time,
 )
-from shellper.reaper import TerminateReport, descendants, terminate_tree
+from shellper.reaper import SurvivorError, TerminateReport, descendants, terminate_tree
 
 __all__ = [
     "IdentityError",

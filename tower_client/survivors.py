@@ -49,8 +49,9 @@ import time
 from dataclasses import dataclass
 
 from shellper.cgroup import NONE, SessionCgroup, verify_dead_session
-from shellper.identity import IdentityError, PidFd, ProcessGone, SurvivorError, boot_id, read_stat
+from shellper.identity import IdentityError, PidFd, ProcessGone, boot_id, read_stat
 from shellper.paths import PathError, SessionPaths, UnsafeDirError
+from shellper.reaper import SurvivorError
 from shellper.record import LockError, RecordError, SessionLock, SessionRecord, read_record
 from shellper.sessions import session_names
 from shellper.shellpers import live_shellpers, record_is_alive, under
