@@ -352,7 +352,7 @@ class Shellpers:
         if replay_bytes is None:
             return [*shellper_cli(), *args]
         code = ("import sys, shellper.attach as a; a.REPLAY_BYTES = int(sys.argv[1]); "  # the console script's path
-                "sys.argv[1:] = sys.argv[2:]; from shellper.prefork import entry; entry()")
+                "sys.argv[1:] = sys.argv[2:]; from shellper.entry import entry; entry()")
         return [sys.executable, "-c", code, str(replay_bytes), *args]
 
     def stop(self, *names: str) -> None:

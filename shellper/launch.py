@@ -18,10 +18,10 @@ import time
 
 from shellper.cgroup import scope_prefix
 from shellper.config import ConfigError, SessionConfig
-from shellper.logfile import LogFile, redirect_stdio, remove_created_log
+from shellper.logfile import LogFile
 from shellper.owner import OWNER_ENV, BadOwner, default_owner
-from shellper.paths import SessionPaths, describe_error, ensure_runtime_dir, open_nofollow, validate_name
-from shellper.record import AlreadyRunning, SessionLock
+from shellper.paths import SessionPaths, ensure_runtime_dir, open_nofollow, validate_name
+from shellper.record import SessionLock
 from shellper.records import fields, record, replace
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs each shellper ~2.5 ms and 0.5 MiB
@@ -221,46 +221,3 @@ def run_foreground(config: SessionConfig, announce: bool = True) -> int:
     from shellper.server import serve
 
     return serve(config, paths, log, ready)
-
-
-def daemon_main(argv: list[str]) -> int:
-    """Entry of ``python -m shellper.daemon``: fork once more, detach, serve, report readiness."""
-    ready_fd = int(os.environ.pop("SHELLPER_READY_FD", "-1"))
-    config = SessionConfig.from_json(sys.stdin.buffer.read().decode())
-    return detached_daemon(config, ready_fd)
-
-
-def detached_daemon(config: SessionConfig, ready_fd: int) -> int:
-    """In the intermediate process: fork the daemon, which serves; the intermediate returns 0 at once."""
-    if os.fork():
-        return 0  # the launcher reaps this intermediate; the daemon is nobody's child to wait for
-    os.set_inheritable(ready_fd, False)
-    paths = SessionPaths.for_name(config.dir, config.name)
-    log = LogFile(paths.log)
-
-    def report(message: dict[str, Any]) -> None:
-        nonlocal ready_fd
-        if ready_fd >= 0:
-            try:
-                os.write(ready_fd, json.dumps(message).encode())
-            finally:
-                os.close(ready_fd)
-                ready_fd = -1
-
-    try:
-        created_log = redirect_stdio(paths.log)
-    except OSError as exc:
-        report({"error": f"session log {paths.log}: cannot open it: {describe_error(exc)}"})
-        os._exit(1)
-
-    from shellper.server import serve
-
-    try:
-        code = serve(config, paths, log, report)
-    except BaseException as exc:  # the launcher shows this; the session's files are already removed
-        if ready_fd >= 0 and created_log is not None and not isinstance(exc, AlreadyRunning):
-            log.close()  # a launch that failed leaves nothing; the log of a live owner (AlreadyRunning) stays
-            remove_created_log(paths.log, created_log)
-        report({"error": str(exc) or type(exc).__name__})
-        code = 1
-    os._exit(code)  # never unwind into the launcher's code when forked from it

@@ -1,4 +1,4 @@
-"""The ``shellper`` console script, and the daemon forked before the CLI has parsed its arguments.
+"""The daemon forked before the CLI has parsed its arguments (the console script is shellper.entry).
 
 ``shellper run`` costs two rounds of imports in a row: the CLI's (argparse, the config, the restart
 policy) and the server's (codec, ring, reactor). A :class:`Prefork` overlaps them: the process that
@@ -105,7 +105,7 @@ def _intermediate(config_r: int, ready_w: int) -> int:  # pragma: no cover - run
     try:
         import shellper.server  # noqa: F401  (the point of forking early)
         from shellper.config import SessionConfig
-        from shellper.launch import detached_daemon
+        from shellper.daemon import detached_daemon
 
         chunks = []
         while chunk := os.read(config_r, 65536):
@@ -125,45 +125,3 @@ def wants_prefork(argv: list[str]) -> bool:
     """Whether these arguments may be a detached ``run``; a wrong guess only costs a fork and a kill."""
     head = argv[: argv.index("--")] if "--" in argv else argv
     return "run" in head and not _NO_DETACH.intersection(head)
-
-
-def entry() -> None:
-    """The console script: run the CLI, then leave without the interpreter's teardown (~10 ms)."""
-    argv = sys.argv[1:]
-    code: int | str | None = None
-    if "attach" in argv:  # the command people wait on: started without argparse when it is plain
-        from shellper.attach import quick_main
-
-        code = quick_main(argv)
-        if code is not None:
-            _leave(code)
-    prefork = Prefork.start() if wants_prefork(argv) else None
-    try:
-        from shellper.cli import main
-
-        code = main(argv, prefork=prefork)
-    except SystemExit as exc:
-        code = exc.code
-    finally:
-        if prefork is not None:
-            prefork.cancel()
-    _leave(code)
-
-
-def _leave(code: int | str | None) -> None:
-    """Flush and exit without the interpreter's teardown."""
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except BrokenPipeError:  # `shellper ls | head`: the reader has all it wanted
-        pass
-    except (OSError, AttributeError) as exc:  # stdout full (>/dev/full) or closed (>&-): say so, not a traceback
-        try:  # noqa: SIM105 - as in Prefork.cancel
-            os.write(2, f"shellper: cannot write the output: {exc}\n".encode())
-        except OSError:
-            pass
-        code = code or 1
-    if isinstance(code, str):
-        print(code, file=sys.stderr)
-        code = 1
-    os._exit(code or 0)

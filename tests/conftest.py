@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 _SCRIPT = Path(PY).with_name("shellper")
 SHELLPER_CLI = [str(_SCRIPT)] if _SCRIPT.exists() else [PY, "-m", "shellper.cli"]
-"""How a person runs ``shellper``: the installed console script (shellper.prefork.entry) when there is one."""
+"""How a person runs ``shellper``: the installed console script (shellper.entry.entry) when there is one."""
 
 
 def _test_cgroup_parent() -> str | None:
