@@ -28,9 +28,41 @@ from shellper.transport import SocketTransport
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs each shellper ~2.5 ms and 0.5 MiB
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from typing import Any
+    from typing import Any, Protocol
 
-    from shellper.server import Session
+    from shellper.child import Child
+    from shellper.config import SessionConfig
+    from shellper.logfile import LogFile
+    from shellper.pacing import OutputPacer
+    from shellper.reactor import Reactor
+    from shellper.ring import Scrollback
+
+    class SessionPort(Protocol):
+        """What a client connection may use of its session (shellper.server.Session provides it): the
+        connection never imports the server, and this list is what to keep narrow."""
+
+        loop: Reactor
+        log: LogFile
+        config: SessionConfig
+        scrollback: Scrollback
+        pacer: OutputPacer
+        connections: set[ClientConn]
+        child: Child | None
+        last_exit: dict[str, Any] | None
+        cols: int
+        rows: int
+
+        def new_client_id(self) -> int: ...
+        def register(self, client: ClientConn) -> None: ...
+        def unregister(self, client: ClientConn, reason: str) -> None: ...
+        def welcome(self, role: str, terminal: bool = False) -> wire.Welcome: ...
+        def status(self) -> wire.StatusReply: ...
+        def events_after(self, seq: int) -> list[wire.Event]: ...
+        def write_input(self, data: bytes, client: ClientConn) -> None: ...
+        def resize(self, cols: int, rows: int) -> None: ...
+        def send_signal(self, name: str, client: ClientConn) -> None: ...
+        async def respawn(self, spawn: wire.Spawn, client: ClientConn | None) -> None: ...
+        def request_stop(self, grace: float | None = None) -> None: ...
 
 REPLAY_CHUNK = 1024 * 1024
 """Most output bytes in REPLAY or in one catch-up DATA frame."""
@@ -54,7 +86,7 @@ _TOWER_ONLY = (wire.Signal, wire.Spawn, wire.Stop)
 
 
 class ClientConn:
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: SessionPort) -> None:
         self.session = session
         self.client_id = session.new_client_id()
         self.transport: SocketTransport | None = None
