@@ -31,6 +31,7 @@ from shellper import wire
 from shellper.client import Client, ClientError, RemoteError, SessionGone
 from shellper.names import BadName, runtime_dir_name, validate_name
 from shellper.records import record
+from shellper.states import SessionState
 from shellper.terminal import note, window_size
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs each shellper ~2.5 ms and 0.5 MiB
@@ -354,7 +355,7 @@ class _Attachment:
             self.note(f"[shellper: {frame.missed} bytes skipped]")
         elif isinstance(frame, wire.Exit):
             client.exit = frame
-            if frame.state == "backoff":
+            if frame.state == SessionState.BACKOFF:
                 # The shellper restarts the child: switch off what the dead one left on, carry on.
                 from shellper.modes import ModeTracker
 
@@ -425,7 +426,7 @@ class _Attachment:
                     # exit or closing: the EXIT or ERROR that says why follows, or the connection ends
                 elif isinstance(event, wire.Exit):
                     client.exit = event
-                    if event.state != "backoff":  # a restart is shown on the terminal by the shellper
+                    if event.state != SessionState.BACKOFF:  # a restart is shown on the terminal by the shellper
                         return _Outcome(exit_status(event), f"[exited: {describe(event)}]")
                 elif isinstance(event, wire.Error) and event.fatal:
                     return _Outcome(1, f"shellper: {event.message}", to_stderr=True)

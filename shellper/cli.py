@@ -35,6 +35,7 @@ from shellper.paths import (
     validate_name,
 )
 from shellper.record import LockError, SessionLock
+from shellper.states import SessionState
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs each shellper ~2.5 ms and 0.5 MiB
 if TYPE_CHECKING:  # imported where used: `shellper run` starts faster without the codec and client
@@ -376,7 +377,7 @@ def cmd_send(args: argparse.Namespace) -> int:
     with _connect(args, "terminal", replay_bytes=0) as client:
         assert client.welcome is not None
         state = client.welcome.state
-        if state not in ("running", "starting"):  # input would go nowhere (or to a later child)
+        if state not in (SessionState.RUNNING, SessionState.STARTING):  # input would go nowhere (or to a later child)
             raise CliError(f"send: session {args.name!r} has no running program (state {state}); nothing sent")
         client.write(text.encode())
         client.request(wire.Ping(nonce=1), wire.Pong)  # the shellper has taken the input once it answers

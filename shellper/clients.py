@@ -22,6 +22,7 @@ from shellper import wire
 from shellper.modes import FULL_RESET_SEQUENCE
 from shellper.reactor import Future, Handle
 from shellper.ring import OffsetError
+from shellper.states import SessionState
 from shellper.terminal import Terminal, note, window_size
 from shellper.transport import SocketTransport
 
@@ -272,7 +273,7 @@ class ClientConn:
         and shown a note before a restart (what ``shellper attach`` shows when it relays)."""
         action = None
         if self.terminal is not None:
-            if exit_frame.state == "backoff":
+            if exit_frame.state == SessionState.BACKOFF:
                 action = lambda: self._show_restart(exit_frame)  # noqa: E731
             else:
                 action = lambda: self.release("exit")  # noqa: E731

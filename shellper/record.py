@@ -25,6 +25,7 @@ from collections.abc import Callable
 from shellper import records
 from shellper.paths import describe_error, open_nofollow, record_temp_name
 from shellper.records import field, record
+from shellper.states import SessionState
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs each shellper ~2.5 ms and 0.5 MiB
 if TYPE_CHECKING:
@@ -34,7 +35,7 @@ RECORD_FORMAT = 1
 MAX_RECORD_BYTES = 1024 * 1024
 MAX_EXITS = 50
 """Exit entries kept in the record; ``exit_count`` keeps the total."""
-STATES = ("starting", "running", "backoff", "exited", "fatal", "stopping", "stopped")
+STATES = tuple(SessionState)
 STDERR_MODES = ("pty", "merged", "pipe")
 CONTAINMENTS = ("cgroup", "systemd-scope", "none")
 
@@ -114,7 +115,7 @@ class SessionRecord:
     child_pid: int | None = None
     child_pgid: int | None = None
     child_start_time: int | None = None
-    state: str = "starting"
+    state: str = SessionState.STARTING
     state_reason: str = ""
     created_at: float = field(default_factory=time.time)
     last_exit_at: float | None = None

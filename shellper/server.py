@@ -66,6 +66,7 @@ from shellper.record import (
 from shellper.ring import Scrollback
 from shellper.shellpers import live_shellpers
 from shellper.starved import Starvation
+from shellper.states import SessionState
 from shellper.transport import close_listener, listen_unix
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs each shellper ~2.5 ms and 0.5 MiB
@@ -98,6 +99,8 @@ INPUT_HIGH_WATER = 1024 * 1024
 """Pending keyboard input above which we stop reading from the sending client (the child is slow)."""
 REQUESTED_WINDOW = 10.0
 """An exit within this many seconds of a terminating SIGNAL from a client counts as requested."""
+_STATE_AFTER = {Action.RESTART: SessionState.BACKOFF, Action.EXITED: SessionState.EXITED,
+                Action.FATAL: SessionState.FATAL}
 KILL_ROUNDS = 8
 """SIGKILL rounds of a teardown without a cgroup before what is left is logged as surviving."""
 TERMINATING = {signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGKILL}
@@ -125,7 +128,7 @@ class Session:
         self.cgroup: SessionCgroup | None = None
         """The session's cgroup (shellper.cgroup), once made; None: containment none."""
         self._cgroup_id: int | None = None
-        self.state = "starting"
+        self.state: SessionState = SessionState.STARTING
         self.state_reason = ""
         self.child: Child | None = None
         self.child_argv = list(config.argv)
@@ -247,7 +250,7 @@ class Session:
         self.log.write("stopped after a failed stop")
 
     async def _stop(self, grace: float) -> None:
-        self._set_state("stopping", "stop requested")
+        self._set_state(SessionState.STOPPING, "stop requested")
         self._cancel_timers()
         self._requested_at = time.monotonic()
         await self._terminate_tree(grace)
@@ -471,7 +474,7 @@ class Session:
         self.stderr_tail.clear()
         for fd in child.output_fds():
             self.loop.add_reader(fd, self._on_pty_readable, child, fd)
-        self._set_state("running", "")
+        self._set_state(SessionState.RUNNING, "")
         self.log.write(f"spawned pid={child.pid} argv={argv!r}")
         self._event("spawned", {"child_pid": child.pid, "argv": argv})
         return True
@@ -809,11 +812,11 @@ class Session:
 
         decision = self.supervisor.on_exit(evidence, time.monotonic(), random.random())
         if self._stop_requested:
-            state = "stopping"
+            state = SessionState.STOPPING
         elif self._replacing:
-            state = "starting"
+            state = SessionState.STARTING
         else:
-            state = {Action.RESTART: "backoff", Action.EXITED: "exited", Action.FATAL: "fatal"}[decision.action]
+            state = _STATE_AFTER[decision.action]
         record: dict[str, Any] = {
             "code": evidence.code,
             "signal": signal_name(evidence.signal) if evidence.signal else None,
@@ -825,7 +828,7 @@ class Session:
             "state": state,
             "child_pid": child_pid,
             "time": time.time(),
-            "restart_in": decision.delay if state == "backoff" else None,
+            "restart_in": decision.delay if state is SessionState.BACKOFF else None,
             "stderr_tail": evidence.stderr_tail[-2000:],
             "restarts": decision.restart_count,
             "breaker": self.supervisor.snapshot(),
@@ -837,7 +840,7 @@ class Session:
         self.restarts = decision.restart_count
         self.log.write(f"child {child_pid} {describe_exit(evidence)}: {decision.classification.cls.value}; "
                        f"{decision.reason}")
-        if state == "backoff":
+        if state is SessionState.BACKOFF:
             self.next_restart_at = time.time() + decision.delay
         self.state, self.state_reason = state, decision.reason
         self._write_record()  # the exit is on disk before anyone hears of it
@@ -847,14 +850,14 @@ class Session:
         for client in list(self.clients.values()):
             client.send_exit_at(self.scrollback.end, exit_bytes, exit_frame)
         self._event("exited", record)
-        if state == "backoff":
+        if state is SessionState.BACKOFF:
             self._notice(f"child {describe_exit(evidence)}; restarting in {decision.delay:.2g} s "
                          f"(restart {decision.restart_count})")
             self._restart_handle = self.loop.call_later(decision.delay, self._restart_now)
             self._event("restart_scheduled", {"delay": decision.delay, "at": self.next_restart_at})
-        elif state in ("exited", "fatal"):
+        elif state.ended:
             self._notice(f"child {describe_exit(evidence)}; {decision.reason}")
-            if state == "fatal":
+            if state is SessionState.FATAL:
                 self._event("gave_up", {"reason": decision.reason})
             if self.config.husk_ttl is not None:
                 self._husk_handle = self.loop.call_later(self.config.husk_ttl, self.request_stop)
@@ -951,7 +954,7 @@ class Session:
             if client.wants_events:
                 client.send_control_at(self.scrollback.end, frame)
 
-    def _set_state(self, state: str, reason: str) -> None:
+    def _set_state(self, state: SessionState, reason: str) -> None:
         self.state, self.state_reason = state, reason
         self._write_record()
 

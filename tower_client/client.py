@@ -34,6 +34,7 @@ from shellper.client import (
     checked_socket_path,
     socket_path,
 )
+from shellper.states import SessionState
 
 __all__ = [
     "AsyncClient",
@@ -66,7 +67,7 @@ READ_SIZE = 256 * 1024
 MAX_BUFFERED = 8 * 1024 * 1024
 """Bytes of decoded frames an AsyncClient holds for a caller that is not reading. Past this it stops
 reading the socket, so the shellper sees a slow client and later catches it up from its ring."""
-ENDED_STATES = ("stopping", "stopped")
+ENDED_STATES = (SessionState.STOPPING,)
 """EXIT states after which the shellper goes away on purpose: a resuming client does not reconnect."""
 RESUMABLE_ERRORS = ("too_slow",)
 """Fatal ERROR codes after which reconnecting makes sense. Any other (``replaced`` by another tower,

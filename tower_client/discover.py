@@ -36,6 +36,7 @@ from shellper.paths import PathError, SessionPaths, UnsafeDirError, lstat_dir, r
 from shellper.record import LockError, RecordError, SessionLock, SessionRecord, read_record
 from shellper.sessions import session_names
 from shellper.shellpers import holds_listener
+from shellper.states import SessionState
 from tower_client.client import (
     AsyncClient,
     ClientError,
@@ -147,7 +148,7 @@ class Observed:
     @property
     def is_husk(self) -> bool:
         """The shellper lives but its child has exited for good (exited / fatal)."""
-        return self.state in ("exited", "fatal")
+        return self.state in (SessionState.EXITED, SessionState.FATAL)
 
     def husk_since(self) -> float | None:
         """Wall-clock time the child last exited (from the record), else when the session was created."""

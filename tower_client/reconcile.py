@@ -82,6 +82,7 @@ from typing import Any
 from shellper.cgroup import owner_key
 from shellper.owner import default_owner
 from shellper.paths import BadName, validate_name
+from shellper.states import SessionState
 from tower_client.discover import Observed
 
 __all__ = [
@@ -407,7 +408,7 @@ def _decide(name: str, row: RegistryRow | None, obs: Observed | None, now: float
         if obs.peer_pid != rec.shellper_pid or (obs.welcome_pid not in (None, rec.shellper_pid)):
             return leave("peer_mismatch", f"socket served by pid {obs.peer_pid}, the record says "
                          f"{rec.shellper_pid}")
-        if obs.state in ("stopping", "stopped"):
+        if obs.state == SessionState.STOPPING:
             return leave("stopping", "the shellper is already stopping")
     elif row is not None:
         return leave("unreachable", f"verified and holding its lock, but its socket does not answer "
