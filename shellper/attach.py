@@ -29,6 +29,7 @@ from types import FrameType
 
 from shellper import wire
 from shellper.client import Client, ClientError, RemoteError, SessionGone
+from shellper.errors import ShellperError
 from shellper.names import BadName, runtime_dir_name, validate_name
 from shellper.records import record
 from shellper.states import SessionState
@@ -62,7 +63,7 @@ RECLAIM_TIMEOUT = 2.0
 """Seconds attach waits, when it ends on its own, for the shellper to give the terminal back."""
 
 
-class DetachKeyError(ValueError):
+class DetachKeyError(ShellperError, ValueError):
     """A ``--detach-key`` that is not ``^X`` notation, a single ASCII character or ``none``."""
 
     def __init__(self, spec: str, problem: str) -> None:
@@ -127,7 +128,7 @@ class _Signalled(BaseException):
         self.signum = signum
 
 
-class _TerminalGone(Exception):
+class _TerminalGone(ShellperError):
     """The user's terminal returned EIO/EPIPE: nothing more can be shown."""
 
 

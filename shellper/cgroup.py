@@ -29,6 +29,7 @@ import select
 import signal
 import time
 
+from shellper.errors import ShellperError
 from shellper.identity import PidFd, ProcessGone
 from shellper.records import record
 
@@ -50,7 +51,7 @@ REQUESTS = ("auto", CGROUP, NONE)
 """What --containment accepts: auto uses a cgroup where one can be made and falls back to none."""
 
 
-class CgroupError(Exception):
+class CgroupError(ShellperError):
     """A cgroup could not be created, joined, killed or removed; ``path`` says which."""
 
     def __init__(self, path: str, reason: str) -> None:

@@ -32,6 +32,7 @@ import termios
 import time
 from collections.abc import Mapping, Sequence
 
+from shellper.errors import ShellperError
 from shellper.execve import env_problem, has_nul
 from shellper.identity import start_time as read_start_time
 from shellper.records import field, record
@@ -51,7 +52,7 @@ except OSError:  # pragma: no cover - no libc symbols visible
     _libc = None
 
 
-class SpawnError(Exception):
+class SpawnError(ShellperError):
     """The child could not be started; ``errno`` and ``stage`` say why (exec, chdir, setup, resolve)."""
 
     def __init__(self, argv: Sequence[str], errno_: int, message: str, stage: str = "exec") -> None:

@@ -22,6 +22,7 @@ from shellper.config import (
     ConfigError,
     SessionConfig,
 )
+from shellper.errors import ShellperError
 from shellper.exits import PolicyError, RestartPolicy
 from shellper.launch import LaunchError, launch, run_foreground
 from shellper.owner import OWNER_ENV, BadOwner, validate_owner
@@ -48,7 +49,7 @@ if TYPE_CHECKING:  # imported where used: `shellper run` starts faster without t
     from shellper.sessions import SessionInfo
 
 
-class CliError(Exception):
+class CliError(ShellperError):
     """A failure worth one line to the user."""
 
 

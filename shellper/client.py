@@ -15,6 +15,7 @@ import stat
 import time
 
 from shellper import wire
+from shellper.errors import ShellperError
 from shellper.records import field, record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs each shellper ~2.5 ms and 0.5 MiB
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     F = TypeVar("F", bound=wire.Frame)
 
 
-class ClientError(Exception):
+class ClientError(ShellperError):
     """Talking to a session failed; ``path`` is its socket."""
 
     def __init__(self, path: str | os.PathLike[str], message: str) -> None:

@@ -7,6 +7,7 @@ import math
 import os
 
 from shellper import records
+from shellper.errors import ShellperError
 from shellper.execve import env_problem, has_nul
 from shellper.exits import RestartPolicy
 from shellper.owner import BadOwner, validate_owner
@@ -42,7 +43,7 @@ def resolve_stderr_mode(mode: str, argv: list[str]) -> str:
     return "merged" if program.lstrip("-") in JOB_CONTROL_SHELLS and interactive else "pty"
 
 
-class ConfigError(ValueError):
+class ConfigError(ShellperError, ValueError):
     """A session option that cannot work; ``option`` names it."""
 
     def __init__(self, option: str, message: str) -> None:

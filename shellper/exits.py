@@ -40,6 +40,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
 
+from shellper.errors import ShellperError
 from shellper.records import field, fields, record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs each shellper ~2.5 ms and 0.5 MiB
@@ -107,7 +108,7 @@ _SYSEXITS = {64: "EX_USAGE", 65: "EX_DATAERR", 66: "EX_NOINPUT", 69: "EX_UNAVAIL
 
 # --------------------------------------------------------------------------- errors
 
-class ExitsError(ValueError):
+class ExitsError(ShellperError, ValueError):
     """Bad input to this module; ``field`` names what was wrong, ``value`` what it was."""
 
     def __init__(self, field: str, value: object, problem: str) -> None:

@@ -23,6 +23,7 @@ import os
 import select
 import signal
 
+from shellper.errors import ShellperError
 from shellper.records import record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs each shellper ~2.5 ms and 0.5 MiB
@@ -60,7 +61,7 @@ PIDFD_SIGNAL_PROCESS_GROUP = 4
 # --------------------------------------------------------------------------- exceptions
 
 
-class IdentityError(Exception):
+class IdentityError(ShellperError):
     """Base of every identity/reaping failure; ``pid`` is the process concerned, if any."""
 
     def __init__(self, message: str, pid: int | None = None) -> None:

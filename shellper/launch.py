@@ -18,6 +18,7 @@ import time
 
 from shellper.cgroup import scope_prefix
 from shellper.config import ConfigError, SessionConfig
+from shellper.errors import ShellperError
 from shellper.logfile import LogFile
 from shellper.owner import OWNER_ENV, BadOwner, default_owner
 from shellper.paths import SessionPaths, ensure_runtime_dir, open_nofollow, validate_name
@@ -35,7 +36,7 @@ LOG_TAIL_BYTES = 4096
 """How much of the log's end a failed launch shows (its last lines)."""
 
 
-class LaunchError(RuntimeError):
+class LaunchError(ShellperError, RuntimeError):
     """The session did not start; ``name`` and, when known, the log path say where to look."""
 
     def __init__(self, name: str, message: str, log: str | None = None) -> None:

@@ -21,6 +21,7 @@ import bisect
 import functools
 import re
 
+from shellper.errors import ShellperError
 from shellper.records import record
 
 __all__ = [
@@ -135,7 +136,7 @@ _MODE_RE = re.compile(
 _PARTIAL_RE = re.compile(rb"\x1b(?:\[[\x20-\x3f]*|\][^\x07\x1b]*\x1b?)?")
 
 
-class ModeOffsetError(ValueError):
+class ModeOffsetError(ShellperError, ValueError):
     """Output was fed at an offset before the end of what was already fed."""
 
     def __init__(self, offset: int, expected: int) -> None:

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import os
 
+from shellper.errors import ShellperError
+
 MAX_NAME_LEN = 64
 _NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
 
 
-class PathError(Exception):
+class PathError(ShellperError):
     """Base class for runtime-directory and session-path failures."""
 
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import os
 
+from shellper.errors import ShellperError
+
 OWNER_ENV = "SHELLPER_OWNER"
 MAX_OWNER_LEN = 64
 
 
-class BadOwner(ValueError):
+class BadOwner(ShellperError, ValueError):
     """An owner that cannot be recorded and compared safely."""
 
     def __init__(self, owner: object, reason: str) -> None:

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 
 from shellper import records
+from shellper.errors import ShellperError
 from shellper.paths import describe_error, open_nofollow, record_temp_name
 from shellper.records import field, record
 from shellper.states import SessionState
@@ -46,7 +47,7 @@ def _own_version() -> str:
     return __version__
 
 
-class RecordError(Exception):
+class RecordError(ShellperError):
     """A record could not be read or written: corrupt, truncated, wrong types, too large, or I/O failure."""
 
     def __init__(self, path: str | os.PathLike[str] | None, reason: str, errno_: int | None = None) -> None:
@@ -57,7 +58,7 @@ class RecordError(Exception):
         super().__init__(f"{where}: {reason}")
 
 
-class LockError(Exception):
+class LockError(ShellperError):
     """The lock file could not be opened or locked for a reason other than a live owner."""
 
     def __init__(self, path: str | os.PathLike[str], reason: str) -> None:
@@ -66,7 +67,7 @@ class LockError(Exception):
         super().__init__(f"session lock {self.path}: {reason}")
 
 
-class AlreadyRunning(Exception):
+class AlreadyRunning(ShellperError):
     """Another live shellper holds this session's lock."""
 
     def __init__(self, name: str, path: str | os.PathLike[str]) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import mmap
 import re
 
+from shellper.errors import ShellperError
 from shellper.modes import FULL_RESET_SEQUENCE, ModeTracker
 from shellper.records import record
 
@@ -86,7 +87,7 @@ def sequence_end(buf: bytes, pos: int) -> int | None:
     return q + 1 if 0x30 <= buf[q] <= 0x7E else q
 
 
-class OffsetError(ValueError):
+class OffsetError(ShellperError, ValueError):
     """A read asked for an offset the session has not produced (or a negative one)."""
 
     def __init__(self, offset: int, end: int) -> None:

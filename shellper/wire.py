@@ -16,6 +16,7 @@ from enum import IntEnum
 import msgpack
 
 from shellper import records
+from shellper.errors import ShellperError
 from shellper.records import field, record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs each shellper ~2.5 ms and 0.5 MiB
@@ -60,7 +61,7 @@ class FrameType(IntEnum):
 # --------------------------------------------------------------------------------------------- errors
 
 
-class ProtocolError(Exception):
+class ProtocolError(ShellperError):
     """A frame that cannot be accepted. ``code`` is what an ERROR frame reports for it."""
 
     code = "protocol"

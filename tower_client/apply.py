@@ -47,6 +47,7 @@ from shellper.cgroup import (
 )
 from shellper.client import Client, ClientError
 from shellper.config import DEFAULT_GRACE
+from shellper.errors import ShellperError
 from shellper.identity import (
     IdentityError,
     IdentityMismatch,
@@ -397,7 +398,7 @@ class Report:
         return {"ok": self.ok, "outcomes": [o.to_dict() for o in self.outcomes]}
 
 
-class OwnerBusy(RuntimeError):
+class OwnerBusy(ShellperError, RuntimeError):
     """Another Tower of the same owner is applying decisions in this runtime directory right now."""
 
     def __init__(self, owner: str, directory: str) -> None:

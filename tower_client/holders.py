@@ -35,6 +35,7 @@ from typing import Any
 
 from shellper.cgroup import NONE, member_of, verify_cgroup
 from shellper.config import DEFAULT_GRACE
+from shellper.errors import ShellperError
 from shellper.identity import IdentityError, PidFd, ProcessGone, ProcStat, boot_id, cmdline, read_stat
 from shellper.owner import default_owner
 from shellper.paths import SessionPaths
@@ -69,7 +70,7 @@ MAX_ANCESTRY = 64
 """Parent links followed from a holder looking for one of our shellpers."""
 
 
-class BadSessionId(ValueError):
+class BadSessionId(ShellperError, ValueError):
     """A session id that could not be matched safely (empty, whitespace, quotes, too long)."""
 
     def __init__(self, session_id: str, reason: str) -> None:

@@ -80,6 +80,7 @@ from pathlib import Path
 from typing import Any
 
 from shellper.cgroup import owner_key
+from shellper.errors import ShellperError
 from shellper.owner import default_owner
 from shellper.paths import BadName, validate_name
 from shellper.states import SessionState
@@ -132,7 +133,7 @@ REASONS = frozenset({
 # --------------------------------------------------------------------------------------------- registry
 
 
-class RegistryError(Exception):
+class RegistryError(ShellperError):
     """The registry file cannot be used; ``path`` and ``reason`` say which and why (one line)."""
 
     def __init__(self, path: str | os.PathLike[str] | None, reason: str) -> None:

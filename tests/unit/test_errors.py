@@ -1,0 +1,42 @@
+"""One exception family: every exception class the packages define derives from ShellperError."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+
+import pytest
+
+import shellper
+import tower_client
+from shellper.errors import ShellperError
+
+EXEMPT = {
+    "shellper.records.FrozenInstanceError",  # mirrors dataclasses.FrozenInstanceError, which such code catches
+    "shellper.attach._Signalled",  # a BaseException on purpose: a signal unwinds attach as ^C would
+}
+
+
+def _classes() -> list[type[BaseException]]:
+    found: dict[str, type[BaseException]] = {}
+    for package in (shellper, tower_client):
+        for info in pkgutil.iter_modules(package.__path__, package.__name__ + "."):
+            module = importlib.import_module(info.name)
+            for _, obj in inspect.getmembers(module, inspect.isclass):
+                if issubclass(obj, BaseException) and obj.__module__ == info.name:
+                    found[f"{obj.__module__}.{obj.__qualname__}"] = obj
+    return [found[k] for k in sorted(found) if k not in EXEMPT]
+
+
+@pytest.mark.parametrize("cls", _classes(), ids=lambda c: f"{c.__module__}.{c.__qualname__}")
+def test_every_error_the_packages_define_is_a_shellper_error(cls: type[BaseException]) -> None:
+    assert issubclass(cls, ShellperError)
+
+
+def test_the_family_is_not_empty_and_keeps_its_mixins() -> None:
+    from shellper.config import ConfigError
+    from shellper.launch import LaunchError
+
+    assert len(_classes()) > 40
+    assert issubclass(ConfigError, ValueError) and issubclass(LaunchError, RuntimeError)
