@@ -30,8 +30,8 @@ from conftest import PY, SHELLPER_CLI, poll_until, wait_gone
 from test_tower_support import REPO, Sessions, identity, is_dead, kill_verified, sessions, tree
 
 from shellper.client import Client
-from shellper.identity import PidFd, read_stat
-from shellper.launch import _log_tail
+from shellper.identity import PidFd, ProcessIdentity, read_stat
+from shellper.launch import LaunchInfo, _log_tail
 from shellper.paths import record_temp_name, temp_file_session
 from shellper.record import read_record
 from shellper.sessions import probe_status
@@ -243,24 +243,34 @@ _IGNORES_TERM = ("import signal, subprocess\n"
                  "signal.pause()\n")
 
 
-def test_stop_fails_when_its_shellper_is_killed_while_stopping(sessions: Sessions) -> None:
-    """The connection ends because the shellper was SIGKILLed in its stop grace: its files and a
-    grandchild are left. `stop` said "stopped" (exit 0); it now says what is left, and a second stop
-    ends the grandchild and removes the files."""
-    info = sessions.launch("k", [PY, "-c", _IGNORES_TERM])
+@contextlib.contextmanager
+def stopping_session(sessions: Sessions, name: str) -> Iterator[tuple[LaunchInfo, ProcessIdentity,
+                                                                      subprocess.Popen[str]]]:
+    """Session ``name`` whose tree ignores TERM (a setsid'd sleep in it), and a `shellper stop` with a 60 s
+    grace that has begun: (info, the sleep, the stop command), which is ended on the way out."""
+    info = sessions.launch(name, [PY, "-c", _IGNORES_TERM])
     sleep = poll_until(lambda: next((m for m in tree(info.pid) if (st := read_stat(m.pid)) is not None
                                      and st.comm == "sleep"), None), what="the setsid'd sleep")
     sessions.track(sleep)
-    stop = subprocess.Popen([*SHELLPER_CLI, "--dir", str(sessions.dir), "stop", "k", "--grace", "60"],
+    stop = subprocess.Popen([*SHELLPER_CLI, "--dir", str(sessions.dir), "stop", name, "--grace", "60"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
     try:
-        poll_until(lambda: read_record(sessions.dir / "k.json").state == "stopping", what="the stop to begin")
-        os.kill(info.pid, signal.SIGKILL)  # our own shellper, mid-stop
-        out, err = stop.communicate(timeout=60)
+        poll_until(lambda: read_record(sessions.dir / f"{name}.json").state == "stopping",
+                   what="the stop to begin")
+        yield info, sleep, stop
     finally:
         if stop.poll() is None:
             stop.kill()
             stop.communicate()
+
+
+def test_stop_fails_when_its_shellper_is_killed_while_stopping(sessions: Sessions) -> None:
+    """The connection ends because the shellper was SIGKILLed in its stop grace: its files and a
+    grandchild are left. `stop` said "stopped" (exit 0); it now says what is left, and a second stop
+    ends the grandchild and removes the files."""
+    with stopping_session(sessions, "k") as (info, sleep, stop):
+        os.kill(info.pid, signal.SIGKILL)  # our own shellper, mid-stop
+        out, err = stop.communicate(timeout=60)
     assert stop.returncode == 1 and out == "" and one_line(err), (out, err)
     assert f"its shellper (pid {info.pid}) died before it finished stopping" in err, err
     assert f"files left in {sessions.dir}: k.sock, k.json, k.lock, k.log" in err, err
@@ -340,21 +350,10 @@ def test_stop_fails_when_its_connection_ends_while_the_shellper_is_stopped(sessi
     Doing what it says (kill -KILL, stop again) ends everything and removes the files."""
     if os.geteuid() != 0:
         pytest.skip("needs root: the connection is ended from outside with pidfd_getfd")
-    info = sessions.launch("st", [PY, "-c", _IGNORES_TERM])
-    sleep = poll_until(lambda: next((m for m in tree(info.pid) if (st := read_stat(m.pid)) is not None
-                                     and st.comm == "sleep"), None), what="the setsid'd sleep")
-    sessions.track(sleep)
-    stop = subprocess.Popen([*SHELLPER_CLI, "--dir", str(sessions.dir), "stop", "st", "--grace", "60"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
-    try:
-        poll_until(lambda: read_record(sessions.dir / "st.json").state == "stopping", what="the stop to begin")
+    with stopping_session(sessions, "st") as (info, sleep, stop):
         os.kill(info.pid, signal.SIGSTOP)  # our own shellper, mid-stop
         assert drop_connections_of(info.pid, stop.pid) == 1
         out, err = stop.communicate(timeout=60)
-    finally:
-        if stop.poll() is None:
-            stop.kill()
-            stop.communicate()
     assert stop.returncode == 1 and out == "" and one_line(err), (out, err)
     assert "stop: session 'st': the connection ended but the shellper did not exit" in err, err
     assert f"its shellper (pid {info.pid}) is stopped (SIGSTOP)" in err and f"`kill -CONT {info.pid}`" in err, err
