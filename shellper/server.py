@@ -867,7 +867,31 @@ class Session:
         self.next_restart_at = None
         if self._stop_requested or self.child is not None:
             return
-        self.loop.create_task(self._restart_task())
+        self.loop.create_task(self._restart_task()).add_done_callback(self._child_task_done("restart"))
+
+    def start_respawn(self, spawn: wire.Spawn, client: ClientConn | None) -> None:
+        """SPAWN, in a task whose failure is never silent."""
+        self.loop.create_task(self.respawn(spawn, client)).add_done_callback(self._child_task_done("SPAWN", client))
+
+    def _child_task_done(self, what: str, client: ClientConn | None = None) -> Callable[[Future[None]], None]:
+        """A restart or SPAWN that failed (a bug, an OS error) is said to the client that asked, and, if it
+        left no child (the session in backoff or starting, nothing scheduled), makes the session fatal,
+        saying why, for the Tower to SPAWN or STOP."""
+        def done(task: Future[None]) -> None:
+            error = task.exception()
+            if error is None or self._stop_requested:
+                return
+            reason = f"{what} failed: {type(error).__name__}: {error}"
+            self.log.write(reason)
+            if client is not None:
+                client.send_error("spawn_failed", reason, wire.FrameType.SPAWN)
+            if self.child is not None:
+                return
+            self._cancel_timers()
+            self._set_state(SessionState.FATAL, reason)
+            self._notice(reason)
+            self._event("gave_up", {"reason": reason})
+        return done
 
     async def _restart_task(self) -> None:
         async with self._spawn_lock:  # a SPAWN may have started a child meanwhile

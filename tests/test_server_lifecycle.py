@@ -312,6 +312,53 @@ def test_a_stop_that_fails_early_still_ends_the_processes_and_exits_1(sessions: 
     Path(info.log).unlink()
 
 
+BROKEN_CHILD_TASKS = """
+import sys
+from shellper import server
+async def fail(self, *args):
+    raise RuntimeError("injected: the task fails")
+server.Session._restart_task = fail
+server.Session.respawn = fail
+from shellper.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+"""``shellper`` whose restarts and SPAWNs fail inside their tasks."""
+
+
+@pytest.mark.parametrize("what", ["restart", "SPAWN"])
+def test_a_restart_or_spawn_that_fails_makes_the_session_fatal_and_says_why(sessions: Sessions, what: str) -> None:
+    """The task's failure was only logged: a failed restart left the session in backoff with no child and
+    nothing scheduled, for ever, and a failed SPAWN was never answered. The session is now fatal with the
+    reason, where a Tower sees it; the SPAWN gets an ERROR; STOP still works."""
+    child = "exit 3" if what == "restart" else "exec cat"
+    proc = subprocess.Popen([PY, "-c", BROKEN_CHILD_TASKS, "--dir", str(sessions.dir), "run", "--foreground", "ct",
+                             "--backoff-initial", "0.05", "--jitter", "0", "--", "sh", "-c", child],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT)
+    try:
+        assert proc.stdout is not None
+        info = LaunchInfo(**json.loads(proc.stdout.readline()))
+        with sessions.connect("ct", "tower") as tower:
+            reason = f"{what} failed: RuntimeError: injected: the task fails"
+            if what == "SPAWN":  # the running child is kept; the tower hears why its SPAWN did nothing
+                tower.send(wire.Spawn(argv=["cat"]))
+                error = recv_until(tower, wire.Error)
+                assert isinstance(error, wire.Error) and (error.code, error.message) == ("spawn_failed", reason)
+                assert status(tower).state == "running"
+            else:
+                poll_until(lambda: status(tower).state == "fatal", what="the session to become fatal")
+                assert status(tower).info["state_reason"] == reason
+                assert read_record(sessions.dir / "ct.json").state_reason == reason
+            tower.send(wire.Stop(grace=0.5))
+            expect_closed(tower)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()  # type: ignore[union-attr]
+    assert wait_gone(info.pid, 10) and list(sessions.dir.iterdir()) == []
+
+
 # ------------------------------------------------------------------------------------------- repair
 
 
