@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 
+from shellper.cgroup import NONE, SHELLPER_SUB, SessionCgroup, member_of, verify_cgroup
 from shellper.identity import IdentityError, boot_id, read_stat
 from shellper.record import RecordError, SessionRecord, read_record
 
@@ -53,6 +54,24 @@ def holds_listener(pid: int, path: str) -> bool:
     """``pid`` holds the listening socket bound at ``path``."""
     inodes = listening_inodes(path)
     return bool(inodes) and bool(inodes & _socket_inodes(pid))
+
+
+def session_cgroup(record: SessionRecord, directory: str) -> SessionCgroup | None:
+    """The cgroup ``record`` names, if it is verifiably that session's (shellper.cgroup.verify_cgroup)."""
+    if record.containment == NONE:
+        return None
+    group, _ = verify_cgroup(record.cgroup, record.cgroup_id, directory, record.name, record.instance_id)
+    return group
+
+
+def serves(pid: int, record: SessionRecord, directory: str) -> bool:
+    """``pid`` holds what only the running shellper of ``record``'s session holds: the listening socket
+    bound at the record's socket path (even if the file was removed since), or a place in its cgroup's
+    shellper/ part."""
+    if holds_listener(pid, record.socket):
+        return True
+    group = session_cgroup(record, directory)
+    return group is not None and member_of(pid, group.relative + "/" + SHELLPER_SUB)
 
 
 def record_is_alive(record: SessionRecord) -> bool:

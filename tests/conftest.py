@@ -15,10 +15,10 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -104,15 +104,16 @@ def wait_gone(pid: int, timeout: float = 10.0) -> bool:
         os.close(fd)
 
 
-def poll_until(predicate: Any, timeout: float = 10.0, interval: float = 0.02, what: str = "condition") -> Any:
-    """Poll ``predicate`` until it returns something truthy, or fail the test at the deadline."""
+def poll_until(predicate: Any, timeout: float = 10.0, interval: float = 0.02, what: str = "condition",
+               fail: Callable[[str], NoReturn] = pytest.fail) -> Any:
+    """Poll ``predicate`` until it returns something truthy, or ``fail`` (the test, by default) at the deadline."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
+            fail(f"timed out after {timeout:g} s waiting for {what}")
         time.sleep(interval)
 
 

@@ -58,6 +58,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from pathlib import Path
+from typing import NoReturn
+
+from conftest import poll_until
 
 from shellper import wire
 from shellper.cgroup import LeafName, find_mount
@@ -340,15 +343,13 @@ def cgroup_available() -> str | None:
 # --------------------------------------------------------------------------------------------- one trial
 
 
+def _trial_failed(message: str) -> NoReturn:
+    raise TrialFailed(message)
+
+
 def _wait_for(predicate: Callable[[], object], timeout: float, what: str, interval: float = 0.005) -> object:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TrialFailed(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(interval)
+    """conftest.poll_until, failing the trial (which the harness reports) rather than the test."""
+    return poll_until(predicate, timeout, interval, what, fail=_trial_failed)
 
 
 def _clean_env() -> dict[str, str]:

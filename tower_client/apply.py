@@ -40,9 +40,7 @@ from shellper.cgroup import (
     SessionCgroup,
     dir_key,
     find_mount,
-    member_of,
     owner_key,
-    verify_cgroup,
     verify_dead_session,
 )
 from shellper.client import Client, ClientError
@@ -62,7 +60,7 @@ from shellper.owner import default_owner
 from shellper.paths import SessionPaths, remove_record_temps, session_files, unlink_if_regular, unlink_if_socket
 from shellper.reaper import SurvivorError, TerminateReport, descendants, terminate_tree
 from shellper.record import AlreadyRunning, RecordError, SessionLock, SessionRecord, cmdline_sha256, read_record
-from shellper.shellpers import holds_listener, live_shellpers, under
+from shellper.shellpers import live_shellpers, serves, session_cgroup, under
 from tower_client.client import InstanceMismatch, PeerMismatch, peer_pid
 from tower_client.discover import PROBE_TIMEOUT, check_probe_timeout
 from tower_client.reconcile import Action, Decision
@@ -207,24 +205,8 @@ def _check_leader(leader: PidFd, ident: ProcessIdentity, record: SessionRecord, 
         raise ProcessGone(pid, "exited during verification")
     if record.cmdline_sha256 is None or found != record.cmdline_sha256:
         raise CommandMismatch(ident, record.cmdline_sha256, found)
-    if not _serves(pid, record, paths):
+    if not serves(pid, record, str(paths.dir)):
         raise NotAShellper(ident, record.socket)
-
-
-def _session_cgroup(record: SessionRecord, paths: SessionPaths) -> SessionCgroup | None:
-    if record.containment == NONE:
-        return None
-    group, _ = verify_cgroup(record.cgroup, record.cgroup_id, str(paths.dir), record.name, record.instance_id)
-    return group
-
-
-def _serves(pid: int, record: SessionRecord, paths: SessionPaths) -> bool:
-    """What only the running shellper of this session holds: its listening socket (bound at the record's
-    socket path, even if the file was removed since), or a place in its cgroup's shellper/ part."""
-    if holds_listener(pid, record.socket):
-        return True
-    group = _session_cgroup(record, paths)
-    return group is not None and member_of(pid, group.relative + "/" + SHELLPER_SUB)
 
 
 @dataclass(frozen=True)
@@ -316,7 +298,7 @@ def terminate_session(record: SessionRecord, paths: SessionPaths, *, grace: floa
     except BaseException:
         leader.close()
         raise
-    group = _session_cgroup(record, paths)
+    group = session_cgroup(record, str(paths.dir))
     tree = {} if group is not None else _pin_tree(leader)  # with a cgroup, end_cgroup below ends the tree
     members = tuple(sorted(group.procs(CHILD_SUB))) if group is not None else tuple(tree)
     report: TerminateReport | None = None

@@ -23,19 +23,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 from shellper.cgroup import (
-    NONE,
-    SHELLPER_SUB,
     OrphanCgroup,
     default_parent,
     find_session_cgroups,
-    member_of,
-    verify_cgroup,
 )
 from shellper.identity import IdentityUnreadable, ProcessIdentity, boot_id, read_stat
 from shellper.paths import PathError, SessionPaths, UnsafeDirError, lstat_dir, record_temp_files
 from shellper.record import LockError, RecordError, SessionLock, SessionRecord, read_record
 from shellper.sessions import session_names
-from shellper.shellpers import holds_listener
+from shellper.shellpers import serves
 from shellper.states import SessionState
 from tower_client.client import (
     AsyncClient,
@@ -346,15 +342,6 @@ def _child(record: SessionRecord, welcome_child: int | None, answered: bool) -> 
     return ("alive" if alive else "gone"), pid
 
 
-def _serving(record: SessionRecord, directory: str) -> bool:
-    if holds_listener(record.shellper_pid, record.socket):
-        return True
-    if record.containment == NONE:
-        return False
-    group, _ = verify_cgroup(record.cgroup, record.cgroup_id, directory, record.name, record.instance_id)
-    return group is not None and member_of(record.shellper_pid, group.relative + "/" + SHELLPER_SUB)
-
-
 def _with_strays(observed: list[Observed], directory: str, cgroup_parent: str | None) -> list[Observed]:
     """Attach to each name the session cgroups under ``cgroup_parent`` its record does not name; a name
     known only by such a cgroup gets an observation of its own (no files)."""
@@ -428,7 +415,7 @@ async def observe_async(directory: str | os.PathLike[str], name: str, *,
             ident = ProcessIdentity(record.boot_id, record.shellper_pid, record.shellper_start_time)
             facts["identity"], facts["identity_detail"] = _identity(ident)
             if facts["identity"] == "verified":
-                facts["serving"] = _serving(record, str(paths.dir))
+                facts["serving"] = serves(record.shellper_pid, record, str(paths.dir))
     welcome_child: int | None = None
     if "sock" in facts["files"] and not _is_socket(paths.socket):
         facts["probe"], facts["probe_detail"] = "error", "not a socket (a symlink is never followed)"
