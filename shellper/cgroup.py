@@ -47,8 +47,6 @@ CGROUP = "cgroup"
 SYSTEMD_SCOPE = "systemd-scope"
 NONE = "none"
 CONTAINMENTS = (CGROUP, SYSTEMD_SCOPE, NONE)
-REQUESTS = ("auto", CGROUP, NONE)
-"""What --containment accepts: auto uses a cgroup where one can be made and falls back to none."""
 
 
 class CgroupError(ShellperError):

@@ -7,6 +7,7 @@ import math
 import os
 
 from shellper import records
+from shellper.cgroup import CGROUP, NONE
 from shellper.errors import ShellperError
 from shellper.execve import env_problem, has_nul
 from shellper.exits import RestartPolicy
@@ -24,7 +25,8 @@ DEFAULT_TERM = "xterm-256color"
 DEFAULT_GRACE = 5.0
 HANDSHAKE_TIMEOUT = 10.0
 STDERR_MODES = ("auto", "pty", "merged", "pipe")
-CONTAINMENT_REQUESTS = ("auto", "cgroup", "none")
+CONTAINMENT_REQUESTS = ("auto", CGROUP, NONE)
+"""What --containment accepts: auto uses a cgroup where one can be made and falls back to none."""
 JOB_CONTROL_SHELLS = frozenset({"bash", "zsh", "fish", "sh", "dash", "ksh", "mksh", "tcsh", "csh", "nu", "xonsh"})
 """Shells do job control on the terminal at fd 2, which must then be the controlling terminal."""
 

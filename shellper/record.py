@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 
 from shellper import records
+from shellper.cgroup import CONTAINMENTS
 from shellper.errors import ShellperError
 from shellper.paths import describe_error, open_nofollow, record_temp_name
 from shellper.records import field, record
@@ -38,7 +39,6 @@ MAX_EXITS = 50
 """Exit entries kept in the record; ``exit_count`` keeps the total."""
 STATES = tuple(SessionState)
 STDERR_MODES = ("pty", "merged", "pipe")
-CONTAINMENTS = ("cgroup", "systemd-scope", "none")
 
 
 def _own_version() -> str:
