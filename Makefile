@@ -24,7 +24,7 @@ compile: $(STAMP)
 	$(BIN)/python -m compileall -f -q shellper tower_client
 
 demo: compile
-	$(BIN)/python -m shellper.demo
+	$(BIN)/python -m shellper.cli.demo
 
 lint: $(STAMP)
 	$(BIN)/ruff check shellper tower_client tests bench

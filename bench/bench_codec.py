@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from shellper.wire import Data, Decoder, Event, Frame, Ping, Resize, encode, encode_data
+from shellper.protocol.wire import Data, Decoder, Event, Frame, Ping, Resize, encode, encode_data
 
 MIB = 1024 * 1024
 

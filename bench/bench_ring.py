@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from shellper.ring import DEFAULT_CAPACITY, RingBuffer, Scrollback
+from shellper.core.ring import DEFAULT_CAPACITY, RingBuffer, Scrollback
 
 MiB = 1024 * 1024
 TOTAL = 256 * MiB  # bytes pushed per append measurement

@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from shellper import wire
-from shellper.client import Client, ClientError
-from shellper.config import DEFAULT_RING_BYTES, SessionConfig
-from shellper.launch import LaunchInfo, launch
+from shellper.client.blocking import Client, ClientError
+from shellper.core.config import DEFAULT_RING_BYTES, SessionConfig
+from shellper.daemon.launch import LaunchInfo, launch
+from shellper.protocol import wire
 
 MiB = 1024 * 1024
 CHILD = Path(__file__).resolve().with_name("child.py")
@@ -351,8 +351,8 @@ class Shellpers:
         args = ["--dir", str(self.dir), "attach", name, "--detach-key", "none"]
         if replay_bytes is None:
             return [*shellper_cli(), *args]
-        code = ("import sys, shellper.attach as a; a.REPLAY_BYTES = int(sys.argv[1]); "  # the console script's path
-                "sys.argv[1:] = sys.argv[2:]; from shellper.entry import entry; entry()")
+        code = ("import sys, shellper.cli.attach as a; a.REPLAY_BYTES = int(sys.argv[1]); "  # the console script's path
+                "sys.argv[1:] = sys.argv[2:]; from shellper.cli.entry import entry; entry()")
         return [sys.executable, "-c", code, str(replay_bytes), *args]
 
     def stop(self, *names: str) -> None:

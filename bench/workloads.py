@@ -39,9 +39,9 @@ from bench.harness import (
     shellper_cli,
     wait_file,
 )
-from shellper import wire
-from shellper.client import Client, SessionGone
-from shellper.launch import LaunchInfo
+from shellper.client.blocking import Client, SessionGone
+from shellper.daemon.launch import LaunchInfo
+from shellper.protocol import wire
 
 DTACH_CLEAR = b"\x1b[H\x1b[J"
 """What ``dtach -a`` writes once it is in raw mode, just before it asks the master to attach it."""
@@ -152,7 +152,7 @@ class Flood:
 def flood_once(lab: Lab, kind: str, nbytes: int, timeout: float) -> Flood:
     """Go byte -> marker read by the harness, through ``kind``.
 
-    A shellper waits for a slow terminal only within bounds (shellper.pacing): one that stalls gets a
+    A shellper waits for a slow terminal only within bounds (shellper.daemon.pacing): one that stalls gets a
     GAP and skips output. So delivered bytes are counted, not assumed.
     """
     a = attach(lab, kind, ["flood", str(nbytes)])

@@ -22,17 +22,18 @@ from typing import Any, NoReturn
 
 import pytest
 
-from shellper import cgroup, wire
-from shellper.client import Client, ClientError
-from shellper.config import SessionConfig
-from shellper.exits import RestartPolicy
-from shellper.launch import LaunchInfo, launch
+from shellper.client.blocking import Client, ClientError
+from shellper.core.config import SessionConfig
+from shellper.core.exits import RestartPolicy
+from shellper.daemon.launch import LaunchInfo, launch
+from shellper.host import cgroup
+from shellper.protocol import wire
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 _SCRIPT = Path(PY).with_name("shellper")
 SHELLPER_CLI = [str(_SCRIPT)] if _SCRIPT.exists() else [PY, "-m", "shellper.cli"]
-"""How a person runs ``shellper``: the installed console script (shellper.entry.entry) when there is one."""
+"""How a person runs ``shellper``: the installed console script (shellper.cli.entry.entry) when there is one."""
 
 
 def _test_cgroup_parent() -> str | None:

@@ -62,13 +62,13 @@ from typing import NoReturn
 
 from conftest import poll_until
 
-from shellper import wire
-from shellper.cgroup import LeafName, find_mount
-from shellper.client import Client, ClientError
-from shellper.config import SessionConfig
-from shellper.exits import RestartPolicy
-from shellper.identity import IdentityError, PidFd, ProcessGone, ProcessIdentity, open_verified, read_stat
-from shellper.launch import LaunchInfo, launch
+from shellper.client.blocking import Client, ClientError
+from shellper.core.config import SessionConfig
+from shellper.core.exits import RestartPolicy
+from shellper.daemon.launch import LaunchInfo, launch
+from shellper.host.cgroup import LeafName, find_mount
+from shellper.host.identity import IdentityError, PidFd, ProcessGone, ProcessIdentity, open_verified, read_stat
+from shellper.protocol import wire
 
 PY = sys.executable
 CHILD = str(Path(__file__).resolve().parent / "killsoak_child.py")

@@ -36,12 +36,12 @@ from typing import Any
 
 from soak_support import child, fd_count, identity, is_dead, marked, rss_mib
 
-from shellper import wire
-from shellper.exits import RestartPolicy
-from shellper.identity import IdentityError, ProcessIdentity, read_stat
-from shellper.launch import LaunchInfo
-from shellper.reaper import descendants
-from shellper.record import read_record
+from shellper.core.exits import RestartPolicy
+from shellper.daemon.launch import LaunchInfo
+from shellper.host.identity import IdentityError, ProcessIdentity, read_stat
+from shellper.host.reaper import descendants
+from shellper.host.record import read_record
+from shellper.protocol import wire
 from tower_client.apply import apply
 from tower_client.client import AsyncClient, ClientError
 from tower_client.discover import discover_async

@@ -16,8 +16,8 @@ import pytest
 from soak_child import PATTERN, pattern_at
 from test_tower_support import kill_verified
 
-from shellper import wire
-from shellper.identity import IdentityError, ProcessIdentity, read_stat
+from shellper.host.identity import IdentityError, ProcessIdentity, read_stat
+from shellper.protocol import wire
 
 PY = os.environ.get("SOAK_PYTHON") or __import__("sys").executable
 CHILD = str(Path(__file__).resolve().parent / "soak_child.py")

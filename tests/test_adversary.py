@@ -18,11 +18,11 @@ from conftest import CGROUP_PARENT, SHELLPER_CLI, poll_until, remove_cgroup_tree
 from test_containment import MODES, decide, needs_cgroup, start_nested
 from test_tower_support import Sessions, alive, identity, is_dead, other, sessions
 
-from shellper.cgroup import find_session_cgroups
-from shellper.config import SessionConfig
-from shellper.identity import ProcessIdentity, open_verified
-from shellper.launch import launch
-from shellper.record import read_record
+from shellper.core.config import SessionConfig
+from shellper.daemon.launch import launch
+from shellper.host.cgroup import find_session_cgroups
+from shellper.host.identity import ProcessIdentity, open_verified
+from shellper.host.record import read_record
 from tower_client.apply import apply
 from tower_client.reconcile import Action, RegistryRow
 
@@ -203,7 +203,7 @@ MIGRATOR = ("(setsid sh -c 'trap \"\" HUP TERM; echo $$ > {mount}/cgroup.procs; 
                    "write a cgroup.procs above its cgroup (root, or the user a parent was delegated to) can move "
                    "itself out")
 def test_a_session_process_that_migrates_itself_out_of_the_cgroup_does_not_survive_stop(sessions: Sessions) -> None:
-    from shellper.cgroup import find_mount
+    from shellper.host.cgroup import find_mount
 
     out = sessions.dir / "migrated.pid"
     info = sessions.launch("m", ["sh", "-c", MIGRATOR.format(mount=find_mount(), out=out)], containment="cgroup",

@@ -32,8 +32,8 @@ import psutil
 import pytest
 from conftest import SHELLPER_CLI
 
-from shellper import wire
-from shellper.attach import DetachKeyError, attach, describe, exit_status, parse_detach_key
+from shellper.cli.attach import DetachKeyError, attach, describe, exit_status, parse_detach_key
+from shellper.protocol import wire
 
 REPO = Path(__file__).resolve().parents[1]
 TIMEOUT = 10.0
@@ -667,8 +667,8 @@ def test_attach_in_a_terminal_to_unknown_session(sessions: Sessions) -> None:
     (["run", "attach", "--", "attach"], False),
 ])
 def test_quick_attach_arguments_mean_what_the_full_cli_makes_of_them(argv: list[str], taken: bool) -> None:
-    from shellper.attach import quick_args
-    from shellper.cli import _parser
+    from shellper.cli.attach import quick_args
+    from shellper.cli.main import _parser
 
     quick = quick_args(argv)
     assert (quick is not None) == taken

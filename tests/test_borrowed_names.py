@@ -15,9 +15,9 @@ import pytest
 from conftest import Sessions, poll_until, recv_until, wait_gone
 from test_server import expect_closed, status
 
-from shellper import wire
-from shellper.record import SessionLock, read_record, write_record
-from shellper.records import replace
+from shellper.core.structs import replace
+from shellper.host.record import SessionLock, read_record, write_record
+from shellper.protocol import wire
 from tower_client.apply import apply
 from tower_client.cli import main as tower_cli
 from tower_client.discover import discover

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from shellper import child as child_mod
-from shellper.child import Child, SpawnError, build_env, reap, resize, resolve_command, spawn_child
-from shellper.identity import start_time as read_start_time
+from shellper.host import child as child_mod
+from shellper.host.child import Child, SpawnError, build_env, reap, resize, resolve_command, spawn_child
+from shellper.host.identity import start_time as read_start_time
 
 REPO = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -426,7 +426,7 @@ IGNORES_HUP = (
 
 HOLDER = """
 import os, select, sys
-from shellper.child import build_env, spawn_child
+from shellper.host.child import build_env, spawn_child
 c = spawn_child({argv!r}, cwd=None, env=build_env(None, {{}}), cols=80, rows=24, pdeathsig={sig})
 out = b''
 while b'ready' not in out:

@@ -20,7 +20,10 @@ import pytest
 from conftest import PY, ROOT, SHELLPER_CLI, Sessions, wait_gone
 from test_server_lifecycle import _UNDER_SUBREAPER, daemons_for
 
-from shellper.cgroup import (
+from shellper.core.config import ConfigError, SessionConfig
+from shellper.core.owner import default_owner
+from shellper.daemon.launch import LaunchInfo, launch
+from shellper.host.cgroup import (
     DEFAULT_PARENT_NAME,
     SessionCgroup,
     default_parent,
@@ -29,10 +32,7 @@ from shellper.cgroup import (
     find_session_cgroups,
     own_cgroup,
 )
-from shellper.config import ConfigError, SessionConfig
-from shellper.launch import LaunchInfo, launch
-from shellper.owner import default_owner
-from shellper.record import read_record
+from shellper.host.record import read_record
 
 _OUR_ENV = ("SHELLPER_OWNER", "SHELLPER_CGROUP_PARENT", "SHELLPER_DIR")
 
@@ -52,14 +52,14 @@ def _user() -> str:
 
 
 def _test_parent_base() -> str:
-    """Where a per-test parent may be made, or skip saying why there is none (shellper.cgroup.default_parent)."""
+    """Where a per-test parent may be made, or skip saying why there is none (shellper.host.cgroup.default_parent)."""
     mount = find_mount()
     if mount is None:
-        pytest.skip("no cgroup v2 hierarchy is mounted (shellper.cgroup.find_mount)")
+        pytest.skip("no cgroup v2 hierarchy is mounted (shellper.host.cgroup.find_mount)")
     base = default_parent()
     if base is None:
         pytest.skip(f"no writable cgroup v2 parent under {mount} for uid {os.geteuid()} "
-                    "(shellper.cgroup.default_parent: not root, not delegated, or managed by systemd)")
+                    "(shellper.host.cgroup.default_parent: not root, not delegated, or managed by systemd)")
     # beside the machine's default parent, not in it: the test's cgroups never mix with real sessions'
     return mount if base == os.path.join(mount, DEFAULT_PARENT_NAME) else base
 
@@ -247,7 +247,7 @@ def test_containment_cgroup_with_an_unusable_parent_does_not_start(shell: Shell,
     else:
         mount = find_mount()
         if mount is None:
-            pytest.skip("no cgroup v2 hierarchy is mounted (shellper.cgroup.find_mount)")
+            pytest.skip("no cgroup v2 hierarchy is mounted (shellper.host.cgroup.find_mount)")
         parent = os.path.join(mount, "cgroup.procs")
     done = shell("run", "u", "--containment", "cgroup", "--cgroup-parent", parent,
                  *(["--foreground"] if foreground else []), "--", "cat", under_subreaper=True)

@@ -29,12 +29,12 @@ import pytest
 from conftest import PY, SHELLPER_CLI, poll_until, wait_gone
 from test_tower_support import REPO, Sessions, identity, is_dead, kill_verified, sessions, tree
 
-from shellper.client import Client
-from shellper.identity import PidFd, ProcessIdentity, read_stat
-from shellper.launch import LaunchInfo, _log_tail
-from shellper.paths import record_temp_name, temp_file_session
-from shellper.record import read_record
-from shellper.sessions import probe_status
+from shellper.client.blocking import Client
+from shellper.client.sessions import probe_status
+from shellper.daemon.launch import LaunchInfo, _log_tail
+from shellper.host.identity import PidFd, ProcessIdentity, read_stat
+from shellper.host.paths import record_temp_name, temp_file_session
+from shellper.host.record import read_record
 
 __all__ = ["sessions"]  # the fixture, re-exported for pytest
 
@@ -67,7 +67,7 @@ def one_line(text: str) -> bool:
 
 _WRITER = """
 import os, signal, sys
-from shellper.record import SessionRecord, write_record
+from shellper.host.record import SessionRecord, write_record
 
 def stuck(fd):  # the data is written; the kill -9 lands before the fsync and the rename
     os.write(1, b"writing\\n")
@@ -81,7 +81,7 @@ write_record(os.path.join(sys.argv[1], sys.argv[2] + ".json"), rec)
 
 
 def killed_writer_leftover(d: Path, name: str) -> Path:
-    """A real record write (shellper.record.write_record) kill -9'ed in the middle: its temp file stays."""
+    """A real record write (shellper.host.record.write_record) kill -9'ed in the middle: its temp file stays."""
     proc = subprocess.Popen([PY, "-c", _WRITER, str(d), name], stdout=subprocess.PIPE, cwd=REPO)
     try:
         assert proc.stdout is not None and proc.stdout.readline() == b"writing\n"
@@ -373,7 +373,7 @@ def test_run_says_so_in_one_line_when_the_forked_daemon_to_be_dies(sessions: Ses
     a BrokenPipeError traceback; now one line naming the session and its log."""
     (tmp_path / "sitecustomize.py").write_text(
         "import os, signal\n"
-        "from shellper import prefork\n"
+        "from shellper.daemon import prefork\n"
         "_start = prefork.Prefork.start.__func__\n"
         "def start(cls):\n"
         "    forked = _start(cls)\n"

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from shellper.config import ConfigError, SessionConfig
-from shellper.exits import RestartPolicy
-from shellper.launch import launch
+from shellper.core.config import ConfigError, SessionConfig
+from shellper.core.exits import RestartPolicy
+from shellper.daemon.launch import launch
 
 
 def config(**overrides: Any) -> SessionConfig:

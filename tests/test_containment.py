@@ -19,10 +19,10 @@ import pytest
 from conftest import CGROUP_PARENT, SHELLPER_CLI, poll_until
 from test_tower_support import Sessions, alive, identity, is_dead, other, sessions, tree
 
-from shellper import cgroup
-from shellper.identity import ProcessIdentity, boot_id, read_stat
-from shellper.record import SessionRecord, cmdline_sha256, read_record, write_record
-from shellper.records import replace
+from shellper.core.structs import replace
+from shellper.host import cgroup
+from shellper.host.identity import ProcessIdentity, boot_id, read_stat
+from shellper.host.record import SessionRecord, cmdline_sha256, read_record, write_record
 from tower_client.apply import OwnerBusy, apply, hold_owner_lock
 from tower_client.discover import discover, observe
 from tower_client.reconcile import Action, Registry, RegistryRow, reconcile
@@ -97,7 +97,7 @@ def test_stop_ends_an_escaped_grandchild_that_ignores_term_and_removes_the_cgrou
 
 
 def test_containment_cgroup_fails_to_start_without_a_usable_parent(sessions: Sessions, tmp_path: Path) -> None:
-    from shellper.launch import LaunchError
+    from shellper.daemon.launch import LaunchError
 
     with pytest.raises(LaunchError, match="cgroup"):
         sessions.launch("c", ["cat"], containment="cgroup", cgroup_parent=str(tmp_path))
@@ -117,7 +117,7 @@ def test_containment_none_is_recorded_and_marks_the_tree(sessions: Sessions) -> 
 def test_a_shellper_killed_in_backoff_leaves_nothing_running_after_reconcile(sessions: Sessions, mode: str) -> None:
     """Defect 11: the child crashed (backoff, child fields null) after forking a daemon; the shellper is killed
     before the restart. Reconcile found nothing to end, since it looked for the recorded child."""
-    from shellper.exits import RestartPolicy
+    from shellper.core.exits import RestartPolicy
 
     marker = sessions.dir / "daemon.pid"
     script = (f"if [ ! -e {marker} ]; then (setsid sh -c 'trap \"\" HUP TERM; echo $$ > {marker}; "
@@ -283,7 +283,7 @@ def test_reap_refuses_a_lock_holder_named_by_a_hand_made_record_with_its_own_cmd
 
 
 def read_record_owner_default() -> str:
-    from shellper.owner import default_owner
+    from shellper.core.owner import default_owner
 
     return default_owner()
 

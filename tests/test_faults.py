@@ -39,10 +39,11 @@ from soak_support import (
     status_kib,
 )
 
-from shellper import records, wire
-from shellper.client import Client, SessionNotFound
-from shellper.exits import RestartPolicy
-from shellper.record import SessionLock, SessionRecord, read_record
+from shellper.client.blocking import Client, SessionNotFound
+from shellper.core import structs
+from shellper.core.exits import RestartPolicy
+from shellper.host.record import SessionLock, SessionRecord, read_record
+from shellper.protocol import wire
 from tower_client.apply import apply
 from tower_client.discover import discover
 from tower_client.reconcile import Action, Registry, RegistryRow, reconcile
@@ -165,11 +166,11 @@ def test_survivor_reap_spares_a_recycled_session_id(sessions: Sessions, reaper: 
     stranger = subprocess.Popen(["sleep", "300"], start_new_session=True)  # a session leader, started later
     try:
         reaper.track(identity(stranger.pid))
-        fake = records.replace(record, child_pid=stranger.pid)  # as if its pid had been recycled
+        fake = structs.replace(record, child_pid=stranger.pid)  # as if its pid had been recycled
         assert stranger.pid not in survivor_pids(fake)
         # Not even when the start ticks collide too (165 of 200 forced reuses did): a session id is no mark.
         own_ticks = identity(stranger.pid).start_time
-        assert stranger.pid not in survivor_pids(records.replace(fake, child_start_time=own_ticks))
+        assert stranger.pid not in survivor_pids(structs.replace(fake, child_start_time=own_ticks))
     finally:
         stranger.kill()
         stranger.wait()
@@ -407,7 +408,7 @@ def test_a_tower_that_reads_late_loses_nothing(sessions: Sessions, role: str) ->
 
 
 def test_a_tower_that_stops_reading_is_waited_for_only_briefly(sessions: Sessions) -> None:
-    """A tower that takes nothing holds the child back for shellper.pacing.STALL_SECONDS, then the
+    """A tower that takes nothing holds the child back for shellper.daemon.pacing.STALL_SECONDS, then the
     child runs on and the tower, when it reads again, gets one exact GAP; the log says why."""
     end = len(b"READY\n") + HELD_TOTAL
     with _tower_flood(sessions, "hung") as tower:

@@ -38,10 +38,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 from soak_support import RawConn, child, hello, identity, is_dead, quiet_fds, rss_mib, scales, status_kib
 
-from shellper import wire
-from shellper.launch import LaunchError
-from shellper.paths import SessionPaths, UnsafeDirError
-from shellper.record import MAX_RECORD_BYTES, LockError, read_record
+from shellper.daemon.launch import LaunchError
+from shellper.host.paths import SessionPaths, UnsafeDirError
+from shellper.host.record import MAX_RECORD_BYTES, LockError, read_record
+from shellper.protocol import wire
 from tower_client.apply import apply, clean_session
 from tower_client.discover import discover, observe
 from tower_client.reconcile import (

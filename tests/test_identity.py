@@ -1,4 +1,4 @@
-"""shellper.identity against real processes and /proc (Linux).
+"""shellper.host.identity against real processes and /proc (Linux).
 
 Every process signalled here was started by the test, and is signalled through a pidfd opened
 while the test still held it as an unreaped child.
@@ -19,8 +19,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from shellper import records
-from shellper.identity import (
+from shellper.core import structs
+from shellper.host.identity import (
     BOOT_ID_PATH,
     IdentityError,
     IdentityMismatch,
@@ -203,7 +203,7 @@ def test_identity_mismatch_is_refused_and_leaves_process_alone(
     real = ProcessIdentity.of(p.pid)
     assert real is not None and real.is_alive()
     for delta in (1, -1):
-        forged = records.replace(real, start_time=real.start_time + delta)
+        forged = structs.replace(real, start_time=real.start_time + delta)
         assert not forged.is_alive()
         with pytest.raises(IdentityMismatch) as info:
             open_verified(forged)
@@ -217,7 +217,7 @@ def test_other_boot_is_gone_without_touching_the_pid(spawn: list[subprocess.Pope
     p = _sleeper(spawn)
     real = ProcessIdentity.of(p.pid)
     assert real is not None
-    other_boot = records.replace(real, boot_id="00000000-0000-0000-0000-000000000000")
+    other_boot = structs.replace(real, boot_id="00000000-0000-0000-0000-000000000000")
     assert not other_boot.is_alive()
     with pytest.raises(ProcessGone) as info:
         open_verified(other_boot)

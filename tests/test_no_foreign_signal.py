@@ -44,7 +44,7 @@ def test_teardown_never_signals_a_recycled_pid_of_a_descendant(tmp_path: Path) -
     """The worst moment, made to happen: /proc has just listed a grandchild D of the shellper when D dies,
     its parent reaps it and a stranger X (no relative of the shellper) gets D's pid. The teardown must end
     the session's tree and never signal X. The shellper (pid 2 of the namespace) runs the real server with
-    one seam: shellper.reaper.children, which both the old snapshot (descendants()) and the new pinning
+    one seam: shellper.host.reaper.children, which both the old snapshot (descendants()) and the new pinning
     walk call, performs the reuse right after listing D. On the old code X got the SIGTERM."""
     d = tmp_path / "run"
     d.mkdir(mode=0o700)
@@ -109,10 +109,10 @@ if host == 0:
         os.dup2(info_w, 1)
         for fd in (req_r, rep_w, info_r, info_w):
             os.close(fd)
-        import shellper.reaper as reaper
-        from shellper.config import SessionConfig
-        from shellper.identity import PidFd
-        from shellper.launch import run_foreground
+        import shellper.host.reaper as reaper
+        from shellper.core.config import SessionConfig
+        from shellper.host.identity import PidFd
+        from shellper.daemon.launch import run_foreground
 
         real_children = reaper.children
         me = os.getpid()
@@ -192,8 +192,8 @@ print(json.dumps({"hooked": hooked, "reused": x.pid == victim, "victim": victim,
 def test_own_tree_keeps_only_what_proc_shows_under_a_pinned_parent(monkeypatch: pytest.MonkeyPatch) -> None:
     """The same check at unit level, injected: a listing that names a live non-descendant (our parent)
     next to a real child pins the child and never the stranger, nor the caller itself."""
-    import shellper.reaper as reaper
-    from shellper.reaper import OwnTree
+    import shellper.host.reaper as reaper
+    from shellper.host.reaper import OwnTree
 
     child = subprocess.Popen(["sleep", "30"])
     try:
@@ -224,7 +224,7 @@ def test_same_size_resize_signals_the_foreground_job_and_keeps_the_size_exact() 
     import struct
     import termios
 
-    from shellper.child import build_env, close, reap, resize, spawn_child
+    from shellper.host.child import build_env, close, reap, resize, spawn_child
 
     counter = ("import os, signal\n"
                "n = 0\n"
@@ -275,7 +275,7 @@ def test_resize_never_signals_a_stranger_that_got_a_dead_foreground_group_s_numb
 
 _STALE_FOREGROUND = r"""
 import fcntl, json, os, select, signal, struct, subprocess, sys, termios, time
-from shellper.child import build_env, close, reap, resize, spawn_child
+from shellper.host.child import build_env, close, reap, resize, spawn_child
 
 PY = sys.executable
 SHELL = ("import os, signal\n"

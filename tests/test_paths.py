@@ -1,4 +1,4 @@
-"""Runtime dir safety, session names and paths, no-follow file ops; and shellper.logfile.LogFile."""
+"""Runtime dir safety, session names and paths, no-follow file ops; and shellper.host.logfile.LogFile."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from shellper import logfile, paths
-from shellper.logfile import LogFile
-from shellper.paths import (
+from shellper.host import logfile, paths
+from shellper.host.logfile import LogFile
+from shellper.host.paths import (
     BadName,
     PathTooLong,
     SessionPaths,
@@ -55,7 +55,7 @@ def test_runtime_dir_precedence(
             monkeypatch.delenv(var, raising=False)
         else:
             monkeypatch.setenv(var, value)
-    assert runtime_dir(explicit) == expected  # a plain string: see shellper.paths
+    assert runtime_dir(explicit) == expected  # a plain string: see shellper.host.paths
 
 
 def test_runtime_dir_makes_relative_paths_absolute(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -395,7 +395,7 @@ def test_redirect_stdio(tmp_path: Path) -> None:
     path.write_text("existing\n")
     code = (
         "import os, sys\n"
-        "from shellper.logfile import redirect_stdio\n"
+        "from shellper.host.logfile import redirect_stdio\n"
         f"redirect_stdio({str(path)!r})\n"
         "print('to stdout', flush=True)\n"
         "sys.stderr.write('to stderr\\n'); sys.stderr.flush()\n"
@@ -413,7 +413,7 @@ def test_capture_stdio_follows_rotation(tmp_path: Path) -> None:
     path = tmp_path / "s.log"
     code = (
         "import os\n"
-        "from shellper.logfile import LogFile\n"
+        "from shellper.host.logfile import LogFile\n"
         f"log = LogFile({str(path)!r}, max_bytes=400, capture_stdio=True)\n"
         "for i in range(20):\n"
         "    log.write('line %d ' % i + 'w' * 40)\n"

@@ -1,4 +1,4 @@
-"""shellper.reaper against real process trees.
+"""shellper.host.reaper against real process trees.
 
 Trees are built by a small "root" (a stand-in shellper: optional subreaper, optionally ignoring
 SIGTERM) running a shell script whose processes ignore SIGTERM and SIGHUP, including one that
@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from shellper import records
-from shellper.identity import (
+from shellper.core import structs
+from shellper.host.identity import (
     IdentityError,
     IdentityMismatch,
     NotAChild,
@@ -37,7 +37,7 @@ from shellper.identity import (
     process_group,
     process_state,
 )
-from shellper.reaper import (
+from shellper.host.reaper import (
     SurvivorError,
     children,
     descendants,
@@ -53,7 +53,7 @@ REPO = str(Path(__file__).resolve().parents[1])
 ROOT = r"""
 import os, signal, sys
 sys.path.insert(0, sys.argv[1])
-from shellper.reaper import set_child_subreaper
+from shellper.host.reaper import set_child_subreaper
 if sys.argv[2] == "1":
     set_child_subreaper()
 if sys.argv[3] == "1":
@@ -317,7 +317,7 @@ def test_terminate_tree_refuses_mismatch_and_leaves_tree_alone(scope: Scope) -> 
     t = scope.tree(STUBBORN, subreaper=True, ignore_term=False)
     ident = ProcessIdentity.of(t.root)
     assert ident is not None
-    forged = records.replace(ident, start_time=ident.start_time + 1)
+    forged = structs.replace(ident, start_time=ident.start_time + 1)
     with pytest.raises(IdentityMismatch):
         terminate_tree(forged, grace=0.1)
     assert not any(scope.dead(pid) for pid in t.pids.values())
@@ -408,7 +408,7 @@ sys.stdin.read()
     child = r"""
 import os, signal, sys
 sys.path.insert(0, sys.argv[1])
-from shellper.reaper import set_parent_death_signal
+from shellper.host.reaper import set_parent_death_signal
 set_parent_death_signal(signal.SIGKILL)
 print("child", os.getpid(), flush=True)
 signal.pause()
@@ -435,8 +435,8 @@ def test_reap_children_nohang_reaps_all_exited_children() -> None:
     helper = r"""
 import json, os, subprocess, sys
 sys.path.insert(0, sys.argv[1])
-from shellper.identity import PidFd
-from shellper.reaper import reap_children_nohang
+from shellper.host.identity import PidFd
+from shellper.host.reaper import reap_children_nohang
 assert reap_children_nohang() == []
 pids = [os.posix_spawn("/bin/sh", ["/bin/sh", "-c", f"exit {n}"], os.environ) for n in (3, 4)]
 live = os.posix_spawn("/bin/sleep", ["sleep", "30"], os.environ)

@@ -16,10 +16,10 @@ from typing import Any
 import psutil
 import pytest
 
-from shellper import record as rec
-from shellper import records
-from shellper.identity import boot_id, start_time
-from shellper.record import (
+from shellper.core import structs
+from shellper.host import record as rec
+from shellper.host.identity import boot_id, start_time
+from shellper.host.record import (
     MAX_EXITS,
     MAX_RECORD_BYTES,
     AlreadyRunning,
@@ -96,7 +96,7 @@ def test_unknown_keys_are_tolerated() -> None:
 
 
 def test_env_values_are_never_stored() -> None:
-    fields = {f.name for f in records.fields(SessionRecord)}
+    fields = {f.name for f in structs.fields(SessionRecord)}
     assert not any("env" in name for name in fields)
 
 
@@ -304,7 +304,7 @@ def holder(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
     path = tmp_path / "main.lock"
     code = (
         "import sys\n"
-        "from shellper.record import SessionLock\n"
+        "from shellper.host.record import SessionLock\n"
         f"lock = SessionLock.acquire({str(path)!r}, 'main')\n"
         "print('held', flush=True)\n"
         "sys.stdin.read()\n"

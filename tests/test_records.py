@@ -1,4 +1,4 @@
-"""shellper.records: the dataclass behaviour shellper relies on, and that the daemon imports no more."""
+"""shellper.core.structs: the dataclass behaviour shellper relies on, and that the daemon imports no more."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from shellper.records import MISSING, FrozenInstanceError, asdict, field, fields, is_record, record, replace
+from shellper.core.structs import MISSING, FrozenInstanceError, asdict, field, fields, is_record, record, replace
 
 
 @record
@@ -186,12 +186,14 @@ _NEVER = {"dataclasses", "typing", "inspect", "threading", "psutil"}
 
 @pytest.mark.parametrize(("modules", "never"), [
     # what the prefork imports: pathlib would bring urllib.parse and ipaddress, ~3.5 ms and 0.5 MiB a session
-    ("shellper.server, shellper.config, shellper.launch, shellper.prefork", {"pathlib", "urllib.parse"}),
-    ("shellper.cli, shellper.prefork", {"pathlib", "datetime"}),  # `shellper run`, the other half of a launch
-    ("shellper.cli, shellper.attach", {"pathlib"}),  # `shellper attach`
+    ("shellper.daemon.session, shellper.core.config, shellper.daemon.launch, shellper.daemon.prefork",
+     {"pathlib", "urllib.parse"}),
+    # `shellper run`, the other half of a launch
+    ("shellper.cli.main, shellper.daemon.prefork", {"pathlib", "datetime"}),
+    ("shellper.cli.main, shellper.cli.attach", {"pathlib"}),  # `shellper attach`
 ])
 def test_start_up_imports_neither_dataclasses_nor_typing(modules: str, never: set[str]) -> None:
-    """Each of these cost every session, or every attach, time and memory (see shellper.records)."""
+    """Each of these cost every session, or every attach, time and memory (see shellper.core.structs)."""
     probe = (f"import sys, {modules}\n"
              f"print(' '.join(sorted(set({sorted(_NEVER | never)!r}) & set(sys.modules))))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
@@ -201,8 +203,8 @@ def test_start_up_imports_neither_dataclasses_nor_typing(modules: str, never: se
 @pytest.mark.parametrize("columns", [60, 100])
 def test_the_cli_parser_needs_no_shutil_and_help_fits_the_terminal(columns: int) -> None:
     """argparse's help formatter, left to find the width itself, imports shutil (with bz2, lzma and
-    zlib), ~3 ms of every ``shellper run`` (see shellper.cli._Formatter); help must still fit $COLUMNS."""
-    probe = ("import sys; from shellper.cli import _parser\n"
+    zlib), ~3 ms of every ``shellper run`` (see shellper.cli.main._Formatter); help must still fit $COLUMNS."""
+    probe = ("import sys; from shellper.cli.main import _parser\n"
              "_parser().parse_args(['run', 'x', 'cat'])\n"
              "print(' '.join(sorted({'shutil', 'bz2', 'lzma', 'zlib'} & set(sys.modules))))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
@@ -233,10 +235,10 @@ def test_init_is_compiled_on_first_use_and_then_replaced() -> None:
 
 
 def test_a_plain_attach_starts_without_the_cli_pathlib_or_re() -> None:
-    """``shellper attach NAME`` from the console script takes the quick path (shellper.attach.quick_main):
+    """``shellper attach NAME`` from the console script takes the quick path (shellper.cli.attach.quick_main):
     argparse, pathlib, re and the relay-only mode tracker cost it ~20 ms more than its own imports."""
-    probe = ("import sys; from shellper.attach import quick_main\n"
-             "print(' '.join(sorted({'argparse', 'pathlib', 're', 'json', 'shellper.cli', 'shellper.modes', "
-             "'shellper.paths', 'typing', 'dataclasses'} & set(sys.modules))))")
+    probe = ("import sys; from shellper.cli.attach import quick_main\n"
+             "print(' '.join(sorted({'argparse', 'pathlib', 're', 'json', 'shellper.cli.main', 'shellper.core.modes', "
+             "'shellper.host.paths', 'typing', 'dataclasses'} & set(sys.modules))))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
     assert done.stdout.strip() == ""

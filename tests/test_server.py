@@ -23,10 +23,10 @@ import msgpack
 import pytest
 from conftest import PY, Sessions, poll_until, read_until, recv_until, wait_gone
 
-from shellper import wire
-from shellper.client import Client, SessionGone
-from shellper.clients import MAX_CLIENTS
-from shellper.exits import RestartPolicy
+from shellper.client.blocking import Client, SessionGone
+from shellper.core.exits import RestartPolicy
+from shellper.daemon.clientconn import MAX_CLIENTS
+from shellper.protocol import wire
 
 NO_RESTART = RestartPolicy(mode="no")
 

@@ -16,11 +16,11 @@ import pytest
 from conftest import PY, ROOT, SHELLPER_CLI, Sessions, poll_until, recv_until, wait_gone
 from test_server import NO_RESTART, TREE_CHILD, echo_roundtrip, expect_closed, status, tree_pids
 
-from shellper import wire
-from shellper.identity import boot_id, start_time
-from shellper.launch import LaunchError, LaunchInfo
-from shellper.paths import PathError, SessionPaths
-from shellper.record import SessionLock, read_record
+from shellper.daemon.launch import LaunchError, LaunchInfo
+from shellper.host.identity import boot_id, start_time
+from shellper.host.paths import PathError, SessionPaths
+from shellper.host.record import SessionLock, read_record
+from shellper.protocol import wire
 from tower_client.apply import clean_session
 
 
@@ -145,7 +145,7 @@ def test_a_second_run_with_the_same_name_fails_and_leaves_the_first(sessions: Se
 
 _UNDER_SUBREAPER = """
 import os, subprocess, sys
-from shellper.reaper import set_child_subreaper
+from shellper.host.reaper import set_child_subreaper
 set_child_subreaper()
 code = subprocess.run(sys.argv[1:]).returncode
 orphans = []
@@ -168,7 +168,7 @@ sys.exit(code)
 ], ids=["no-command", "bad-int", "help", "bad-cwd", "ls"])
 def test_a_run_that_does_not_launch_leaves_no_process(sessions: Sessions, args: list[str], code: int,
                                                       says: str) -> None:
-    """The console script forks the daemon-to-be before parsing (shellper.prefork): when the command
+    """The console script forks the daemon-to-be before parsing (shellper.daemon.prefork): when the command
     turns out not to launch, that process is killed and reaped by the CLI itself. The CLI runs under a
     subreaper here, which would inherit (and report) any process the CLI left behind."""
     done = subprocess.run([PY, "-c", _UNDER_SUBREAPER, *SHELLPER_CLI, "--dir", str(sessions.dir), *args],
@@ -275,11 +275,11 @@ def test_a_stop_that_fails_still_ends_the_session_and_says_why(sessions: Session
 
 BROKEN_STOP = """
 import sys
-from shellper import server
+from shellper.daemon import session
 def fail(self):
     raise RuntimeError("injected: the stop's first step fails")
-server.Session._cancel_timers = fail
-from shellper.cli import main
+session.Session._cancel_timers = fail
+from shellper.cli.main import main
 sys.exit(main(sys.argv[1:]))
 """
 """``shellper`` with a stop that fails before it has ended anything: the children are still running."""
@@ -314,12 +314,12 @@ def test_a_stop_that_fails_early_still_ends_the_processes_and_exits_1(sessions: 
 
 BROKEN_CHILD_TASKS = """
 import sys
-from shellper import server
+from shellper.daemon import session
 async def fail(self, *args):
     raise RuntimeError("injected: the task fails")
-server.Session._restart_task = fail
-server.Session.respawn = fail
-from shellper.cli import main
+session.Session._restart_task = fail
+session.Session.respawn = fail
+from shellper.cli.main import main
 sys.exit(main(sys.argv[1:]))
 """
 """``shellper`` whose restarts and SPAWNs fail inside their tasks."""

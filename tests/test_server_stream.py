@@ -26,9 +26,9 @@ from test_server import (
     vm_kib,
 )
 
-from shellper import wire
-from shellper.client import Client
-from shellper.clients import REPLAY_CHUNK
+from shellper.client.blocking import Client
+from shellper.daemon.clientconn import REPLAY_CHUNK
+from shellper.protocol import wire
 
 # ------------------------------------------------------------------------------------------- numbered lines
 
@@ -184,7 +184,7 @@ def test_slow_client_does_not_hold_back_the_child_or_the_others(sessions: Sessio
     # The child writes 64 MiB in 4 MiB bursts, each as fast as it can, the next one once the fast client
     # has had the last: "fast" then holds on any machine (never 8 MiB, a ring, behind), while the slow
     # client, a viewer that reads nothing, falls 60 MiB behind. The shellper never waits for a viewer
-    # (the fast terminal it would wait for, within bounds, if it fell half a ring behind: shellper.pacing).
+    # (the fast terminal it would wait for, within bounds, if it fell half a ring behind: shellper.daemon.pacing).
     info = sessions.start("fl", [PY, "-c", FLOOD_CHILD, str(FLOOD_MIB), str(BURST_MIB)])
     child_end = len(HEADER) + FLOOD_MIB * BLOCK
     whole = hashlib.sha256(flood_bytes(0, child_end)).hexdigest()

@@ -1,4 +1,4 @@
-"""shellper.starved: the decision as a table, the scheduler's account read for real, and real CPU hogs."""
+"""shellper.daemon.starved: the decision as a table, the scheduler's account read for real, and real CPU hogs."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from shellper.starved import Starvation, read_schedstat, waited_longer_than_ran
+from shellper.daemon.starved import Starvation, read_schedstat, waited_longer_than_ran
 
 
 @pytest.mark.parametrize(("before", "after", "starved"), [

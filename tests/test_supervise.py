@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from conftest import PY, Sessions, poll_until, read_until, recv_until
 
-from shellper import wire
-from shellper.client import Client
-from shellper.exits import RestartPolicy
-from shellper.record import read_record
+from shellper.client.blocking import Client
+from shellper.core.exits import RestartPolicy
+from shellper.host.record import read_record
+from shellper.protocol import wire
 
 FAST = {"backoff_initial": 0.02, "backoff_max": 0.1, "jitter": 0.0}
 """Short backoffs so a crash loop plays out in well under a second; the breaker bounds are what we test."""
@@ -99,7 +99,7 @@ def test_a_restart_whose_command_vanished_is_fatal_at_once(sessions: Sessions) -
 
 
 def test_launch_of_missing_command_fails_and_leaves_nothing(sessions: Sessions) -> None:
-    from shellper.launch import LaunchError
+    from shellper.daemon.launch import LaunchError
 
     with pytest.raises(LaunchError, match="nonexistent"):
         sessions.start("bad", ["/nonexistent/agent"])

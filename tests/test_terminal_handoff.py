@@ -19,9 +19,9 @@ from collections.abc import Iterator
 import pytest
 from conftest import PY, Sessions, poll_until, wait_gone
 
-from shellper import wire
-from shellper.client import Client, SessionGone
-from shellper.exits import RestartPolicy
+from shellper.client.blocking import Client, SessionGone
+from shellper.core.exits import RestartPolicy
+from shellper.protocol import wire
 
 DETACH = 0x1C
 
@@ -264,7 +264,7 @@ def test_a_viewer_terminal_types_nothing_but_can_detach(sessions: Sessions, term
 def test_a_killed_attach_client_leaves_the_terminal_alone(sessions: Sessions, term: Term) -> None:
     """SIGKILL gives attach no chance to ask for its terminal back: its socket closing is the request."""
     info = sessions.start("cat", ["cat"])
-    script = ("import os, signal, sys; from shellper.client import Client\n"
+    script = ("import os, signal, sys; from shellper.client.blocking import Client\n"
               "c = Client(sys.argv[1], 'terminal'); fd = os.open(sys.argv[2], os.O_RDWR | os.O_NOCTTY)\n"
               "c.connect(terminal_fd=fd); os.close(fd); print(c.welcome.terminal, flush=True); signal.pause()")
     proc = subprocess.Popen([PY, "-c", script, str(sessions.dir / "cat.sock"), term.path], stdout=subprocess.PIPE,

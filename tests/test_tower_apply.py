@@ -21,11 +21,11 @@ import pytest
 from conftest import poll_until
 from test_tower_support import REPO, Sessions, alive, identity, is_dead, other, sessions, tree
 
-from shellper import wire
-from shellper.identity import ProcessIdentity, boot_id, read_stat
-from shellper.owner import default_owner
-from shellper.record import SessionRecord, read_record, write_record
-from shellper.records import replace
+from shellper.core.owner import default_owner
+from shellper.core.structs import replace
+from shellper.host.identity import ProcessIdentity, boot_id, read_stat
+from shellper.host.record import SessionRecord, read_record, write_record
+from shellper.protocol import wire
 from tower_client.apply import apply
 from tower_client.client import AsyncClient, AsyncResumingClient
 from tower_client.discover import discover, observe
@@ -273,9 +273,9 @@ def test_real_pid_reuse_is_never_signalled(tmp_path: Path) -> None:
 _PID_REUSE = r"""
 import fcntl, json, os, subprocess, sys, time
 from pathlib import Path
-from shellper.identity import boot_id, read_stat
-from shellper.owner import default_owner
-from shellper.record import SessionRecord, write_record
+from shellper.host.identity import boot_id, read_stat
+from shellper.core.owner import default_owner
+from shellper.host.record import SessionRecord, write_record
 from tower_client.apply import apply
 from tower_client.client import AsyncClient, AsyncResumingClient
 from tower_client.discover import discover

@@ -12,8 +12,8 @@ import pytest
 from conftest import poll_until
 from test_tower_support import REPO, Sessions, alive, identity, is_dead, sessions, sleeper_argv
 
-from shellper.record import read_record, write_record
-from shellper.records import replace
+from shellper.core.structs import replace
+from shellper.host.record import read_record, write_record
 from tower_client.cli import main
 from tower_client.holders import find_holders
 

@@ -11,7 +11,7 @@ import pytest
 from conftest import poll_until
 from test_tower_support import Sessions, identity, is_dead, kill_verified, sessions
 
-from shellper import wire
+from shellper.protocol import wire
 from tower_client.client import (
     AsyncClient,
     AsyncResumingClient,

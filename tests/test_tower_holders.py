@@ -15,10 +15,10 @@ import pytest
 from conftest import CGROUP_PARENT, SHELLPER_CLI, poll_until
 from test_tower_support import Sessions, alive, identity, is_dead, other, sessions, sleeper_argv, tree
 
-from shellper.client import Client
-from shellper.identity import ProcessIdentity, read_stat
-from shellper.record import read_record, write_record
-from shellper.records import replace
+from shellper.client.blocking import Client
+from shellper.core.structs import replace
+from shellper.host.identity import ProcessIdentity, read_stat
+from shellper.host.record import read_record, write_record
 from tower_client.apply import apply
 from tower_client.discover import discover
 from tower_client.holders import Holder, dead_sessions, find_holders, mint_or_reclaim

@@ -20,12 +20,12 @@ import pytest
 from conftest import CGROUP_PARENT, SHELLPER_CLI, poll_until
 from test_tower_support import REPO, Sessions, alive, identity, is_dead, other, sessions, tree
 
-from shellper.identity import ProcessIdentity, boot_id, read_stat
-from shellper.launch import LaunchInfo
-from shellper.owner import default_owner
-from shellper.paths import SessionPaths
-from shellper.record import SessionLock, SessionRecord, cmdline_sha256, read_record, write_record
-from shellper.records import replace
+from shellper.core.owner import default_owner
+from shellper.core.structs import replace
+from shellper.daemon.launch import LaunchInfo
+from shellper.host.identity import ProcessIdentity, boot_id, read_stat
+from shellper.host.paths import SessionPaths
+from shellper.host.record import SessionLock, SessionRecord, cmdline_sha256, read_record, write_record
 from tower_client.apply import CommandMismatch, apply, terminate_session
 from tower_client.discover import discover, discover_async, observe
 from tower_client.reconcile import Action, Decision, Registry, RegistryRow, reconcile
@@ -93,9 +93,9 @@ def test_apply_terminate_refuses_a_lock_holding_stand_in(sessions: Sessions) -> 
 
 _SELF_AND_PARENT = r"""
 import json, os, sys
-from shellper.identity import boot_id, read_stat
-from shellper.paths import SessionPaths
-from shellper.record import SessionRecord, cmdline_sha256
+from shellper.host.identity import boot_id, read_stat
+from shellper.host.paths import SessionPaths
+from shellper.host.record import SessionRecord, cmdline_sha256
 from tower_client.apply import terminate_session
 
 out = {}
@@ -277,7 +277,7 @@ def test_a_client_refuses_a_path_str_would_turn_into_another(kind: str, path: ob
     """Client(None) used to connect to ./None (a socket there answered), b"/x.sock" to "b'/x.sock'", and a
     NUL cut the address short in the kernel."""
     import tower_client.client as tc
-    from shellper.client import Client
+    from shellper.client.blocking import Client
 
     cls = Client if kind == "Client" else getattr(tc, kind)
     with pytest.raises(error, match="socket path"):
@@ -287,7 +287,7 @@ def test_a_client_refuses_a_path_str_would_turn_into_another(kind: str, path: ob
 @pytest.mark.parametrize("kind", ["Client", "AsyncClient", "ResumingClient", "AsyncResumingClient"])
 def test_a_client_refuses_an_unknown_role_before_connecting(kind: str, tmp_path: Path) -> None:
     import tower_client.client as tc
-    from shellper.client import Client
+    from shellper.client.blocking import Client
 
     cls = Client if kind == "Client" else getattr(tc, kind)
     with pytest.raises(ValueError, match="role 'admin' is not one of"):
@@ -334,7 +334,7 @@ def test_a_bad_request_raises_locally_and_keeps_the_connection(
 def test_observe_refuses_a_directory_others_could_plant_records_in(sessions: Sessions) -> None:
     """discover() refused a group/world-writable directory but observe() (behind `tower-client reap`) read
     its records as evidence."""
-    from shellper.paths import UnsafeDirError
+    from shellper.host.paths import UnsafeDirError
 
     sessions.launch("one", ["cat"])
     os.chmod(sessions.dir, 0o777)
@@ -350,7 +350,7 @@ def test_observe_refuses_a_directory_others_could_plant_records_in(sessions: Ses
 def test_the_client_lets_through_every_signal_name_the_shellper_takes(name: str) -> None:
     """The client's check is the shellper's own (wire.bare_signal): it once refused "SIGKILL", which the
     shellper accepts."""
-    from shellper import wire
+    from shellper.protocol import wire
     from tower_client.client import checked_request
 
     frame = wire.Signal(signal=name)

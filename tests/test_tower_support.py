@@ -21,12 +21,12 @@ from typing import Any
 import pytest
 from conftest import CGROUP_PARENT, remove_cgroup_tree
 
-from shellper.cgroup import find_session_cgroups
-from shellper.config import SessionConfig
-from shellper.exits import RestartPolicy
-from shellper.identity import IdentityError, ProcessIdentity, boot_id, open_verified, read_stat
-from shellper.launch import LaunchInfo, launch
-from shellper.reaper import descendants
+from shellper.core.config import SessionConfig
+from shellper.core.exits import RestartPolicy
+from shellper.daemon.launch import LaunchInfo, launch
+from shellper.host.cgroup import find_session_cgroups
+from shellper.host.identity import IdentityError, ProcessIdentity, boot_id, open_verified, read_stat
+from shellper.host.reaper import descendants
 
 REPO = str(Path(__file__).resolve().parent.parent)
 

@@ -5,9 +5,9 @@
   shellper wrote about itself; never this process or one of its ancestors), pin its descendants, then
   ask it to STOP over its socket (it kills its own tree, confirms the deaths and removes its files) -
   but only if the socket answers as the recorded instance from the recorded pid. If STOP cannot be
-  delivered or the shellper does not exit in time: :func:`shellper.reaper.terminate_tree` (SIGTERM,
+  delivered or the shellper does not exit in time: :func:`shellper.host.reaper.terminate_tree` (SIGTERM,
   grace, SIGKILL, confirmed death, all through pidfds). Either way every descendant pinned before the
-  first signal must be dead afterwards, or :class:`~shellper.reaper.SurvivorError` is raised.
+  first signal must be dead afterwards, or :class:`~shellper.host.reaper.SurvivorError` is raised.
 * clean: if the record's shellper is dead (this boot, pid gone or reused), first end what its tree left
   behind (:mod:`tower_client.survivors`: processes in the recorded child's session or carrying its
   instance mark, each through a pidfd; never a live shellper's tree, nothing at all for a record whose
@@ -31,10 +31,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from shellper import wire
-from shellper.cgroup import (
+from shellper.client.blocking import Client, ClientError
+from shellper.core.config import DEFAULT_GRACE
+from shellper.core.containment import Containment
+from shellper.core.errors import ShellperError
+from shellper.core.owner import default_owner
+from shellper.host.cgroup import (
     CHILD_SUB,
-    NONE,
     SHELLPER_SUB,
     LeafName,
     SessionCgroup,
@@ -43,10 +46,7 @@ from shellper.cgroup import (
     owner_key,
     verify_dead_session,
 )
-from shellper.client import Client, ClientError
-from shellper.config import DEFAULT_GRACE
-from shellper.errors import ShellperError
-from shellper.identity import (
+from shellper.host.identity import (
     IdentityError,
     IdentityMismatch,
     IdentityUnreadable,
@@ -56,11 +56,11 @@ from shellper.identity import (
     open_verified,
     read_stat,
 )
-from shellper.owner import default_owner
-from shellper.paths import SessionPaths, remove_record_temps, session_files, unlink_if_regular, unlink_if_socket
-from shellper.reaper import SurvivorError, TerminateReport, descendants, terminate_tree
-from shellper.record import AlreadyRunning, RecordError, SessionLock, SessionRecord, cmdline_sha256, read_record
-from shellper.shellpers import live_shellpers, serves, session_cgroup, under
+from shellper.host.paths import SessionPaths, remove_record_temps, session_files, unlink_if_regular, unlink_if_socket
+from shellper.host.reaper import SurvivorError, TerminateReport, descendants, terminate_tree
+from shellper.host.record import AlreadyRunning, RecordError, SessionLock, SessionRecord, cmdline_sha256, read_record
+from shellper.host.shellpers import live_shellpers, serves, session_cgroup, under
+from shellper.protocol import wire
 from tower_client.client import InstanceMismatch, PeerMismatch, peer_pid
 from tower_client.discover import PROBE_TIMEOUT, check_probe_timeout
 from tower_client.reconcile import Action, Decision
@@ -122,7 +122,7 @@ def _remove_empty_cgroup(paths: SessionPaths) -> None:
         record = read_record(paths.record)
     except (OSError, RecordError):
         return
-    if record.containment == NONE:
+    if record.containment == Containment.NONE:
         return
     group, _ = verify_dead_session(record.cgroup, record.cgroup_id, str(paths.dir), record.name,
                                    record.instance_id)
@@ -403,7 +403,7 @@ def hold_owner_lock(directory: str, owner: str) -> SessionLock:
 def apply(decisions: Iterable[Decision], *, grace: float = DEFAULT_GRACE, stop_timeout: float | None = None,
           probe_timeout: float = PROBE_TIMEOUT, confirm_timeout: float = CONFIRM_TIMEOUT,
           owner: str | None = None) -> Report:
-    """Carry out ``decisions`` in order, holding ``owner``'s lock (default: shellper.owner.default_owner())
+    """Carry out ``decisions`` in order, holding ``owner``'s lock (default: shellper.core.owner.default_owner())
     in every runtime directory they touch. Never raises for one decision's failure: it is reported.
 
     ValueError (before anything is done) if ``probe_timeout`` is not a finite number > 0; OwnerBusy if

@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from shellper.identity import IdentityError, ProcessGone
-from shellper.owner import BadOwner, default_owner, validate_owner
-from shellper.paths import PathError, SessionPaths, runtime_dir
-from shellper.record import AlreadyRunning, SessionRecord
+from shellper.core.owner import BadOwner, default_owner, validate_owner
+from shellper.host.identity import IdentityError, ProcessGone
+from shellper.host.paths import PathError, SessionPaths, runtime_dir
+from shellper.host.record import AlreadyRunning, SessionRecord
 from tower_client.apply import OwnerBusy, apply, clean_session, terminate_session
 from tower_client.client import ClientError
 from tower_client.discover import Observed, discover, observe

@@ -3,7 +3,7 @@
 Output offsets are absolute and tracked at the point where the *caller* receives a frame, never where
 the socket delivered it: a Tower that reconnects with ``resume_from=output.next_offset`` therefore gets
 exactly the bytes it has not handed on yet, including anything that was still buffered in a client it
-dropped. Every error is a :class:`~shellper.client.ClientError` subclass carrying the socket path.
+dropped. Every error is a :class:`~shellper.client.blocking.ClientError` subclass carrying the socket path.
 """
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
-from shellper import wire
-from shellper.client import (
+from shellper.client.blocking import (
     Client,
     ClientError,
     ConnectionRefused,
@@ -34,7 +33,8 @@ from shellper.client import (
     checked_socket_path,
     socket_path,
 )
-from shellper.states import SessionState
+from shellper.core.states import SessionState
+from shellper.protocol import wire
 
 __all__ = [
     "AsyncClient",

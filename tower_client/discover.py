@@ -22,17 +22,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from shellper.cgroup import (
+from shellper.client.sessions import session_names
+from shellper.core.states import SessionState
+from shellper.host.cgroup import (
     OrphanCgroup,
     default_parent,
     find_session_cgroups,
 )
-from shellper.identity import IdentityUnreadable, ProcessIdentity, boot_id, read_stat
-from shellper.paths import PathError, SessionPaths, UnsafeDirError, lstat_dir, record_temp_files
-from shellper.record import LockError, RecordError, SessionLock, SessionRecord, read_record
-from shellper.sessions import session_names
-from shellper.shellpers import serves
-from shellper.states import SessionState
+from shellper.host.identity import IdentityUnreadable, ProcessIdentity, boot_id, read_stat
+from shellper.host.paths import PathError, SessionPaths, UnsafeDirError, lstat_dir, record_temp_files
+from shellper.host.record import LockError, RecordError, SessionLock, SessionRecord, read_record
+from shellper.host.shellpers import serves
 from tower_client.client import (
     AsyncClient,
     ClientError,
@@ -432,7 +432,7 @@ async def observe_async(directory: str | os.PathLike[str], name: str, *,
 async def discover_async(directory: str | os.PathLike[str], *, probe_timeout: float = PROBE_TIMEOUT,
                          concurrency: int = PROBE_CONCURRENCY, cgroup_parent: str | None = None) -> list[Observed]:
     """Observe every session name in ``directory`` (sorted), probing at most ``concurrency`` at once, and
-    the session cgroups of the directory under ``cgroup_parent`` (default: shellper.cgroup.default_parent).
+    the session cgroups of the directory under ``cgroup_parent`` (default: shellper.host.cgroup.default_parent).
 
     ValueError if ``concurrency`` < 1 or ``probe_timeout`` is not a finite number > 0."""
     check_concurrency(concurrency)

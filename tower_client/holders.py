@@ -33,14 +33,15 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shellper.cgroup import NONE, member_of, verify_cgroup
-from shellper.config import DEFAULT_GRACE
-from shellper.errors import ShellperError
-from shellper.identity import IdentityError, PidFd, ProcessGone, ProcStat, boot_id, cmdline, read_stat
-from shellper.owner import default_owner
-from shellper.paths import SessionPaths
-from shellper.record import LockError, RecordError, SessionLock, SessionRecord, read_record
-from shellper.sessions import session_names
+from shellper.client.sessions import session_names
+from shellper.core.config import DEFAULT_GRACE
+from shellper.core.containment import Containment
+from shellper.core.errors import ShellperError
+from shellper.core.owner import default_owner
+from shellper.host.cgroup import member_of, verify_cgroup
+from shellper.host.identity import IdentityError, PidFd, ProcessGone, ProcStat, boot_id, cmdline, read_stat
+from shellper.host.paths import SessionPaths
+from shellper.host.record import LockError, RecordError, SessionLock, SessionRecord, read_record
 from tower_client.apply import CONFIRM_TIMEOUT, Termination, hold_owner_lock, terminate_session
 from tower_client.discover import check_dir, lock_owners
 from tower_client.survivors import INSTANCE_ENV, Guard, SurvivorReport, guard, reap_survivors
@@ -221,7 +222,7 @@ def survivor_of(pid: int, stat: ProcStat, session: DeadSession) -> bool:
     if _marker(pid) == session.record.instance_id:
         return True
     rec = session.record
-    if rec.containment == NONE:
+    if rec.containment == Containment.NONE:
         return False
     group, _ = verify_cgroup(rec.cgroup, rec.cgroup_id, str(session.paths.dir), rec.name, rec.instance_id)
     return group is not None and member_of(pid, group.relative)
@@ -494,7 +495,7 @@ def mint_or_reclaim(session_id: str, runtime_dir: str | os.PathLike[str], *, gra
     :func:`~tower_client.survivors.reap_survivors`. Every holder process pinned beforehand must be dead
     afterwards, and a final re-scan must find no holder at all, else the verdict is ``mint``. Sessions
     in ``protect`` are never ended, even if named. A named session of another owner than ``owner``
-    (default: shellper.owner.default_owner()) is never ended either, and the ending is done holding the
+    (default: shellper.core.owner.default_owner()) is never ended either, and the ending is done holding the
     owner's lock, as :func:`~tower_client.apply.apply` does (OwnerBusy if another Tower of the owner holds
     it: nothing is ended).
     """

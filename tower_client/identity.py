@@ -1,6 +1,6 @@
 """Process identity for the Tower side: the same types the shellper writes into its record.
 
-Re-exported from :mod:`shellper.identity` and :mod:`shellper.reaper` so a Tower has one import for
+Re-exported from :mod:`shellper.host.identity` and :mod:`shellper.host.reaper` so a Tower has one import for
 "who is this pid" (boot id + pid + kernel start ticks), pidfds that a recycled pid can never alias,
 and the identity-checked tree teardown. Nothing is redefined here: one implementation, one set of
 exception types.
@@ -8,7 +8,7 @@ exception types.
 
 from __future__ import annotations
 
-from shellper.identity import (
+from shellper.host.identity import (
     IdentityError,
     IdentityMismatch,
     IdentityUnreadable,
@@ -23,7 +23,7 @@ from shellper.identity import (
     read_stat,
     start_time,
 )
-from shellper.reaper import SurvivorError, TerminateReport, descendants, terminate_tree
+from shellper.host.reaper import SurvivorError, TerminateReport, descendants, terminate_tree
 
 __all__ = [
     "IdentityError",

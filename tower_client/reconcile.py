@@ -61,7 +61,7 @@ first (it frees the name), then ``respawn`` (the Tower launches a fresh shellper
 parameters). Both carry the same reason. ``respawn`` is never emitted while something keeps the lock.
 A ``husk_expired`` terminate has no respawn: the child ended for good; the Tower drops the row.
 
-Owners: every decision is taken for one ``owner`` (default: shellper.owner.default_owner). A record of
+Owners: every decision is taken for one ``owner`` (default: shellper.core.owner.default_owner). A record of
 another owner, or written before records carried one, is left whatever the registry says, and so is a
 session cgroup whose name carries another owner's key: Towers of different owners can share a runtime
 directory without touching each other's sessions.
@@ -79,11 +79,11 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from shellper.cgroup import owner_key
-from shellper.errors import ShellperError
-from shellper.owner import default_owner
-from shellper.paths import BadName, validate_name
-from shellper.states import SessionState
+from shellper.core.errors import ShellperError
+from shellper.core.owner import default_owner
+from shellper.core.states import SessionState
+from shellper.host.cgroup import owner_key
+from shellper.host.paths import BadName, validate_name
 from tower_client.discover import Observed
 
 __all__ = [
@@ -283,7 +283,7 @@ class Decision:
 def reconcile(registry: Registry, observed: Iterable[Observed], *, now: float,
               husk_max_age: float | None = None, owner: str | None = None) -> list[Decision]:
     """Decide, per name (sorted), following the table in the module docstring, for ``owner`` (default:
-    shellper.owner.default_owner()). Pure, but for reading the default owner.
+    shellper.core.owner.default_owner()). Pure, but for reading the default owner.
 
     ValueError if ``husk_max_age`` is negative or NaN (None: husks never expire)."""
     if husk_max_age is not None and (isinstance(husk_max_age, bool) or not isinstance(husk_max_age, int | float)

@@ -3,7 +3,7 @@
 **Contained sessions** (``record.containment`` cgroup or systemd-scope): everything the session's child ever
 forked is in the recorded cgroup and nothing else is, so that is what is ended (SIGTERM to the verified
 members, ``grace``, ``cgroup.kill``, confirmed by ``populated 0``), and the cgroup is removed. Only a cgroup
-that :func:`shellper.cgroup.verify_dead_session` accepts is touched (the runtime directory's key, the
+that :func:`shellper.host.cgroup.verify_dead_session` accepts is touched (the runtime directory's key, the
 session's name and instance in its name, the recorded inode, no live shellper inside); otherwise nothing is
 signalled and the report says why. No marks are used: a cgroup cannot be left.
 
@@ -29,7 +29,7 @@ child) carries that session's marks, and its "survivors" would be the live sessi
 runtime directory the record came from (``directory``; default: that of ``record.socket``):
 
 * **A live shellper's tree is never touched.** A *live shellper* is, in any runtime directory, a process
-  proven by :func:`shellper.shellpers.live_shellpers` (it holds the lock its record names it by), or, in
+  proven by :func:`shellper.host.shellpers.live_shellpers` (it holds the lock its record names it by), or, in
   this directory, a process holding some session's lock (per /proc/locks). A marked process that is a live
   shellper, or whose parent chain (ppid, up to pid 1) reaches one, is *spared*: a shellper started inside
   the dead session inherited its mark, and it and its own tree are not the dead session's. A shellper is a
@@ -48,20 +48,21 @@ import signal
 import time
 from dataclasses import dataclass
 
-from shellper.cgroup import NONE, SessionCgroup, verify_dead_session
-from shellper.identity import IdentityError, PidFd, ProcessGone, boot_id, read_stat
-from shellper.paths import PathError, SessionPaths, UnsafeDirError
-from shellper.reaper import SurvivorError
-from shellper.record import LockError, RecordError, SessionLock, SessionRecord, read_record
-from shellper.sessions import session_names
-from shellper.shellpers import live_shellpers, record_is_alive, under
+from shellper.client.sessions import session_names
+from shellper.core.containment import Containment
+from shellper.host.cgroup import SessionCgroup, verify_dead_session
+from shellper.host.identity import IdentityError, PidFd, ProcessGone, boot_id, read_stat
+from shellper.host.paths import PathError, SessionPaths, UnsafeDirError
+from shellper.host.reaper import SurvivorError
+from shellper.host.record import LockError, RecordError, SessionLock, SessionRecord, read_record
+from shellper.host.shellpers import live_shellpers, record_is_alive, under
 from tower_client.discover import check_dir, lock_owners
 
 __all__ = ["INSTANCE_ENV", "MAX_ROUNDS", "Guard", "SurvivorReport", "find_survivors", "guard", "protected_pids",
            "reap_survivors"]
 
 INSTANCE_ENV = "SHELLPER_INSTANCE"
-"""Environment variable the shellper sets in every child to its instance id (see shellper.server)."""
+"""Environment variable the shellper sets in every child to its instance id (see shellper.daemon.session)."""
 MAX_ROUNDS = 8
 """Freeze-and-rescan rounds before giving up on finding forks made while we were killing."""
 
@@ -265,7 +266,7 @@ def reap_survivors(record: SessionRecord, *, directory: str | os.PathLike[str] |
     """
     if record_is_alive(record):  # its lock file may be gone, but it lives: its tree is its own to end
         return SurvivorReport(record.name, (), (), suspect=f"the recorded shellper {record.shellper_pid} is alive")
-    if record.containment != NONE:
+    if record.containment != Containment.NONE:
         return _reap_cgroup(record, directory, grace, confirm_timeout)
     protect = guard(record, directory)
     if protect.suspect:

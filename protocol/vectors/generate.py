@@ -3,7 +3,7 @@
 
 The files exist so that a second implementation can test itself without running Python: every
 case spells out the frame and the exact bytes. Expected outcomes of the stream cases are declared
-by hand here, never computed by the codec, so tests/test_wire.py checks the codec against them.
+by hand here, never computed by the codec, so tests/unit/test_wire.py checks the codec against them.
 
     python3 protocol/vectors/generate.py            # rewrite the files
     python3 protocol/vectors/generate.py --check    # exit 1 if the files are out of date
@@ -27,8 +27,8 @@ if str(ROOT) not in sys.path:  # run as a script from a checkout
 
 import msgpack  # noqa: E402
 
-from shellper import records  # noqa: E402
-from shellper.wire import (  # noqa: E402
+from shellper.core import structs  # noqa: E402
+from shellper.protocol.wire import (  # noqa: E402
     FRAME_CLASSES,
     HEADER,
     MAX_FRAME_SIZE,
@@ -94,7 +94,7 @@ def frame_from_json(obj: dict[str, Any]) -> Frame:
     cls = FRAME_CLASSES[obj["code"]]
     if cls.TYPE.name != obj["type"]:
         raise ValueError(f"type {obj['type']!r} does not match code {obj['code']}")
-    by_key = {f.metadata["key"] or f.name: f.name for f in records.fields(cls)}
+    by_key = {f.metadata["key"] or f.name: f.name for f in structs.fields(cls)}
     fields = from_json(obj["fields"])
     unknown = set(fields) - set(by_key)
     if unknown:

@@ -10,18 +10,20 @@ import pytest
 
 import shellper
 import tower_client
-from shellper.errors import ShellperError
+from shellper.core.errors import ShellperError
 
 EXEMPT = {
-    "shellper.records.FrozenInstanceError",  # mirrors dataclasses.FrozenInstanceError, which such code catches
-    "shellper.attach._Signalled",  # a BaseException on purpose: a signal unwinds attach as ^C would
+    "shellper.core.structs.FrozenInstanceError",  # mirrors dataclasses.FrozenInstanceError, which such code catches
+    "shellper.cli.attach._Signalled",  # a BaseException on purpose: a signal unwinds attach as ^C would
 }
 
 
 def _classes() -> list[type[BaseException]]:
     found: dict[str, type[BaseException]] = {}
     for package in (shellper, tower_client):
-        for info in pkgutil.iter_modules(package.__path__, package.__name__ + "."):
+        for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+            if info.name.endswith(".__main__"):
+                continue  # importing it would run the command
             module = importlib.import_module(info.name)
             for _, obj in inspect.getmembers(module, inspect.isclass):
                 if issubclass(obj, BaseException) and obj.__module__ == info.name:
@@ -35,8 +37,8 @@ def test_every_error_the_packages_define_is_a_shellper_error(cls: type[BaseExcep
 
 
 def test_the_family_is_not_empty_and_keeps_its_mixins() -> None:
-    from shellper.config import ConfigError
-    from shellper.launch import LaunchError
+    from shellper.core.config import ConfigError
+    from shellper.daemon.launch import LaunchError
 
     assert len(_classes()) > 40
     assert issubclass(ConfigError, ValueError) and issubclass(LaunchError, RuntimeError)

@@ -1,4 +1,4 @@
-"""The reactor (shellper.reactor), rule by rule: timers on a virtual clock, the wait cap, call_soon order,
+"""The reactor (shellper.daemon.reactor), rule by rule: timers on a virtual clock, the wait cap, call_soon order,
 futures and coroutine tasks, fd readiness and signals through the wake-up fd.
 
 Timers run on :class:`VirtualTime`: the clock stands still while there is work and, when the loop would
@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from shellper.reactor import MAX_WAIT, Future, Lock, Reactor, Task
+from shellper.daemon.reactor import MAX_WAIT, Future, Lock, Reactor, Task
 
 START = 1000.0
 """Where virtual time starts: a value unlike 0, so a timer measured from 0 by mistake shows."""

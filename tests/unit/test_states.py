@@ -7,8 +7,8 @@ import json
 import msgpack
 import pytest
 
-from shellper.record import STATES, RecordError, SessionRecord
-from shellper.states import SessionState
+from shellper.core.states import SessionState
+from shellper.host.record import STATES, RecordError, SessionRecord
 
 ENDED = {SessionState.EXITED, SessionState.FATAL}
 

@@ -1,4 +1,4 @@
-"""The socket transport (shellper.transport), rule by rule, on real socket pairs: writes straight through
+"""The socket transport (shellper.daemon.transport), rule by rule, on real socket pairs: writes straight through
 or queued and coalesced, pausing the writer at the high-water mark and resuming it at the low, pausing
 reading, what a failed peer sent still read, close and abort, descriptors passed with data."""
 
@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from shellper.reactor import Reactor
-from shellper.transport import (
+from shellper.daemon.reactor import Reactor
+from shellper.daemon.transport import (
     COALESCE_LIMIT,
     DRAIN_READS,
     RECV_SIZE,

@@ -1,0 +1,54 @@
+"""The ``shellper`` console script: a plain attach without argparse, else a prefork (for ``run``) and the CLI.
+
+Like :mod:`shellper.daemon.prefork`, this imports only the standard library's always-loaded parts, so the prefork
+is forked before any of the package's own imports.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from shellper.daemon.prefork import Prefork, wants_prefork
+
+
+def entry() -> None:
+    """The console script: run the CLI, then leave without the interpreter's teardown (~10 ms)."""
+    argv = sys.argv[1:]
+    code: int | str | None = None
+    if "attach" in argv:  # the command people wait on: started without argparse when it is plain
+        from shellper.cli.attach import quick_main
+
+        code = quick_main(argv)
+        if code is not None:
+            _leave(code)
+    prefork = Prefork.start() if wants_prefork(argv) else None
+    try:
+        from shellper.cli.main import main
+
+        code = main(argv, prefork=prefork)
+    except SystemExit as exc:
+        code = exc.code
+    finally:
+        if prefork is not None:
+            prefork.cancel()
+    _leave(code)
+
+
+def _leave(code: int | str | None) -> None:
+    """Flush and exit without the interpreter's teardown."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BrokenPipeError:  # `shellper ls | head`: the reader has all it wanted
+        pass
+    except (OSError, AttributeError) as exc:  # stdout full (>/dev/full) or closed (>&-): say so, not a traceback
+        try:  # noqa: SIM105 - contextlib is not loaded yet, and need not be
+            os.write(2, f"shellper: cannot write the output: {exc}\n".encode())
+        except OSError:
+            pass
+        code = code or 1
+    if isinstance(code, str):
+        print(code, file=sys.stderr)
+        code = 1
+    os._exit(code or 0)

@@ -1,0 +1,705 @@
+"""``shellper``: start, inspect, attach to and stop sessions.
+
+Every failure is one line on stderr naming what was wrong, and a non-zero exit status: 2 for a bad
+argument, 1 for everything else (no such session, a stale socket, permission).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+from shellper import __version__
+from shellper.core.config import (
+    CONTAINMENT_REQUESTS,
+    DEFAULT_RING_BYTES,
+    DEFAULT_TERM,
+    STDERR_MODES,
+    ConfigError,
+    SessionConfig,
+)
+from shellper.core.errors import ShellperError
+from shellper.core.exits import PolicyError, RestartPolicy
+from shellper.core.owner import OWNER_ENV, BadOwner, validate_owner
+from shellper.core.states import SessionState
+from shellper.daemon.launch import LaunchError, launch, run_foreground
+from shellper.host.paths import (
+    PathError,
+    SessionPaths,
+    existing_runtime_dir,
+    file_kind,
+    runtime_dir,
+    session_files,
+    validate_name,
+)
+from shellper.host.record import LockError, SessionLock
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs each shellper ~2.5 ms and 0.5 MiB
+if TYPE_CHECKING:  # imported where used: `shellper run` starts faster without the codec and client
+    from typing import Any
+
+    from shellper.client.blocking import Client
+    from shellper.client.sessions import SessionInfo
+    from shellper.daemon.prefork import Prefork
+    from shellper.host.identity import PidFd
+    from shellper.host.record import SessionRecord
+
+
+class CliError(ShellperError):
+    """A failure worth one line to the user."""
+
+
+STOP_EXIT_WAIT = 5.0
+"""Seconds ``stop`` waits, once the shellper has closed the connection, for it to exit: it first gives its
+other clients up to 2 s to take their last frames, then removes its files."""
+
+
+def _size(text: str) -> int:
+    """Byte counts: plain integers or with a K/M/G suffix (powers of 1024)."""
+    units = {"k": 1024, "m": 1024**2, "g": 1024**3}
+    t = text.strip().lower().removesuffix("ib").removesuffix("b")
+    try:
+        size = int(float(t[:-1]) * units[t[-1]]) if t and t[-1] in units else int(t)
+    except (ValueError, OverflowError):  # OverflowError: 1e309K
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 8388608, 8M, 512K)") from None
+    if not 0 <= size < 2**63:
+        raise argparse.ArgumentTypeError(f"{text!r} is outside 0..2^63-1 bytes")
+    return size
+
+
+def _seconds(text: str) -> float:
+    """A duration: a finite number of seconds, >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number of seconds >= 0")
+    return value
+
+
+def _nonempty(text: str) -> str:
+    if not text:  # not "the default": the user named a directory, just not one that exists
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
+
+
+def _env_pair(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    return key, value
+
+
+def _columns() -> int:
+    """The terminal's width as shutil.get_terminal_size finds it ($COLUMNS, then stdout, else 80)."""
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns if columns > 0 else 80
+
+
+class _Formatter(argparse.HelpFormatter):
+    """argparse's own, given its width: argparse makes one per option it adds (to check the option), and
+    left to itself the first imports shutil (with bz2, lzma and zlib), ~3 ms of every ``shellper run``."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
+                 width: int | None = None) -> None:
+        super().__init__(prog, indent_increment, max_help_position, _columns() - 2 if width is None else width)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="shellper", description="Hold a terminal session in a long-lived process.",
+                                formatter_class=_Formatter)
+    p.add_argument("--version", action="version", version=f"shellper {__version__}")
+    p.add_argument("--dir", type=_nonempty, help="runtime directory (default $SHELLPER_DIR, $XDG_RUNTIME_DIR/shellper, "
+                   "/tmp/shellper-$UID)")
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+
+    def command(name: str, text: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=text, formatter_class=_Formatter)
+
+    run = command("run", "start a session: shellper run NAME [options] -- COMMAND [ARGS...]")
+    run.add_argument("name")
+    run.add_argument("command", nargs="*", help="the program to run and its arguments, after --")
+    run.add_argument("--foreground", action="store_true", help="run in this process instead of detaching")
+    run.add_argument("--cwd", help="working directory of the child (default: the current one)")
+    run.add_argument("--env", action="append", type=_env_pair, default=[], metavar="K=V",
+                     help="set a variable for the child (repeatable)")
+    run.add_argument("--no-inherit-env", dest="inherit_env", action="store_false",
+                     help="start the child with only --env variables (plus TERM)")
+    run.add_argument("--cols", type=int, default=80)
+    run.add_argument("--rows", type=int, default=24)
+    run.add_argument("--term", default=DEFAULT_TERM)
+    run.add_argument("--ring-bytes", type=_size, default=DEFAULT_RING_BYTES, help="scrollback kept (default 8M)")
+    run.add_argument("--stderr", choices=STDERR_MODES, default="auto",
+                     help="pty: a separate terminal for fd 2, captured for exit reasons; merged: one terminal "
+                     "(shells need it for job control); pipe; auto (default): merged for shells, else pty")
+    run.add_argument("--grace", type=_seconds, default=5.0, help="seconds between SIGTERM and SIGKILL on stop")
+    run.add_argument("--husk-ttl", type=_seconds, default=None,
+                     help="seconds an exited/fatal session stays around before it stops itself (default: forever)")
+    # values checked in cmd_run and by SessionConfig: one line naming the option, not argparse's usage dump
+    run.add_argument("--owner", metavar="NAME",
+                     help=f"who the session belongs to (default ${OWNER_ENV}, else your user name)")
+    run.add_argument("--containment", default="auto", metavar="|".join(CONTAINMENT_REQUESTS),
+                     help="cgroup: the session's processes in a cgroup of their own, or do not start; none: "
+                     "without one; auto (default): a cgroup where one can be made, else none")
+    run.add_argument("--cgroup-parent", metavar="PATH",
+                     help="the cgroup v2 directory to make the session's cgroup in (default "
+                     "$SHELLPER_CGROUP_PARENT, else detected)")
+    RestartPolicy.add_arguments(run)
+
+    ls = command("ls", "list sessions")
+    ls.add_argument("--json", action="store_true")
+
+    att = command("attach", "attach this terminal to a session")
+    att.add_argument("name")
+    att.add_argument("--detach-key", default="^\\", help="key that detaches (default ^\\, i.e. Ctrl-\\)")
+    att.add_argument("--read-only", action="store_true", help="attach as a viewer: no input, no resize")
+    att.add_argument("--no-replay", action="store_true", help="show only new output")
+    att.add_argument("--relay", action="store_true",
+                     help="pass every byte through this process instead of handing the terminal to the shellper")
+
+    send = command("send", "type text into a session")
+    send.add_argument("name")
+    send.add_argument("text")
+    send.add_argument("--enter", action="store_true", help="press Enter after the text")
+
+    tail = command("tail", "print a session's recent output")
+    tail.add_argument("name")
+    tail.add_argument("--bytes", type=_size, default=None, help="at most this much of the end (default: all held)")
+    tail.add_argument("--follow", "-f", action="store_true", help="keep printing new output until interrupted")
+    tail.add_argument("--plain", action="store_true", help="strip escape sequences and carriage returns")
+
+    sig = command("signal", "send a signal to the session's child process group")
+    sig.add_argument("name")
+    sig.add_argument("signal", help="a signal name: HUP, INT, TERM, KILL, ... (SIG prefix optional)")
+
+    rs = command("resize", "set the session's terminal size")
+    rs.add_argument("name")
+    rs.add_argument("cols", type=int)
+    rs.add_argument("rows", type=int)
+
+    st = command("stop", "stop a session: its whole process tree, then the shellper")
+    st.add_argument("name")
+    st.add_argument("--grace", type=_seconds, default=None)
+
+    status = command("status", "a session's state, exits and clients")
+    status.add_argument("name")
+    status.add_argument("--json", action="store_true")
+    return p
+
+
+def main(argv: list[str] | None = None, prefork: Prefork | None = None) -> int:
+    """Run one command; ``prefork`` is the daemon-to-be that the console script forked early, if any."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if _subcommand(argv) == "run" and "--" in argv:  # everything after the first -- is the child's, options too
+        cut = argv.index("--")
+        args = _parser().parse_args(argv[:cut])
+        # a command already begun before the -- (run NAME git log -- FILE) has it as one of its arguments
+        args.command = [*args.command, "--", *argv[cut + 1:]] if args.command else argv[cut + 1:]
+    else:  # argparse's own --: what follows is positional (send NAME -- -text)
+        args = _parser().parse_args(argv)
+    args.prefork = prefork
+    try:
+        handler = _COMMANDS[args.cmd]
+        return handler(args)
+    except Exception as exc:
+        if not isinstance(exc, _user_errors()):
+            raise
+        print(f"shellper: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def _subcommand(argv: list[str]) -> str | None:
+    """The command word: the first argument that is neither an option nor --dir's value."""
+    value_next = False
+    for arg in argv:
+        if value_next:
+            value_next = False
+        elif arg == "--":
+            return None
+        elif arg.startswith("-"):
+            value_next = len(arg) > 2 and "--dir".startswith(arg)  # --dir DIR, or argparse's --di DIR
+        else:
+            return arg
+    return None
+
+
+def _user_errors() -> tuple[type[Exception], ...]:
+    """Failures that deserve one line, not a traceback (a client error only if the client was loaded)."""
+    errors: tuple[type[Exception], ...] = (CliError, LaunchError, PathError, ConfigError, PolicyError, LockError)
+    client = sys.modules.get("shellper.client.blocking")
+    return (*errors, client.ClientError) if client is not None else errors
+
+
+def _dir(args: argparse.Namespace) -> str:
+    return runtime_dir(args.dir)
+
+
+def _connect(args: argparse.Namespace, role: str = "tower", **hello: Any) -> Client:
+    from shellper.client.blocking import Client, ClientError, ConnectionRefused
+
+    validate_name(args.name)
+    path = os.path.join(_dir(args), f"{args.name}.sock")
+    client = Client(path, role, client_name=f"shellper-cli:{args.cmd}")
+    try:
+        client.connect(**hello)
+    except ClientError as exc:  # the path, what is wrong, and for a stale socket what to do
+        hint = (f"; its shellper is gone: `shellper stop {args.name}` ends what it left running and removes "
+                "its files") if isinstance(exc, ConnectionRefused) else ""
+        raise CliError(f"session {args.name!r}: {exc}{hint}") from None
+    return client
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    command = list(args.command)
+    if not command:
+        raise CliError("run: no command given; usage: shellper run NAME [options] -- COMMAND [ARGS...]")
+    env = dict(os.environ) if args.inherit_env else {}
+    env.update(dict(args.env))
+    config = SessionConfig(
+        name=args.name, argv=command, dir=_dir(args), cwd=os.path.abspath(args.cwd or os.getcwd()), env=env,
+        cols=args.cols, rows=args.rows, term=args.term, ring_bytes=args.ring_bytes, stderr_mode=args.stderr,
+        grace=args.grace, husk_ttl=args.husk_ttl, policy=_policy(args), owner=_owner(args),
+        containment=args.containment, cgroup_parent=_cgroup_parent(args))
+    if not os.path.isdir(config.cwd):
+        raise CliError(f"run: --cwd {config.cwd} is not a directory")
+    if args.foreground:
+        return run_foreground(config)
+    info = launch(config, fork=True, prefork=args.prefork)  # the CLI is single-threaded: no second interpreter
+    try:
+        print(json.dumps(info.to_dict()), flush=True)
+    except OSError as exc:  # >/dev/full: the session runs; say that, and that its line is missing
+        raise CliError(f"run: session {config.name!r} started (pid {info.pid}), but its info line could not "
+                       f"be written: {exc.strerror or exc}") from None
+    return 0
+
+
+def _owner(args: argparse.Namespace) -> str:
+    """--owner as typed ("" when not given: launch() resolves the default); an explicit '' is refused,
+    not taken as the default."""
+    if args.owner is None:
+        return ""
+    try:
+        return validate_owner(args.owner)
+    except BadOwner as exc:
+        raise CliError(f"run: --owner {args.owner!r}: {exc.reason}") from None
+
+
+def _cgroup_parent(args: argparse.Namespace) -> str | None:
+    """--cgroup-parent made absolute, as --cwd is (None when not given: the shellper detects one)."""
+    parent: str | None = args.cgroup_parent
+    if parent is None:
+        return None
+    if not parent:  # not "the default": the user named a parent, just not one
+        raise CliError("run: --cgroup-parent: must not be empty")
+    return os.path.abspath(parent)
+
+
+def _policy(args: argparse.Namespace) -> RestartPolicy:
+    """The restart policy, its errors named by the option the user typed (--backoff-initial), not the field."""
+    try:
+        return RestartPolicy.from_arguments(args)
+    except PolicyError as exc:
+        option = {"mode": "--restart", "fatal_patterns": "--fatal-pattern"}.get(
+            exc.field, "--" + exc.field.replace("_", "-"))
+        raise CliError(f"run: {option} {exc.value}: {exc.problem}") from None
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    from shellper.client.sessions import list_sessions
+
+    sessions = list_sessions(_dir(args)) if existing_runtime_dir(_dir(args)) else []
+    if args.json:
+        print(json.dumps([s.to_dict() for s in sessions], indent=2))
+        return 0
+    if not sessions:
+        print(f"no sessions in {_dir(args)}")
+        return 0
+    # LAST EXIT, the one free-text column, stays last; the others keep their places for scripts that split rows
+    rows: list[tuple[str, ...]] = [("NAME", "STATE", "PID", "CHILD", "UPTIME", "CLIENTS", "RING", "OWNER",
+                                    "CONTAINMENT", "LAST EXIT")]
+    rows += [_ls_row(s) for s in sessions]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    return 0
+
+
+def _ls_row(s: SessionInfo) -> tuple[str, ...]:
+    return (s.name, s.state, str(s.pid or "-"), str(s.child_pid or "-"), _duration(s.uptime),
+            "-" if s.clients is None else str(s.clients), _bytes(s.ring_bytes), s.owner or "-",
+            s.containment or "-", s.last_exit or "-")
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s < 86400 else f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def _bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "K", "M", "G"):
+        if n < 1024 or unit == "G":
+            return f"{n}{unit}" if unit == "B" else f"{n:.1f}{unit}"
+        n = n / 1024  # type: ignore[assignment]
+    return str(n)
+
+
+def cmd_attach(args: argparse.Namespace) -> int:
+    from shellper.cli.attach import attach_session
+
+    return attach_session(args.dir, args.name, detach_key=args.detach_key, read_only=args.read_only,
+                          no_replay=args.no_replay, relay=args.relay)
+
+
+def cmd_send(args: argparse.Namespace) -> int:
+    from shellper.protocol import wire
+
+    text = args.text + ("\r" if args.enter else "")
+    with _connect(args, "terminal", replay_bytes=0) as client:
+        assert client.welcome is not None
+        state = client.welcome.state
+        if state not in (SessionState.RUNNING, SessionState.STARTING):  # input would go nowhere (or to a later child)
+            raise CliError(f"send: session {args.name!r} has no running program (state {state}); nothing sent")
+        client.write(text.encode())
+        client.request(wire.Ping(nonce=1), wire.Pong)  # the shellper has taken the input once it answers
+    return 0
+
+
+def cmd_tail(args: argparse.Namespace) -> int:
+    from shellper.client.blocking import SessionGone
+    from shellper.core.text import strip_ansi
+    from shellper.protocol import wire
+
+    out = sys.stdout.buffer
+    with _connect(args, "viewer", replay_bytes=args.bytes) as client:
+        assert client.welcome is not None and client.replay is not None
+        end = client.welcome.ring_end
+
+        def emit(data: bytes) -> None:
+            out.write(strip_ansi(data) if args.plain else data)
+            out.flush()
+
+        emit(client.replay.data)
+        while args.follow or client.output.next_offset < end:
+            try:
+                frame = client.recv()
+            except SessionGone:
+                break
+            if isinstance(frame, wire.Data):
+                emit(frame.data)
+            elif isinstance(frame, wire.Exit) and args.follow:
+                print(f"\n[shellper: {frame.reason or 'child exited'}]", file=sys.stderr)
+    return 0
+
+
+def cmd_signal(args: argparse.Namespace) -> int:
+    from shellper.protocol import wire
+
+    bare = args.signal.upper().removeprefix("SIG")
+    if bare not in wire.SIGNALS:
+        raise CliError(f"signal: {args.signal!r} is not one of {' '.join(wire.SIGNALS)}")
+    with _connect(args, "tower", replay_bytes=0) as client:
+        client.send(wire.Signal(signal=bare))
+        _confirm(client)
+    return 0
+
+
+def cmd_resize(args: argparse.Namespace) -> int:
+    from shellper.protocol import wire
+
+    if not (1 <= args.cols <= 65535 and 1 <= args.rows <= 65535):
+        raise CliError(f"resize: {args.cols}x{args.rows} is outside 1..65535")
+    with _connect(args, "terminal", replay_bytes=0) as client:
+        client.send(wire.Resize(cols=args.cols, rows=args.rows))
+        _confirm(client)
+    return 0
+
+
+def _confirm(client: Client) -> None:
+    """A PING round trip: any ERROR for what we sent arrives before the PONG."""
+    from shellper.client.blocking import RemoteError
+    from shellper.protocol import wire
+
+    client.send(wire.Ping(nonce=7))
+    while True:
+        frame = client.recv(timeout=client.timeout)
+        if frame is None:
+            raise CliError("the session did not answer")
+        if isinstance(frame, wire.Error):
+            raise RemoteError(client.path, frame)
+        if isinstance(frame, wire.Pong):
+            return
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    """STOP over the socket, then make sure: the shellper (pinned by a pidfd before asking) has exited and
+    its files are gone. A closed connection alone proves neither (the shellper killed or stopped mid-way)."""
+    from shellper.client.blocking import RemoteError, SessionGone
+    from shellper.protocol import wire
+
+    validate_name(args.name)
+    paths = SessionPaths.for_name(_dir(args), args.name)
+    if not SessionLock.is_locked(paths.lock) and session_files(paths):
+        return _stop_stale(args, paths)
+    record = _read_record(paths)
+    pin: PidFd | None = None
+    try:
+        with _connect(args, "tower", replay_bytes=0) as client:
+            pin = _pin_shellper(client, record)
+            grace = args.grace if args.grace is not None else 5.0
+            deadline = time.monotonic() + grace + 15.0
+            try:
+                client.send(wire.Stop(grace=args.grace))
+                while True:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise CliError(f"stop: session {args.name!r} did not stop within {grace + 15.0:g} s: "
+                                       + _what_remains(args.name, paths, pin))
+                    frame = client.recv(timeout=left)
+                    if isinstance(frame, wire.Error):
+                        raise RemoteError(client.path, frame)
+            except SessionGone:
+                pass
+        return _confirm_stopped(args.name, paths, pin, record)
+    finally:
+        if pin is not None:
+            pin.close()
+
+
+def _read_record(paths: SessionPaths) -> SessionRecord | None:
+    from shellper.host.record import RecordError, read_record
+
+    try:
+        return read_record(paths.record)
+    except (OSError, RecordError):
+        return None
+
+
+def _pin_shellper(client: Client, record: SessionRecord | None) -> PidFd | None:
+    """A pidfd on the shellper that answered: the record's (boot id, pid, start ticks) when the record
+    names the instance that answered, else the socket's peer if it is the pid WELCOME claims; None if
+    neither can be had (then the lock tells when it is gone)."""
+    from shellper.host.identity import IdentityError, PidFd, ProcessIdentity, open_verified
+    from tower_client.client import peer_pid
+
+    welcome = client.welcome
+    assert welcome is not None
+    try:
+        if record is not None and (record.instance_id, record.shellper_pid) == (welcome.instance_id,
+                                                                                welcome.shellper_pid):
+            return open_verified(ProcessIdentity(record.boot_id, record.shellper_pid, record.shellper_start_time))
+        peer = peer_pid(client.sock) if client.sock is not None else None
+        if peer is not None and peer == welcome.shellper_pid:
+            return PidFd.open(peer)  # it holds the connection open, so this pid is still the peer's
+    except IdentityError:
+        pass
+    return None
+
+
+def _lock_freed(paths: SessionPaths, timeout: float) -> bool:
+    """Without a pidfd: wait for the session lock to be free (its holder gone), polling until ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if not SessionLock.is_locked(paths.lock):
+                return True
+        except LockError:
+            return False
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+
+
+def _confirm_stopped(name: str, paths: SessionPaths, pin: PidFd | None, record: SessionRecord | None) -> int:
+    gone = pin.wait_dead(STOP_EXIT_WAIT) if pin is not None else _lock_freed(paths, STOP_EXIT_WAIT)
+    if not gone:
+        raise CliError(f"stop: session {name!r}: the connection ended but the shellper did not exit: "
+                       + _what_remains(name, paths, pin))
+    left = session_files(paths)
+    if not left:
+        print(f"stopped {name}")
+        return 0
+    if SessionLock.is_locked(paths.lock):  # its files now: the name was taken by a new shellper
+        print(f"stopped {name}; a new session {name!r} has started since")
+        return 0
+    pid = f" (pid {pin.pid})" if pin is not None else ""
+    raise CliError(f"stop: session {name!r}: its shellper{pid} died before it finished stopping (killed?); "
+                   f"{_files_left(paths, left)}{_survivors_note(record, paths)}: run `shellper stop {name}` again "
+                   "to end what it left running and remove its files")
+
+
+def _what_remains(name: str, paths: SessionPaths, pin: PidFd | None) -> str:
+    """A live shellper and its files, and what to do about them."""
+    from shellper.host.identity import read_stat
+
+    files = _files_left(paths, session_files(paths))
+    if pin is None:
+        return (f"its lock is still held; {files}: run `shellper stop {name}` again once its shellper has "
+                "exited, or find and end it (`shellper ls` shows its pid)")
+    st = read_stat(pin.pid) if not pin.wait_dead(0) else None
+    state = {"T": "is stopped (SIGSTOP)", "t": "is stopped by a debugger", "D": "is blocked in the kernel (D)",
+             }.get(st.state, "is still running") if st is not None else "has just exited"
+    cont = f"`kill -CONT {pin.pid}` lets it finish; or " if st is not None and st.state == "T" else ""
+    return (f"its shellper (pid {pin.pid}) {state}; {files}: {cont}`kill -KILL {pin.pid}`, then "
+            f"`shellper stop {name}` ends what it left running and removes its files")
+
+
+def _files_left(paths: SessionPaths, left: list[str]) -> str:
+    if not left:
+        return "no files left"
+    return f"files left in {paths.dir}: {', '.join(os.path.basename(p) for p in left)}"
+
+
+def _survivors_note(record: SessionRecord | None, paths: SessionPaths) -> str:
+    """The processes a dead shellper's tree left running, found by their marks (nothing is signalled)."""
+    if record is None:
+        return ""
+    from shellper.host.identity import IdentityError
+    from tower_client.survivors import find_survivors
+
+    try:
+        found = find_survivors(record, directory=paths.dir)
+    except (IdentityError, OSError, PathError):  # only a note: the error says what to do either way
+        return ""
+    try:
+        pids = sorted(found)
+    finally:
+        for fd in found.values():
+            fd.close()
+    return f"; processes it started still running: {', '.join(map(str, pids))}" if pids else ""
+
+
+def _stop_stale(args: argparse.Namespace, paths: SessionPaths) -> int:
+    """The shellper is gone (killed, crashed, or a launch that failed) and left files: end what its tree
+    left running and remove them, as tower_client's reconcile does for a dead session (identity-checked,
+    under the lock). What is not the session's to remove (a symlink, a directory) is named, not touched."""
+    from shellper.host.record import AlreadyRunning
+    from shellper.host.shellpers import record_is_alive
+    from tower_client.apply import clean_session, terminate_session
+    from tower_client.survivors import reap_survivors
+
+    ended: tuple[int, ...] = ()
+    record = _read_record(paths)
+    if record is not None and record_is_alive(record):
+        # Its lock file was removed (a tmp cleaner), not its shellper: end it as a Tower would, verified.
+        from shellper.host.identity import IdentityError
+
+        try:
+            term = terminate_session(record, paths, grace=5.0 if args.grace is None else args.grace)
+        except IdentityError as exc:
+            raise CliError(f"stop: session {args.name!r} has no lock file, and pid {record.shellper_pid} "
+                           f"could not be verified as its shellper: {exc}; nothing signalled") from None
+        print(f"stopped {args.name} (its lock file was missing; via {term.method})")
+        return 0
+    if record is not None:
+        ended = reap_survivors(record, directory=paths.dir, grace=5.0 if args.grace is None else args.grace).pids
+    try:
+        removed = clean_session(paths)
+    except AlreadyRunning:
+        raise CliError(f"stop: session {args.name!r} was started again meanwhile; nothing removed") from None
+    ended_note = f" and ended {len(ended)} process(es) it left running" if ended else ""
+    left = session_files(paths)
+    if left:
+        kinds = ", ".join(f"{os.path.basename(p)} ({file_kind(p) or 'gone'})" for p in left)
+        raise CliError(f"stop: session {args.name!r}: its shellper was already gone; removed {len(removed)} "
+                       f"file(s){ended_note}, but left in {paths.dir}: {kinds}, which shellper never removes "
+                       "(only its own sockets and regular files): check what they are and remove them yourself")
+    print(f"stopped {args.name}: its shellper was already gone; removed its files{ended_note}")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from shellper.client.sessions import exit_summary
+    from shellper.protocol import wire
+
+    try:
+        client = _connect(args, "viewer", replay_bytes=0)
+    except CliError:  # no answer: if the shellper is gone and left its record, show what that says
+        paths = SessionPaths.for_name(_dir(args), args.name)
+        if SessionLock.is_locked(paths.lock) or not os.path.lexists(paths.record):
+            raise
+        return _status_of_dead(args, paths)
+    with client:
+        reply = client.request(wire.Status(), wire.StatusReply)
+    assert isinstance(reply, wire.StatusReply)
+    if args.json:
+        print(json.dumps({"state": reply.state, **reply.info}, indent=2, default=str))
+        return 0
+    info = reply.info
+    print(f"{info.get('name')}: {reply.state}" + (f" ({info['state_reason']})" if info.get("state_reason") else ""))
+    print(f"  shellper pid {info.get('shellper_pid')}, child pid {info.get('child_pid') or '-'}, "
+          f"up {_duration(info.get('uptime'))}")
+    _print_containment(info.get("owner"), info.get("containment"), info.get("cgroup"))
+    print(f"  command {' '.join(info.get('argv') or [])} in {info.get('cwd')}")
+    print(f"  output {info.get('ring_end')} bytes, ring holds {info.get('ring_end', 0) - info.get('ring_start', 0)}")
+    print(f"  exits {info.get('exit_count')}, restarts {info.get('restarts')}")
+    last = info.get("last_exit")
+    if last:
+        print(f"  last exit: {exit_summary(last)}")
+    print(f"  clients: {max(0, len(info.get('clients') or []) - 1)}")  # not counting this status query
+    if info.get("output_held"):
+        print("  output held: the tower or a terminal is more than half a ring behind (the child waits for it)")
+    return 0
+
+
+def _print_containment(owner: str | None, containment: str | None, cgroup: str | None) -> None:
+    print(f"  owner {owner or '-'}, containment {containment or '-'}")
+    if cgroup:
+        print(f"  cgroup {cgroup}")
+
+
+def _status_of_dead(args: argparse.Namespace, paths: SessionPaths) -> int:
+    """No live shellper holds the lock, but the record is there: what it last said (owner, containment, its
+    cgroup, the exits), marked stale; exit 1, as for any session that is not running."""
+    from shellper.client.sessions import exit_summary
+    from shellper.core.structs import asdict
+    from shellper.host.record import RecordError, read_record
+
+    try:
+        record = read_record(paths.record)
+    except FileNotFoundError:  # removed since the check
+        raise CliError(f"session {args.name!r}: no such session") from None
+    except (OSError, RecordError) as exc:
+        raise CliError(f"status: session {args.name!r}: its shellper is gone and its record is unreadable: "
+                       f"{exc}") from None
+    reason = f"no live shellper holds this session's lock; its record said {record.state}"
+    if args.json:
+        print(json.dumps({"state": "stale", "state_reason": reason, "name": record.name, "owner": record.owner,
+                          "containment": record.containment, "cgroup": record.cgroup, "record": asdict(record)},
+                         indent=2, default=str))
+    else:
+        print(f"{record.name}: stale ({reason})")
+        print(f"  shellper pid {record.shellper_pid} (gone), child pid {record.child_pid or '-'} (recorded)")
+        _print_containment(record.owner, record.containment, record.cgroup)
+        print(f"  command {' '.join(record.command)} in {record.cwd}")
+        print(f"  exits {record.exit_count}, restarts {record.restarts}")
+        if record.exits:
+            print(f"  last exit: {exit_summary(record.exits[-1])}")
+    print(f"shellper: session {args.name!r} is not running (shown from its record)", file=sys.stderr)
+    return 1
+
+
+_COMMANDS = {
+    "run": cmd_run, "ls": cmd_ls, "attach": cmd_attach, "send": cmd_send, "tail": cmd_tail,
+    "signal": cmd_signal, "resize": cmd_resize, "stop": cmd_stop, "status": cmd_status,
+}

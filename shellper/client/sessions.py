@@ -1,0 +1,142 @@
+"""What is in a runtime directory: each session's record, whether its owner is alive, what it says.
+
+The lock answers "is somebody alive" without signalling anyone; the socket answers "is it serving";
+the record says what it is. A record without a live lock is stale; a socket without a record is too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from pathlib import Path
+from typing import Any
+
+from shellper.client.blocking import Client, ClientError
+from shellper.core.structs import asdict, record
+from shellper.host.paths import (
+    LOCK_SUFFIX,
+    LOG_SUFFIX,
+    RECORD_SUFFIX,
+    SOCKET_SUFFIX,
+    BadName,
+    temp_file_session,
+    validate_name,
+)
+from shellper.host.record import LockError, RecordError, SessionLock, SessionRecord, read_record
+from shellper.protocol import wire
+
+PROBE_TIMEOUT = 2.0
+
+
+@record
+class SessionInfo:
+    name: str
+    state: str  # the record's state, or "stale" (no live owner) / "unreachable" (owner alive, socket silent)
+    reason: str = ""
+    pid: int | None = None
+    child_pid: int | None = None
+    uptime: float | None = None
+    clients: int | None = None
+    ring_bytes: int | None = None
+    last_exit: str | None = None
+    owner: str | None = None
+    """Who the session belongs to; None where neither the shellper nor the record names one."""
+    containment: str | None = None
+    """cgroup, systemd-scope or none (shellper.host.cgroup): live from the shellper, else from the record."""
+    cgroup: str | None = None
+    locked: bool = False
+    answers: bool = False
+    record: SessionRecord | None = None
+    status: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.pop("record")
+        return out
+
+
+def session_names(directory: str | Path) -> list[str]:
+    """Every name that has a record, socket, lock or log file in ``directory``, or a record temp file a
+    killed writer left (``.NAME.json.<pid>.<hex>.tmp``, a regular file), sorted: a session that left only
+    some of its files behind is still seen, and can be cleaned."""
+    names: set[str] = set()
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+        for entry in Path(directory).iterdir():
+            temp_of = temp_file_session(entry.name)
+            if temp_of is not None and entry.is_file() and not entry.is_symlink():
+                names.add(temp_of)
+            for suffix in (RECORD_SUFFIX, SOCKET_SUFFIX, LOCK_SUFFIX, LOG_SUFFIX):
+                if entry.name.endswith(suffix):
+                    stem = entry.name[: -len(suffix)]
+                    with contextlib.suppress(BadName):
+                        names.add(validate_name(stem))
+    return sorted(names)
+
+
+def probe_status(socket_path: Path, timeout: float = PROBE_TIMEOUT) -> wire.StatusReply | None:
+    """Ask a session for its STATUS as a viewer that wants no replay; None if it does not answer."""
+    client = Client(socket_path, "viewer", client_name="shellper-ls", timeout=timeout)
+    try:
+        client.connect(replay_bytes=0)
+        reply = client.request(wire.Status(), wire.StatusReply)
+        return reply if isinstance(reply, wire.StatusReply) else None
+    except ClientError:
+        return None
+    finally:
+        client.close()
+
+
+def exit_summary(last: dict[str, Any]) -> str:
+    """One exit as "class: reason", without saying the class twice (reasons mostly start with it)."""
+    kind, reason = str(last.get("class", "?")), str(last.get("reason", ""))
+    return reason if reason.startswith(kind) else f"{kind}: {reason}"
+
+
+def inspect_session(directory: str | Path, name: str, probe: bool = True) -> SessionInfo:
+    base = Path(directory) / name
+    info = SessionInfo(name=name, state="stale")
+    try:
+        info.record = read_record(base.with_name(name + RECORD_SUFFIX))
+    except (RecordError, OSError) as exc:
+        info.reason = f"no readable record: {exc}"
+    try:
+        info.locked = SessionLock.is_locked(base.with_name(name + LOCK_SUFFIX))
+    except LockError as exc:  # a directory or a fifo where the lock should be: say so, list the rest
+        info.state, info.reason = "unknown", str(exc)
+        return info
+    record = info.record
+    if record is not None:
+        info.pid, info.child_pid, info.state = record.shellper_pid, record.child_pid, record.state
+        info.reason = record.state_reason
+        info.owner = record.owner or None  # "" in a record written before owners existed
+        info.containment, info.cgroup = record.containment, record.cgroup
+        info.uptime = time.time() - record.created_at
+        if record.exits:
+            info.last_exit = exit_summary(record.exits[-1])
+    if not info.locked:
+        info.state = "stale"
+        info.uptime = None  # it ended at some unknown time: counting on would say it still runs
+        info.reason = "no live shellper holds this session's lock"
+        return info
+    if probe:
+        reply = probe_status(base.with_name(name + SOCKET_SUFFIX))
+        if reply is None:
+            info.state = "unreachable"
+            info.reason = "the shellper is alive but its socket does not answer"
+        else:
+            info.answers = True
+            info.status = reply.info
+            info.state = reply.state
+            info.reason = str(reply.info.get("state_reason") or "")
+            info.child_pid = reply.info.get("child_pid")
+            info.owner = reply.info.get("owner") or info.owner
+            info.containment = reply.info.get("containment") or info.containment
+            info.cgroup = reply.info.get("cgroup", info.cgroup)
+            info.clients = max(0, len(reply.info.get("clients") or []) - 1)  # not counting this probe
+            end, start = reply.info.get("ring_end", 0), reply.info.get("ring_start", 0)
+            info.ring_bytes = end - start
+    return info
+
+
+def list_sessions(directory: str | Path, probe: bool = True) -> list[SessionInfo]:
+    return [inspect_session(directory, name, probe) for name in session_names(directory)]

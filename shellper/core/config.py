@@ -1,0 +1,154 @@
+"""What a session is started with: one dataclass shared by the CLI, `launch()` and the server."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+from shellper.core import structs
+from shellper.core.containment import Containment
+from shellper.core.errors import ShellperError
+from shellper.core.execve import env_problem, has_nul
+from shellper.core.exits import RestartPolicy
+from shellper.core.owner import BadOwner, validate_owner
+from shellper.core.structs import field, record
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs each shellper ~2.5 ms and 0.5 MiB
+if TYPE_CHECKING:
+    from typing import Any
+
+DEFAULT_RING_BYTES = 8 * 1024 * 1024
+MIN_RING_BYTES = 64 * 1024
+MAX_RING_BYTES = 1024 * 1024 * 1024
+DEFAULT_TERM = "xterm-256color"
+DEFAULT_GRACE = 5.0
+HANDSHAKE_TIMEOUT = 10.0
+STDERR_MODES = ("auto", "pty", "merged", "pipe")
+CONTAINMENT_REQUESTS = ("auto", Containment.CGROUP, Containment.NONE)
+"""What --containment accepts: auto uses a cgroup where one can be made and falls back to none."""
+JOB_CONTROL_SHELLS = frozenset({"bash", "zsh", "fish", "sh", "dash", "ksh", "mksh", "tcsh", "csh", "nu", "xonsh"})
+"""Shells do job control on the terminal at fd 2, which must then be the controlling terminal."""
+
+
+def resolve_stderr_mode(mode: str, argv: list[str]) -> str:
+    """``auto``: a separate stderr terminal (captured for exit reasons) unless the child is an interactive shell.
+
+    Only one terminal can be a process's controlling terminal. A shell on a second PTY at fd 2 stays
+    interactive but loses job control, so shells get the classic single PTY.
+    """
+    if mode != "auto":
+        return mode
+    program = os.path.basename(argv[0]) if argv else ""
+    options = argv[1:]
+    interactive = all(a.startswith("-") for a in options) and "-c" not in options  # no script, no -c
+    return "merged" if program.lstrip("-") in JOB_CONTROL_SHELLS and interactive else "pty"
+
+
+class ConfigError(ShellperError, ValueError):
+    """A session option that cannot work; ``option`` names it."""
+
+    def __init__(self, option: str, message: str) -> None:
+        super().__init__(f"{option}: {message}")
+        self.option = option
+
+
+@record
+class SessionConfig:
+    """Everything a session is started with; JSON on the launch pipe, so argv and env never show in ps."""
+
+    name: str
+    argv: list[str]
+    dir: str
+    cwd: str
+    env: dict[str, str]
+    cols: int = 80
+    rows: int = 24
+    term: str = DEFAULT_TERM
+    ring_bytes: int = DEFAULT_RING_BYTES
+    stderr_mode: str = "auto"
+    grace: float = DEFAULT_GRACE
+    husk_ttl: float | None = None
+    handshake_timeout: float = HANDSHAKE_TIMEOUT
+    policy: RestartPolicy = field(default_factory=RestartPolicy)
+    owner: str = ""
+    """Who the session belongs to (shellper.core.owner); "" means the default owner, resolved at launch."""
+    containment: str = "auto"
+    """auto (a cgroup where one can be made, else none), cgroup (or fail), none (shellper.host.cgroup)."""
+    cgroup_parent: str | None = None
+    """Where the session's cgroup is made; None: shellper.host.cgroup.default_parent()."""
+
+    def validate(self) -> None:
+        """Raise ConfigError for the first option that cannot work, before any process is started.
+
+        Types are checked too: a library caller's ``env=None`` or ``argv="bash"`` must fail here with the
+        field's name, not in the daemon as "'NoneType' object is not iterable" (or run ``b``).
+        """
+        self._validate_types()
+        if not self.argv:
+            raise ConfigError("command", "no command given (put it after --)")
+        if not 1 <= self.cols <= 65535 or not 1 <= self.rows <= 65535:
+            raise ConfigError("--cols/--rows", f"size {self.cols}x{self.rows} is outside 1..65535")
+        if not MIN_RING_BYTES <= self.ring_bytes <= MAX_RING_BYTES:
+            raise ConfigError("--ring-bytes", f"{self.ring_bytes} is outside {MIN_RING_BYTES}..{MAX_RING_BYTES}")
+        if self.stderr_mode not in STDERR_MODES:
+            raise ConfigError("--stderr", f"{self.stderr_mode!r} is not one of {', '.join(STDERR_MODES)}")
+        if self.grace < 0:
+            raise ConfigError("--grace", "must not be negative")
+        if self.husk_ttl is not None and self.husk_ttl < 0:
+            raise ConfigError("--husk-ttl", "must not be negative")
+        if self.handshake_timeout <= 0:
+            raise ConfigError("handshake_timeout", "must be positive")
+        if self.owner:
+            try:
+                validate_owner(self.owner)
+            except BadOwner as e:
+                raise ConfigError("--owner", e.reason) from None
+        if self.containment not in CONTAINMENT_REQUESTS:
+            raise ConfigError("--containment", f"{self.containment!r} is not one of {', '.join(CONTAINMENT_REQUESTS)}")
+        if self.cgroup_parent is not None and not os.path.isabs(self.cgroup_parent):
+            raise ConfigError("--cgroup-parent", f"{self.cgroup_parent!r} is not an absolute path")
+
+    def _validate_types(self) -> None:
+        for option in ("name", "dir", "cwd", "term", "stderr_mode", "owner", "containment"):
+            value = getattr(self, option)
+            if not isinstance(value, str):
+                raise ConfigError(option, f"expected a string, got {type(value).__name__}")
+            if has_nul((value,)):
+                raise ConfigError(option, "contains a NUL byte")
+        if not isinstance(self.argv, list | tuple) or not all(isinstance(arg, str) for arg in self.argv):
+            raise ConfigError("argv", f"expected a list of strings, got {self.argv!r:.80}")
+        if has_nul(self.argv):
+            raise ConfigError("argv", "an argument contains a NUL byte")
+        if not isinstance(self.env, dict):
+            raise ConfigError("env", f"expected a dict of strings, got {type(self.env).__name__}")
+        for key, value in self.env.items():
+            problem = env_problem(key, value)
+            if problem is not None:
+                raise ConfigError("env", problem)
+        for option in ("cols", "rows", "ring_bytes"):
+            value = getattr(self, option)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(option, f"expected an integer, got {value!r:.40}")
+        for option in ("grace", "husk_ttl", "handshake_timeout"):
+            value = getattr(self, option)
+            if value is None and option == "husk_ttl":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+                raise ConfigError(option, f"expected a finite number, got {value!r:.40}")
+        if self.cgroup_parent is not None and (not isinstance(self.cgroup_parent, str)
+                                               or has_nul((self.cgroup_parent,))):
+            raise ConfigError("cgroup_parent", f"expected a path string, got {self.cgroup_parent!r:.80}")
+        if not isinstance(self.policy, RestartPolicy):
+            raise ConfigError("policy", f"expected a RestartPolicy, got {type(self.policy).__name__}")
+
+    def to_json(self) -> str:
+        data = structs.asdict(self)
+        data["policy"] = self.policy.to_dict()
+        return json.dumps(data, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> SessionConfig:
+        data: dict[str, Any] = json.loads(text)
+        data["policy"] = RestartPolicy.from_dict(data.get("policy") or {})
+        return cls(**data)

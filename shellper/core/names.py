@@ -1,0 +1,61 @@
+"""Session names and where the runtime directory is, as plain strings.
+
+Apart from :mod:`shellper.host.paths` (which checks and creates the directory, with pathlib) because
+``shellper attach`` needs only these two answers, and importing pathlib and re costs every attach
+several milliseconds before the user sees a byte.
+"""
+
+from __future__ import annotations
+
+import os
+
+from shellper.core.errors import ShellperError
+
+MAX_NAME_LEN = 64
+_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
+
+
+class PathError(ShellperError):
+    """Base class for runtime-directory and session-path failures."""
+
+
+class BadName(PathError, ValueError):
+    """A session name that could escape the directory, hide as a dotfile, or look like an option."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        self.name = name
+        self.reason = reason
+        super().__init__(f"invalid session name {name!r}: {reason}")
+
+
+def validate_name(name: str) -> str:
+    """Return ``name`` if it is a safe session name: 1-64 of [A-Za-z0-9._-], not starting with '.' or '-'."""
+    if not isinstance(name, str):
+        raise BadName(repr(name), "must be a string")
+    if not name:
+        raise BadName(name, "is empty")
+    if len(name) > MAX_NAME_LEN:
+        raise BadName(name, f"is {len(name)} characters; at most {MAX_NAME_LEN} allowed")
+    if name[0] in ".-":
+        raise BadName(name, f"must not start with {name[0]!r}")
+    bad = next((c for c in name if c not in _NAME_CHARS), None)
+    if bad is not None:
+        raise BadName(name, f"contains {bad!r}; only letters, digits, '.', '_' and '-' are allowed")
+    return name
+
+
+def runtime_dir_name(explicit: str | os.PathLike[str] | None = None) -> str:
+    """The runtime directory: --dir, else $SHELLPER_DIR, else $XDG_RUNTIME_DIR/shellper, else /tmp.
+
+    Empty environment values count as unset. Relative paths are made absolute now, so a later chdir
+    cannot move the sessions.
+    """
+    if explicit is not None and os.fspath(explicit) != "":
+        return os.path.abspath(os.fspath(explicit))
+    env = os.environ.get("SHELLPER_DIR")
+    if env:
+        return os.path.abspath(env)
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    if xdg:
+        return os.path.join(os.path.abspath(xdg), "shellper")
+    return f"/tmp/shellper-{os.geteuid()}"

@@ -1,0 +1,539 @@
+"""One client connection: handshake, its own position in the ring, and its frames.
+
+The PTY reader waits for no viewer (only, within bounds, for the tower and terminals: shellper.daemon.pacing).
+A caught-up client is handed each output frame as it is produced; one whose socket is full stops
+receiving and later catches up from the ring at its own pace, getting a GAP with the exact count if it
+fell behind the ring's start. A client that handed over its terminal (shellper.daemon.terminal) gets its
+output written there instead of in DATA frames, with the same positions, pauses and catch-up.
+Control frames are never dropped: they are queued at the output offset they belong after, so an EXIT
+never overtakes the output before it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import struct
+import time
+from collections import deque
+
+from shellper.core.modes import FULL_RESET_SEQUENCE
+from shellper.core.ring import OffsetError
+from shellper.core.states import SessionState
+from shellper.daemon.reactor import Future, Handle
+from shellper.daemon.terminal import Terminal, note, window_size
+from shellper.daemon.transport import SocketTransport
+from shellper.protocol import wire
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs each shellper ~2.5 ms and 0.5 MiB
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any, Protocol
+
+    from shellper.core.config import SessionConfig
+    from shellper.core.ring import Scrollback
+    from shellper.daemon.pacing import OutputPacer
+    from shellper.daemon.reactor import Reactor
+    from shellper.host.child import Child
+    from shellper.host.logfile import LogFile
+
+    class SessionPort(Protocol):
+        """What a client connection may use of its session (shellper.daemon.session.Session provides it): the
+        connection never imports the server, and this list is what to keep narrow."""
+
+        loop: Reactor
+        log: LogFile
+        config: SessionConfig
+        scrollback: Scrollback
+        pacer: OutputPacer
+        connections: set[ClientConn]
+        child: Child | None
+        last_exit: dict[str, Any] | None
+        cols: int
+        rows: int
+
+        def new_client_id(self) -> int: ...
+        def register(self, client: ClientConn) -> None: ...
+        def unregister(self, client: ClientConn, reason: str) -> None: ...
+        def welcome(self, role: str, terminal: bool = False) -> wire.Welcome: ...
+        def status(self) -> wire.StatusReply: ...
+        def events_after(self, seq: int) -> list[wire.Event]: ...
+        def write_input(self, data: bytes, client: ClientConn) -> None: ...
+        def resize(self, cols: int, rows: int) -> None: ...
+        def send_signal(self, name: str, client: ClientConn) -> None: ...
+        def start_respawn(self, spawn: wire.Spawn, client: ClientConn | None) -> None: ...
+        def request_stop(self, grace: float | None = None) -> None: ...
+
+REPLAY_CHUNK = 1024 * 1024
+"""Most output bytes in REPLAY or in one catch-up DATA frame."""
+TERMINAL_CHUNK = 256 * 1024
+"""Most ring bytes handed to a handed-over terminal per write while it catches up."""
+HIGH_WATER = 256 * 1024
+"""Socket write buffer above which a client counts as slow and stops receiving live output."""
+MAX_CLIENTS = 256
+"""Connections one session serves at once (pending ones included)."""
+MAX_PENDING_CONTROL = 1000
+"""Control frames queued for a client that does not read; past this it is closed as too slow."""
+MAX_UNREAD_BYTES = 8 * 1024 * 1024
+"""Bytes written to a client and not yet taken by its socket, checked after each frame it sends us.
+Output alone stays below HIGH_WATER + one REPLAY_CHUNK; only answers (PONG, STATUS_REPLY) to requests
+it never reads can pile up past this. Then it is too slow: closed at once, its buffer freed."""
+CLOSE_LINGER = 5.0
+"""Seconds a closed connection may keep unsent frames while its peer does not read; then it is dropped."""
+
+_CLIENT_FRAMES = (wire.Data, wire.Resize, wire.Signal, wire.Spawn, wire.Stop, wire.Status, wire.Ping, wire.Pong)
+_TOWER_ONLY = (wire.Signal, wire.Spawn, wire.Stop)
+
+
+class ClientConn:
+    def __init__(self, session: SessionPort) -> None:
+        self.session = session
+        self.client_id = session.new_client_id()
+        self.transport: SocketTransport | None = None
+        self.decoder = wire.Decoder()
+        self.role = ""
+        self.name = ""
+        self.registered = False
+        self.wants_events = False
+        self.paused = False
+        self.pos = 0
+        self.connected_at = time.time()
+        self._control: deque[tuple[int, bytes, Callable[[], None] | None]] = deque()
+        self.terminal: Terminal | None = None
+        """The user's terminal, when ``shellper attach`` handed it over: output goes there, not in DATA."""
+        self.released = False
+        """The handed-over terminal was given back: this connection gets no more output."""
+        self.detach_byte: int | None = None
+        self._fds: list[int] = []
+        self._handshake_timer: Handle | None = None
+        self._closing = False
+        self.closed: Future[None] = Future()
+
+    # ----------------------------------------------------------------------------------- transport
+
+    def connection_made(self, transport: SocketTransport) -> None:
+        self.transport = transport
+        self.transport.set_write_buffer_limits(high=HIGH_WATER)
+        sock = transport.get_extra_info("socket")
+        uid = peer_uid(sock) if sock is not None else -1
+        if uid not in (os.getuid(), 0):
+            self.session.log.write(f"refused client {self.client_id}: peer uid {uid}")
+            self.send_error("forbidden", f"peer uid {uid} may not use this session", None, fatal=True)
+            return
+        if len(self.session.connections) >= MAX_CLIENTS:
+            self.send_error("too_many_clients", f"this session already has {MAX_CLIENTS} clients", None, fatal=True)
+            return
+        self.session.connections.add(self)
+        self._handshake_timer = self.session.loop.call_later(
+            self.session.config.handshake_timeout, self._handshake_expired)
+
+    def data_received(self, data: bytes) -> None:
+        if self._closing:
+            return
+        if self.registered and self.role != "viewer":
+            keystroke = self.decoder.sole_data(data)
+            if keystroke is not None:  # one whole DATA frame: what _handle would do, without the decoder
+                self.session.write_input(bytes(keystroke), self)
+                return
+        self.decoder.feed(data)
+        try:
+            for event in self.decoder.events():
+                if self._closing:
+                    return
+                self._handle(event)
+                if self.transport is not None and self.transport.get_write_buffer_size() > MAX_UNREAD_BYTES:
+                    self._drop_unread()
+                    return
+        except wire.ProtocolError as exc:
+            self.send_error(exc.code, str(exc), exc.frame_type, fatal=True)
+
+    @property
+    def wants_fds(self) -> bool:
+        """Until the handshake, a HELLO may carry the client's terminal (SCM_RIGHTS)."""
+        return not self.registered and not self._closing
+
+    def fds_received(self, fds: list[int]) -> None:
+        """Keep the first descriptor for the HELLO; any other is closed at once."""
+        for fd in fds:
+            if self.wants_fds and not self._fds:
+                self._fds.append(fd)
+            else:
+                os.close(fd)
+
+    def eof_received(self) -> bool | None:
+        self.release("closing")  # the attach client asks for its terminal back: nothing more is written to it
+        return None  # close our side too
+
+    def pause_writing(self) -> None:
+        if self.terminal is None:  # with a terminal the socket carries only control frames
+            self.paused = True
+
+    def resume_writing(self) -> None:
+        if self.terminal is None:
+            self.paused = False
+            self.pump()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._handshake_timer is not None:
+            self._handshake_timer.cancel()
+        self._closing = True
+        self._close_terminal()
+        self.session.connections.discard(self)
+        self.session.unregister(self, "closed" if exc is None else f"lost: {exc}")
+        if not self.closed.done():
+            self.closed.set_result(None)
+        self.transport = None  # break the transport <-> protocol cycle: freed now, not at the next full GC
+
+    # ----------------------------------------------------------------------------------- output
+
+    def on_output(self, old_end: int, data: bytes, frame: bytes) -> None:
+        """New output ``data`` was appended at ``old_end``; ``frame`` is it as a DATA frame (empty for
+        a client with a handed-over terminal, which writes ``data`` itself)."""
+        if not self.registered or self._closing or self.released or self._transport_gone():
+            return
+        if self.paused:
+            if self.terminal is not None:
+                self.terminal.flush()  # see Terminal.flush; may resume us, which catches up from the ring
+            return
+        if self.pos == old_end and not self._control:
+            if self.terminal is not None:
+                self.terminal.write(data)
+            else:
+                assert self.transport is not None
+                self.transport.write(frame)
+            self.pos = self.session.scrollback.end
+        else:
+            self.pump()
+
+    def _transport_gone(self) -> bool:
+        """Closed (the peer left) and connection_lost not yet run: writes would only be counted."""
+        return self.transport is None or self.transport.is_closing()
+
+    def pump(self) -> None:
+        """Send what this client has not had yet, until its socket is full."""
+        if not self.registered or self._closing or self._transport_gone():
+            return
+        assert self.transport is not None
+        ring = self.session.scrollback
+        while not self.paused:
+            self._flush_control()
+            end = ring.end
+            if self.pos >= end or self.released or self._closing:
+                break
+            terminal = self.terminal
+            limit = REPLAY_CHUNK if terminal is None else TERMINAL_CHUNK
+            if self._control:
+                # Stop at the next control frame's offset; if the ring has dropped everything up to it,
+                # the GAP alone takes us past it, and it goes out before any later output.
+                limit = max(0, min(limit, self._control[0][0] - max(self.pos, ring.start)))
+            chunk = ring.read(self.pos, limit)
+            if terminal is not None:
+                if chunk.gap:  # the modes it had are unknown now: reset, then those at the new start
+                    terminal.write(note(f"[shellper: {chunk.gap} bytes skipped]") + FULL_RESET_SEQUENCE
+                                   + ring.modes.preamble(chunk.offset))
+                terminal.write(chunk.data)
+                self.pos = chunk.offset + len(chunk.data)
+                continue
+            if chunk.gap:
+                self.transport.write(wire.encode(wire.Gap(offset=chunk.offset, missed=chunk.gap)))
+            if chunk.data:
+                self.transport.write(wire.encode_data(chunk.data))
+            self.pos = chunk.offset + len(chunk.data)
+        self._flush_control()
+        if self.role in ("tower", "terminal"):
+            self.session.pacer.on_progress()
+
+    def _flush_control(self) -> None:
+        assert self.transport is not None
+        while self._control and self._control[0][0] <= self.pos:
+            _, frame, action = self._control.popleft()
+            if action is not None:
+                action()
+            self.transport.write(frame)
+
+    def send_control_at(self, offset: int, frame: bytes, action: Callable[[], None] | None = None) -> None:
+        """Queue a control frame to go out once this client has had the output before ``offset``;
+        ``action`` runs just before it is sent (what a handed-over terminal shows for it)."""
+        if self._closing or self.transport is None:
+            return
+        if self.pos >= offset and not self._control and not self.paused:
+            if action is not None:
+                action()
+            self.transport.write(frame)
+            return
+        # Not reading: queued (and counted) here, not piled up without limit in the transport.
+        if len(self._control) >= MAX_PENDING_CONTROL:
+            self.send_error("too_slow", "client is not reading; too many control frames pending", None, fatal=True)
+            return
+        self._control.append((offset, frame, action))
+
+    def send_exit_at(self, offset: int, frame: bytes, exit_frame: wire.Exit) -> None:
+        """An EXIT, after the output before it. A handed-over terminal is given back before a final one
+        and shown a note before a restart (what ``shellper attach`` shows when it relays)."""
+        action = None
+        if self.terminal is not None:
+            if exit_frame.state == SessionState.BACKOFF:
+                action = lambda: self._show_restart(exit_frame)  # noqa: E731
+            else:
+                action = lambda: self.release("exit")  # noqa: E731
+        self.send_control_at(offset, frame, action)
+
+    def _show_restart(self, exit_frame: wire.Exit) -> None:
+        if self.terminal is not None:  # switch off what the dead child left on
+            self.terminal.write(self.session.scrollback.modes.reset_sequence() + note(exit_frame.restart_note()))
+
+    # ----------------------------------------------------------------------------------- terminal
+
+    def release(self, reason: str) -> None:
+        """Give the handed-over terminal back: stop using it, close our descriptor, send RELEASE."""
+        if self.terminal is None:
+            return
+        self._close_terminal()
+        self.released = True
+        reset = self.session.scrollback.modes.reset_sequence()
+        if self.transport is not None and not self._transport_gone():
+            self.transport.write(wire.encode(wire.Release(reason=reason, reset=reset, offset=self.pos)))
+
+    def _close_terminal(self) -> None:
+        if self.terminal is not None:
+            self.terminal.close()
+            self.terminal = None
+        for fd in self._fds:
+            os.close(fd)
+        self._fds.clear()
+
+    def terminal_input(self, data: bytes) -> None:
+        """Keys typed on the handed-over terminal: to the child, up to the detach byte."""
+        cut = data.find(self.detach_byte) if self.detach_byte is not None else -1
+        if cut >= 0:
+            data = data[:cut]
+        if data and self.role != "viewer" and self.terminal is not None:
+            self._follow_size()  # a resize attach has not reported yet must reach the child before these keys
+            self.session.write_input(data, self)
+        if cut >= 0:
+            self.release("detach")
+            self.close_after_flush()
+
+    def _follow_size(self) -> None:
+        """Give the child the handed-over terminal's size, if it changed (one ioctl)."""
+        assert self.terminal is not None
+        size = window_size(self.terminal.fd)
+        session = self.session
+        if size is not None and size != (session.cols, session.rows):
+            session.resize(min(size[0], 65535), min(size[1], 65535))
+
+    def terminal_paused(self) -> None:
+        self.paused = True
+
+    def terminal_resumed(self) -> None:
+        self.paused = False
+        self.pump()
+
+    def terminal_hangup(self, why: str) -> None:
+        self.session.log.write(f"client {self.client_id}: terminal gone ({why})")
+        self.release("hangup")
+        self.close_after_flush()
+
+    def pause_input(self) -> None:
+        """The child is not taking input: stop reading what this client types."""
+        if self.terminal is not None:
+            self.terminal.stop_reading()
+        elif self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_input(self) -> None:
+        if self.terminal is not None:
+            self.terminal.start_reading()
+        elif self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
+
+    def send_frame(self, frame: wire.Frame) -> None:
+        if self.transport is not None and not self._closing:
+            self.transport.write(wire.encode(frame))
+
+    def send_error(self, code: str, message: str, frame_type: int | None, fatal: bool = False) -> None:
+        if self.transport is None or self._closing:
+            return
+        if fatal:  # a fatal ERROR is the last frame: what is queued goes first
+            self.release("closing")
+            while self._control:
+                self.transport.write(self._control.popleft()[1])
+        elif self.terminal is not None:  # what `shellper attach` shows when it relays
+            self.terminal.write(note(f"shellper: {message}"))
+        self.transport.write(wire.encode(wire.Error(code=code, message=message, frame_type=frame_type, fatal=fatal)))
+        if fatal:
+            self.session.log.write(f"client {self.client_id} ({self.role or 'pending'}): {code}: {message}")
+            self.close_after_flush()
+
+    def close_after_flush(self) -> None:
+        if self._closing:
+            return
+        self._closing = True
+        if self._handshake_timer is not None:
+            self._handshake_timer.cancel()
+        self.release("closing")
+        if self.transport is not None:
+            with contextlib.suppress(Exception):
+                # Bypass pause: what is queued must still go out before the close.
+                for _, frame, _action in self._control:
+                    self.transport.write(frame)
+            self._control.clear()
+            self.transport.close()
+            # A peer that never reads would keep the connection (fd and buffer) forever.
+            self.session.loop.call_later(CLOSE_LINGER, self._abort_if_open)
+
+    def _abort_if_open(self) -> None:
+        if self.transport is not None and not self.closed.done():
+            self.transport.abort()
+
+    def _drop_unread(self) -> None:
+        """The client asks and never reads the answers: tell it (best effort) and free its buffer now."""
+        assert self.transport is not None
+        size = self.transport.get_write_buffer_size()
+        self.send_error("too_slow", f"{size} bytes of answers left unread", None, fatal=True)
+        self.transport.abort()
+
+    def describe(self) -> dict[str, Any]:
+        ring_end = self.session.scrollback.end
+        return {"client_id": self.client_id, "role": self.role, "client": self.name,
+                "connected_at": self.connected_at, "behind": max(0, ring_end - self.pos),
+                "paused": self.paused, "terminal": self.terminal is not None}
+
+    # ----------------------------------------------------------------------------------- input
+
+    def _handshake_expired(self) -> None:
+        self._handshake_timer = None
+        if not self.registered:
+            self.send_error("handshake_timeout",
+                            f"no HELLO within {self.session.config.handshake_timeout:g} s", None, fatal=True)
+
+    def _handle(self, event: wire.DecodedEvent) -> None:
+        if isinstance(event, wire.Skipped):
+            raise wire.FrameTooLarge(f"declared length {event.length} exceeds the {self.decoder.max_frame} byte limit",
+                                     event.frame_type)
+        if isinstance(event, wire.Unknown):
+            return
+        if not self.registered:
+            if not isinstance(event, wire.Hello):
+                raise NotHello(f"the first frame must be HELLO, not {event.TYPE.name}", event.TYPE)
+            self._hello(event)
+            return
+        session = self.session
+        if isinstance(event, wire.Hello):
+            raise wire.ProtocolError("HELLO was already received", event.TYPE)
+        if not isinstance(event, _CLIENT_FRAMES):
+            self.send_error("protocol", f"{event.TYPE.name} is sent by the shellper, not by clients", event.TYPE)
+            return
+        if isinstance(event, _TOWER_ONLY) and self.role != "tower":
+            self.send_error("forbidden", f"{event.TYPE.name} is accepted only from the tower, not a {self.role}",
+                            event.TYPE)
+            return
+        if isinstance(event, wire.Data):
+            if self.role == "viewer":
+                self.send_error("forbidden", "a viewer may not send input", event.TYPE)
+            elif event.data:
+                session.write_input(event.data, self)
+        elif isinstance(event, wire.Resize):
+            if self.role == "viewer":
+                self.send_error("forbidden", "a viewer may not resize", event.TYPE)
+            else:
+                wire.check_request(event)
+                session.resize(event.cols, event.rows)
+        elif isinstance(event, wire.Signal):
+            session.send_signal(event.signal, self)
+        elif isinstance(event, wire.Spawn):
+            session.start_respawn(event, self)
+        elif isinstance(event, wire.Stop):
+            wire.check_request(event)
+            session.request_stop(event.grace)
+        elif isinstance(event, wire.Status):
+            self.send_frame(session.status())
+        elif isinstance(event, wire.Ping):
+            self.send_frame(wire.Pong(nonce=event.nonce))
+
+    def _hello(self, hello: wire.Hello) -> None:
+        session = self.session
+        if hello.version < wire.MIN_PROTOCOL_VERSION:
+            self.send_error("unsupported_version", f"protocol version {hello.version} is not supported; this "
+                            f"shellper speaks {wire.MIN_PROTOCOL_VERSION}..{wire.PROTOCOL_VERSION}",
+                            wire.FrameType.HELLO, fatal=True)
+            return
+        if hello.role not in wire.ROLES:
+            self.send_error("bad_role", f"role {hello.role!r} is not one of {', '.join(wire.ROLES)}",
+                            wire.FrameType.HELLO, fatal=True)
+            return
+        ring = session.scrollback
+        if hello.resume_from is not None:
+            if hello.resume_from > ring.end:
+                self.send_error("bad_offset", f"resume_from {hello.resume_from} is past the end of output "
+                                f"({ring.end})", wire.FrameType.HELLO, fatal=True)
+                return
+            start = hello.resume_from
+        elif hello.replay_bytes is not None:
+            start = ring.safe_start(max(ring.start, ring.end - hello.replay_bytes))
+        else:
+            start = ring.start
+        if self._handshake_timer is not None:
+            self._handshake_timer.cancel()
+            self._handshake_timer = None
+        if hello.detach_byte is not None and hello.detach_byte > 0xFF:
+            raise wire.BadField(f"detach_byte {hello.detach_byte} is not a byte (0..255)", hello.TYPE, "detach_byte")
+        self.role, self.name = hello.role, hello.client[:200]
+        self.wants_events = hello.role == "tower" or hello.events_after is not None
+        self._take_terminal(hello)
+        self.send_frame(session.welcome(self.role, terminal=self.terminal is not None))
+        try:
+            replay = session.scrollback.replay(start, REPLAY_CHUNK)
+        except OffsetError as exc:  # pragma: no cover - checked above
+            self.send_error("bad_offset", str(exc), wire.FrameType.HELLO, fatal=True)
+            return
+        self.pos = replay.offset + len(replay.data)
+        if self.terminal is not None:  # the history goes to the terminal; REPLAY says where it ends
+            if self.role != "viewer":
+                self._follow_size()  # before the first key, not on it: a SIGWINCH amid typing confuses shells
+            # REPLAY leaves first: once a person sees output, the client has its whole handshake, so a
+            # shellper killed an instant later reads as "[session closed]", not as a failed attach.
+            self.send_frame(wire.Replay(offset=self.pos, gap=replay.gap))
+            self.terminal.write(replay.preamble + replay.data)
+            if replay.gap:
+                self.terminal.write(note(f"[shellper: {replay.gap} bytes skipped]"))
+            self.terminal.start_reading()
+        else:
+            self.send_frame(wire.Replay(offset=replay.offset, data=replay.data, gap=replay.gap,
+                                        preamble=replay.preamble))
+        self.registered = True
+        if session.child is None and session.last_exit is not None:
+            exit_frame = wire.Exit.from_map(session.last_exit)
+            assert isinstance(exit_frame, wire.Exit)
+            self.send_exit_at(ring.end, wire.encode(exit_frame), exit_frame)
+        if hello.events_after is not None:
+            for event in session.events_after(hello.events_after):
+                self.send_control_at(ring.end, wire.encode(event))
+        session.register(self)  # announces this client, to itself too, after the history it asked for
+        self.pump()
+
+    def _take_terminal(self, hello: wire.Hello) -> None:
+        """Use the terminal the HELLO carried, if it asked, may, and it is one; else the client relays."""
+        fd = self._fds.pop() if self._fds else None
+        self._close_terminal()  # any other descriptor
+        if fd is None:
+            return
+        if not (hello.terminal and self.role in ("terminal", "viewer") and os.isatty(fd)):
+            os.close(fd)
+            return
+        self.detach_byte = hello.detach_byte
+        try:
+            self.terminal = Terminal(self.session.loop, fd, self)
+        except OSError:
+            os.close(fd)
+
+
+class NotHello(wire.ProtocolError):
+    code = "not_hello"
+
+
+def peer_uid(sock: socket.socket) -> int:
+    """The uid of the process at the other end of a Unix socket (SO_PEERCRED)."""
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return int(struct.unpack("3i", creds)[1])

@@ -1,0 +1,224 @@
+"""Starting a session: detached (the default) or in the caller's process.
+
+The detached shellper is a grandchild of the launcher in a session of its own, with stdin on /dev/null and
+stdout/stderr on its log file, so neither a closed pipe nor a terminal hang-up can reach it. The config
+travels over a pipe on stdin, never in argv, so the child's environment is not visible in ``ps``. The
+launcher returns once the daemon reports, over a dedicated pipe, that its socket accepts connections.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import stat
+import sys
+import time
+
+from shellper.core.config import ConfigError, SessionConfig
+from shellper.core.errors import ShellperError
+from shellper.core.owner import OWNER_ENV, BadOwner, default_owner
+from shellper.core.structs import fields, record, replace
+from shellper.host.cgroup import scope_prefix
+from shellper.host.logfile import LogFile
+from shellper.host.paths import SessionPaths, ensure_runtime_dir, open_nofollow, validate_name
+from shellper.host.record import SessionLock
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs each shellper ~2.5 ms and 0.5 MiB
+if TYPE_CHECKING:
+    from typing import Any
+
+    from shellper.daemon.prefork import Prefork
+
+LAUNCH_TIMEOUT = 10.0
+LOG_TAIL_BYTES = 4096
+"""How much of the log's end a failed launch shows (its last lines)."""
+
+
+class LaunchError(ShellperError, RuntimeError):
+    """The session did not start; ``name`` and, when known, the log path say where to look."""
+
+    def __init__(self, name: str, message: str, log: str | None = None) -> None:
+        super().__init__(message)
+        self.name = name
+        self.log = log
+
+
+@record(frozen=True)
+class LaunchInfo:
+    """What a started session reports once its socket accepts: the info line ``shellper run`` prints.
+
+    ``owner`` and ``containment`` come last, with defaults, so code that builds one from an older info
+    line (or positionally) keeps working; a session started by this version always reports both.
+    """
+
+    name: str
+    pid: int
+    start_time: int
+    boot_id: str
+    instance_id: str
+    child_pid: int | None
+    socket: str
+    record: str
+    log: str
+    owner: str = ""
+    """Who the session belongs to (shellper.core.owner); "" only in an info line from before owners existed."""
+    containment: str = "none"
+    """What ends exactly this session's processes: cgroup, systemd-scope or none (shellper.host.cgroup)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def prepare(config: SessionConfig) -> tuple[SessionConfig, SessionPaths]:
+    """Check everything that can be checked before a process is started; the config to start, which
+    always names its owner (:func:`with_owner`)."""
+    config.validate()
+    config = with_owner(config)
+    validate_name(config.name)
+    directory = ensure_runtime_dir(config.dir)
+    paths = SessionPaths.for_name(directory, config.name)
+    if SessionLock.is_locked(paths.lock):
+        raise LaunchError(config.name, f"session {config.name!r} is already running in {directory}")
+    return config, paths
+
+
+def with_owner(config: SessionConfig) -> SessionConfig:
+    """``config`` itself if it names an owner, else a copy naming the default one (``$SHELLPER_OWNER``, else
+    the user's name): resolved by the launcher, so a bad ``$SHELLPER_OWNER`` fails before any process starts
+    and the record names the owner the caller saw."""
+    if config.owner:
+        return config
+    try:
+        owner = default_owner()
+    except BadOwner as exc:  # only $SHELLPER_OWNER can be bad: the user's name falls back to uid-N
+        raise ConfigError(f"${OWNER_ENV}", f"{exc.owner!r} {exc.reason}") from None
+    return replace(config, owner=owner)
+
+
+def launch(
+    config: SessionConfig, timeout: float = LAUNCH_TIMEOUT, *, fork: bool = False, prefork: Prefork | None = None
+) -> LaunchInfo:
+    """Start a detached shellper and return once its socket accepts connections.
+
+    By default the daemon is a fresh interpreter, which is safe from any caller (a Tower with threads
+    and an event loop). ``fork=True`` forks this process instead, skipping a second interpreter start
+    and its imports: only for a single-threaded caller such as the ``shellper`` CLI, which may also pass
+    the ``prefork`` it started before parsing (see shellper.daemon.prefork).
+    """
+    scope = None if config.containment == "none" else scope_prefix(config.name, config.cgroup_parent)
+    if scope is not None and prefork is not None:
+        prefork.cancel()  # a forked daemon would stay in the caller's cgroup: start one inside a systemd scope
+    if scope is None and (prefork is not None or fork):
+        try:
+            config, paths = prepare(config)
+            if prefork is None:
+                from shellper.daemon.prefork import Prefork
+
+                prefork = Prefork.start()
+            try:
+                prefork.send(config.to_json().encode())
+            except OSError as exc:  # EPIPE: the forked daemon-to-be died (killed, out of memory) first
+                raise LaunchError(config.name, f"session {config.name!r} did not start: the process forked to "
+                                  f"become its shellper died before it got its config "
+                                  f"({prefork.describe_exit() or exc.strerror or exc}), so nothing was started "
+                                  f"and nothing logged to {paths.log}; run it again", paths.log) from None
+            reply = _read_until_eof(prefork.ready_r, timeout)
+        finally:
+            if prefork is not None:
+                prefork.cancel()
+        return _launch_reply(config, paths, reply)
+    config, paths = prepare(config)
+    ready_r, ready_w = os.pipe()
+    import subprocess  # only this path needs it
+
+    try:
+        proc = subprocess.Popen(
+            [*(scope or ()), sys.executable, "-m", "shellper.daemon", config.name, str(paths.dir)],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            pass_fds=(ready_w,), start_new_session=True, close_fds=True,
+            env={**os.environ, "SHELLPER_READY_FD": str(ready_w)},
+        )
+    except OSError:
+        os.close(ready_r)
+        os.close(ready_w)
+        raise
+    os.close(ready_w)
+    try:
+        assert proc.stdin is not None
+        try:
+            proc.stdin.write(config.to_json().encode())
+            proc.stdin.close()
+        except OSError as exc:  # EPIPE: the daemon-to-be died before it read the config
+            with contextlib.suppress(OSError):
+                proc.stdin.close()  # the unsent rest is dropped; the pipe is closed all the same
+            status = proc.wait()
+            raise LaunchError(config.name, f"session {config.name!r} did not start: the process started to "
+                              f"become its shellper (pid {proc.pid}) died before it got its config (status "
+                              f"{status}; {exc.strerror or exc}), so nothing was started and nothing logged to "
+                              f"{paths.log}; run it again", paths.log) from None
+        proc.wait()  # the intermediate process exits as soon as it has forked the daemon
+        reply = _read_until_eof(ready_r, timeout)
+    finally:
+        os.close(ready_r)
+    return _launch_reply(config, paths, reply)
+
+
+def _launch_reply(config: SessionConfig, paths: SessionPaths, reply: bytes) -> LaunchInfo:
+    if not reply:
+        raise LaunchError(config.name, f"shellper for {config.name!r} exited before it was ready"
+                          f"{_log_tail(paths.log)}", paths.log)
+    message = json.loads(reply)
+    if "error" in message:
+        raise LaunchError(config.name, str(message["error"]), paths.log)
+    return LaunchInfo(**{k: message[k] for k in (f.name for f in fields(LaunchInfo))})
+
+
+def _read_until_eof(fd: int, timeout: float) -> bytes:
+    deadline = time.monotonic() + timeout
+    out = bytearray()
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise LaunchError("?", f"shellper did not report ready within {timeout:g} s")
+        readable, _, _ = select.select([fd], [], [], left)
+        if not readable:
+            continue
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return bytes(out)
+        out += chunk
+
+
+def _log_tail(log: str) -> str:
+    """The log's last lines for an error message: never through a symlink, only from a regular file."""
+    try:
+        fd = open_nofollow(log, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return ""
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return ""
+        data = os.pread(fd, LOG_TAIL_BYTES, max(0, st.st_size - LOG_TAIL_BYTES))
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+    lines = data.decode(errors="replace").splitlines()[-5:]
+    return (": " + " | ".join(lines)) if lines else ""
+
+
+def run_foreground(config: SessionConfig, announce: bool = True) -> int:
+    """Run the session in this process until it stops; print the info line once ready."""
+    config, paths = prepare(config)
+    log = LogFile(paths.log)
+
+    def ready(info: dict[str, Any]) -> None:
+        if announce:
+            print(json.dumps(info), flush=True)
+
+    from shellper.daemon.session import serve
+
+    return serve(config, paths, log, ready)

@@ -1,0 +1,61 @@
+"""``python -m shellper.daemon NAME DIR``: the detached session process (argv names it for ``ps``), and the
+fork that detaches it, shared with the console script's prefork."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from shellper.core.config import SessionConfig
+from shellper.host.logfile import LogFile, redirect_stdio, remove_created_log
+from shellper.host.paths import SessionPaths, describe_error
+from shellper.host.record import AlreadyRunning
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs each shellper ~2.5 ms and 0.5 MiB
+if TYPE_CHECKING:
+    from typing import Any
+
+
+def daemon_main(argv: list[str]) -> int:
+    """Entry of ``python -m shellper.daemon``: fork once more, detach, serve, report readiness."""
+    ready_fd = int(os.environ.pop("SHELLPER_READY_FD", "-1"))
+    config = SessionConfig.from_json(sys.stdin.buffer.read().decode())
+    return detached_daemon(config, ready_fd)
+
+
+def detached_daemon(config: SessionConfig, ready_fd: int) -> int:
+    """In the intermediate process: fork the daemon, which serves; the intermediate returns 0 at once."""
+    if os.fork():
+        return 0  # the launcher reaps this intermediate; the daemon is nobody's child to wait for
+    os.set_inheritable(ready_fd, False)
+    paths = SessionPaths.for_name(config.dir, config.name)
+    log = LogFile(paths.log)
+
+    def report(message: dict[str, Any]) -> None:
+        nonlocal ready_fd
+        if ready_fd >= 0:
+            try:
+                os.write(ready_fd, json.dumps(message).encode())
+            finally:
+                os.close(ready_fd)
+                ready_fd = -1
+
+    try:
+        created_log = redirect_stdio(paths.log)
+    except OSError as exc:
+        report({"error": f"session log {paths.log}: cannot open it: {describe_error(exc)}"})
+        os._exit(1)
+
+    from shellper.daemon.session import serve
+
+    try:
+        code = serve(config, paths, log, report)
+    except BaseException as exc:  # the launcher shows this; the session's files are already removed
+        if ready_fd >= 0 and created_log is not None and not isinstance(exc, AlreadyRunning):
+            log.close()  # a launch that failed leaves nothing; the log of a live owner (AlreadyRunning) stays
+            remove_created_log(paths.log, created_log)
+        report({"error": str(exc) or type(exc).__name__})
+        code = 1
+    os._exit(code)  # never unwind into the launcher's code when forked from it
+

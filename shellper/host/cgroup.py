@@ -1,0 +1,485 @@
+"""A cgroup v2 per session: the kernel's own answer to "which processes are this session's".
+
+A session's cgroup is a leaf directory under a parent the shellper may write (``--cgroup-parent``, else
+detected), named so that anyone can tell whose it is without a record::
+
+    PARENT/<dir key>.<owner key>.<session name>.<instance id>/
+        shellper/   the shellper itself (so a session started inside another one leaves the outer cgroup)
+        child/      the child, which joins before it execs: everything it ever forks is inside
+
+A process cannot leave a cgroup by setsid, double fork or re-parenting, so ending a session's tree is
+``cgroup.kill`` on ``child/`` (or on the leaf, once the shellper is dead) and waiting for ``populated 0``
+in ``cgroup.events``, which the kernel signals with POLLPRI: no pid list, no race with pid reuse, and
+nothing outside the cgroup can be hit. Kernels without ``cgroup.kill`` (before 5.14) get freeze, SIGKILL
+through pidfds of verified members, thaw.
+
+Only a cgroup whose name carries the expected keys, whose inode is the recorded one and whose ``shellper/``
+holds no process is ever killed on the strength of a record (:func:`verify_dead_session`). Under a systemd
+manager, only a delegated subtree is written to: the default parent is used only where no systemd manages
+the hierarchy (see :func:`default_parent`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import math
+import os
+import select
+import signal
+import time
+
+from shellper.core.errors import ShellperError
+from shellper.core.structs import record
+from shellper.host.identity import PidFd, ProcessGone
+
+V2_MOUNTS = ("/sys/fs/cgroup", "/sys/fs/cgroup/unified")
+"""Where a cgroup v2 hierarchy is looked for: the unified mount, or the v2 part of a hybrid one."""
+DEFAULT_PARENT_NAME = "shellper"
+SHELLPER_SUB = "shellper"
+CHILD_SUB = "child"
+KEY_HEX = 12
+INSTANCE_HEX = 32
+PARENT_ENV = "SHELLPER_CGROUP_PARENT"
+
+
+class CgroupError(ShellperError):
+    """A cgroup could not be created, joined, killed or removed; ``path`` says which."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"cgroup {path}: {reason}")
+
+
+# --------------------------------------------------------------------------------------------- where
+
+
+def find_mount() -> str | None:
+    """The cgroup v2 mount point, or None (a v1-only machine, or no /sys)."""
+    for mount in V2_MOUNTS:
+        # v1 hierarchies have cgroup.procs too, but only v2 has cgroup.controllers
+        if os.path.isfile(os.path.join(mount, "cgroup.controllers")):
+            return mount
+    return None
+
+
+def own_cgroup(pid: int | str = "self") -> str | None:
+    """The v2 cgroup of ``pid`` relative to the hierarchy's root ("/..."), or None."""
+    try:
+        with open(f"/proc/{pid}/cgroup", "rb") as f:
+            for line in f.read().decode("utf-8", "replace").splitlines():
+                if line.startswith("0::"):
+                    return line[3:]
+    except OSError:
+        return None
+    return None
+
+
+def systemd_manages_cgroups() -> bool:
+    """A systemd manager owns the hierarchy: only delegated subtrees may be written (sd_booted's test)."""
+    return os.path.isdir("/run/systemd/system")
+
+
+def delegated_scope() -> str | None:
+    """The caller's own cgroup, if a systemd manager delegated it (``systemd-run --scope -p Delegate=yes``
+    marks it with a ``trusted.delegate`` or ``user.delegate`` attribute) and it is writable; else None."""
+    mount, own = find_mount(), own_cgroup()
+    if mount is None or own is None or own == "/":
+        return None
+    path = mount + own
+    for attribute in ("trusted.delegate", "user.delegate"):
+        with contextlib.suppress(OSError):
+            if os.getxattr(path, attribute) == b"1" and os.access(os.path.join(path, "cgroup.procs"), os.W_OK):
+                return path
+    return None
+
+
+def default_parent() -> str | None:
+    """``$SHELLPER_CGROUP_PARENT``; under a systemd manager, the caller's own cgroup if it was delegated
+    (:func:`delegated_scope`), never anything systemd manages; without one, ``MOUNT/shellper`` where the
+    hierarchy is writable (root, or a delegated mount); else None: the session runs without a cgroup."""
+    explicit = os.environ.get(PARENT_ENV)
+    if explicit:
+        return os.path.abspath(explicit)
+    mount = find_mount()
+    if mount is None:
+        return None
+    if systemd_manages_cgroups():
+        return delegated_scope()
+    parent = os.path.join(mount, DEFAULT_PARENT_NAME)
+    if os.path.isdir(parent):
+        return parent if os.access(os.path.join(parent, "cgroup.procs"), os.W_OK) else None
+    return parent if os.access(mount, os.W_OK) else None
+
+
+def scope_command(*, manages: bool, delegated: str | None, explicit_parent: bool, systemd_run: str | None,
+                  manager_socket: bool, euid: int, unit: str) -> list[str] | None:
+    """The command prefix that starts a shellper in a transient, delegated systemd scope, or None.
+
+    Wanted only where a systemd manager owns the hierarchy, no parent was named and the caller's own cgroup
+    is not already delegated; possible only with ``systemd-run`` and a reachable manager (the user's, or
+    the system's for root). Pure: :func:`scope_prefix` gathers the facts."""
+    if not manages or delegated is not None or explicit_parent or systemd_run is None or not manager_socket:
+        return None
+    user = ["--user"] if euid != 0 else []
+    return [systemd_run, *user, "--scope", "--quiet", "--collect", "-p", "Delegate=yes", f"--unit={unit}", "--"]
+
+
+def scope_prefix(name: str, explicit_parent: str | None) -> list[str] | None:
+    """:func:`scope_command` for this machine and caller (a unit named after the session, made unique)."""
+    if not systemd_manages_cgroups():
+        return None
+    import shutil  # only under systemd
+
+    euid = os.geteuid()
+    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
+    socket = "/run/systemd/private" if euid == 0 else os.path.join(runtime, "systemd", "private")
+    return scope_command(manages=True, delegated=delegated_scope(),
+                         explicit_parent=bool(explicit_parent or os.environ.get(PARENT_ENV)),
+                         systemd_run=shutil.which("systemd-run"), manager_socket=bool(runtime or euid == 0)
+                         and os.path.exists(socket), euid=euid, unit=f"shellper-{name}-{os.urandom(4).hex()}.scope")
+
+
+def _key(text: str) -> str:
+    try:  # CPython's own SHA-256, as shellper.host.record does: hashlib would map libcrypto into every shellper
+        from _sha256 import sha256  # type: ignore[import-not-found]
+    except ImportError:  # pragma: no cover - other Pythons
+        from hashlib import sha256
+    return str(sha256(text.encode("utf-8", "surrogateescape")).hexdigest())[:KEY_HEX]
+
+
+def dir_key(runtime_dir: str) -> str:
+    """Of the real path: a Tower that reaches the directory by another spelling (a symlinked /var/run) must
+    find the same cgroups."""
+    return _key(os.path.realpath(runtime_dir))
+
+
+def owner_key(owner: str) -> str:
+    return _key(owner)
+
+
+@record(frozen=True)
+class LeafName:
+    """What a session cgroup's name says: whose runtime directory, whose owner, which session and instance."""
+
+    dir_key: str
+    owner_key: str
+    name: str
+    instance_id: str
+
+    def __str__(self) -> str:
+        return f"{self.dir_key}.{self.owner_key}.{self.name}.{self.instance_id}"
+
+    @classmethod
+    def of(cls, runtime_dir: str, owner: str, name: str, instance_id: str) -> LeafName:
+        return cls(dir_key(runtime_dir), owner_key(owner), name, instance_id)
+
+    @classmethod
+    def parse(cls, text: str) -> LeafName | None:
+        """The parts of a leaf's name, or None for anything else (the name itself may hold dots)."""
+        head, sep, instance = text.rpartition(".")
+        dkey, _, rest = head.partition(".")
+        okey, _, name = rest.partition(".")
+        hexdigits = set("0123456789abcdef")
+        if (not sep or len(instance) != INSTANCE_HEX or len(dkey) != KEY_HEX or len(okey) != KEY_HEX
+                or not name or not set(instance + dkey + okey) <= hexdigits):
+            return None
+        return cls(dkey, okey, name, instance)
+
+
+# --------------------------------------------------------------------------------------------- files
+
+
+def _read(path: str) -> str:
+    with open(path, "rb") as f:
+        return f.read().decode("ascii", "replace")
+
+
+def _write(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def events_populated(text: str) -> bool:
+    """``populated`` from a cgroup.events text (1 while any process is in the cgroup or below)."""
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "populated":
+            return value.strip() == "1"
+    return False
+
+
+def session_cgroup_of(relative: str) -> str | None:
+    """The session cgroup (relative to the hierarchy's root) that ``relative`` is, or is inside; None."""
+    parts = relative.strip("/").split("/") if relative.strip("/") else []
+    for i, part in enumerate(parts):
+        if LeafName.parse(part) is not None:
+            return "/" + "/".join(parts[: i + 1])
+    return None
+
+
+def member_of(pid: int, relative: str) -> bool:
+    """``pid`` is in the cgroup ``relative`` (to the hierarchy's root) or one below it."""
+    path = own_cgroup(pid)
+    return path is not None and (path == relative or path.startswith(relative.rstrip("/") + "/"))
+
+
+class SessionCgroup:
+    """One session's cgroup leaf (absolute path); see the module docstring for its layout."""
+
+    def __init__(self, path: str, mount: str) -> None:
+        self.path = path
+        self.mount = mount
+
+    @property
+    def relative(self) -> str:
+        """The leaf as /proc/PID/cgroup names it."""
+        return "/" if self.path == self.mount else "/" + os.path.relpath(self.path, self.mount)
+
+    def sub(self, which: str | None) -> str:
+        return self.path if which is None else os.path.join(self.path, which)
+
+    def inode(self) -> int:
+        return os.stat(self.path).st_ino
+
+    # ------------------------------------------------------------------ making and joining
+
+    @classmethod
+    def create(cls, parent: str, leaf: LeafName) -> SessionCgroup:
+        """Make PARENT/leaf with its shellper/ and child/ cgroups (the parent too, if missing)."""
+        mount = find_mount()
+        if mount is None:
+            raise CgroupError(parent, "no cgroup v2 hierarchy is mounted")
+        real_parent = os.path.realpath(parent)
+        if real_parent != mount and not real_parent.startswith(mount + "/"):
+            raise CgroupError(parent, f"is not inside the cgroup v2 hierarchy at {mount}")
+        inside = session_cgroup_of(real_parent[len(mount):] or "/")
+        if inside is not None:
+            raise CgroupError(parent, f"is inside the cgroup of another session ({inside}): ending that session "
+                              "would end this one")
+        try:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(real_parent, 0o755)
+            if not os.path.isfile(os.path.join(real_parent, "cgroup.procs")):
+                raise CgroupError(parent, "is not a cgroup")
+            path = os.path.join(real_parent, str(leaf))
+            os.mkdir(path, 0o755)
+        except OSError as e:
+            raise CgroupError(parent, f"cannot create a session cgroup: {e.strerror}") from e
+        group = cls(path, mount)
+        try:
+            os.mkdir(group.sub(SHELLPER_SUB), 0o755)
+            os.mkdir(group.sub(CHILD_SUB), 0o755)
+        except OSError as e:
+            group.remove()
+            raise CgroupError(path, f"cannot create its sub-cgroups: {e.strerror}") from e
+        return group
+
+    def join(self, which: str, pid: int = 0) -> None:
+        """Move ``pid`` (0: the caller) into the sub-cgroup ``which``."""
+        target = os.path.join(self.sub(which), "cgroup.procs")
+        try:
+            _write(target, str(pid))
+        except OSError as e:
+            raise CgroupError(target, f"cannot move process {pid or os.getpid()} in: {e.strerror}") from e
+
+    def open_procs(self, which: str) -> int:
+        """An O_WRONLY fd on ``which``/cgroup.procs (CLOEXEC): the child writes "0" to it before exec."""
+        target = os.path.join(self.sub(which), "cgroup.procs")
+        try:
+            return os.open(target, os.O_WRONLY | os.O_CLOEXEC)
+        except OSError as e:
+            raise CgroupError(target, f"cannot open: {e.strerror}") from e
+
+    # ------------------------------------------------------------------ looking
+
+    def events_path(self, which: str | None = None) -> str:
+        return os.path.join(self.sub(which), "cgroup.events")
+
+    def populated(self, which: str | None = None) -> bool:
+        """Any process in it (or below); False once the cgroup is gone."""
+        try:
+            return events_populated(_read(self.events_path(which)))
+        except FileNotFoundError:
+            return False
+
+    def procs(self, which: str | None = None) -> list[int]:
+        """Pids directly in ``which`` and every cgroup below it (a snapshot: verify before use)."""
+        out: list[int] = []
+        for root, _dirs, _files in os.walk(self.sub(which)):
+            with contextlib.suppress(FileNotFoundError):
+                out += [int(t) for t in _read(os.path.join(root, "cgroup.procs")).split()]
+        return out
+
+    def pinned_members(self, which: str | None = None) -> list[PidFd]:
+        """Pidfds of the processes in ``which``, each verified to be a member after it was pinned."""
+        relative = self.relative if which is None else self.relative.rstrip("/") + "/" + which
+        pinned: list[PidFd] = []
+        for pid in self.procs(which):
+            try:
+                fd = PidFd.open(pid)
+            except ProcessGone:
+                continue
+            try:
+                ok = member_of(pid, relative) and fd.is_unreaped()
+            except OSError:
+                ok = False
+            if ok:
+                pinned.append(fd)
+            else:
+                fd.close()
+        return pinned
+
+    def signal_members(self, sig: int, which: str | None = None) -> int:
+        """Send ``sig`` to every verified member; how many were signalled."""
+        sent = 0
+        for fd in self.pinned_members(which):
+            with fd, contextlib.suppress(ProcessGone, PermissionError):
+                fd.send_signal(sig)
+                sent += 1
+        return sent
+
+    # ------------------------------------------------------------------ ending
+
+    def kill(self, which: str | None = None) -> None:
+        """SIGKILL everything in ``which`` (None: the whole leaf), atomically where the kernel can."""
+        target = self.sub(which)
+        try:
+            _write(os.path.join(target, "cgroup.kill"), "1")
+            return
+        except FileNotFoundError:
+            if not os.path.isdir(target):
+                return
+        except OSError as e:
+            raise CgroupError(target, f"cgroup.kill failed: {e.strerror}") from e
+        # Before Linux 5.14: a frozen process cannot fork, so signal the members and thaw.
+        freeze = os.path.join(target, "cgroup.freeze")
+        try:
+            _write(freeze, "1")
+            self.signal_members(signal.SIGKILL, which)
+        finally:
+            with contextlib.suppress(OSError):
+                _write(freeze, "0")
+
+    def wait_empty(self, timeout: float, which: str | None = None) -> bool:
+        """Block until nothing is left in ``which`` (POLLPRI on cgroup.events, no timed loop) or ``timeout``."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        try:
+            fd = os.open(self.events_path(which), os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return True
+        try:
+            poller = select.poll()
+            poller.register(fd, select.POLLPRI | select.POLLERR)
+            while events_populated(os.pread(fd, 4096, 0).decode("ascii", "replace")):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                poller.poll(max(1, math.ceil(left * 1000)))
+            return True
+        finally:
+            os.close(fd)
+
+    def remove(self) -> bool:
+        """rmdir child/, shellper/ and the leaf; False if something is still inside (EBUSY) or in the way."""
+        ok = True
+        for path in (self.sub(CHILD_SUB), self.sub(SHELLPER_SUB), self.path):
+            try:
+                os.rmdir(path)
+            except FileNotFoundError:
+                continue
+            except OSError as e:
+                if e.errno not in (errno.EBUSY, errno.ENOTEMPTY):
+                    raise CgroupError(path, f"cannot remove: {e.strerror}") from e
+                ok = False
+        return ok
+
+    def leave(self) -> None:
+        """Move the caller out of the leaf so it can be removed: to the leaf's parent, else the hierarchy's
+        root; never back into another session's cgroup it may have come from (that one may be ending)."""
+        for target in (os.path.dirname(self.path), self.mount):
+            try:
+                _write(os.path.join(target, "cgroup.procs"), "0")
+                return
+            except OSError as e:
+                failure = e
+        raise CgroupError(self.path, f"cannot move out of it: {failure.strerror}")
+
+
+# --------------------------------------------------------------------------------------------- records
+
+
+def verify_cgroup(path: str | None, inode: int | None, runtime_dir: str, name: str,
+                  instance_id: str, owner: str | None = None) -> tuple[SessionCgroup | None, str]:
+    """The cgroup a record names, if it is verifiably that session's: (cgroup, "") or (None, why not; "gone").
+
+    It must sit in the v2 hierarchy, carry this runtime directory's key, the session's name and instance
+    in its name, and still be the recorded directory (inode): a copied record or a recreated name is not.
+    """
+    if path is None:
+        return None, "the record names no cgroup"
+    mount = find_mount()
+    if mount is None or os.path.normpath(path) != path or not path.startswith(mount + "/"):
+        return None, f"{path} is not in the cgroup v2 hierarchy"
+    leaf = LeafName.parse(os.path.basename(path))
+    if leaf is None or leaf.dir_key != dir_key(runtime_dir) or leaf.name != name or leaf.instance_id != instance_id:
+        return None, f"{path} is not the cgroup of session {name!r} of {runtime_dir}"
+    if owner is not None and leaf.owner_key != owner_key(owner):
+        return None, f"{path} is not a cgroup of owner {owner!r}"
+    group = SessionCgroup(path, mount)
+    try:
+        found = group.inode()
+    except FileNotFoundError:
+        return None, "gone"
+    except OSError as e:
+        return None, f"{path}: {e.strerror}"
+    if inode is not None and found != inode:
+        return None, f"{path} is not the recorded cgroup (inode {found}, recorded {inode})"
+    return group, ""
+
+
+def verify_dead_session(path: str | None, inode: int | None, runtime_dir: str, name: str,
+                        instance_id: str, owner: str | None = None) -> tuple[SessionCgroup | None, str]:
+    """:func:`verify_cgroup`, and no live shellper in ``shellper/``: what may be killed as a dead session's
+    leftovers (a live, if unreachable, shellper is ended only as :mod:`tower_client.apply` ends one)."""
+    group, why = verify_cgroup(path, inode, runtime_dir, name, instance_id, owner)
+    if group is None:
+        return None, why
+    if group.populated(SHELLPER_SUB):
+        return None, f"a process is still in {group.sub(SHELLPER_SUB)}: the shellper lives"
+    return group, ""
+
+
+@record(frozen=True)
+class OrphanCgroup:
+    """A session cgroup of a runtime directory that no record names; ``shellper_alive``: its shellper/ is
+    populated (a live shellper whose files are gone), so it is reported, never killed."""
+
+    path: str
+    leaf: LeafName
+    populated: bool
+    shellper_alive: bool
+
+
+def find_session_cgroups(parent: str, runtime_dir: str) -> list[OrphanCgroup]:
+    """Every session cgroup under ``parent`` that carries ``runtime_dir``'s key (records not consulted)."""
+    key = dir_key(runtime_dir)
+    mount = find_mount()
+    out: list[OrphanCgroup] = []
+    if mount is None:
+        return out
+    try:
+        entries = sorted(os.listdir(parent))
+    except OSError:
+        return out
+    for entry in entries:
+        leaf = LeafName.parse(entry)
+        if leaf is None or leaf.dir_key != key:
+            continue
+        group = SessionCgroup(os.path.join(parent, entry), mount)
+        out.append(OrphanCgroup(group.path, leaf, group.populated(), group.populated(SHELLPER_SUB)))
+    return out

@@ -1,0 +1,194 @@
+"""The shellper's own diagnostics log: size-capped, rotated, and unable to kill its writer.
+
+A full disk or a removed directory must not take down the process that holds a user's session, so
+:meth:`LogFile.write` never raises: lines that cannot be written are counted, and the count is
+reported in the next line that can be. Format: ``[2026-01-02T03:04:05.678Z] message``.
+"""
+
+from __future__ import annotations
+
+import _thread  # threading.Lock without importing threading (1.4 ms of every launch)
+import contextlib
+import errno
+import os
+import stat
+import sys
+import time
+
+from shellper.host.paths import open_nofollow
+
+DEFAULT_MAX_BYTES = 1024 * 1024
+_APPEND_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+
+
+def _timestamp() -> str:
+    """UTC to the millisecond, with time rather than datetime (which ``shellper run`` need not import)."""
+    ms = time.time_ns() // 1_000_000
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms // 1000)) + f".{ms % 1000:03d}Z"
+
+
+def format_line(message: str, *, limit: int | None = None) -> bytes:
+    """One log record; continuation lines are indented so every record starts with '['."""
+    text = message.rstrip("\n").replace("\n", "\n  ")
+    line = f"[{_timestamp()}] {text}\n".encode("utf-8", "backslashreplace")
+    if limit is not None and len(line) > limit:
+        marker = b"... [truncated]\n"
+        line = line[: max(0, limit - len(marker))] + marker
+    return line
+
+
+class LogFile:
+    """Append-only log at ``path``, rotated to ``path.1`` .. ``path.<keep>`` before it exceeds ``max_bytes``.
+
+    With ``capture_stdio`` the log is also dup2'd onto fds 1 and 2 (again after every rotation), so
+    stray prints and interpreter tracebacks land in the current file. ``keep=0`` truncates instead
+    of keeping an old file. Thread-safe.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        keep: int = 1,
+        *,
+        capture_stdio: bool = False,
+    ) -> None:
+        if max_bytes < 256:
+            raise ValueError(f"max_bytes must be at least 256, got {max_bytes}")
+        if keep < 0:
+            raise ValueError(f"keep must be >= 0, got {keep}")
+        self.path = os.fspath(path)
+        self.max_bytes = max_bytes
+        self.keep = keep
+        self.capture_stdio = capture_stdio
+        self.dropped = 0
+        """Lines lost since the last successful write (reported, then reset)."""
+        self.last_error: OSError | None = None
+        self._fd: int | None = None
+        self._lock = _thread.allocate_lock()
+
+    def _open(self) -> int:
+        if self._fd is None:
+            self._fd = open_nofollow(self.path, _APPEND_FLAGS, 0o600)
+            if self.capture_stdio:
+                _dup_onto_stdio(self._fd)
+        return self._fd
+
+    def _close_fd(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def _rotate(self, fd: int) -> None:
+        if self.keep == 0:
+            os.ftruncate(fd, 0)  # O_APPEND writes then start again at offset 0
+            return
+        self._close_fd()
+        for i in range(self.keep - 1, 0, -1):
+            older = f"{self.path}.{i}"
+            if os.path.lexists(older):
+                os.replace(older, f"{self.path}.{i + 1}")
+        os.replace(self.path, f"{self.path}.1")
+
+    def _write_line(self, line: bytes) -> None:
+        fd = self._open()
+        size = os.fstat(fd).st_size  # fstat, not a counter: fds 1/2 may also append to the file
+        if size > 0 and size + len(line) > self.max_bytes:
+            self._rotate(fd)
+            fd = self._open()
+        view = memoryview(line)
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+
+    def write(self, message: str) -> bool:
+        """Append one timestamped line; returns False (and counts the drop) instead of raising."""
+        with self._lock:
+            try:
+                if self.dropped:
+                    why = self.last_error.strerror if self.last_error else "unknown error"
+                    note = f"log: {self.dropped} line(s) dropped while the log was unwritable ({why})"
+                    self._write_line(format_line(note, limit=self.max_bytes))
+                    self.dropped = 0
+                    self.last_error = None
+                self._write_line(format_line(message, limit=self.max_bytes))
+                return True
+            except OSError as e:
+                self.dropped += 1
+                self.last_error = e
+                self._close_fd()  # reopen next time: the file may have been removed or the disk freed
+                return False
+            except Exception:  # never let logging take the shellper down
+                self.dropped += 1
+                self._close_fd()
+                return False
+
+    def close(self) -> None:
+        with self._lock:
+            self._close_fd()
+
+
+def _dup_onto_stdio(fd: int) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+
+
+def redirect_stdio(log_path: str | os.PathLike[str]) -> tuple[int, int] | None:
+    """Point fd 0 at /dev/null and fds 1, 2 at ``log_path`` (O_APPEND), so a detached shellper never
+    writes into a closed pipe or a terminal it no longer owns (the original's #324 crash).
+
+    Returns the log's (st_dev, st_ino) if this call created it, else None: a launch that fails removes
+    the log only if it made it. A symlink (ELOOP) or anything but a regular file raises OSError."""
+    fd, created = _open_log(os.fspath(log_path))
+    try:
+        _dup_onto_stdio(fd)
+    finally:
+        os.close(fd)
+    null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.dup2(null, 0)
+    finally:
+        os.close(null)
+    return created
+
+
+def _open_log(path: str) -> tuple[int, tuple[int, int] | None]:
+    """Open (or create, then say so) the log for appending; O_NONBLOCK so a FIFO there cannot hang us."""
+    while True:
+        try:
+            fd = open_nofollow(path, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK)
+            created = False
+        except OSError as e:
+            if e.errno == errno.ENXIO:  # a FIFO nobody reads
+                raise OSError(errno.EINVAL, "not a regular file", path) from e
+            if e.errno != errno.ENOENT:
+                raise
+            try:
+                fd = open_nofollow(path, _APPEND_FLAGS | os.O_EXCL, 0o600)
+            except FileExistsError:  # created meanwhile: open that one
+                continue
+            created = True
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            raise OSError(errno.EINVAL, "not a regular file", path)
+        os.set_blocking(fd, True)
+        return fd, ((st.st_dev, st.st_ino) if created else None)
+
+
+def remove_created_log(log_path: str | os.PathLike[str], created: tuple[int, int]) -> bool:
+    """Remove the log a failed launch created, only if the path still names that file; True if removed."""
+    path = os.fspath(log_path)
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    if (st.st_dev, st.st_ino) != created or not stat.S_ISREG(st.st_mode):
+        return False
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    return True

@@ -1,0 +1,615 @@
+"""The shellper wire protocol as a sans-IO codec: typed frames in, bytes out, and back.
+
+Framing is ``[1-byte type][4-byte big-endian payload length][payload]``. DATA carries raw PTY bytes so
+the hot path pays no msgpack cost; every other known frame carries a msgpack map with string keys.
+Unknown keys are ignored and unknown frame types are reported and skipped, so peers of different
+versions can talk. Nothing here touches a socket or an event loop (see protocol/PROTOCOL.md).
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Iterator
+from enum import IntEnum
+
+import msgpack
+
+from shellper.core import structs
+from shellper.core.errors import ShellperError
+from shellper.core.structs import field, record
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs each shellper ~2.5 ms and 0.5 MiB
+if TYPE_CHECKING:
+    from typing import Any, ClassVar, TypeVar, dataclass_transform
+
+    _T = TypeVar("_T")
+
+PROTOCOL_VERSION = 2
+"""Version spoken by this codec. Version 1 was the original's JSON framing, which we do not serve."""
+MIN_PROTOCOL_VERSION = 2
+HEADER = struct.Struct(">BI")
+HEADER_SIZE = HEADER.size
+MAX_FRAME_SIZE = 16 * 1024 * 1024
+"""Largest payload accepted by default; a larger declared length is skipped, never buffered."""
+
+ROLES = ("tower", "terminal", "viewer")
+SIGNALS = ("HUP", "INT", "QUIT", "TERM", "KILL", "CONT", "STOP", "TSTP", "WINCH", "USR1", "USR2")
+"""Signal names a tower may send to the child's process group (without the SIG prefix)."""
+
+
+class FrameType(IntEnum):
+    DATA = 0x01
+    RESIZE = 0x02
+    SIGNAL = 0x03
+    EXIT = 0x04
+    REPLAY = 0x05
+    PING = 0x06
+    PONG = 0x07
+    HELLO = 0x08
+    WELCOME = 0x09
+    SPAWN = 0x0A
+    ERROR = 0x0B
+    EVENT = 0x0C
+    STATUS = 0x0D
+    STATUS_REPLY = 0x0E
+    STOP = 0x0F
+    GAP = 0x10
+    RELEASE = 0x11
+
+
+# --------------------------------------------------------------------------------------------- errors
+
+
+class ProtocolError(ShellperError):
+    """A frame that cannot be accepted. ``code`` is what an ERROR frame reports for it."""
+
+    code = "protocol"
+
+    def __init__(self, message: str, frame_type: int | None = None, field_name: str | None = None) -> None:
+        self.frame_type = frame_type
+        self.field_name = field_name
+        where = f"{_type_name(frame_type)} frame: " if frame_type is not None else ""
+        super().__init__(where + message)
+        self.detail = message
+
+
+class TruncatedFrame(ProtocolError):
+    code = "truncated"
+
+
+class BadPayload(ProtocolError):
+    code = "bad_payload"
+
+
+class MissingField(ProtocolError):
+    code = "missing_field"
+
+
+class BadField(ProtocolError):
+    code = "bad_field"
+
+
+class FrameTooLarge(ProtocolError):
+    code = "too_large"
+
+
+def _type_name(frame_type: int | None) -> str:
+    if frame_type is None:
+        return "?"
+    try:
+        return FrameType(frame_type).name
+    except ValueError:
+        return f"0x{frame_type:02x}"
+
+
+# --------------------------------------------------------------------------------------------- field kinds
+
+
+def _check_kind(kind: str, value: Any) -> bool:
+    """Whether a decoded msgpack value fits a field kind (bool is not an int on the wire)."""
+    if kind == "uint":
+        return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**64
+    if kind == "int":
+        return isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**64
+    if kind == "float":
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if kind == "str":
+        return isinstance(value, str)
+    if kind == "bool":
+        return isinstance(value, bool)
+    if kind == "bin":
+        return isinstance(value, bytes)
+    if kind == "str_list":
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    if kind == "str_map":
+        return isinstance(value, dict) and all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+        )
+    if kind == "map":
+        return isinstance(value, dict) and all(isinstance(k, str) for k in value)
+    if kind == "list":
+        return isinstance(value, list)
+    raise AssertionError(f"unknown field kind {kind}")
+
+
+_KIND_WORDS = {
+    "uint": "an unsigned integer",
+    "int": "an integer",
+    "float": "a number",
+    "str": "a string",
+    "bool": "a boolean",
+    "bin": "binary",
+    "str_list": "an array of strings",
+    "str_map": "a map of string to string",
+    "map": "a map with string keys",
+    "list": "an array",
+}
+
+
+def wfield(
+    kind: str, *, nullable: bool = False, key: str | None = None, default: Any = structs.MISSING
+) -> Any:
+    """Declare a wire field: its msgpack kind, whether nil is allowed, its key if not the attribute's name."""
+    meta = {"kind": kind, "nullable": nullable, "key": key}
+    if isinstance(default, list | dict):
+        def factory(d: Any = default) -> Any:
+            return type(d)(d)
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+# --------------------------------------------------------------------------------------------- frames
+
+
+if TYPE_CHECKING:
+    @dataclass_transform(frozen_default=True, field_specifiers=(wfield,))
+    def _frame(cls: type[_T]) -> type[_T]: ...
+else:
+    _frame = record(frozen=True)
+    """Frames are frozen records whose fields are declared with :func:`wfield` (as type checkers are told)."""
+
+
+@_frame
+class Frame:
+    """Base of every frame. Control frames are encoded from their record fields."""
+
+    TYPE: ClassVar[FrameType]
+
+    def to_map(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in structs.fields(self):
+            value = getattr(self, f.name)
+            if value is None and f.metadata["nullable"] and f.default is None:
+                continue  # optional and absent: omit rather than send nil
+            out[f.metadata["key"] or f.name] = value
+        return out
+
+    @classmethod
+    def from_map(cls, payload: dict[str, Any]) -> Frame:
+        kwargs: dict[str, Any] = {}
+        for f in structs.fields(cls):
+            key = f.metadata["key"] or f.name
+            if key not in payload:
+                if f.default is structs.MISSING and f.default_factory is structs.MISSING:
+                    raise MissingField(f"missing required field {key!r}", cls.TYPE, key)
+                continue
+            value = payload[key]
+            if value is None and f.metadata["nullable"]:
+                kwargs[f.name] = None
+                continue
+            if not _check_kind(f.metadata["kind"], value):
+                want = _KIND_WORDS[f.metadata["kind"]] + (" or nil" if f.metadata["nullable"] else "")
+                raise BadField(f"field {key!r} must be {want}, got {type(value).__name__}", cls.TYPE, key)
+            kwargs[f.name] = value
+        return cls(**kwargs)
+
+
+@_frame
+class Data(Frame):
+    """Raw bytes: PTY output (shellper to client) or input (client to shellper). Not msgpack."""
+
+    TYPE = FrameType.DATA
+    data: bytes = wfield("bin", default=b"")
+
+
+@_frame
+class Resize(Frame):
+    """The terminal's size in cells; the shellper applies it to the PTY (TIOCSWINSZ, then SIGWINCH)."""
+
+    TYPE = FrameType.RESIZE
+    cols: int = wfield("uint")
+    rows: int = wfield("uint")
+
+
+@_frame
+class Signal(Frame):
+    """A signal, by name from SIGNALS, for the child's process group (tower only)."""
+
+    TYPE = FrameType.SIGNAL
+    signal: str = wfield("str")
+
+
+@_frame
+class Exit(Frame):
+    """The child exited. Carries the exit record; ``state`` is the session state that follows."""
+
+    TYPE = FrameType.EXIT
+    code: int | None = wfield("int", nullable=True)
+    signal: str | None = wfield("str", nullable=True)
+    core: bool = wfield("bool", default=False)
+    uptime: float = wfield("float", default=0.0)
+    exit_class: str = wfield("str", key="class", default="")
+    reason: str = wfield("str", default="")
+    state: str = wfield("str", default="")
+    child_pid: int | None = wfield("int", nullable=True, default=None)
+    time: float = wfield("float", default=0.0)
+    restart_in: float | None = wfield("float", nullable=True, default=None)
+    stderr_tail: str = wfield("str", default="")
+
+    def describe(self) -> str:
+        """The child's end in one line: the shellper's reason if it gave one, else the code or signal."""
+        if self.reason:
+            return self.reason
+        if self.code is not None:
+            return f"code {self.code}"
+        if self.signal:
+            return f"killed by {self.signal}" + (" (core dumped)" if self.core else "")
+        return "child exited"
+
+    def restart_note(self) -> str:
+        """What a terminal shows when the child exited and the shellper restarts it."""
+        when = f" in {self.restart_in:g} s" if self.restart_in is not None else ""
+        return f"[exited: {self.describe()}; restarting{when}]"
+
+
+@_frame
+class Replay(Frame):
+    """First frame of output after WELCOME: ``data`` starts at absolute ``offset``.
+
+    ``gap`` counts bytes the client asked for that the ring no longer holds. ``preamble`` re-establishes
+    the terminal modes in effect at ``offset``; it is not part of the output stream and has no offset.
+    """
+
+    TYPE = FrameType.REPLAY
+    offset: int = wfield("uint")
+    data: bytes = wfield("bin", default=b"")
+    gap: int = wfield("uint", default=0)
+    preamble: bytes = wfield("bin", default=b"")
+
+
+@_frame
+class Ping(Frame):
+    """Asks for a PONG with the same nonce: a liveness check, and a barrier after frames sent before it."""
+
+    TYPE = FrameType.PING
+    nonce: int | None = wfield("int", nullable=True, default=None)
+
+
+@_frame
+class Pong(Frame):
+    """The answer to a PING, carrying its nonce."""
+
+    TYPE = FrameType.PONG
+    nonce: int | None = wfield("int", nullable=True, default=None)
+
+
+@_frame
+class Hello(Frame):
+    """Client's opening frame. ``resume_from`` = the offset it already has output up to."""
+
+    TYPE = FrameType.HELLO
+    version: int = wfield("uint")
+    role: str = wfield("str")
+    resume_from: int | None = wfield("uint", nullable=True, default=None)
+    replay_bytes: int | None = wfield("uint", nullable=True, default=None)
+    events_after: int | None = wfield("uint", nullable=True, default=None)
+    client: str = wfield("str", default="")
+    terminal: bool | None = wfield("bool", nullable=True, default=None)
+    """True: this HELLO's bytes carry the client's terminal (one fd, SCM_RIGHTS) for the shellper to use."""
+    detach_byte: int | None = wfield("uint", nullable=True, default=None)
+    """With ``terminal``: the byte that, typed, ends the attach (the shellper watches the input for it)."""
+
+
+@_frame
+class Welcome(Frame):
+    """The shellper's answer to HELLO: who it is, the session's state and size, and the ring's bounds."""
+
+    TYPE = FrameType.WELCOME
+    version: int = wfield("uint")
+    name: str = wfield("str")
+    shellper_pid: int = wfield("uint")
+    shellper_start_time: int = wfield("uint")
+    boot_id: str = wfield("str")
+    instance_id: str = wfield("str")
+    state: str = wfield("str")
+    cols: int = wfield("uint")
+    rows: int = wfield("uint")
+    ring_start: int = wfield("uint")
+    ring_end: int = wfield("uint")
+    child_pid: int | None = wfield("int", nullable=True, default=None)
+    state_reason: str = wfield("str", default="")
+    last_output_at: float | None = wfield("float", nullable=True, default=None)
+    exit: dict[str, Any] | None = wfield("map", nullable=True, default=None)
+    event_seq: int = wfield("uint", default=0)
+    role: str = wfield("str", default="")
+    min_version: int = wfield("uint", default=MIN_PROTOCOL_VERSION)
+    max_frame: int = wfield("uint", default=MAX_FRAME_SIZE)
+    terminal: bool | None = wfield("bool", nullable=True, default=None)
+    """True: the shellper took the terminal the HELLO passed, and reads and writes it itself."""
+
+
+@_frame
+class Spawn(Frame):
+    """Replace the child. Absent fields reuse the session's current command, cwd and environment."""
+
+    TYPE = FrameType.SPAWN
+    argv: list[str] | None = wfield("str_list", nullable=True, default=None)
+    cwd: str | None = wfield("str", nullable=True, default=None)
+    env: dict[str, str] | None = wfield("str_map", nullable=True, default=None)
+    clear_ring: bool = wfield("bool", default=False)
+
+
+@_frame
+class Error(Frame):
+    """What went wrong; with ``fatal`` the shellper closes this connection right after it."""
+
+    TYPE = FrameType.ERROR
+    code: str = wfield("str")
+    message: str = wfield("str")
+    frame_type: int | None = wfield("uint", nullable=True, default=None)
+    fatal: bool = wfield("bool", default=False)
+
+
+@_frame
+class Event(Frame):
+    """A numbered session event (spawned, exited, client_attached, ...), for clients that asked for events."""
+
+    TYPE = FrameType.EVENT
+    seq: int = wfield("uint")
+    kind: str = wfield("str")
+    time: float = wfield("float", default=0.0)
+    data: dict[str, Any] = wfield("map", default={})
+
+
+@_frame
+class Status(Frame):
+    """A request for a STATUS_REPLY."""
+
+    TYPE = FrameType.STATUS
+
+
+@_frame
+class StatusReply(Frame):
+    """The answer to STATUS: the session state and a map of details (pids, ring, clients, exits)."""
+
+    TYPE = FrameType.STATUS_REPLY
+    state: str = wfield("str")
+    info: dict[str, Any] = wfield("map", default={})
+
+
+@_frame
+class Stop(Frame):
+    """End the session: terminate the child's tree (``grace`` seconds before SIGKILL), then exit."""
+
+    TYPE = FrameType.STOP
+    grace: float | None = wfield("float", nullable=True, default=None)
+
+
+@_frame
+class Gap(Frame):
+    """Output this client missed because it fell behind the ring: ``missed`` bytes, resuming at ``offset``."""
+
+    TYPE = FrameType.GAP
+    offset: int = wfield("uint")
+    missed: int = wfield("uint")
+
+
+@_frame
+class Release(Frame):
+    """The shellper has stopped using the terminal this client handed it (and closed its descriptor).
+
+    ``reason``: ``detach`` (the detach byte was typed), ``hangup`` (the terminal returned EOF or an
+    error), ``exit`` (the child ended the session), ``closing`` (the client or the shellper is closing).
+    ``reset`` switches off the modes the session left on; ``offset`` is where the terminal's output ends.
+    """
+
+    TYPE = FrameType.RELEASE
+    reason: str = wfield("str")
+    reset: bytes = wfield("bin", default=b"")
+    offset: int = wfield("uint", default=0)
+
+
+_DATA_TYPE = int(FrameType.DATA)
+
+FRAME_CLASSES: dict[int, type[Frame]] = {
+    cls.TYPE: cls
+    for cls in (Data, Resize, Signal, Exit, Replay, Ping, Pong, Hello, Welcome, Spawn, Error, Event, Status,
+                StatusReply, Stop, Gap, Release)
+}
+
+
+@record(frozen=True)
+class Skipped:
+    """A frame whose declared length exceeded the limit; its payload was discarded unread."""
+
+    frame_type: int
+    length: int
+
+
+@record(frozen=True)
+class Unknown:
+    """A frame of a type this codec does not know; a newer peer sent it and it is ignored."""
+
+    frame_type: int
+    length: int
+
+
+DecodedEvent = Frame | Skipped | Unknown
+
+
+# --------------------------------------------------------------------------------------------- encode
+
+
+def bare_signal(name: object) -> str | None:
+    """The SIGNALS entry a SIGNAL frame's name means ("kill", "SIGKILL" -> "KILL"), or None."""
+    if not isinstance(name, str):
+        return None
+    bare = name.upper().removeprefix("SIG")
+    return bare if bare in SIGNALS else None
+
+
+def check_request(frame: Frame) -> None:
+    """The ranges a shellper holds RESIZE and STOP to (a violation is a fatal bad_field). Pure, so a
+    client can apply the same rules before it sends, and keep its connection."""
+    if isinstance(frame, Resize):
+        for name in ("cols", "rows"):
+            value = getattr(frame, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+                raise BadField(f"{name}: size {frame.cols}x{frame.rows} is outside 1..65535", frame.TYPE, name)
+    elif isinstance(frame, Stop) and frame.grace is not None:
+        grace = frame.grace
+        if isinstance(grace, bool) or not isinstance(grace, int | float) or not (math.isfinite(grace) and grace >= 0):
+            raise BadField(f"grace {grace!r} must be a finite number >= 0", frame.TYPE, "grace")
+
+
+def encode(frame: Frame) -> bytes:
+    """The bytes of one frame. Raises FrameTooLarge past the 32-bit length field."""
+    payload = frame.data if isinstance(frame, Data) else _pack(frame.to_map())
+    if len(payload) > 0xFFFFFFFF:
+        raise FrameTooLarge(f"payload of {len(payload)} bytes does not fit a frame", frame.TYPE)
+    return HEADER.pack(frame.TYPE, len(payload)) + payload
+
+
+def encode_data(data: bytes | bytearray | memoryview) -> bytes:
+    """A DATA frame without building a Data object: the hot path."""
+    return HEADER.pack(FrameType.DATA, len(data)) + data
+
+
+def data_header(length: int) -> bytes:
+    """Just the header of a DATA frame, for writev-style sends of large payloads."""
+    return HEADER.pack(FrameType.DATA, length)
+
+
+def _pack(payload: dict[str, Any]) -> bytes:
+    return msgpack.packb(payload, use_bin_type=True)  # type: ignore[no-any-return]
+
+
+# --------------------------------------------------------------------------------------------- decode
+
+
+def decode_payload(frame_type: int, payload: bytes) -> Frame:
+    """Build the frame object for a known type from its payload (empty control payload = empty map)."""
+    cls = FRAME_CLASSES[frame_type]
+    if cls is Data:
+        return Data(payload)
+    if not payload:
+        mapping: Any = {}
+    else:
+        try:
+            mapping = msgpack.unpackb(payload, raw=False, strict_map_key=True, use_list=True)
+        except Exception as exc:  # msgpack raises several types (ExtraData, FormatError, ValueError, ...)
+            raise BadPayload(f"payload is not valid msgpack ({type(exc).__name__})", frame_type) from None
+        if not isinstance(mapping, dict):
+            raise BadPayload(f"payload must be a msgpack map, got {type(mapping).__name__}", frame_type)
+        if not all(isinstance(k, str) for k in mapping):
+            raise BadPayload("payload map keys must be strings", frame_type)
+    return cls.from_map(mapping)
+
+
+class Decoder:
+    """Incremental frame decoder: feed bytes in any fragmentation, take frames out.
+
+    Memory is bounded by ``max_frame`` plus what one ``feed`` call hands in: an oversized frame is
+    discarded as it arrives. A bad frame raises after it has been consumed, so a caller that wants to
+    carry on may; the shellper closes that client instead.
+    """
+
+    def __init__(self, max_frame: int = MAX_FRAME_SIZE) -> None:
+        self.max_frame = max_frame
+        self._buf = bytearray()
+        self._pos = 0
+        self._skip = 0
+        self._skip_type = 0
+
+    @property
+    def buffered(self) -> int:
+        """Bytes held, waiting for the rest of a frame."""
+        return len(self._buf) - self._pos
+
+    def sole_data(self, chunk: bytes | bytearray | memoryview) -> bytes | bytearray | memoryview | None:
+        """The payload, if nothing is buffered and ``chunk`` is exactly one whole non-empty DATA frame:
+        a keystroke or its echo, the common case, which then skips ``feed`` and ``events``. None
+        otherwise, and nothing is consumed: feed the chunk as usual."""
+        n = len(chunk) - HEADER_SIZE
+        if n <= 0 or chunk[0] != _DATA_TYPE or self._skip or self._pos != len(self._buf):
+            return None
+        if int.from_bytes(chunk[1:HEADER_SIZE], "big") != n or n > self.max_frame:
+            return None
+        return chunk[HEADER_SIZE:]
+
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
+        if self._skip:
+            drop = min(self._skip, len(data))
+            self._skip -= drop
+            data = memoryview(data)[drop:]
+        if self._pos and self._pos == len(self._buf):
+            self._buf.clear()
+            self._pos = 0
+        self._buf += data
+
+    def next_event(self) -> DecodedEvent | None:
+        """The next complete frame (or Skipped/Unknown marker), or None until more bytes arrive."""
+        buf = self._buf
+        avail = len(buf) - self._pos
+        if avail < HEADER_SIZE:
+            return None
+        frame_type, length = HEADER.unpack_from(buf, self._pos)
+        if length > self.max_frame:
+            self._pos += HEADER_SIZE
+            drop = min(length, len(buf) - self._pos)
+            self._pos += drop
+            self._skip = length - drop
+            self._skip_type = frame_type
+            self._compact()
+            return Skipped(frame_type, length)
+        if avail < HEADER_SIZE + length:
+            self._compact()
+            return None
+        start = self._pos + HEADER_SIZE
+        self._pos = start + length
+        if frame_type not in FRAME_CLASSES:
+            self._compact()
+            return Unknown(frame_type, length)
+        payload = bytes(buf[start:start + length])
+        self._compact()
+        return decode_payload(frame_type, payload)
+
+    def events(self) -> Iterator[DecodedEvent]:
+        """Every complete event now buffered."""
+        while (event := self.next_event()) is not None:
+            yield event
+
+    def close(self) -> None:
+        """The stream ended: complain if it ended inside a frame."""
+        remaining = self.buffered + self._skip
+        if remaining:
+            frame_type = self._buf[self._pos] if self.buffered else self._skip_type
+            raise TruncatedFrame(
+                f"stream ended inside a frame: {remaining} bytes missing or unparsed", frame_type
+            )
+
+    def _compact(self) -> None:
+        # Drop consumed bytes once they dominate the buffer: amortised O(1) per byte.
+        if self._pos > 65536 and self._pos * 2 > len(self._buf):
+            del self._buf[:self._pos]
+            self._pos = 0
+
+
+def decode_all(data: bytes, max_frame: int = MAX_FRAME_SIZE) -> list[DecodedEvent]:
+    """Decode a complete byte string; raises TruncatedFrame if it ends inside a frame."""
+    decoder = Decoder(max_frame)
+    decoder.feed(data)
+    events = list(decoder.events())
+    decoder.close()
+    return events

@@ -1,0 +1,334 @@
+"""ModeTracker: mode tables, split sequences, offsets, preamble/reset, bounded history."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shellper.core.modes import (
+    CARRY_MAX,
+    FULL_RESET_SEQUENCE,
+    MAX_HISTORY,
+    TITLE_MAX,
+    ModeOffsetError,
+    ModeTracker,
+    TerminalModes,
+)
+from shellper.core.structs import replace
+
+D = TerminalModes()
+
+
+def fed(*chunks: bytes) -> ModeTracker:
+    tracker = ModeTracker()
+    offset = 0
+    for chunk in chunks:
+        tracker.feed(offset, chunk)
+        offset += len(chunk)
+    return tracker
+
+
+# ------------------------------------------------------------------------- tables
+
+MODE_TABLE: list[tuple[bytes, TerminalModes]] = [
+    (b"", D),
+    (b"plain text, no escapes\r\n", D),
+    (b"\x1b[?1049h", replace(D, alt_screen=True)),
+    (b"\x1b[?1047h", replace(D, alt_screen=True)),
+    (b"\x1b[?47h", replace(D, alt_screen=True)),
+    (b"\x1b[?1049h\x1b[?1049l", D),
+    (b"\x1b[?1049h\x1b[?47l", D),
+    (b"\x1b[?1049;2004h", replace(D, alt_screen=True, bracketed_paste=True)),
+    (b"\x1b[?1;1004;1006;1002h", replace(D, app_cursor_keys=True, focus_reporting=True,
+                                         mouse_encoding=1006, mouse_tracking=1002)),
+    (b"\x1b[?25l", replace(D, cursor_visible=False)),
+    (b"\x1b[?25l\x1b[?25h", D),
+    (b"\x1b[?2004h", replace(D, bracketed_paste=True)),
+    (b"\x1b[?1004h", replace(D, focus_reporting=True)),
+    (b"\x1b[?1h", replace(D, app_cursor_keys=True)),
+    (b"\x1b[?9h", replace(D, mouse_tracking=9)),
+    (b"\x1b[?1000h\x1b[?1003h", replace(D, mouse_tracking=1003)),  # last protocol wins
+    (b"\x1b[?1003h\x1b[?1000l", D),  # resetting any protocol switches tracking off
+    (b"\x1b[?1006h\x1b[?1015h", replace(D, mouse_encoding=1015)),
+    (b"\x1b[?1006h\x1b[?1005l", D),
+    (b"\x1b[?1000;1006h\x1b[?1000l", replace(D, mouse_encoding=1006)),  # encoding is separate
+    (b"\x1b=", replace(D, app_keypad=True)),
+    (b"\x1b=\x1b>", D),
+    (b"\x1b[?66h", replace(D, app_keypad=True)),
+    (b"\x1b]0;my title\x07", replace(D, title=b"my title")),
+    (b"\x1b]2;t\xc3\xa9\x1b\\", replace(D, title="té".encode())),
+    (b"\x1b]2;a\x07\x1b]0;b\x07", replace(D, title=b"b")),
+    (b"\x1b]2;\x07", replace(D, title=b"")),
+    (b"\x1b]1;icon only\x07", D),
+    (b"\x1b]7;file:///tmp\x07", D),
+    (b"\x1b]2;" + b"x" * (TITLE_MAX + 1) + b"\x07", D),  # over the cap: ignored
+    (b"\x1b]2;" + b"x" * TITLE_MAX + b"\x07", replace(D, title=b"x" * TITLE_MAX)),
+    (b"\x1b[?1049h\x1b[?1000h\x1b]2;t\x07\x1bc", D),  # RIS resets everything
+    (b"\x1b[?25l\x1b[?1h\x1b=\x1b[?1049h\x1b[!p", replace(D, alt_screen=True)),  # DECSTR
+    # not tracked / not mode sets
+    (b"\x1b[1h\x1b[4h", D),  # ANSI (non-private) modes
+    (b"\x1b[?1049$p", D),  # DECRQM query
+    (b"\x1b[?12h\x1b[?7l", D),  # blink, autowrap: untracked
+    (b"\x1b[>1u\x1b[>4;2m", D),  # kitty keyboard, modifyOtherKeys: untracked
+    (b"\x1b[?;h", D),
+    (b"\x1b[31m\x1b[2J\x1b[H\x1b(B\x1b7\x1b8", D),
+]
+_IDS = [f"{i}:{data[:24]!r}" for i, (data, _) in enumerate(MODE_TABLE)]
+
+
+@pytest.mark.parametrize(("data", "expected"), MODE_TABLE, ids=_IDS)
+def test_mode_table(data: bytes, expected: TerminalModes) -> None:
+    assert fed(data).current() == expected
+
+
+@pytest.mark.parametrize(("data", "expected"), MODE_TABLE, ids=_IDS)
+def test_mode_table_split_at_every_byte(data: bytes, expected: TerminalModes) -> None:
+    if len(data) > 64:
+        data = data[:64]
+        expected = fed(data).current()
+    whole = fed(data)
+    for cut in range(len(data) + 1):
+        split = fed(data[:cut], data[cut:])
+        assert split.current() == expected, cut
+        assert [split.state_at(i) for i in range(len(data) + 1)] == [
+            whole.state_at(i) for i in range(len(data) + 1)
+        ], cut
+    bytewise = fed(*(data[i : i + 1] for i in range(len(data))))
+    assert bytewise.current() == expected
+
+
+def test_split_title_longer_than_carry_is_dropped_but_tracking_recovers() -> None:
+    body = b"y" * (CARRY_MAX + 10)
+    tracker = fed(b"\x1b]2;" + body[:100], body[100:], b"\x07", b"\x1b[?2004h")
+    assert tracker.current() == replace(D, bracketed_paste=True)
+    assert len(tracker._carry) <= CARRY_MAX
+
+
+def test_carry_stays_bounded_during_huge_unterminated_osc() -> None:
+    tracker = ModeTracker()
+    tracker.feed(0, b"\x1b]52;c;")
+    offset = 7
+    for _ in range(1000):
+        tracker.feed(offset, b"QUJD" * 256)
+        offset += 1024
+        assert len(tracker._carry) <= CARRY_MAX
+    tracker.feed(offset, b"\x07\x1b[?1h")
+    assert tracker.current() == replace(D, app_cursor_keys=True)
+
+
+# ------------------------------------------------------------------ offsets, preamble
+
+STREAM = (
+    b"$ vim\r\n"  # 0..7
+    b"\x1b[?1049h"  # 7..15  -> alt from 15
+    b"\x1b[?1h\x1b="  # 15..22 -> cursor keys from 20, keypad from 22
+    b"\x1b]2;vim\x07"  # 22..30 -> title from 30
+    b"~~~~"  # 30..34
+    b"\x1b[?1049l\x1b[?1l\x1b>"  # 34..49 -> alt off at 42, keys off at 47, keypad off at 49
+    b"$ "  # 49..51
+)
+
+
+@pytest.mark.parametrize(
+    ("offset", "preamble"),
+    [
+        (0, b""),
+        (7, b""),
+        (14, b""),
+        (15, b"\x1b[?1049h"),
+        (20, b"\x1b[?1049h\x1b[?1h"),
+        (22, b"\x1b[?1049h\x1b[?1h\x1b="),
+        (30, b"\x1b]2;vim\x07\x1b[?1049h\x1b[?1h\x1b="),
+        (41, b"\x1b]2;vim\x07\x1b[?1049h\x1b[?1h\x1b="),
+        (42, b"\x1b]2;vim\x07\x1b[?1h\x1b="),
+        (49, b"\x1b]2;vim\x07"),
+        (10**9, b"\x1b]2;vim\x07"),
+    ],
+)
+def test_preamble_at_offsets(offset: int, preamble: bytes) -> None:
+    for tracker in (fed(STREAM), fed(*(STREAM[i : i + 3] for i in range(0, len(STREAM), 3)))):
+        assert tracker.preamble(offset) == preamble
+
+
+def test_feed_at_nonzero_start_offset() -> None:
+    tracker = ModeTracker()
+    tracker.feed(1000, b"ab\x1b[?25l")
+    assert tracker.state_at(1007) == D
+    assert tracker.state_at(1008) == replace(D, cursor_visible=False)
+
+
+def test_rewinding_feed_raises() -> None:
+    tracker = fed(b"0123456789")
+    with pytest.raises(ModeOffsetError) as info:
+        tracker.feed(5, b"x")
+    assert (info.value.offset, info.value.expected) == (5, 10)
+
+
+def test_discontinuity_drops_carry() -> None:
+    tracker = ModeTracker()
+    tracker.feed(0, b"\x1b[?10")
+    tracker.feed(100, b"49h")  # not a continuation: must not become ?1049h
+    assert tracker.current() == D
+
+
+# --------------------------------------------------------------------- reset / enable
+
+
+@pytest.mark.parametrize(
+    ("data", "reset"),
+    [
+        (b"", b""),
+        (b"\x1b]2;title\x07", b""),  # the title is not undone
+        (b"\x1b[?1049h", b"\x1b[?1049l"),
+        (b"\x1b[?25l", b"\x1b[?25h"),
+        (b"\x1b[?1002;1006h", b"\x1b[?1002l\x1b[?1006l"),
+        (
+            b"\x1b[?1049;1;2004;1004;1003;1015;25h\x1b=\x1b[?25l",
+            b"\x1b[?1003l\x1b[?1015l\x1b[?1004l\x1b[?2004l\x1b[?1l\x1b>\x1b[?1049l\x1b[?25h",
+        ),
+    ],
+)
+def test_reset_sequence_table(data: bytes, reset: bytes) -> None:
+    assert fed(data).reset_sequence() == reset
+
+
+MODES = st.builds(
+    TerminalModes,
+    alt_screen=st.booleans(),
+    cursor_visible=st.booleans(),
+    bracketed_paste=st.booleans(),
+    mouse_tracking=st.sampled_from([0, 9, 1000, 1002, 1003]),
+    mouse_encoding=st.sampled_from([0, 1005, 1006, 1015]),
+    focus_reporting=st.booleans(),
+    app_cursor_keys=st.booleans(),
+    app_keypad=st.booleans(),
+    title=st.none() | st.binary(max_size=20).filter(lambda b: b"\x07" not in b and b"\x1b" not in b),
+)
+
+
+@given(MODES)
+def test_enable_then_disable_round_trips(modes: TerminalModes) -> None:
+    tracker = fed(modes.enable_sequence())
+    assert tracker.current() == modes
+    tracker.feed(len(modes.enable_sequence()), tracker.reset_sequence())
+    assert tracker.current() == replace(D, title=modes.title)
+
+
+@given(MODES)
+def test_full_reset_sequence_resets_any_state(modes: TerminalModes) -> None:
+    tracker = fed(modes.enable_sequence(), FULL_RESET_SEQUENCE)
+    assert tracker.current() == replace(D, title=modes.title)
+
+
+# ------------------------------------------------------------------ bounded history
+
+
+def test_forget_before_folds_history_into_base() -> None:
+    tracker = fed(STREAM)
+    assert len(tracker) == 7
+    tracker.forget_before(22)
+    assert len(tracker) == 4
+    assert tracker.base_offset == 22
+    assert tracker.preamble(22) == b"\x1b[?1049h\x1b[?1h\x1b="
+    assert tracker.state_at(0) == tracker.state_at(22)  # before the base: approximated
+    assert tracker.preamble(30) == b"\x1b]2;vim\x07\x1b[?1049h\x1b[?1h\x1b="
+    tracker.forget_before(10**6)
+    assert len(tracker) == 0
+    assert tracker.current() == replace(D, title=b"vim")
+
+
+def test_history_is_capped() -> None:
+    tracker = ModeTracker()
+    toggle = b"\x1b[?25l.\x1b[?25h."
+    offset = 0
+    for _ in range(5 * MAX_HISTORY):
+        tracker.feed(offset, toggle)
+        offset += len(toggle)
+        assert len(tracker) <= MAX_HISTORY
+    assert len(tracker) >= MAX_HISTORY // 2
+    # recent offsets stay exact
+    last = offset - len(toggle)
+    assert tracker.state_at(last + 6) == replace(D, cursor_visible=False)
+    assert tracker.state_at(last + 13) == D
+    assert tracker.base_offset > 0
+
+
+def test_no_change_is_recorded_for_redundant_sets() -> None:
+    tracker = fed(b"\x1b[?25h\x1b[?1049l\x1b>" * 50)
+    assert len(tracker) == 0
+
+
+# ------------------------------------------- property: arbitrary chunking of a stream
+
+_MODE_TOKENS: list[tuple[bytes, dict[str, Any]]] = [
+    (b"\x1b[?1049h", {"alt_screen": True}),
+    (b"\x1b[?1049l", {"alt_screen": False}),
+    (b"\x1b[?47h", {"alt_screen": True}),
+    (b"\x1b[?1047l", {"alt_screen": False}),
+    (b"\x1b[?25l", {"cursor_visible": False}),
+    (b"\x1b[?25h", {"cursor_visible": True}),
+    (b"\x1b[?2004h", {"bracketed_paste": True}),
+    (b"\x1b[?2004l", {"bracketed_paste": False}),
+    (b"\x1b[?1000h", {"mouse_tracking": 1000}),
+    (b"\x1b[?1002h", {"mouse_tracking": 1002}),
+    (b"\x1b[?1003l", {"mouse_tracking": 0}),
+    (b"\x1b[?1006h", {"mouse_encoding": 1006}),
+    (b"\x1b[?1006l", {"mouse_encoding": 0}),
+    (b"\x1b[?1004h", {"focus_reporting": True}),
+    (b"\x1b[?1004l", {"focus_reporting": False}),
+    (b"\x1b[?1h", {"app_cursor_keys": True}),
+    (b"\x1b[?1l", {"app_cursor_keys": False}),
+    (b"\x1b=", {"app_keypad": True}),
+    (b"\x1b>", {"app_keypad": False}),
+    (b"\x1b[?1049;2004;1000h", {"alt_screen": True, "bracketed_paste": True, "mouse_tracking": 1000}),
+    (b"\x1b[!p", {"cursor_visible": True, "app_cursor_keys": False, "app_keypad": False}),
+    (b"\x1bc", {"reset": True}),
+]
+_NOISE = st.sampled_from([b"\x1b[31m", b"\x1b[2J", b"\x1b[10;20H", b"\x1b(B", b"\x1b]8;;http://x\x07",
+                          b"\x1b[?12h", b"\x1b7"])
+_TEXT = st.text(max_size=5).map(str.encode).filter(lambda b: b"\x1b" not in b)
+_TITLE = st.builds(
+    lambda kind, body, term: (b"\x1b]" + kind + b";" + body + term, {"title": body}),
+    st.sampled_from([b"0", b"2"]),
+    st.binary(max_size=30).filter(lambda b: b"\x07" not in b and b"\x1b" not in b),
+    st.sampled_from([b"\x07", b"\x1b\\"]),
+)
+TOKENS = st.one_of(
+    st.sampled_from(_MODE_TOKENS),
+    _TITLE,
+    st.tuples(_NOISE | _TEXT, st.just({})),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(tokens=st.lists(TOKENS, max_size=40), splits=st.lists(st.integers(1, 16), max_size=60))
+def test_tracker_matches_model_for_any_chunking(
+    tokens: list[tuple[bytes, dict[str, Any]]], splits: list[int]
+) -> None:
+    expected: list[tuple[int, TerminalModes]] = [(0, D)]  # state from each token end
+    state, offset = D, 0
+    for data, effect in tokens:
+        offset += len(data)
+        state = D if effect.get("reset") else replace(state, **effect)
+        expected.append((offset, state))
+    stream = b"".join(data for data, _ in tokens)
+
+    tracker, pos = ModeTracker(), 0
+    for size in [*splits, len(stream)]:
+        tracker.feed(pos, stream[pos : pos + size])
+        pos = min(len(stream), pos + size)
+    assert tracker.current() == state
+    for at, modes in expected:
+        assert tracker.state_at(at) == modes, at
+        assert tracker.preamble(at) == modes.enable_sequence()
+
+
+def test_title_of_max_length_split_in_the_middle_is_tracked() -> None:
+    body = bytes(65 + i % 26 for i in range(TITLE_MAX))
+    tracker = fed(b"\x1b]2;" + body[:500], body[500:], b"\x1b", b"\\")
+    assert tracker.current() == replace(D, title=body)
+    assert tracker.state_at(4 + TITLE_MAX + 1) == D
+    assert tracker.state_at(4 + TITLE_MAX + 2) == replace(D, title=body)
