@@ -23,6 +23,7 @@ from shellper.core.structs import replace
 from shellper.host import cgroup
 from shellper.host.identity import ProcessIdentity, boot_id, read_stat
 from shellper.host.record import SessionRecord, cmdline_sha256, read_record, write_record
+from shellper.host.shellpers import holds_listener, session_cgroup
 from tower_client.apply import OwnerBusy, apply, hold_owner_lock
 from tower_client.discover import discover, observe
 from tower_client.reconcile import Action, Registry, RegistryRow, reconcile
@@ -168,6 +169,15 @@ def nested_argv(inner_dir: Path, mode: str) -> list[str]:
             f"> /dev/null; echo started; sleep 300"]
 
 
+def settled(record: SessionRecord, directory: str) -> bool:
+    """The shellper listens and, when contained, has moved into its own cgroup, which it does only after
+    reporting ready: until then it is still inside the cgroup it was started from (a documented limit)."""
+    if not holds_listener(record.shellper_pid, record.socket):
+        return False
+    group = session_cgroup(record, directory)
+    return group is None or cgroup.member_of(record.shellper_pid, group.relative + "/" + cgroup.SHELLPER_SUB)
+
+
 def start_nested(sessions: Sessions, other: Sessions, outer_mode: str, inner_mode: str) -> tuple[
         ProcessIdentity, ProcessIdentity, ProcessIdentity]:
     """Outer session "outer" of ``sessions`` whose child starts "inner" of ``other``: (outer, inner shellper,
@@ -177,6 +187,7 @@ def start_nested(sessions: Sessions, other: Sessions, outer_mode: str, inner_mod
                        what="the inner session")
     inner_shellper = ProcessIdentity(inner.boot_id, inner.shellper_pid, inner.shellper_start_time)
     other.track(inner_shellper)
+    poll_until(lambda: settled(inner, str(other.dir)), what="the inner shellper in its own cgroup")
     child = poll_until(lambda: read_record(other.dir / "inner.json").child_pid, what="the inner child")
     inner_child = identity(child)
     other.track(inner_child)
@@ -247,6 +258,7 @@ def test_reap_of_a_silent_foreground_shellper_spares_its_pipeline_partner(sessio
     sessions.track(partner)
     shellper = ProcessIdentity(rec.boot_id, rec.shellper_pid, rec.shellper_start_time)
     sessions.track(shellper)
+    poll_until(lambda: holds_listener(rec.shellper_pid, rec.socket), what="the foreground shellper's socket")
     assert read_stat(partner.pid) is not None and read_stat(partner.pid).pgrp == rec.shellper_pid  # type: ignore[union-attr]
     os.kill(rec.shellper_pid, signal.SIGSTOP)  # it does not answer now
     done = subprocess.run([sys.executable, "-m", "tower_client.cli", "--dir", str(sessions.dir), "reap", "f",
