@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from shellper.client.sessions import session_names
-from shellper.core.config import DEFAULT_GRACE
 from shellper.core.containment import Containment
+from shellper.core.defaults import DEFAULT_GRACE
 from shellper.core.errors import ShellperError
 from shellper.core.owner import default_owner
 from shellper.host.cgroup import member_of, verify_cgroup

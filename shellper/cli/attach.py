@@ -30,6 +30,7 @@ from types import FrameType
 from shellper.client.blocking import Client, ClientError, RemoteError, SessionGone
 from shellper.core.errors import ShellperError
 from shellper.core.names import BadName, runtime_dir_name, validate_name
+from shellper.core.signals import signal_number
 from shellper.core.states import SessionState
 from shellper.core.structs import record
 from shellper.daemon.terminal import note, window_size
@@ -92,23 +93,11 @@ def parse_detach_key(spec: str) -> int | None:
     raise DetachKeyError(spec, "expected ^X notation (e.g. ^\\ or ^Q), a single ASCII character, or none")
 
 
-def _signal_number(name: str | None) -> int | None:
-    if not name:
-        return None
-    bare = name.strip().upper()
-    if bare.isdigit():
-        return int(bare)
-    try:
-        return int(signal.Signals[bare if bare.startswith("SIG") else "SIG" + bare])
-    except KeyError:
-        return None
-
-
 def exit_status(frame: wire.Exit) -> int:
     """What a shell would report for the child: its code, or 128 + the signal that killed it."""
     if frame.code is not None:
         return frame.code
-    signum = _signal_number(frame.signal)
+    signum = signal_number(frame.signal) if frame.signal else None
     return 128 + signum if signum is not None else 1
 
 

@@ -14,13 +14,15 @@ import sys
 import time
 
 from shellper import __version__
-from shellper.core.config import (
-    CONTAINMENT_REQUESTS,
+from shellper.core.config import CONTAINMENT_REQUESTS, STDERR_REQUESTS, ConfigError, SessionConfig
+from shellper.core.defaults import (
+    DEFAULT_COLS,
+    DEFAULT_GRACE,
     DEFAULT_RING_BYTES,
+    DEFAULT_ROWS,
     DEFAULT_TERM,
-    STDERR_MODES,
-    ConfigError,
-    SessionConfig,
+    TERMINAL_SIZE_RANGE,
+    terminal_size_in_range,
 )
 from shellper.core.errors import ShellperError
 from shellper.core.exits import PolicyError, RestartPolicy
@@ -138,14 +140,15 @@ def _parser() -> argparse.ArgumentParser:
                      help="set a variable for the child (repeatable)")
     run.add_argument("--no-inherit-env", dest="inherit_env", action="store_false",
                      help="start the child with only --env variables (plus TERM)")
-    run.add_argument("--cols", type=int, default=80)
-    run.add_argument("--rows", type=int, default=24)
+    run.add_argument("--cols", type=int, default=DEFAULT_COLS)
+    run.add_argument("--rows", type=int, default=DEFAULT_ROWS)
     run.add_argument("--term", default=DEFAULT_TERM)
     run.add_argument("--ring-bytes", type=_size, default=DEFAULT_RING_BYTES, help="scrollback kept (default 8M)")
-    run.add_argument("--stderr", choices=STDERR_MODES, default="auto",
+    run.add_argument("--stderr", choices=STDERR_REQUESTS, default="auto",
                      help="pty: a separate terminal for fd 2, captured for exit reasons; merged: one terminal "
                      "(shells need it for job control); pipe; auto (default): merged for shells, else pty")
-    run.add_argument("--grace", type=_seconds, default=5.0, help="seconds between SIGTERM and SIGKILL on stop")
+    run.add_argument("--grace", type=_seconds, default=DEFAULT_GRACE,
+                     help="seconds between SIGTERM and SIGKILL on stop")
     run.add_argument("--husk-ttl", type=_seconds, default=None,
                      help="seconds an exited/fatal session stays around before it stops itself (default: forever)")
     # values checked in cmd_run and by SessionConfig: one line naming the option, not argparse's usage dump
@@ -415,8 +418,8 @@ def cmd_tail(args: argparse.Namespace) -> int:
 def cmd_signal(args: argparse.Namespace) -> int:
     from shellper.protocol import wire
 
-    bare = args.signal.upper().removeprefix("SIG")
-    if bare not in wire.SIGNALS:
+    bare = wire.bare_signal(args.signal)
+    if bare is None:
         raise CliError(f"signal: {args.signal!r} is not one of {' '.join(wire.SIGNALS)}")
     with _connect(args, "tower", replay_bytes=0) as client:
         client.send(wire.Signal(signal=bare))
@@ -427,8 +430,8 @@ def cmd_signal(args: argparse.Namespace) -> int:
 def cmd_resize(args: argparse.Namespace) -> int:
     from shellper.protocol import wire
 
-    if not (1 <= args.cols <= 65535 and 1 <= args.rows <= 65535):
-        raise CliError(f"resize: {args.cols}x{args.rows} is outside 1..65535")
+    if not terminal_size_in_range(args.cols, args.rows):
+        raise CliError(f"resize: {args.cols}x{args.rows} is outside {TERMINAL_SIZE_RANGE}")
     with _connect(args, "terminal", replay_bytes=0) as client:
         client.send(wire.Resize(cols=args.cols, rows=args.rows))
         _confirm(client)
@@ -466,7 +469,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
     try:
         with _connect(args, "tower", replay_bytes=0) as client:
             pin = _pin_shellper(client, record)
-            grace = args.grace if args.grace is not None else 5.0
+            grace = DEFAULT_GRACE if args.grace is None else args.grace
             deadline = time.monotonic() + grace + 15.0
             try:
                 client.send(wire.Stop(grace=args.grace))
@@ -599,20 +602,21 @@ def _stop_stale(args: argparse.Namespace, paths: SessionPaths) -> int:
     from tower_client.survivors import reap_survivors
 
     ended: tuple[int, ...] = ()
+    grace = DEFAULT_GRACE if args.grace is None else args.grace
     record = _read_record(paths)
     if record is not None and record_is_alive(record):
         # Its lock file was removed (a tmp cleaner), not its shellper: end it as a Tower would, verified.
         from shellper.host.identity import IdentityError
 
         try:
-            term = terminate_session(record, paths, grace=5.0 if args.grace is None else args.grace)
+            term = terminate_session(record, paths, grace=grace)
         except IdentityError as exc:
             raise CliError(f"stop: session {args.name!r} has no lock file, and pid {record.shellper_pid} "
                            f"could not be verified as its shellper: {exc}; nothing signalled") from None
         print(f"stopped {args.name} (its lock file was missing; via {term.method})")
         return 0
     if record is not None:
-        ended = reap_survivors(record, directory=paths.dir, grace=5.0 if args.grace is None else args.grace).pids
+        ended = reap_survivors(record, directory=paths.dir, grace=grace).pids
     try:
         removed = clean_session(paths)
     except AlreadyRunning:

@@ -41,6 +41,7 @@ from collections.abc import Iterable, Mapping
 from enum import StrEnum
 
 from shellper.core.errors import ShellperError
+from shellper.core.signals import signal_name, signal_number
 from shellper.core.structs import field, fields, record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs each shellper ~2.5 ms and 0.5 MiB
@@ -197,29 +198,14 @@ def _secs(value: float) -> str:
     return f"{text} s"
 
 
-def signal_name(signum: int) -> str:
-    """"SIGSEGV" for 11; "SIGRTMIN+3" for real-time signals; "signal 200" if unknown."""
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        if signal.SIGRTMIN < signum < signal.SIGRTMAX:
-            return f"SIGRTMIN+{signum - signal.SIGRTMIN}"
-        return f"signal {signum}"
-
-
 def _parse_signal(value: object, field_name: str) -> int:
     if isinstance(value, int) and not isinstance(value, bool):
         num = value
     elif isinstance(value, str):
-        name = value.strip().upper()
-        if name.isdigit():
-            num = int(name)
-        else:
-            name = name if name.startswith("SIG") else "SIG" + name
-            try:
-                num = int(signal.Signals[name])
-            except KeyError:
-                raise PolicyError(field_name, value, "unknown signal name") from None
+        parsed = signal_number(value)
+        if parsed is None:
+            raise PolicyError(field_name, value, "unknown signal name")
+        num = parsed
     else:
         raise PolicyError(field_name, value, "expected a signal number or name")
     if not 1 <= num < 128:

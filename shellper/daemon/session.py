@@ -18,9 +18,10 @@ from collections.abc import Callable
 from shellper import __version__
 from shellper.core.config import ConfigError, SessionConfig, resolve_stderr_mode
 from shellper.core.containment import Containment
-from shellper.core.exits import Action, ExitEvidence, Supervisor, describe_exit, signal_name
+from shellper.core.exits import Action, ExitEvidence, Supervisor, describe_exit
 from shellper.core.owner import default_owner
 from shellper.core.ring import Scrollback
+from shellper.core.signals import signal_name
 from shellper.core.states import SessionState
 from shellper.daemon.clientconn import ClientConn
 from shellper.daemon.pacing import OutputPacer

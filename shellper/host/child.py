@@ -32,14 +32,12 @@ import termios
 import time
 from collections.abc import Mapping, Sequence
 
+from shellper.core.defaults import DEFAULT_TERM, STDERR_MODES, TERMINAL_SIZE_RANGE, terminal_size_in_range
 from shellper.core.errors import ShellperError
 from shellper.core.execve import env_problem, has_nul
 from shellper.core.structs import field, record
 from shellper.host.identity import start_time as read_start_time
 
-STDERR_MODES = ("pty", "merged", "pipe")
-DEFAULT_TERM = "xterm-256color"
-MAX_DIMENSION = 65535
 PR_SET_PDEATHSIG = 1
 _WINSIZE = struct.Struct("HHHH")
 _RESET_SIGNALS = tuple(s for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP))
@@ -190,8 +188,8 @@ def set_winsize(fd: int, cols: int, rows: int) -> tuple[int, int]:
 
 
 def _check_size(cols: int, rows: int) -> None:
-    if not (1 <= cols <= MAX_DIMENSION and 1 <= rows <= MAX_DIMENSION):
-        raise ValueError(f"terminal size {cols}x{rows} out of range 1..{MAX_DIMENSION}")
+    if not terminal_size_in_range(cols, rows):
+        raise ValueError(f"terminal size {cols}x{rows} out of range {TERMINAL_SIZE_RANGE}")
 
 
 def spawn_child(

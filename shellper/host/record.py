@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 from shellper.core import structs
 from shellper.core.containment import Containment
+from shellper.core.defaults import STDERR_MODES
 from shellper.core.errors import ShellperError
 from shellper.core.states import SessionState
 from shellper.core.structs import field, record
@@ -38,7 +39,6 @@ MAX_RECORD_BYTES = 1024 * 1024
 MAX_EXITS = 50
 """Exit entries kept in the record; ``exit_count`` keeps the total."""
 STATES = tuple(SessionState)
-STDERR_MODES = ("pty", "merged", "pipe")
 
 
 def _own_version() -> str:

@@ -28,7 +28,6 @@ from shellper.core.exits import (
     describe_exit,
     last_error_line,
     normalise_error_line,
-    signal_name,
 )
 
 E = ExitEvidence
@@ -119,14 +118,6 @@ def test_reason_clips_long_error_line() -> None:
 ])
 def test_describe_exit(evidence: ExitEvidence, text: str) -> None:
     assert describe_exit(evidence) == text
-
-
-@pytest.mark.parametrize(("signum", "name"), [
-    (SEGV, "SIGSEGV"), (ABRT, "SIGABRT"), (KILL, "SIGKILL"), (int(signal.SIGHUP), "SIGHUP"),
-    (int(signal.SIGRTMIN) + 2, "SIGRTMIN+2"), (100, "signal 100"),
-])
-def test_signal_name(signum: int, name: str) -> None:
-    assert signal_name(signum) == name
 
 
 @pytest.mark.parametrize(("a", "b"), [
