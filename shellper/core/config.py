@@ -152,11 +152,11 @@ class SessionConfig:
 
     def to_json(self) -> str:
         data = structs.asdict(self)
-        data["policy"] = self.policy.to_dict()
+        data["policy"] = self.policy.to_options()
         return json.dumps(data, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> SessionConfig:
         data: dict[str, Any] = json.loads(text)
-        data["policy"] = RestartPolicy.from_dict(data.get("policy") or {})
+        data["policy"] = RestartPolicy.from_options(data.get("policy") or {})
         return cls(**data)

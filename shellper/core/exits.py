@@ -31,7 +31,6 @@ crashes, the fast-clean-exit valve).
 
 from __future__ import annotations
 
-import errno
 import math
 import os
 import re
@@ -254,9 +253,12 @@ class ExitEvidence:
             raise EvidenceError("spawn_error", self.spawn_error, "must be a non-empty message")
 
     @classmethod
-    def from_wait_status(cls, status: int, uptime: float, *, requested: bool = False,
+    def from_wait_status(cls, status: int | None, uptime: float, *, requested: bool = False,
                          stderr_tail: str = "") -> ExitEvidence:
-        """Build evidence from a raw ``waitpid`` status (decoding only, no syscalls)."""
+        """Evidence from a raw ``waitpid`` status (decoding only, no syscalls). None, a status that was
+        never seen (the child was lost rather than reaped), gives neither a code nor a signal."""
+        if status is None:
+            return cls(uptime=uptime, requested=requested, stderr_tail=stderr_tail)
         if os.WIFSIGNALED(status):
             return cls(signal=os.WTERMSIG(status), core=os.WCOREDUMP(status), uptime=uptime,
                        requested=requested, stderr_tail=stderr_tail)
@@ -264,15 +266,6 @@ class ExitEvidence:
             return cls(code=os.WEXITSTATUS(status), uptime=uptime, requested=requested,
                        stderr_tail=stderr_tail)
         raise EvidenceError("status", status, "not a terminated process (stopped or continued)")
-
-    @classmethod
-    def from_spawn_error(cls, exc: OSError, *, uptime: float = 0.0) -> ExitEvidence:
-        """Evidence for an exec that failed: "ENOENT: No such file or directory: 'x'"."""
-        name = errno.errorcode.get(exc.errno, f"errno {exc.errno}") if exc.errno else "OSError"
-        text = f"{name}: {exc.strerror or exc}"
-        if exc.filename is not None:
-            text += f": {exc.filename!r}"
-        return cls(uptime=uptime, spawn_error=text)
 
     def as_dict(self) -> dict[str, object]:
         """JSON-safe form for the session record (stderr tail clipped to its end)."""
@@ -408,15 +401,6 @@ class RestartPolicy:
                 raise PolicyError(raw_key, value, "unknown restart policy option")
             kwargs[key] = _coerce_option(key, value)
         return cls(**kwargs)  # type: ignore[arg-type]
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, object]) -> RestartPolicy:
-        """Alias of :meth:`from_options` (the session config stores ``to_dict()``)."""
-        return cls.from_options(data)
-
-    def to_dict(self) -> dict[str, object]:
-        """Alias of :meth:`to_options`."""
-        return self.to_options()
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -686,10 +670,6 @@ class Supervisor:
         self._fast_clean = 0
         self._open_reason: str | None = None
         self._last_exit: dict[str, object] | None = None
-
-    @property
-    def is_open(self) -> bool:
-        return self._open_reason is not None
 
     def on_exit(self, evidence: ExitEvidence, now: float, rand: float | None = None) -> Decision:
         """Record one exit at time ``now``; ``rand`` in [0, 1] applies jitter (None: none)."""

@@ -323,15 +323,6 @@ class Scrollback:
             preamble = b""
         return Replay(chunk.offset, chunk.gap, preamble, chunk.data, ring.end)
 
-    def replay_tail(self, max_bytes: int) -> Replay:
-        """The newest ``<= max_bytes`` bytes from a safe boundary, for a fresh terminal.
-
-        For a client with a smaller budget than the ring (the original seeded viewers with
-        1 MiB): the tail is what a viewer wants to see.
-        """
-        ring = self.ring
-        return self.replay(ring.safe_start(ring.end - max_bytes), max_bytes)
-
     def clear(self) -> bytes:
         """Drop content and mode history (a new child starts at terminal defaults).
 

@@ -73,13 +73,9 @@ class Prefork:
         """How the intermediate ended, if it died before taking the config: "killed by SIGKILL", ..."""
         if self.status is None:
             return ""
-        if os.WIFSIGNALED(self.status):
-            number = os.WTERMSIG(self.status)
-            try:
-                return f"killed by {signal.Signals(number).name}"
-            except ValueError:
-                return f"killed by signal {number}"
-        return f"exit status {os.WEXITSTATUS(self.status)}"
+        from shellper.core.exits import ExitEvidence, describe_exit  # only on this failure path
+
+        return describe_exit(ExitEvidence.from_wait_status(self.status, 0.0))
 
     def cancel(self) -> None:
         """Not launching after all: kill the intermediate (our own child, by pid) and reap it."""

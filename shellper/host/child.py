@@ -77,8 +77,6 @@ class Child:
     """time.monotonic() right after the fork, for uptime and fast-exit classification."""
     start_time: int
     """Kernel start time in clock ticks (/proc/<pid>/stat field 22), for the session record."""
-    wait_status: int | None = None
-    """Set by :func:`reap` (or by the caller, if it reaps some other way)."""
     closed: bool = field(default=False)
 
     def output_fds(self) -> tuple[int, ...]:
@@ -235,7 +233,7 @@ def spawn_child(
         opened += [report_r, report_w]
         parent = os.getpid()
         # Block every signal across fork: until the child has reset the dispositions, a signal would
-        # run the parent's handlers in the child (e.g. write to asyncio's wakeup fd).
+        # run the parent's handlers in the child (e.g. write to the reactor's wakeup fd).
         old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
         try:
             pid = os.fork()
@@ -403,28 +401,6 @@ def resize(child: Child, cols: int, rows: int) -> None:
     if fcntl.ioctl(child.master_fd, termios.TIOCGWINSZ, bytes(_WINSIZE.size)) == wanted:
         fcntl.ioctl(child.master_fd, termios.TIOCSWINSZ, _WINSIZE.pack(rows, cols, 1, 0))
     fcntl.ioctl(child.master_fd, termios.TIOCSWINSZ, wanted)
-
-
-def signal_group(child: Child, sig: int) -> bool:
-    """killpg the child's group while its leader is unreaped (so the pgid cannot have been recycled)."""
-    if child.wait_status is not None:
-        return False
-    try:
-        os.killpg(child.pgid, sig)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def reap(child: Child, *, block: bool = False) -> int | None:
-    """waitpid the child; returns its wait status (see os.waitstatus_to_exitcode) or None if still running."""
-    if child.wait_status is not None:
-        return child.wait_status
-    pid, status = os.waitpid(child.pid, 0 if block else os.WNOHANG)
-    if pid == 0:
-        return None
-    child.wait_status = status
-    return status
 
 
 def close(child: Child) -> None:

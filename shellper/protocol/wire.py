@@ -489,11 +489,6 @@ def encode_data(data: bytes | bytearray | memoryview) -> bytes:
     return HEADER.pack(FrameType.DATA, len(data)) + data
 
 
-def data_header(length: int) -> bytes:
-    """Just the header of a DATA frame, for writev-style sends of large payloads."""
-    return HEADER.pack(FrameType.DATA, length)
-
-
 def _pack(payload: dict[str, Any]) -> bytes:
     return msgpack.packb(payload, use_bin_type=True)  # type: ignore[no-any-return]
 
