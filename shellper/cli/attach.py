@@ -29,7 +29,7 @@ from types import FrameType
 
 from shellper.client.blocking import Client, ClientError, RemoteError, SessionGone
 from shellper.core.errors import ShellperError
-from shellper.core.names import BadName, runtime_dir_name, validate_name
+from shellper.core.names import BadName, runtime_dir_name, socket_path, validate_name
 from shellper.core.signals import signal_number
 from shellper.core.states import SessionState
 from shellper.core.structs import record
@@ -582,11 +582,10 @@ def attach_session(directory: str | None, name: str, *, detach_key: str = DEFAUL
         print(f"shellper: session {name!r}: this terminal is inside it; attaching would feed its output back "
               "to it (unset SHELLPER_SESSION to attach anyway)", file=sys.stderr)
         return 1
-    return attach(os.path.join(runtime_dir_name(directory), f"{name}{_SOCKET_SUFFIX}"), name=name,
+    return attach(socket_path(runtime_dir_name(directory), name), name=name,
                   detach_key=detach_key, read_only=read_only, replay=not no_replay, handoff=not relay)
 
 
-_SOCKET_SUFFIX = ".sock"
 _QUICK_FLAGS = {"--read-only": "read_only", "--no-replay": "no_replay", "--relay": "relay"}
 
 

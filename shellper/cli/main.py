@@ -26,6 +26,7 @@ from shellper.core.defaults import (
 )
 from shellper.core.errors import ShellperError
 from shellper.core.exits import PolicyError, RestartPolicy
+from shellper.core.names import socket_path, validate_name
 from shellper.core.owner import OWNER_ENV, BadOwner, validate_owner
 from shellper.core.states import SessionState
 from shellper.daemon.launch import LaunchError, launch, run_foreground
@@ -36,7 +37,6 @@ from shellper.host.paths import (
     file_kind,
     runtime_dir,
     session_files,
-    validate_name,
 )
 from shellper.host.record import LockError, SessionLock
 
@@ -256,7 +256,7 @@ def _connect(args: argparse.Namespace, role: str = "tower", **hello: Any) -> Cli
     from shellper.client.blocking import Client, ClientError, ConnectionRefused
 
     validate_name(args.name)
-    path = os.path.join(_dir(args), f"{args.name}.sock")
+    path = socket_path(_dir(args), args.name)
     client = Client(path, role, client_name=f"shellper-cli:{args.cmd}")
     try:
         client.connect(**hello)
