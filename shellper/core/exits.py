@@ -42,6 +42,7 @@ from enum import StrEnum
 from shellper.core.errors import ShellperError
 from shellper.core.signals import signal_name, signal_number
 from shellper.core.structs import field, fields, record
+from shellper.core.text import strip_escapes
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs each shellper ~2.5 ms and 0.5 MiB
 if TYPE_CHECKING:
@@ -132,29 +133,17 @@ class EvidenceError(ExitsError):
 # --------------------------------------------------------------------------- text helpers
 
 # Pattern strings, not compiled patterns: re compiles each on first use and keeps it in its cache, so a
-# shellper whose child never exits with output to read does not pay ~1 ms at start-up to compile them.
-_ANSI = (
-    r"\x1b\[[0-?]*[ -/]*[@-~]"             # CSI
-    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC, BEL- or ST-terminated
-    r"|\x1b[P^_][^\x1b]*(?:\x1b\\)?"        # DCS / PM / APC
-    r"|\x1b[@-Z\\-_]"                       # two-byte escapes
-    r"|\x1b[ -/][@-~]"                      # charset selection etc.
-)
+# shellper whose child never exits with output to read does not compile them at start-up.
 _CTRL = r"[\x00-\x08\x0b-\x1f\x7f]"
 _UUID = r"(?i)[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 _PATH = r"(?<![\w.~/-])(?:~|\.{1,2})?/[^\s\"'`()\[\]<>{},;:]*"
 _HEX = r"(?i)\b0x[0-9a-f]+\b|\b(?=[0-9a-f]*[0-9])[0-9a-f]{6,}\b"
 
 
-def strip_ansi(text: str) -> str:
-    """Remove terminal escape sequences: a TUI's stderr is full of them."""
-    return re.sub(_ANSI, "", text)
-
-
 def _clean_lines(text: str) -> list[str]:
     """Visible, non-empty lines of terminal text (a CR-overwritten line keeps its last part)."""
     out: list[str] = []
-    for raw in strip_ansi(text).split("\n"):
+    for raw in strip_escapes(text).split("\n"):
         parts = [p for p in raw.split("\r") if p.strip()]
         if not parts:
             continue
@@ -176,7 +165,7 @@ def normalise_error_line(line: str) -> str:
     So "Session ID 1234 is already in use" and "Session ID 5678 is already in use" (or two
     different uuids, hex ids, temp paths, timestamps) compare equal.
     """
-    text = re.sub(_CTRL, "", strip_ansi(line))
+    text = re.sub(_CTRL, "", strip_escapes(line))
     text = re.sub(_UUID, "<id>", text)
     text = re.sub(_PATH, "<path>", text)
     text = re.sub(_HEX, "<id>", text)
