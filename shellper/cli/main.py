@@ -14,6 +14,7 @@ import sys
 import time
 
 from shellper import __version__
+from shellper.cli.argscan import scan
 from shellper.core.config import CONTAINMENT_REQUESTS, STDERR_REQUESTS, ConfigError, SessionConfig
 from shellper.core.defaults import (
     DEFAULT_COLS,
@@ -206,11 +207,11 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None, prefork: Prefork | None = None) -> int:
     """Run one command; ``prefork`` is the daemon-to-be that the console script forked early, if any."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if _subcommand(argv) == "run" and "--" in argv:  # everything after the first -- is the child's, options too
-        cut = argv.index("--")
-        args = _parser().parse_args(argv[:cut])
+    line = scan(argv)
+    if line.command == "run" and line.child is not None:  # everything after the first -- is the child's
+        args = _parser().parse_args(argv[:len(argv) - len(line.child) - 1])
         # a command already begun before the -- (run NAME git log -- FILE) has it as one of its arguments
-        args.command = [*args.command, "--", *argv[cut + 1:]] if args.command else argv[cut + 1:]
+        args.command = [*args.command, "--", *line.child] if args.command else line.child
     else:  # argparse's own --: what follows is positional (send NAME -- -text)
         args = _parser().parse_args(argv)
     args.prefork = prefork
@@ -224,21 +225,6 @@ def main(argv: list[str] | None = None, prefork: Prefork | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
-
-
-def _subcommand(argv: list[str]) -> str | None:
-    """The command word: the first argument that is neither an option nor --dir's value."""
-    value_next = False
-    for arg in argv:
-        if value_next:
-            value_next = False
-        elif arg == "--":
-            return None
-        elif arg.startswith("-"):
-            value_next = len(arg) > 2 and "--dir".startswith(arg)  # --dir DIR, or argparse's --di DIR
-        else:
-            return arg
-    return None
 
 
 def _user_errors() -> tuple[type[Exception], ...]:
