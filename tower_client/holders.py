@@ -1,4 +1,4 @@
-"""Who holds a conversation/session id, and may we take it back? "Foreign wins" (codev #1224).
+"""Who holds a conversation/session id, and may we take it back? "Foreign wins".
 
 A process *holds* an id when its argv carries it after ``--session-id``, ``--resume`` or ``-r``: as the
 next argument, as ``--flag=ID`` (``-rID`` for the short flag, as getopt reads it), inside a shell command

@@ -14,7 +14,8 @@ from shellper.daemon.prefork import Prefork
 
 
 def entry() -> None:
-    """The console script: run the CLI, then leave without the interpreter's teardown (~10 ms)."""
+    """The console script: run the CLI, then leave without the interpreter's teardown, which costs more
+    than a short command's own work (bench/NOTES.md, "Start-up: what the avoided imports cost")."""
     argv = sys.argv[1:]
     line = scan(argv)
     code: int | str | None = None

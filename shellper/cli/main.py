@@ -114,7 +114,8 @@ def _columns() -> int:
 
 class _Formatter(argparse.HelpFormatter):
     """argparse's own, given its width: argparse makes one per option it adds (to check the option), and
-    left to itself the first imports shutil (with bz2, lzma and zlib), ~3 ms of every ``shellper run``."""
+    left to itself the first imports shutil (with bz2, lzma and zlib), which every ``shellper run`` would
+    pay (bench/NOTES.md, "Start-up: what the avoided imports cost")."""
 
     def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
                  width: int | None = None) -> None:

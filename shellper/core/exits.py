@@ -24,9 +24,8 @@ backoff (``RestartPolicy`` checks ``breaker_window >= (breaker_count - 1) * min_
 Every restarted run shorter than ``min_uptime`` counts (clean ones too under ``always``), so
 no mix of fast exits can restart more than ``breaker_count - 1`` times in a row.
 
-Incident background: cluesmith/codev #1224 (a child crash-looped on "Session ID … already
-in use" for over a minute, each run < 8 s) and #1149/#1241/#1264 (deliberate exits versus
-crashes, the fast-clean-exit valve).
+The defaults below come from the original supervisor's incidents and from peers (Docker, pm2,
+systemd, Kubernetes); which incident taught what is in bench/NOTES.md, "Incidents behind the defaults".
 """
 
 from __future__ import annotations
@@ -63,10 +62,10 @@ DEFAULT_BACKOFF_FACTOR = 2.0
 #: shortens a delay, so worst-case timings stay the documented ones). 0 disables.
 DEFAULT_JITTER = 0.2
 #: A run at least this long is healthy: it resets the backoff streak and all breaker
-#: history (Docker 10 s, pm2 30 s, original codev 300 s, Kubernetes 600 s).
+#: history (Docker 10 s, pm2 30 s, the original 300 s, Kubernetes 600 s).
 DEFAULT_HEALTHY_UPTIME = 60.0
 #: A restarted run shorter than this is "unstable" and counts toward the breaker. 10 s,
-#: not pm2/s6's 1 s: agent CLIs boot for seconds before failing (#1224: each run < 8 s).
+#: not pm2/s6's 1 s: agent CLIs boot for seconds before they fail.
 DEFAULT_MIN_UPTIME = 10.0
 #: Breaker: this many unstable exits (runs shorter than min_uptime: crashes, plus clean exits
 #: under "always") within the window of active time -> fatal.
@@ -75,7 +74,7 @@ DEFAULT_BREAKER_WINDOW = 60.0
 #: The same normalised last error line on this many consecutive crashes -> fatal. 0 disables.
 DEFAULT_SAME_ERROR_COUNT = 3
 #: Under "always": this many clean exits in a row, each after a run shorter than
-#: clean_exit_uptime -> fatal (codev #1264 valve: 5 x < 2 s). 0 disables.
+#: clean_exit_uptime -> fatal: a program that keeps exiting at once is not being used. 0 disables.
 DEFAULT_CLEAN_EXIT_COUNT = 5
 DEFAULT_CLEAN_EXIT_UPTIME = 2.0
 #: Lifetime cap on crash restarts since construction or the last reset() (i.e. the last
@@ -87,13 +86,12 @@ DEFAULT_MAX_RESTARTS: int | None = 100
 #: systemd's RestartPreventExitStatus. 126/127 are always permanent (EXEC_FAILURE_CODES).
 DEFAULT_PREVENT_CODES: frozenset[int] = frozenset({64, 78})
 #: Case-insensitive regexes searched in the last fatal_scan_lines lines of the stderr tail.
-#: "already in use": a live holder of the session/port/lock will not go away by retrying
-#: (#1224).
+#: "already in use": a live holder of the session/port/lock will not go away by retrying.
 DEFAULT_FATAL_PATTERNS: tuple[str, ...] = (r"already in use",)
 #: Only the end of the tail is scanned, so a long run's old output cannot poison a crash.
 DEFAULT_FATAL_SCAN_LINES = 10
 #: Signals whose death counts as clean when not requested. Empty by default (a signal death
-#: is a crash, #1241); systemd's choice would be {SIGHUP, SIGINT, SIGTERM, SIGPIPE}.
+#: nobody asked for is a crash); systemd's choice would be {SIGHUP, SIGINT, SIGTERM, SIGPIPE}.
 DEFAULT_CLEAN_SIGNALS: frozenset[int] = frozenset()
 
 #: Shell conventions for exec failures: never retried.
@@ -215,7 +213,7 @@ class ExitEvidence:
     """Everything known about one end of the child (or one failed spawn).
 
     ``code`` is set for a normal exit, ``signal`` for a death by signal (a signal wins over a
-    code: node-pty reported SIGKILL as code 0 + signal 9, #1241); ``signal=0`` means none.
+    code: a PTY library may report a SIGKILL as code 0 plus signal 9); ``signal=0`` means none.
     ``requested`` is True when the shellper or a client (SIGNAL/STOP) asked for the stop.
     ``spawn_error`` replaces the exit for a spawn that never ran (e.g.
     "ENOENT: No such file or directory: 'nosuchcmd'").
@@ -555,8 +553,8 @@ def classify(evidence: ExitEvidence, policy: RestartPolicy = DEFAULT_POLICY) -> 
     sig = evidence.signal
     clean = (sig is None and evidence.code == 0) or (sig is not None and sig in policy.clean_signals)
     if clean:
-        # A fast "clean" exit that prints a fatal error is a failure in disguise (#1224
-        # datapoint 3(ii): a tool version that exits 0 on a session collision).
+        # A fast "clean" exit that prints a fatal error is a failure in disguise (a tool that
+        # exits 0 on a session collision).
         if fatal is not None and evidence.uptime < policy.min_uptime:
             return result(ExitClass.PERMANENT,
                           f"{after}, but stderr matches fatal pattern {fatal[0]!r}: {_clip(fatal[1])}")

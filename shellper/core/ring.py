@@ -1,6 +1,6 @@
 """Byte-bounded output ring addressed by absolute offsets (sans-IO).
 
-Why this shape (original.md §3.1, checklist rows 33/38): the original kept a list of chunks
+Why this shape: the original kept a list of chunks
 that grew without bound for newline-free TUIs, concatenated the whole history on every
 connect, and cut the front at arbitrary bytes. Here the storage is one preallocated
 ``bytearray`` used circularly, so memory is fixed whatever is appended; reads copy only what

@@ -11,12 +11,13 @@ fails after fork (chdir, exec) is sent back over a CLOEXEC pipe before the paren
 Lifetime: if the shellper is killed outright, its PTY masters close and the kernel hangs up the
 terminal (SIGHUP to the child, the session leader). As an unconditional backstop the child also
 gets ``PR_SET_PDEATHSIG`` = SIGKILL by default: a leader that ignores or survives SIGHUP (nohup,
-a wedged agent) would otherwise live on holding its session id (codev #1224), and SIGHUP as the
-death signal would add nothing to the hang-up that already happened. When the killed leader exits,
-the kernel sends SIGHUP + SIGCONT to the terminal's last foreground process group as well. The
-price is that an interactive shell gets no time to forward SIGHUP to background jobs in other
-process groups; those are for the supervisor's reaper (the record holds the group). PDEATHSIG
-fires when the *thread* that forked exits, so call :func:`spawn_child` from the main thread.
+a wedged agent) would otherwise live on holding its session id (bench/NOTES.md, "Incidents behind
+the defaults"), and SIGHUP as the death signal would add nothing to the hang-up that already
+happened. When the killed leader exits, the kernel sends SIGHUP + SIGCONT to the terminal's last
+foreground process group as well. The price is that an interactive shell gets no time to forward
+SIGHUP to background jobs in other process groups; those are for the supervisor's reaper (the
+record holds the group). PDEATHSIG fires when the *thread* that forked exits, so call
+:func:`spawn_child` from the main thread.
 """
 
 from __future__ import annotations

@@ -136,7 +136,8 @@ def _dup_onto_stdio(fd: int) -> None:
 
 def redirect_stdio(log_path: str | os.PathLike[str]) -> tuple[int, int] | None:
     """Point fd 0 at /dev/null and fds 1, 2 at ``log_path`` (O_APPEND), so a detached shellper never
-    writes into a closed pipe or a terminal it no longer owns (the original's #324 crash).
+    writes into a closed pipe or a terminal it no longer owns (the original crashed so: bench/NOTES.md,
+    "Incidents behind the defaults").
 
     Returns the log's (st_dev, st_ino) if this call created it, else None: a launch that fails removes
     the log only if it made it. A symlink (ELOOP) or anything but a regular file raises OSError."""

@@ -7,8 +7,8 @@ directory owned by us with no group/other access, so nothing inside it can be sw
 user. Checks use lstat/O_NOFOLLOW so a symlink is reported, never traversed.
 
 Paths here are plain strings, as in :mod:`shellper.client.blocking`: this module is on every shellper's start
-path, and pathlib (with the urllib.parse and ipaddress it imports) would cost each session ~3.5 ms of
-launch and ~0.5 MiB of private memory.
+path, and pathlib (with the urllib.parse and ipaddress it imports) would be paid by every session, in
+launch time and memory (bench/NOTES.md, "Start-up: what the avoided imports cost").
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The record is the shellper's own statement of who it is (boot id, pid, kernel start ticks, a random
 instance id echoed in the handshake) and what it runs, so a restarted supervisor can tell a live
-owner from a recycled pid before it signals anything (process-identity.md §7). It is written
+owner from a recycled pid before it signals anything (shellper.host.identity). It is written
 atomically (temp + fsync + rename + fsync dir) so a reader sees the old or the new version, never a
 torn one. Environment values are never stored: they routinely carry secrets.
 
