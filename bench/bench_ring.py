@@ -10,7 +10,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from shellper.core.ring import DEFAULT_CAPACITY, RingBuffer, Scrollback
+from shellper.core.defaults import DEFAULT_RING_BYTES
+from shellper.core.ring import RingBuffer, Scrollback
 
 MiB = 1024 * 1024
 TOTAL = 256 * MiB  # bytes pushed per append measurement
@@ -34,7 +35,7 @@ def _chunk(size: int, pattern: bytes = _FRAME) -> bytes:
 def _throughput(append: Callable[[bytes], None], size: int, pattern: bytes = _FRAME) -> float:
     chunk = _chunk(size, pattern)
     count = TOTAL // size
-    for _ in range(DEFAULT_CAPACITY // size + 1):  # fill first: measure the steady (trimming) state
+    for _ in range(DEFAULT_RING_BYTES // size + 1):  # fill first: measure the steady (trimming) state
         append(chunk)
     t0 = time.perf_counter()
     for _ in range(count):

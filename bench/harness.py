@@ -27,7 +27,8 @@ from pathlib import Path
 from types import TracebackType
 
 from shellper.client.blocking import Client, ClientError
-from shellper.core.config import DEFAULT_RING_BYTES, SessionConfig
+from shellper.core.config import SessionConfig
+from shellper.core.defaults import DEFAULT_RING_BYTES
 from shellper.daemon.launch import LaunchInfo, launch
 from shellper.protocol import wire
 

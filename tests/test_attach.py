@@ -665,12 +665,16 @@ def test_attach_in_a_terminal_to_unknown_session(sessions: Sessions) -> None:
     (["-v", "attach", "s"], False),
     (["ls", "attach"], False),
     (["run", "attach", "--", "attach"], False),
+    (["--dir=", "attach", "s"], False),  # argparse refuses an empty --dir
+    (["--di", "/tmp/d", "attach", "s"], False),
+    (["attach", "s", "--relay=yes"], False),
 ])
 def test_quick_attach_arguments_mean_what_the_full_cli_makes_of_them(argv: list[str], taken: bool) -> None:
+    from shellper.cli.argscan import scan
     from shellper.cli.attach import quick_args
     from shellper.cli.main import _parser
 
-    quick = quick_args(argv)
+    quick = quick_args(scan(argv))
     assert (quick is not None) == taken
     if quick is None:
         return

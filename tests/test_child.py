@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from shellper.host import child as child_mod
-from shellper.host.child import Child, SpawnError, build_env, reap, resize, resolve_command, spawn_child
+from shellper.host.child import Child, SpawnError, build_env, resize, resolve_command, spawn_child
 from shellper.host.identity import start_time as read_start_time
 
 REPO = Path(__file__).resolve().parent.parent
@@ -106,20 +106,29 @@ def spawn() -> Iterator[Spawn]:
 
     yield _spawn
     for c in children:
-        if c.wait_status is None:
+        if c.pid not in _reaped:  # once reaped, its group's number may be someone else's
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(c.pgid, signal.SIGKILL)
-            reap(c, block=True)
+            os.waitpid(c.pid, 0)
+        _reaped.pop(c.pid, None)
         c.close()
+
+
+_reaped: dict[int, int] = {}
+"""Wait statuses of the children wait_reaped reaped, by pid, until the spawn fixture's teardown."""
 
 
 def wait_reaped(c: Child, timeout: float = DEADLINE) -> int:
     """Reap ``c`` without ever blocking forever (a test whose child never exits must fail, not hang)."""
     end = time.monotonic() + timeout
-    while (status := reap(c)) is None:
+    while c.pid not in _reaped:
+        pid, status = os.waitpid(c.pid, os.WNOHANG)
+        if pid:
+            _reaped[pid] = status
+            break
         assert time.monotonic() < end, f"child {c.pid} did not exit within {timeout}s"
         select.select([], [], [], 0.01)
-    return status
+    return _reaped[c.pid]
 
 
 def pycode(code: str) -> list[str]:
@@ -404,16 +413,6 @@ def test_close_is_idempotent_and_resize_after_close_is_a_noop(spawn: Spawn) -> N
     # closing the master hung up the terminal: cat (session leader) gets SIGHUP
     status = wait_reaped(c)
     assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGHUP
-
-
-def test_reap_and_signal_group(spawn: Spawn) -> None:
-    c = spawn(["cat"])
-    assert reap(c) is None  # still running
-    assert child_mod.signal_group(c, signal.SIGTERM)
-    status = wait_reaped(c)
-    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM
-    assert reap(c) == status
-    assert not child_mod.signal_group(c, signal.SIGTERM)  # reaped: the pgid may belong to someone else
 
 
 # --- parent death -----------------------------------------------------------------------------------

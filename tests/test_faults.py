@@ -259,7 +259,8 @@ def test_connection_churn_keeps_memory_flat(sessions: Sessions) -> None:
     """Clients that leave half a frame behind and go: each one's memory is freed when it goes (not held
     by its cancelled handshake timer, nor by a transport/protocol cycle waiting for the cyclic GC)."""
     info = sessions.start("churn", ["sleep", "300"], handshake_timeout=300.0)  # a cancelled timer lives long
-    half_frame = wire.data_header(1 << 20) + bytes(512 * 1024)  # the decoder holds it until the client goes
+    # the decoder holds half a frame until the client goes
+    half_frame = wire.HEADER.pack(wire.FrameType.DATA, 1 << 20) + bytes(512 * 1024)
     rss = []
     for _ in range(4):
         for _ in range(40):

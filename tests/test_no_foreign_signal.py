@@ -224,7 +224,7 @@ def test_same_size_resize_signals_the_foreground_job_and_keeps_the_size_exact() 
     import struct
     import termios
 
-    from shellper.host.child import build_env, close, reap, resize, spawn_child
+    from shellper.host.child import build_env, close, resize, spawn_child
 
     counter = ("import os, signal\n"
                "n = 0\n"
@@ -241,7 +241,7 @@ def test_same_size_resize_signals_the_foreground_job_and_keeps_the_size_exact() 
         assert struct.unpack("HHHH", raw) == (24, 80, 0, 0)
     finally:
         close(c)
-        reap(c, block=True)
+        os.waitpid(c.pid, 0)
 
 
 def _read_until(fd: int, needle: bytes, timeout: float = 10.0) -> bytes:
@@ -275,7 +275,7 @@ def test_resize_never_signals_a_stranger_that_got_a_dead_foreground_group_s_numb
 
 _STALE_FOREGROUND = r"""
 import fcntl, json, os, select, signal, struct, subprocess, sys, termios, time
-from shellper.host.child import build_env, close, reap, resize, spawn_child
+from shellper.host.child import build_env, close, resize, spawn_child
 
 PY = sys.executable
 SHELL = ("import os, signal\n"
@@ -330,7 +330,7 @@ winsize = list(struct.unpack("HHHH", fcntl.ioctl(c.master_fd, termios.TIOCGWINSZ
 x.kill()
 x.wait()
 close(c)
-reap(c, block=True)
+os.waitpid(c.pid, 0)
 print(json.dumps({"stale": stale, "stale_reported": stale_reported, "reused": reused, "stranger": x.pid,
                   "stranger_signals": got, "winsize": winsize}))
 """

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from shellper.core.names import BadName, validate_name
 from shellper.host import logfile, paths
 from shellper.host.logfile import LogFile
 from shellper.host.paths import (
-    BadName,
     PathTooLong,
     SessionPaths,
     UnsafeDirError,
@@ -24,7 +24,6 @@ from shellper.host.paths import (
     runtime_dir,
     unlink_if_regular,
     unlink_if_socket,
-    validate_name,
 )
 
 REPO = Path(__file__).resolve().parent.parent
@@ -429,3 +428,15 @@ def test_capture_stdio_follows_rotation(tmp_path: Path) -> None:
 def test_format_line_limit() -> None:
     line = logfile.format_line("a" * 100, limit=60)
     assert len(line) == 60 and line.endswith(b"[truncated]\n")
+
+
+@pytest.mark.parametrize("name", ["s", "a.b-c_d", "run"])
+def test_every_way_to_a_sessions_socket_names_one_file(tmp_path: Path, name: str) -> None:
+    """attach's quick path and the CLI build the socket's path without shellper.host.paths; the Tower's
+    client builds it with pathlib: all of them name the file the shellper binds."""
+    from shellper.client.blocking import socket_path as client_socket_path
+    from shellper.core.names import socket_path
+
+    bound = SessionPaths.for_name(tmp_path, name).socket
+    assert socket_path(str(tmp_path), name) == bound
+    assert str(client_socket_path(tmp_path, name)) == bound

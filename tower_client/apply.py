@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shellper.client.blocking import Client, ClientError
-from shellper.core.config import DEFAULT_GRACE
 from shellper.core.containment import Containment
+from shellper.core.defaults import DEFAULT_GRACE
 from shellper.core.errors import ShellperError
 from shellper.core.owner import default_owner
 from shellper.host.cgroup import (

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from shellper.core.defaults import DEFAULT_GRACE
 from shellper.core.owner import BadOwner, default_owner, validate_owner
 from shellper.host.identity import IdentityError, ProcessGone
 from shellper.host.paths import PathError, SessionPaths, runtime_dir
@@ -46,7 +47,8 @@ def _parser() -> argparse.ArgumentParser:
     rc.add_argument("--json", action="store_true")
     rc.add_argument("--husk-max-age", type=float, metavar="S",
                     help="terminate registered husks whose child exited more than S s ago")
-    rc.add_argument("--grace", type=float, default=5.0, metavar="S", help="SIGTERM-to-SIGKILL grace (5)")
+    rc.add_argument("--grace", type=float, default=DEFAULT_GRACE, metavar="S",
+                    help=f"SIGTERM-to-SIGKILL grace ({DEFAULT_GRACE:g})")
     ho = sub.add_parser("holders", help="live processes carrying a conversation/session id")
     ho.add_argument("session_id")
     ho.add_argument("--reclaimable", action="append", default=[], metavar="NAME",
@@ -55,7 +57,7 @@ def _parser() -> argparse.ArgumentParser:
     ho.add_argument("--json", action="store_true")
     rp = sub.add_parser("reap", help="identity-checked terminate of one session and its whole tree")
     rp.add_argument("name")
-    rp.add_argument("--grace", type=float, default=5.0, metavar="S")
+    rp.add_argument("--grace", type=float, default=DEFAULT_GRACE, metavar="S")
     rp.add_argument("--json", action="store_true")
     return p
 

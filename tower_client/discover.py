@@ -67,8 +67,6 @@ IdentityState = Literal["verified", "gone", "mismatch", "unreadable", "unchecked
 ProbeState = Literal["answered", "absent", "refused", "timeout", "rejected", "error", "skipped"]
 ChildState = Literal["alive", "gone", "mismatch", "unreadable", "none", "unchecked"]
 
-FILE_KINDS = ("sock", "json", "lock", "log", "tmp")
-
 
 @dataclass(frozen=True)
 class Observed:

@@ -1,4 +1,4 @@
-"""Who holds a conversation/session id, and may we take it back? "Foreign wins" (codev #1224).
+"""Who holds a conversation/session id, and may we take it back? "Foreign wins".
 
 A process *holds* an id when its argv carries it after ``--session-id``, ``--resume`` or ``-r``: as the
 next argument, as ``--flag=ID`` (``-rID`` for the short flag, as getopt reads it), inside a shell command
@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from shellper.client.sessions import session_names
-from shellper.core.config import DEFAULT_GRACE
 from shellper.core.containment import Containment
+from shellper.core.defaults import DEFAULT_GRACE
 from shellper.core.errors import ShellperError
 from shellper.core.owner import default_owner
 from shellper.host.cgroup import member_of, verify_cgroup

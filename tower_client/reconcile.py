@@ -80,10 +80,10 @@ from pathlib import Path
 from typing import Any
 
 from shellper.core.errors import ShellperError
+from shellper.core.names import SOCKET_SUFFIX, BadName, validate_name
 from shellper.core.owner import default_owner
 from shellper.core.states import SessionState
 from shellper.host.cgroup import owner_key
-from shellper.host.paths import BadName, validate_name
 from tower_client.discover import Observed
 
 __all__ = [
@@ -328,7 +328,7 @@ def name_mismatch(obs: Observed) -> str | None:
     if rec is not None and rec.name != name:
         return f"the record names session {rec.name!r}"
     if obs.record_socket_ok is False and rec is not None:
-        return f"the record's socket {rec.socket!r} is not {name}.sock in {obs.dir or 'this directory'}"
+        return f"the record's socket {rec.socket!r} is not {name}{SOCKET_SUFFIX} in {obs.dir or 'this directory'}"
     if obs.probe == "answered" and obs.welcome_name != name:
         return f"the socket answers as session {obs.welcome_name!r}"
     if obs.hard_linked:

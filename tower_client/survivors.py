@@ -50,6 +50,7 @@ from dataclasses import dataclass
 
 from shellper.client.sessions import session_names
 from shellper.core.containment import Containment
+from shellper.core.defaults import DEFAULT_GRACE
 from shellper.host.cgroup import SessionCgroup, verify_dead_session
 from shellper.host.identity import IdentityError, PidFd, ProcessGone, boot_id, read_stat
 from shellper.host.paths import PathError, SessionPaths, UnsafeDirError
@@ -256,7 +257,7 @@ def _wait_all(fds: dict[int, PidFd], deadline: float) -> list[int]:
 
 
 def reap_survivors(record: SessionRecord, *, directory: str | os.PathLike[str] | None = None,
-                   grace: float = 5.0, confirm_timeout: float = 2.0) -> SurvivorReport:
+                   grace: float = DEFAULT_GRACE, confirm_timeout: float = 2.0) -> SurvivorReport:
     """SIGTERM what ``record``'s dead session left behind, wait ``grace``, then freeze, rescan, SIGKILL.
 
     Only for a session whose shellper is known dead (its lock is free and its pid gone or reused): a live

@@ -29,7 +29,8 @@ from types import FrameType
 
 from shellper.client.blocking import Client, ClientError, RemoteError, SessionGone
 from shellper.core.errors import ShellperError
-from shellper.core.names import BadName, runtime_dir_name, validate_name
+from shellper.core.names import BadName, runtime_dir_name, socket_path, validate_name
+from shellper.core.signals import signal_number
 from shellper.core.states import SessionState
 from shellper.core.structs import record
 from shellper.daemon.terminal import note, window_size
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
+    from shellper.cli.argscan import Scan
     from shellper.core.modes import ModeTracker
 
 __all__ = [
@@ -92,23 +94,11 @@ def parse_detach_key(spec: str) -> int | None:
     raise DetachKeyError(spec, "expected ^X notation (e.g. ^\\ or ^Q), a single ASCII character, or none")
 
 
-def _signal_number(name: str | None) -> int | None:
-    if not name:
-        return None
-    bare = name.strip().upper()
-    if bare.isdigit():
-        return int(bare)
-    try:
-        return int(signal.Signals[bare if bare.startswith("SIG") else "SIG" + bare])
-    except KeyError:
-        return None
-
-
 def exit_status(frame: wire.Exit) -> int:
     """What a shell would report for the child: its code, or 128 + the signal that killed it."""
     if frame.code is not None:
         return frame.code
-    signum = _signal_number(frame.signal)
+    signum = signal_number(frame.signal) if frame.signal else None
     return 128 + signum if signum is not None else 1
 
 
@@ -593,59 +583,33 @@ def attach_session(directory: str | None, name: str, *, detach_key: str = DEFAUL
         print(f"shellper: session {name!r}: this terminal is inside it; attaching would feed its output back "
               "to it (unset SHELLPER_SESSION to attach anyway)", file=sys.stderr)
         return 1
-    return attach(os.path.join(runtime_dir_name(directory), f"{name}{_SOCKET_SUFFIX}"), name=name,
+    return attach(socket_path(runtime_dir_name(directory), name), name=name,
                   detach_key=detach_key, read_only=read_only, replay=not no_replay, handoff=not relay)
 
 
-_SOCKET_SUFFIX = ".sock"
-_QUICK_FLAGS = {"--read-only": "read_only", "--no-replay": "no_replay", "--relay": "relay"}
+_QUICK_OPTIONS = {"--dir": "dir", "--detach-key": "detach_key", "--read-only": "read_only",
+                  "--no-replay": "no_replay", "--relay": "relay"}
 
 
-def quick_args(argv: list[str]) -> dict[str, Any] | None:
+def quick_args(line: Scan) -> dict[str, Any] | None:
     """The arguments of a plain ``[--dir DIR] attach NAME [--detach-key K] [--read-only] [--no-replay]
-    [--relay]``, parsed without argparse; None for anything else (help, abbreviations, mistakes), which
-    the full CLI then parses and reports. Why: argparse and what the CLI imports with it cost every
-    attach more than the interpreter's own start-up, and attach is the command people wait on."""
-    args: dict[str, Any] = {"dir": None, "name": None, "detach_key": DEFAULT_DETACH_KEY,
-                            "read_only": False, "no_replay": False, "relay": False}
-
-    def value(i: int, option: str) -> str | None:
-        token = argv[i]
-        if token.startswith(option + "="):
-            return token[len(option) + 1:]
-        if token == option and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
-            return argv[i + 1]
+    [--relay]``, read by shellper.cli.argscan; None for anything else (help, abbreviations, mistakes,
+    an empty --dir), which the full CLI then parses and reports. Why: argparse and what the CLI imports
+    with it cost every attach more than the interpreter's own start-up, and attach is the command people
+    wait on."""
+    if (line.command != "attach" or not line.exact or line.child is not None or len(line.operands) != 1
+            or not _QUICK_OPTIONS.keys() >= line.options.keys() or line.options.get("--dir") == ""):
         return None
-
-    i = 0
-    while i < len(argv) and argv[i] != "attach":  # options before the command: only --dir
-        directory = value(i, "--dir")
-        if directory is None:
-            return None
-        args["dir"] = directory
-        i += 1 if argv[i].startswith("--dir=") else 2
-    i += 1
-    while i < len(argv):
-        token = argv[i]
-        if token in _QUICK_FLAGS:
-            args[_QUICK_FLAGS[token]] = True
-        elif token.startswith("--detach-key"):
-            key = value(i, "--detach-key")
-            if key is None:
-                return None
-            args["detach_key"] = key
-            i += 0 if token.startswith("--detach-key=") else 1
-        elif token.startswith("-") or args["name"] is not None:
-            return None
-        else:
-            args["name"] = token
-        i += 1
-    return args if args["name"] is not None else None
+    args: dict[str, Any] = {"dir": None, "name": line.operands[0], "detach_key": DEFAULT_DETACH_KEY,
+                            "read_only": False, "no_replay": False, "relay": False}
+    for option, value in line.options.items():
+        args[_QUICK_OPTIONS[option]] = value
+    return args
 
 
-def quick_main(argv: list[str]) -> int | None:
+def quick_main(line: Scan) -> int | None:
     """Run ``shellper attach`` from the console script without the full CLI; None: not a plain attach."""
-    args = quick_args(argv)
+    args = quick_args(line)
     if args is None:
         return None
     try:

@@ -1,7 +1,7 @@
 """The ``shellper`` console script: a plain attach without argparse, else a prefork (for ``run``) and the CLI.
 
-Like :mod:`shellper.daemon.prefork`, this imports only the standard library's always-loaded parts, so the prefork
-is forked before any of the package's own imports.
+Like :mod:`shellper.daemon.prefork` and :mod:`shellper.cli.argscan`, this imports only the standard library's
+always-loaded parts, so the prefork is forked before any of the package's other imports.
 """
 
 from __future__ import annotations
@@ -9,20 +9,23 @@ from __future__ import annotations
 import os
 import sys
 
-from shellper.daemon.prefork import Prefork, wants_prefork
+from shellper.cli.argscan import may_detach, scan
+from shellper.daemon.prefork import Prefork
 
 
 def entry() -> None:
-    """The console script: run the CLI, then leave without the interpreter's teardown (~10 ms)."""
+    """The console script: run the CLI, then leave without the interpreter's teardown, which costs more
+    than a short command's own work (bench/NOTES.md, "Start-up: what the avoided imports cost")."""
     argv = sys.argv[1:]
+    line = scan(argv)
     code: int | str | None = None
-    if "attach" in argv:  # the command people wait on: started without argparse when it is plain
+    if line.command == "attach":  # the command people wait on: started without argparse when it is plain
         from shellper.cli.attach import quick_main
 
-        code = quick_main(argv)
+        code = quick_main(line)
         if code is not None:
             _leave(code)
-    prefork = Prefork.start() if wants_prefork(argv) else None
+    prefork = Prefork.start() if may_detach(line) else None
     try:
         from shellper.cli.main import main
 

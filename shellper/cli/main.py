@@ -14,16 +14,20 @@ import sys
 import time
 
 from shellper import __version__
-from shellper.core.config import (
-    CONTAINMENT_REQUESTS,
+from shellper.cli.argscan import scan
+from shellper.core.config import CONTAINMENT_REQUESTS, STDERR_REQUESTS, ConfigError, SessionConfig
+from shellper.core.defaults import (
+    DEFAULT_COLS,
+    DEFAULT_GRACE,
     DEFAULT_RING_BYTES,
+    DEFAULT_ROWS,
     DEFAULT_TERM,
-    STDERR_MODES,
-    ConfigError,
-    SessionConfig,
+    TERMINAL_SIZE_RANGE,
+    terminal_size_in_range,
 )
 from shellper.core.errors import ShellperError
 from shellper.core.exits import PolicyError, RestartPolicy
+from shellper.core.names import socket_path, validate_name
 from shellper.core.owner import OWNER_ENV, BadOwner, validate_owner
 from shellper.core.states import SessionState
 from shellper.daemon.launch import LaunchError, launch, run_foreground
@@ -34,7 +38,6 @@ from shellper.host.paths import (
     file_kind,
     runtime_dir,
     session_files,
-    validate_name,
 )
 from shellper.host.record import LockError, SessionLock
 
@@ -111,7 +114,8 @@ def _columns() -> int:
 
 class _Formatter(argparse.HelpFormatter):
     """argparse's own, given its width: argparse makes one per option it adds (to check the option), and
-    left to itself the first imports shutil (with bz2, lzma and zlib), ~3 ms of every ``shellper run``."""
+    left to itself the first imports shutil (with bz2, lzma and zlib), which every ``shellper run`` would
+    pay (bench/NOTES.md, "Start-up: what the avoided imports cost")."""
 
     def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
                  width: int | None = None) -> None:
@@ -138,14 +142,15 @@ def _parser() -> argparse.ArgumentParser:
                      help="set a variable for the child (repeatable)")
     run.add_argument("--no-inherit-env", dest="inherit_env", action="store_false",
                      help="start the child with only --env variables (plus TERM)")
-    run.add_argument("--cols", type=int, default=80)
-    run.add_argument("--rows", type=int, default=24)
+    run.add_argument("--cols", type=int, default=DEFAULT_COLS)
+    run.add_argument("--rows", type=int, default=DEFAULT_ROWS)
     run.add_argument("--term", default=DEFAULT_TERM)
     run.add_argument("--ring-bytes", type=_size, default=DEFAULT_RING_BYTES, help="scrollback kept (default 8M)")
-    run.add_argument("--stderr", choices=STDERR_MODES, default="auto",
+    run.add_argument("--stderr", choices=STDERR_REQUESTS, default="auto",
                      help="pty: a separate terminal for fd 2, captured for exit reasons; merged: one terminal "
                      "(shells need it for job control); pipe; auto (default): merged for shells, else pty")
-    run.add_argument("--grace", type=_seconds, default=5.0, help="seconds between SIGTERM and SIGKILL on stop")
+    run.add_argument("--grace", type=_seconds, default=DEFAULT_GRACE,
+                     help="seconds between SIGTERM and SIGKILL on stop")
     run.add_argument("--husk-ttl", type=_seconds, default=None,
                      help="seconds an exited/fatal session stays around before it stops itself (default: forever)")
     # values checked in cmd_run and by SessionConfig: one line naming the option, not argparse's usage dump
@@ -203,11 +208,11 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None, prefork: Prefork | None = None) -> int:
     """Run one command; ``prefork`` is the daemon-to-be that the console script forked early, if any."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if _subcommand(argv) == "run" and "--" in argv:  # everything after the first -- is the child's, options too
-        cut = argv.index("--")
-        args = _parser().parse_args(argv[:cut])
+    line = scan(argv)
+    if line.command == "run" and line.child is not None:  # everything after the first -- is the child's
+        args = _parser().parse_args(argv[:len(argv) - len(line.child) - 1])
         # a command already begun before the -- (run NAME git log -- FILE) has it as one of its arguments
-        args.command = [*args.command, "--", *argv[cut + 1:]] if args.command else argv[cut + 1:]
+        args.command = [*args.command, "--", *line.child] if args.command else line.child
     else:  # argparse's own --: what follows is positional (send NAME -- -text)
         args = _parser().parse_args(argv)
     args.prefork = prefork
@@ -221,21 +226,6 @@ def main(argv: list[str] | None = None, prefork: Prefork | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
-
-
-def _subcommand(argv: list[str]) -> str | None:
-    """The command word: the first argument that is neither an option nor --dir's value."""
-    value_next = False
-    for arg in argv:
-        if value_next:
-            value_next = False
-        elif arg == "--":
-            return None
-        elif arg.startswith("-"):
-            value_next = len(arg) > 2 and "--dir".startswith(arg)  # --dir DIR, or argparse's --di DIR
-        else:
-            return arg
-    return None
 
 
 def _user_errors() -> tuple[type[Exception], ...]:
@@ -253,7 +243,7 @@ def _connect(args: argparse.Namespace, role: str = "tower", **hello: Any) -> Cli
     from shellper.client.blocking import Client, ClientError, ConnectionRefused
 
     validate_name(args.name)
-    path = os.path.join(_dir(args), f"{args.name}.sock")
+    path = socket_path(_dir(args), args.name)
     client = Client(path, role, client_name=f"shellper-cli:{args.cmd}")
     try:
         client.connect(**hello)
@@ -415,8 +405,8 @@ def cmd_tail(args: argparse.Namespace) -> int:
 def cmd_signal(args: argparse.Namespace) -> int:
     from shellper.protocol import wire
 
-    bare = args.signal.upper().removeprefix("SIG")
-    if bare not in wire.SIGNALS:
+    bare = wire.bare_signal(args.signal)
+    if bare is None:
         raise CliError(f"signal: {args.signal!r} is not one of {' '.join(wire.SIGNALS)}")
     with _connect(args, "tower", replay_bytes=0) as client:
         client.send(wire.Signal(signal=bare))
@@ -427,8 +417,8 @@ def cmd_signal(args: argparse.Namespace) -> int:
 def cmd_resize(args: argparse.Namespace) -> int:
     from shellper.protocol import wire
 
-    if not (1 <= args.cols <= 65535 and 1 <= args.rows <= 65535):
-        raise CliError(f"resize: {args.cols}x{args.rows} is outside 1..65535")
+    if not terminal_size_in_range(args.cols, args.rows):
+        raise CliError(f"resize: {args.cols}x{args.rows} is outside {TERMINAL_SIZE_RANGE}")
     with _connect(args, "terminal", replay_bytes=0) as client:
         client.send(wire.Resize(cols=args.cols, rows=args.rows))
         _confirm(client)
@@ -466,7 +456,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
     try:
         with _connect(args, "tower", replay_bytes=0) as client:
             pin = _pin_shellper(client, record)
-            grace = args.grace if args.grace is not None else 5.0
+            grace = DEFAULT_GRACE if args.grace is None else args.grace
             deadline = time.monotonic() + grace + 15.0
             try:
                 client.send(wire.Stop(grace=args.grace))
@@ -599,20 +589,21 @@ def _stop_stale(args: argparse.Namespace, paths: SessionPaths) -> int:
     from tower_client.survivors import reap_survivors
 
     ended: tuple[int, ...] = ()
+    grace = DEFAULT_GRACE if args.grace is None else args.grace
     record = _read_record(paths)
     if record is not None and record_is_alive(record):
         # Its lock file was removed (a tmp cleaner), not its shellper: end it as a Tower would, verified.
         from shellper.host.identity import IdentityError
 
         try:
-            term = terminate_session(record, paths, grace=5.0 if args.grace is None else args.grace)
+            term = terminate_session(record, paths, grace=grace)
         except IdentityError as exc:
             raise CliError(f"stop: session {args.name!r} has no lock file, and pid {record.shellper_pid} "
                            f"could not be verified as its shellper: {exc}; nothing signalled") from None
         print(f"stopped {args.name} (its lock file was missing; via {term.method})")
         return 0
     if record is not None:
-        ended = reap_survivors(record, directory=paths.dir, grace=5.0 if args.grace is None else args.grace).pids
+        ended = reap_survivors(record, directory=paths.dir, grace=grace).pids
     try:
         removed = clean_session(paths)
     except AlreadyRunning:

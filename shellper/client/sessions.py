@@ -12,16 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from shellper.client.blocking import Client, ClientError
+from shellper.core.names import LOCK_SUFFIX, LOG_SUFFIX, RECORD_SUFFIX, SOCKET_SUFFIX, BadName, validate_name
 from shellper.core.structs import asdict, record
-from shellper.host.paths import (
-    LOCK_SUFFIX,
-    LOG_SUFFIX,
-    RECORD_SUFFIX,
-    SOCKET_SUFFIX,
-    BadName,
-    temp_file_session,
-    validate_name,
-)
+from shellper.host.paths import temp_file_session
 from shellper.host.record import LockError, RecordError, SessionLock, SessionRecord, read_record
 from shellper.protocol import wire
 

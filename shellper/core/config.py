@@ -8,6 +8,19 @@ import os
 
 from shellper.core import structs
 from shellper.core.containment import Containment
+from shellper.core.defaults import (
+    DEFAULT_COLS,
+    DEFAULT_GRACE,
+    DEFAULT_RING_BYTES,
+    DEFAULT_ROWS,
+    DEFAULT_TERM,
+    HANDSHAKE_TIMEOUT,
+    MAX_RING_BYTES,
+    MIN_RING_BYTES,
+    STDERR_MODES,
+    TERMINAL_SIZE_RANGE,
+    terminal_size_in_range,
+)
 from shellper.core.errors import ShellperError
 from shellper.core.execve import env_problem, has_nul
 from shellper.core.exits import RestartPolicy
@@ -18,13 +31,8 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs each s
 if TYPE_CHECKING:
     from typing import Any
 
-DEFAULT_RING_BYTES = 8 * 1024 * 1024
-MIN_RING_BYTES = 64 * 1024
-MAX_RING_BYTES = 1024 * 1024 * 1024
-DEFAULT_TERM = "xterm-256color"
-DEFAULT_GRACE = 5.0
-HANDSHAKE_TIMEOUT = 10.0
-STDERR_MODES = ("auto", "pty", "merged", "pipe")
+STDERR_REQUESTS = ("auto", *STDERR_MODES)
+"""What --stderr accepts: auto chooses one of the others (resolve_stderr_mode)."""
 CONTAINMENT_REQUESTS = ("auto", Containment.CGROUP, Containment.NONE)
 """What --containment accepts: auto uses a cgroup where one can be made and falls back to none."""
 JOB_CONTROL_SHELLS = frozenset({"bash", "zsh", "fish", "sh", "dash", "ksh", "mksh", "tcsh", "csh", "nu", "xonsh"})
@@ -62,8 +70,8 @@ class SessionConfig:
     dir: str
     cwd: str
     env: dict[str, str]
-    cols: int = 80
-    rows: int = 24
+    cols: int = DEFAULT_COLS
+    rows: int = DEFAULT_ROWS
     term: str = DEFAULT_TERM
     ring_bytes: int = DEFAULT_RING_BYTES
     stderr_mode: str = "auto"
@@ -87,12 +95,12 @@ class SessionConfig:
         self._validate_types()
         if not self.argv:
             raise ConfigError("command", "no command given (put it after --)")
-        if not 1 <= self.cols <= 65535 or not 1 <= self.rows <= 65535:
-            raise ConfigError("--cols/--rows", f"size {self.cols}x{self.rows} is outside 1..65535")
+        if not terminal_size_in_range(self.cols, self.rows):
+            raise ConfigError("--cols/--rows", f"size {self.cols}x{self.rows} is outside {TERMINAL_SIZE_RANGE}")
         if not MIN_RING_BYTES <= self.ring_bytes <= MAX_RING_BYTES:
             raise ConfigError("--ring-bytes", f"{self.ring_bytes} is outside {MIN_RING_BYTES}..{MAX_RING_BYTES}")
-        if self.stderr_mode not in STDERR_MODES:
-            raise ConfigError("--stderr", f"{self.stderr_mode!r} is not one of {', '.join(STDERR_MODES)}")
+        if self.stderr_mode not in STDERR_REQUESTS:
+            raise ConfigError("--stderr", f"{self.stderr_mode!r} is not one of {', '.join(STDERR_REQUESTS)}")
         if self.grace < 0:
             raise ConfigError("--grace", "must not be negative")
         if self.husk_ttl is not None and self.husk_ttl < 0:
@@ -144,11 +152,11 @@ class SessionConfig:
 
     def to_json(self) -> str:
         data = structs.asdict(self)
-        data["policy"] = self.policy.to_dict()
+        data["policy"] = self.policy.to_options()
         return json.dumps(data, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> SessionConfig:
         data: dict[str, Any] = json.loads(text)
-        data["policy"] = RestartPolicy.from_dict(data.get("policy") or {})
+        data["policy"] = RestartPolicy.from_options(data.get("policy") or {})
         return cls(**data)

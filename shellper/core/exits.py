@@ -24,14 +24,12 @@ backoff (``RestartPolicy`` checks ``breaker_window >= (breaker_count - 1) * min_
 Every restarted run shorter than ``min_uptime`` counts (clean ones too under ``always``), so
 no mix of fast exits can restart more than ``breaker_count - 1`` times in a row.
 
-Incident background: cluesmith/codev #1224 (a child crash-looped on "Session ID … already
-in use" for over a minute, each run < 8 s) and #1149/#1241/#1264 (deliberate exits versus
-crashes, the fast-clean-exit valve).
+The defaults below come from the original supervisor's incidents and from peers (Docker, pm2,
+systemd, Kubernetes); which incident taught what is in bench/NOTES.md, "Incidents behind the defaults".
 """
 
 from __future__ import annotations
 
-import errno
 import math
 import os
 import re
@@ -41,7 +39,9 @@ from collections.abc import Iterable, Mapping
 from enum import StrEnum
 
 from shellper.core.errors import ShellperError
+from shellper.core.signals import signal_name, signal_number
 from shellper.core.structs import field, fields, record
+from shellper.core.text import strip_escapes
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs each shellper ~2.5 ms and 0.5 MiB
 if TYPE_CHECKING:
@@ -62,10 +62,10 @@ DEFAULT_BACKOFF_FACTOR = 2.0
 #: shortens a delay, so worst-case timings stay the documented ones). 0 disables.
 DEFAULT_JITTER = 0.2
 #: A run at least this long is healthy: it resets the backoff streak and all breaker
-#: history (Docker 10 s, pm2 30 s, original codev 300 s, Kubernetes 600 s).
+#: history (Docker 10 s, pm2 30 s, the original 300 s, Kubernetes 600 s).
 DEFAULT_HEALTHY_UPTIME = 60.0
 #: A restarted run shorter than this is "unstable" and counts toward the breaker. 10 s,
-#: not pm2/s6's 1 s: agent CLIs boot for seconds before failing (#1224: each run < 8 s).
+#: not pm2/s6's 1 s: agent CLIs boot for seconds before they fail.
 DEFAULT_MIN_UPTIME = 10.0
 #: Breaker: this many unstable exits (runs shorter than min_uptime: crashes, plus clean exits
 #: under "always") within the window of active time -> fatal.
@@ -74,7 +74,7 @@ DEFAULT_BREAKER_WINDOW = 60.0
 #: The same normalised last error line on this many consecutive crashes -> fatal. 0 disables.
 DEFAULT_SAME_ERROR_COUNT = 3
 #: Under "always": this many clean exits in a row, each after a run shorter than
-#: clean_exit_uptime -> fatal (codev #1264 valve: 5 x < 2 s). 0 disables.
+#: clean_exit_uptime -> fatal: a program that keeps exiting at once is not being used. 0 disables.
 DEFAULT_CLEAN_EXIT_COUNT = 5
 DEFAULT_CLEAN_EXIT_UPTIME = 2.0
 #: Lifetime cap on crash restarts since construction or the last reset() (i.e. the last
@@ -86,13 +86,12 @@ DEFAULT_MAX_RESTARTS: int | None = 100
 #: systemd's RestartPreventExitStatus. 126/127 are always permanent (EXEC_FAILURE_CODES).
 DEFAULT_PREVENT_CODES: frozenset[int] = frozenset({64, 78})
 #: Case-insensitive regexes searched in the last fatal_scan_lines lines of the stderr tail.
-#: "already in use": a live holder of the session/port/lock will not go away by retrying
-#: (#1224).
+#: "already in use": a live holder of the session/port/lock will not go away by retrying.
 DEFAULT_FATAL_PATTERNS: tuple[str, ...] = (r"already in use",)
 #: Only the end of the tail is scanned, so a long run's old output cannot poison a crash.
 DEFAULT_FATAL_SCAN_LINES = 10
 #: Signals whose death counts as clean when not requested. Empty by default (a signal death
-#: is a crash, #1241); systemd's choice would be {SIGHUP, SIGINT, SIGTERM, SIGPIPE}.
+#: nobody asked for is a crash); systemd's choice would be {SIGHUP, SIGINT, SIGTERM, SIGPIPE}.
 DEFAULT_CLEAN_SIGNALS: frozenset[int] = frozenset()
 
 #: Shell conventions for exec failures: never retried.
@@ -132,29 +131,17 @@ class EvidenceError(ExitsError):
 # --------------------------------------------------------------------------- text helpers
 
 # Pattern strings, not compiled patterns: re compiles each on first use and keeps it in its cache, so a
-# shellper whose child never exits with output to read does not pay ~1 ms at start-up to compile them.
-_ANSI = (
-    r"\x1b\[[0-?]*[ -/]*[@-~]"             # CSI
-    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC, BEL- or ST-terminated
-    r"|\x1b[P^_][^\x1b]*(?:\x1b\\)?"        # DCS / PM / APC
-    r"|\x1b[@-Z\\-_]"                       # two-byte escapes
-    r"|\x1b[ -/][@-~]"                      # charset selection etc.
-)
+# shellper whose child never exits with output to read does not compile them at start-up.
 _CTRL = r"[\x00-\x08\x0b-\x1f\x7f]"
 _UUID = r"(?i)[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 _PATH = r"(?<![\w.~/-])(?:~|\.{1,2})?/[^\s\"'`()\[\]<>{},;:]*"
 _HEX = r"(?i)\b0x[0-9a-f]+\b|\b(?=[0-9a-f]*[0-9])[0-9a-f]{6,}\b"
 
 
-def strip_ansi(text: str) -> str:
-    """Remove terminal escape sequences: a TUI's stderr is full of them."""
-    return re.sub(_ANSI, "", text)
-
-
 def _clean_lines(text: str) -> list[str]:
     """Visible, non-empty lines of terminal text (a CR-overwritten line keeps its last part)."""
     out: list[str] = []
-    for raw in strip_ansi(text).split("\n"):
+    for raw in strip_escapes(text).split("\n"):
         parts = [p for p in raw.split("\r") if p.strip()]
         if not parts:
             continue
@@ -176,7 +163,7 @@ def normalise_error_line(line: str) -> str:
     So "Session ID 1234 is already in use" and "Session ID 5678 is already in use" (or two
     different uuids, hex ids, temp paths, timestamps) compare equal.
     """
-    text = re.sub(_CTRL, "", strip_ansi(line))
+    text = re.sub(_CTRL, "", strip_escapes(line))
     text = re.sub(_UUID, "<id>", text)
     text = re.sub(_PATH, "<path>", text)
     text = re.sub(_HEX, "<id>", text)
@@ -197,29 +184,14 @@ def _secs(value: float) -> str:
     return f"{text} s"
 
 
-def signal_name(signum: int) -> str:
-    """"SIGSEGV" for 11; "SIGRTMIN+3" for real-time signals; "signal 200" if unknown."""
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        if signal.SIGRTMIN < signum < signal.SIGRTMAX:
-            return f"SIGRTMIN+{signum - signal.SIGRTMIN}"
-        return f"signal {signum}"
-
-
 def _parse_signal(value: object, field_name: str) -> int:
     if isinstance(value, int) and not isinstance(value, bool):
         num = value
     elif isinstance(value, str):
-        name = value.strip().upper()
-        if name.isdigit():
-            num = int(name)
-        else:
-            name = name if name.startswith("SIG") else "SIG" + name
-            try:
-                num = int(signal.Signals[name])
-            except KeyError:
-                raise PolicyError(field_name, value, "unknown signal name") from None
+        parsed = signal_number(value)
+        if parsed is None:
+            raise PolicyError(field_name, value, "unknown signal name")
+        num = parsed
     else:
         raise PolicyError(field_name, value, "expected a signal number or name")
     if not 1 <= num < 128:
@@ -241,7 +213,7 @@ class ExitEvidence:
     """Everything known about one end of the child (or one failed spawn).
 
     ``code`` is set for a normal exit, ``signal`` for a death by signal (a signal wins over a
-    code: node-pty reported SIGKILL as code 0 + signal 9, #1241); ``signal=0`` means none.
+    code: a PTY library may report a SIGKILL as code 0 plus signal 9); ``signal=0`` means none.
     ``requested`` is True when the shellper or a client (SIGNAL/STOP) asked for the stop.
     ``spawn_error`` replaces the exit for a spawn that never ran (e.g.
     "ENOENT: No such file or directory: 'nosuchcmd'").
@@ -268,9 +240,12 @@ class ExitEvidence:
             raise EvidenceError("spawn_error", self.spawn_error, "must be a non-empty message")
 
     @classmethod
-    def from_wait_status(cls, status: int, uptime: float, *, requested: bool = False,
+    def from_wait_status(cls, status: int | None, uptime: float, *, requested: bool = False,
                          stderr_tail: str = "") -> ExitEvidence:
-        """Build evidence from a raw ``waitpid`` status (decoding only, no syscalls)."""
+        """Evidence from a raw ``waitpid`` status (decoding only, no syscalls). None, a status that was
+        never seen (the child was lost rather than reaped), gives neither a code nor a signal."""
+        if status is None:
+            return cls(uptime=uptime, requested=requested, stderr_tail=stderr_tail)
         if os.WIFSIGNALED(status):
             return cls(signal=os.WTERMSIG(status), core=os.WCOREDUMP(status), uptime=uptime,
                        requested=requested, stderr_tail=stderr_tail)
@@ -278,15 +253,6 @@ class ExitEvidence:
             return cls(code=os.WEXITSTATUS(status), uptime=uptime, requested=requested,
                        stderr_tail=stderr_tail)
         raise EvidenceError("status", status, "not a terminated process (stopped or continued)")
-
-    @classmethod
-    def from_spawn_error(cls, exc: OSError, *, uptime: float = 0.0) -> ExitEvidence:
-        """Evidence for an exec that failed: "ENOENT: No such file or directory: 'x'"."""
-        name = errno.errorcode.get(exc.errno, f"errno {exc.errno}") if exc.errno else "OSError"
-        text = f"{name}: {exc.strerror or exc}"
-        if exc.filename is not None:
-            text += f": {exc.filename!r}"
-        return cls(uptime=uptime, spawn_error=text)
 
     def as_dict(self) -> dict[str, object]:
         """JSON-safe form for the session record (stderr tail clipped to its end)."""
@@ -422,15 +388,6 @@ class RestartPolicy:
                 raise PolicyError(raw_key, value, "unknown restart policy option")
             kwargs[key] = _coerce_option(key, value)
         return cls(**kwargs)  # type: ignore[arg-type]
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, object]) -> RestartPolicy:
-        """Alias of :meth:`from_options` (the session config stores ``to_dict()``)."""
-        return cls.from_options(data)
-
-    def to_dict(self) -> dict[str, object]:
-        """Alias of :meth:`to_options`."""
-        return self.to_options()
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -596,8 +553,8 @@ def classify(evidence: ExitEvidence, policy: RestartPolicy = DEFAULT_POLICY) -> 
     sig = evidence.signal
     clean = (sig is None and evidence.code == 0) or (sig is not None and sig in policy.clean_signals)
     if clean:
-        # A fast "clean" exit that prints a fatal error is a failure in disguise (#1224
-        # datapoint 3(ii): a tool version that exits 0 on a session collision).
+        # A fast "clean" exit that prints a fatal error is a failure in disguise (a tool that
+        # exits 0 on a session collision).
         if fatal is not None and evidence.uptime < policy.min_uptime:
             return result(ExitClass.PERMANENT,
                           f"{after}, but stderr matches fatal pattern {fatal[0]!r}: {_clip(fatal[1])}")
@@ -700,10 +657,6 @@ class Supervisor:
         self._fast_clean = 0
         self._open_reason: str | None = None
         self._last_exit: dict[str, object] | None = None
-
-    @property
-    def is_open(self) -> bool:
-        return self._open_reason is not None
 
     def on_exit(self, evidence: ExitEvidence, now: float, rand: float | None = None) -> Decision:
         """Record one exit at time ``now``; ``rand`` in [0, 1] applies jitter (None: none)."""

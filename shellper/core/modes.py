@@ -1,9 +1,10 @@
 """Terminal modes the child has switched on, by absolute output offset (sans-IO).
 
 Why: a replay that starts after the child entered the alternate screen, enabled mouse
-reporting or bracketed paste replays into a terminal in the wrong state (peers.md gap 5;
-original.md §3.1: "a tail cut can drop an alt-screen-enter"). And a client that detaches
-from a TUI must not leave the user's terminal in mouse or alt-screen mode (zmx #26/#263).
+reporting or bracketed paste replays into a terminal in the wrong state (a trim of the ring's
+front can drop the alt-screen-enter). And a client that detaches from a TUI must not leave the
+user's terminal in mouse or alt-screen mode (peers have shipped that bug: bench/NOTES.md,
+"Incidents behind the defaults").
 
 :class:`ModeTracker` watches the output stream cheaply (a C-level search for ESC, then one
 precompiled regex) and keeps a bounded history of mode changes with their offsets, so it can

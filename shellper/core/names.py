@@ -1,8 +1,7 @@
-"""Session names and where the runtime directory is, as plain strings.
+"""Session names, what a session's files are called, and where the runtime directory is, as plain strings.
 
-Apart from :mod:`shellper.host.paths` (which checks and creates the directory, with pathlib) because
-``shellper attach`` needs only these two answers, and importing pathlib and re costs every attach
-several milliseconds before the user sees a byte.
+Apart from :mod:`shellper.host.paths` (which checks and creates the directory and the files) because
+``shellper attach`` needs only these answers, and what that module imports would delay every attach.
 """
 
 from __future__ import annotations
@@ -12,6 +11,11 @@ import os
 from shellper.core.errors import ShellperError
 
 MAX_NAME_LEN = 64
+SOCKET_SUFFIX = ".sock"
+RECORD_SUFFIX = ".json"
+LOCK_SUFFIX = ".lock"
+LOG_SUFFIX = ".log"
+"""A session's files are its name plus one of these suffixes, in the runtime directory."""
 _NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
 
 
@@ -59,3 +63,8 @@ def runtime_dir_name(explicit: str | os.PathLike[str] | None = None) -> str:
     if xdg:
         return os.path.join(os.path.abspath(xdg), "shellper")
     return f"/tmp/shellper-{os.geteuid()}"
+
+
+def socket_path(directory: str, name: str) -> str:
+    """Where session ``name``'s socket is in ``directory`` (neither checked: see shellper.host.paths)."""
+    return os.path.join(directory, name + SOCKET_SUFFIX)

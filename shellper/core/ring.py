@@ -1,6 +1,6 @@
 """Byte-bounded output ring addressed by absolute offsets (sans-IO).
 
-Why this shape (original.md §3.1, checklist rows 33/38): the original kept a list of chunks
+Why this shape: the original kept a list of chunks
 that grew without bound for newline-free TUIs, concatenated the whole history on every
 connect, and cut the front at arbitrary bytes. Here the storage is one preallocated
 ``bytearray`` used circularly, so memory is fixed whatever is appended; reads copy only what
@@ -17,12 +17,12 @@ from __future__ import annotations
 import mmap
 import re
 
+from shellper.core.defaults import DEFAULT_RING_BYTES
 from shellper.core.errors import ShellperError
 from shellper.core.modes import FULL_RESET_SEQUENCE, ModeTracker
 from shellper.core.structs import record
 
 __all__ = [
-    "DEFAULT_CAPACITY",
     "FORWARD_WINDOW",
     "LOOKBACK_WINDOW",
     "Chunk",
@@ -32,9 +32,6 @@ __all__ = [
     "Scrollback",
     "sequence_end",
 ]
-
-DEFAULT_CAPACITY = 8 * 1024 * 1024
-"""Default retention (8 MiB): the original's REPLAY_BUFFER_MAX_BYTES."""
 
 LOOKBACK_WINDOW = 512
 """How far before a cut we look for an ESC whose sequence may straddle the cut.
@@ -118,7 +115,7 @@ class RingBuffer:
 
     __slots__ = ("_buf", "_capacity", "_end", "_mv", "_phys", "_start")
 
-    def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
+    def __init__(self, capacity: int = DEFAULT_RING_BYTES) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
         self._capacity = capacity
@@ -269,7 +266,7 @@ class Scrollback:
 
     __slots__ = ("modes", "ring")
 
-    def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
+    def __init__(self, capacity: int = DEFAULT_RING_BYTES) -> None:
         self.ring = RingBuffer(capacity)
         self.modes = ModeTracker()
 
@@ -299,7 +296,7 @@ class Scrollback:
         return self.ring.safe_start(offset)
 
     def replay(
-        self, from_offset: int | None = None, max_bytes: int = DEFAULT_CAPACITY, *, resume: bool = False
+        self, from_offset: int | None = None, max_bytes: int = DEFAULT_RING_BYTES, *, resume: bool = False
     ) -> Replay:
         """Bytes from ``from_offset`` (None: from the ring start), at most ``max_bytes``.
 
@@ -325,15 +322,6 @@ class Scrollback:
         else:
             preamble = b""
         return Replay(chunk.offset, chunk.gap, preamble, chunk.data, ring.end)
-
-    def replay_tail(self, max_bytes: int) -> Replay:
-        """The newest ``<= max_bytes`` bytes from a safe boundary, for a fresh terminal.
-
-        For a client with a smaller budget than the ring (the original seeded viewers with
-        1 MiB): the tail is what a viewer wants to see.
-        """
-        ring = self.ring
-        return self.replay(ring.safe_start(ring.end - max_bytes), max_bytes)
 
     def clear(self) -> bytes:
         """Drop content and mode history (a new child starts at terminal defaults).

@@ -18,11 +18,12 @@ import time
 
 from shellper.core.config import ConfigError, SessionConfig
 from shellper.core.errors import ShellperError
+from shellper.core.names import validate_name
 from shellper.core.owner import OWNER_ENV, BadOwner, default_owner
 from shellper.core.structs import fields, record, replace
 from shellper.host.cgroup import scope_prefix
 from shellper.host.logfile import LogFile
-from shellper.host.paths import SessionPaths, ensure_runtime_dir, open_nofollow, validate_name
+from shellper.host.paths import SessionPaths, ensure_runtime_dir, open_nofollow
 from shellper.host.record import SessionLock
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs each shellper ~2.5 ms and 0.5 MiB

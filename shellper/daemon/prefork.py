@@ -3,7 +3,8 @@
 ``shellper run`` costs two rounds of imports in a row: the CLI's (argparse, the config, the restart
 policy) and the server's (codec, ring, reactor). A :class:`Prefork` overlaps them: the process that
 becomes the daemon is forked first, imports the server on the other core while the CLI parses and
-validates, then waits for the config on a pipe. If the CLI decides otherwise (another command, a bad
+validates, then waits for the config on a pipe (whether to fork one is shellper.cli.argscan.may_detach's
+guess). If the CLI decides otherwise (another command, a bad
 argument, a session already running), the prefork is killed by pid and reaped; it has touched nothing.
 This module imports only the standard library's always-loaded parts, so forking happens before any
 of the package's own imports.
@@ -14,8 +15,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-
-_NO_DETACH = frozenset(("--foreground", "-h", "--help", "--version"))
 
 
 class Prefork:
@@ -73,13 +72,9 @@ class Prefork:
         """How the intermediate ended, if it died before taking the config: "killed by SIGKILL", ..."""
         if self.status is None:
             return ""
-        if os.WIFSIGNALED(self.status):
-            number = os.WTERMSIG(self.status)
-            try:
-                return f"killed by {signal.Signals(number).name}"
-            except ValueError:
-                return f"killed by signal {number}"
-        return f"exit status {os.WEXITSTATUS(self.status)}"
+        from shellper.core.exits import ExitEvidence, describe_exit  # only on this failure path
+
+        return describe_exit(ExitEvidence.from_wait_status(self.status, 0.0))
 
     def cancel(self) -> None:
         """Not launching after all: kill the intermediate (our own child, by pid) and reap it."""
@@ -119,9 +114,3 @@ def _intermediate(config_r: int, ready_w: int) -> int:  # pragma: no cover - run
         return detached_daemon(config, ready_w)
     except BaseException:
         return 1
-
-
-def wants_prefork(argv: list[str]) -> bool:
-    """Whether these arguments may be a detached ``run``; a wrong guess only costs a fork and a kill."""
-    head = argv[: argv.index("--")] if "--" in argv else argv
-    return "run" in head and not _NO_DETACH.intersection(head)

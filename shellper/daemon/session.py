@@ -18,9 +18,10 @@ from collections.abc import Callable
 from shellper import __version__
 from shellper.core.config import ConfigError, SessionConfig, resolve_stderr_mode
 from shellper.core.containment import Containment
-from shellper.core.exits import Action, ExitEvidence, Supervisor, describe_exit, signal_name
+from shellper.core.exits import Action, ExitEvidence, Supervisor, describe_exit
 from shellper.core.owner import default_owner
 from shellper.core.ring import Scrollback
+from shellper.core.signals import signal_name
 from shellper.core.states import SessionState
 from shellper.daemon.clientconn import ClientConn
 from shellper.daemon.pacing import OutputPacer
@@ -790,20 +791,11 @@ class Session:
         self.child = None
         self._input.clear()  # meant for the child that is gone: the clients it held back may send again
         self._resume_input()
-        code: int | None = None
-        signum: int | None = None
-        core = False
-        if status is not None:
-            if os.WIFEXITED(status):
-                code = os.WEXITSTATUS(status)
-            elif os.WIFSIGNALED(status):
-                signum = os.WTERMSIG(status)
-                core = os.WCOREDUMP(status)
         now = time.monotonic()
         requested = requested or self._stop_requested or (now - self._requested_at) < REQUESTED_WINDOW
         tail = bytes(self.stderr_tail).decode("utf-8", "replace")
-        evidence = ExitEvidence(code=code, signal=signum, core=core, uptime=now - child.started_at,
-                                requested=requested, stderr_tail=tail)
+        evidence = ExitEvidence.from_wait_status(status, now - child.started_at, requested=requested,
+                                                 stderr_tail=tail)
         self._handle_exit(evidence, child_pid=child.pid)
 
     def _handle_exit(self, evidence: ExitEvidence, child_pid: int | None) -> None:

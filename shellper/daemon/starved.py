@@ -1,12 +1,11 @@
 """Whether this process waits for a CPU longer than it runs: the scheduler's own account of it.
 
 Why: handing a flood's output to clients in small pieces lets a client work while the shellper reads
-on (a fifth faster through a terminal or to a tower), but every hand-off wakes a client, and when the
-machine is saturated (dozens of sessions flooding at once) those wakeups cost a quarter more CPU. The
-kernel counts, per task, the time it ran and the time it sat runnable waiting for a CPU
-(``/proc/self/schedstat``, nanoseconds). Measured on two cores: a shellper alone with a flood waits a
-third as long as it runs, one of fifty flooding sessions about fourteen times as long. The sample is
-taken as output passes, never on a timer, so an idle session costs nothing.
+on, but every hand-off wakes a client, and when the machine is saturated (dozens of sessions flooding
+at once) those wakeups cost more CPU than they gain. The kernel counts, per task, the time it ran and
+the time it sat runnable waiting for a CPU (``/proc/self/schedstat``, nanoseconds), which tells the two
+apart; the figures are in bench/NOTES.md (2026-12-03, "output is handed to the clients every two PTY
+reads"). The sample is taken as output passes, never on a timer, so an idle session costs nothing.
 """
 
 from __future__ import annotations
@@ -15,8 +14,8 @@ import os
 
 SCHEDSTAT = "/proc/self/schedstat"
 SAMPLE_BYTES = 256 << 10
-"""Output between two samples (a small /proc read, ~10 us: ~0.3 % of a core at 80 MiB/s). Sampling
-every MiB followed 50 sessions flooding 16 MiB each too slowly to help them."""
+"""Output between two samples: often enough to follow a burst of floods, rarely enough that the /proc read
+costs next to nothing (bench/NOTES.md, "Sampling the scheduler")."""
 
 
 def read_schedstat(path: str = SCHEDSTAT) -> tuple[int, int] | None:

@@ -122,7 +122,7 @@ class Terminal:
     def flush(self) -> None:
         """Write what the terminal will take of the backlog. Called when epoll says it is writable, and
         also on each new piece of output, so room the terminal made meanwhile is filled without a wakeup
-        of its own (in a 64 MiB flood A/B, interleaved: as fast or faster, never slower; noisy)."""
+        of its own (bench/NOTES.md, "Writing to a handed-over terminal")."""
         backlog = self._backlog
         if not backlog:
             return

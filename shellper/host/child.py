@@ -11,12 +11,13 @@ fails after fork (chdir, exec) is sent back over a CLOEXEC pipe before the paren
 Lifetime: if the shellper is killed outright, its PTY masters close and the kernel hangs up the
 terminal (SIGHUP to the child, the session leader). As an unconditional backstop the child also
 gets ``PR_SET_PDEATHSIG`` = SIGKILL by default: a leader that ignores or survives SIGHUP (nohup,
-a wedged agent) would otherwise live on holding its session id (codev #1224), and SIGHUP as the
-death signal would add nothing to the hang-up that already happened. When the killed leader exits,
-the kernel sends SIGHUP + SIGCONT to the terminal's last foreground process group as well. The
-price is that an interactive shell gets no time to forward SIGHUP to background jobs in other
-process groups; those are for the supervisor's reaper (the record holds the group). PDEATHSIG
-fires when the *thread* that forked exits, so call :func:`spawn_child` from the main thread.
+a wedged agent) would otherwise live on holding its session id (bench/NOTES.md, "Incidents behind
+the defaults"), and SIGHUP as the death signal would add nothing to the hang-up that already
+happened. When the killed leader exits, the kernel sends SIGHUP + SIGCONT to the terminal's last
+foreground process group as well. The price is that an interactive shell gets no time to forward
+SIGHUP to background jobs in other process groups; those are for the supervisor's reaper (the
+record holds the group). PDEATHSIG fires when the *thread* that forked exits, so call
+:func:`spawn_child` from the main thread.
 """
 
 from __future__ import annotations
@@ -32,14 +33,12 @@ import termios
 import time
 from collections.abc import Mapping, Sequence
 
+from shellper.core.defaults import DEFAULT_TERM, STDERR_MODES, TERMINAL_SIZE_RANGE, terminal_size_in_range
 from shellper.core.errors import ShellperError
 from shellper.core.execve import env_problem, has_nul
 from shellper.core.structs import field, record
 from shellper.host.identity import start_time as read_start_time
 
-STDERR_MODES = ("pty", "merged", "pipe")
-DEFAULT_TERM = "xterm-256color"
-MAX_DIMENSION = 65535
 PR_SET_PDEATHSIG = 1
 _WINSIZE = struct.Struct("HHHH")
 _RESET_SIGNALS = tuple(s for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP))
@@ -79,8 +78,6 @@ class Child:
     """time.monotonic() right after the fork, for uptime and fast-exit classification."""
     start_time: int
     """Kernel start time in clock ticks (/proc/<pid>/stat field 22), for the session record."""
-    wait_status: int | None = None
-    """Set by :func:`reap` (or by the caller, if it reaps some other way)."""
     closed: bool = field(default=False)
 
     def output_fds(self) -> tuple[int, ...]:
@@ -190,8 +187,8 @@ def set_winsize(fd: int, cols: int, rows: int) -> tuple[int, int]:
 
 
 def _check_size(cols: int, rows: int) -> None:
-    if not (1 <= cols <= MAX_DIMENSION and 1 <= rows <= MAX_DIMENSION):
-        raise ValueError(f"terminal size {cols}x{rows} out of range 1..{MAX_DIMENSION}")
+    if not terminal_size_in_range(cols, rows):
+        raise ValueError(f"terminal size {cols}x{rows} out of range {TERMINAL_SIZE_RANGE}")
 
 
 def spawn_child(
@@ -237,7 +234,7 @@ def spawn_child(
         opened += [report_r, report_w]
         parent = os.getpid()
         # Block every signal across fork: until the child has reset the dispositions, a signal would
-        # run the parent's handlers in the child (e.g. write to asyncio's wakeup fd).
+        # run the parent's handlers in the child (e.g. write to the reactor's wakeup fd).
         old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
         try:
             pid = os.fork()
@@ -405,28 +402,6 @@ def resize(child: Child, cols: int, rows: int) -> None:
     if fcntl.ioctl(child.master_fd, termios.TIOCGWINSZ, bytes(_WINSIZE.size)) == wanted:
         fcntl.ioctl(child.master_fd, termios.TIOCSWINSZ, _WINSIZE.pack(rows, cols, 1, 0))
     fcntl.ioctl(child.master_fd, termios.TIOCSWINSZ, wanted)
-
-
-def signal_group(child: Child, sig: int) -> bool:
-    """killpg the child's group while its leader is unreaped (so the pgid cannot have been recycled)."""
-    if child.wait_status is not None:
-        return False
-    try:
-        os.killpg(child.pgid, sig)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def reap(child: Child, *, block: bool = False) -> int | None:
-    """waitpid the child; returns its wait status (see os.waitstatus_to_exitcode) or None if still running."""
-    if child.wait_status is not None:
-        return child.wait_status
-    pid, status = os.waitpid(child.pid, 0 if block else os.WNOHANG)
-    if pid == 0:
-        return None
-    child.wait_status = status
-    return status
 
 
 def close(child: Child) -> None:

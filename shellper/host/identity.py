@@ -2,8 +2,8 @@
 
 A pid number is recycled; ``(boot_id, pid, start_time)`` names one process of one boot. The
 start time is the kernel's raw ``starttime`` (field 22 of ``/proc/<pid>/stat``, clock ticks since
-boot), never an epoch value or the ``/proc/<pid>`` ctime (codev's flaw: that is when the procfs
-inode was instantiated, which can be seconds after the real start).
+boot), never an epoch value or the ``/proc/<pid>`` ctime (that is when the procfs inode was
+instantiated, which can be seconds after the real start).
 
 Signalling goes through pidfds: :func:`open_verified` opens the pidfd *first* and verifies the
 identity *afterwards*, then checks (via the pidfd's ``fdinfo``) that the process it pinned was

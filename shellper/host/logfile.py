@@ -7,7 +7,6 @@ reported in the next line that can be. Format: ``[2026-01-02T03:04:05.678Z] mess
 
 from __future__ import annotations
 
-import _thread  # threading.Lock without importing threading (1.4 ms of every launch)
 import contextlib
 import errno
 import os
@@ -42,7 +41,8 @@ class LogFile:
 
     With ``capture_stdio`` the log is also dup2'd onto fds 1 and 2 (again after every rotation), so
     stray prints and interpreter tracebacks land in the current file. ``keep=0`` truncates instead
-    of keeping an old file. Thread-safe.
+    of keeping an old file. Not locked: the shellper's one thread writes it (signal handlers only note
+    the signal for the loop).
     """
 
     def __init__(
@@ -65,7 +65,6 @@ class LogFile:
         """Lines lost since the last successful write (reported, then reset)."""
         self.last_error: OSError | None = None
         self._fd: int | None = None
-        self._lock = _thread.allocate_lock()
 
     def _open(self) -> int:
         if self._fd is None:
@@ -104,29 +103,27 @@ class LogFile:
 
     def write(self, message: str) -> bool:
         """Append one timestamped line; returns False (and counts the drop) instead of raising."""
-        with self._lock:
-            try:
-                if self.dropped:
-                    why = self.last_error.strerror if self.last_error else "unknown error"
-                    note = f"log: {self.dropped} line(s) dropped while the log was unwritable ({why})"
-                    self._write_line(format_line(note, limit=self.max_bytes))
-                    self.dropped = 0
-                    self.last_error = None
-                self._write_line(format_line(message, limit=self.max_bytes))
-                return True
-            except OSError as e:
-                self.dropped += 1
-                self.last_error = e
-                self._close_fd()  # reopen next time: the file may have been removed or the disk freed
-                return False
-            except Exception:  # never let logging take the shellper down
-                self.dropped += 1
-                self._close_fd()
-                return False
+        try:
+            if self.dropped:
+                why = self.last_error.strerror if self.last_error else "unknown error"
+                note = f"log: {self.dropped} line(s) dropped while the log was unwritable ({why})"
+                self._write_line(format_line(note, limit=self.max_bytes))
+                self.dropped = 0
+                self.last_error = None
+            self._write_line(format_line(message, limit=self.max_bytes))
+            return True
+        except OSError as e:
+            self.dropped += 1
+            self.last_error = e
+            self._close_fd()  # reopen next time: the file may have been removed or the disk freed
+            return False
+        except Exception:  # never let logging take the shellper down
+            self.dropped += 1
+            self._close_fd()
+            return False
 
     def close(self) -> None:
-        with self._lock:
-            self._close_fd()
+        self._close_fd()
 
 
 def _dup_onto_stdio(fd: int) -> None:
@@ -139,7 +136,8 @@ def _dup_onto_stdio(fd: int) -> None:
 
 def redirect_stdio(log_path: str | os.PathLike[str]) -> tuple[int, int] | None:
     """Point fd 0 at /dev/null and fds 1, 2 at ``log_path`` (O_APPEND), so a detached shellper never
-    writes into a closed pipe or a terminal it no longer owns (the original's #324 crash).
+    writes into a closed pipe or a terminal it no longer owns (the original crashed so: bench/NOTES.md,
+    "Incidents behind the defaults").
 
     Returns the log's (st_dev, st_ino) if this call created it, else None: a launch that fails removes
     the log only if it made it. A symlink (ELOOP) or anything but a regular file raises OSError."""

@@ -7,8 +7,8 @@ directory owned by us with no group/other access, so nothing inside it can be sw
 user. Checks use lstat/O_NOFOLLOW so a symlink is reported, never traversed.
 
 Paths here are plain strings, as in :mod:`shellper.client.blocking`: this module is on every shellper's start
-path, and pathlib (with the urllib.parse and ipaddress it imports) would cost each session ~3.5 ms of
-launch and ~0.5 MiB of private memory.
+path, and pathlib (with the urllib.parse and ipaddress it imports) would be paid by every session, in
+launch time and memory (bench/NOTES.md, "Start-up: what the avoided imports cost").
 """
 
 from __future__ import annotations
@@ -17,19 +17,20 @@ import errno
 import os
 import stat
 
-from shellper.core.names import MAX_NAME_LEN as MAX_NAME_LEN  # re-exported: callers know them as paths'
-from shellper.core.names import BadName as BadName
-from shellper.core.names import PathError as PathError
-from shellper.core.names import runtime_dir_name
-from shellper.core.names import validate_name as validate_name
+from shellper.core.names import (
+    LOCK_SUFFIX,
+    LOG_SUFFIX,
+    RECORD_SUFFIX,
+    SOCKET_SUFFIX,
+    BadName,
+    runtime_dir_name,
+    validate_name,
+)
+from shellper.core.names import PathError as PathError  # re-exported: the base of this module's errors
 from shellper.core.structs import record
 
 SUN_PATH_MAX = 108
 """sizeof(sockaddr_un.sun_path) on Linux, including the terminating NUL."""
-SOCKET_SUFFIX = ".sock"
-RECORD_SUFFIX = ".json"
-LOCK_SUFFIX = ".lock"
-LOG_SUFFIX = ".log"
 TEMP_SUFFIX = ".tmp"
 """Of the temp file an atomic record write renames into place: ``.NAME.json.<pid>.<8 hex digits>.tmp``."""
 _HEX = frozenset("0123456789abcdef")

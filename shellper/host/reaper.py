@@ -32,6 +32,7 @@ import signal
 import time
 from collections.abc import Iterable
 
+from shellper.core.defaults import DEFAULT_GRACE
 from shellper.core.structs import record
 from shellper.host.identity import (
     IdentityError,
@@ -315,7 +316,7 @@ class TerminateReport:
 
 def terminate_tree(
     identity: ProcessIdentity,
-    grace: float = 5.0,
+    grace: float = DEFAULT_GRACE,
     *,
     include_group: bool = True,
     confirm_timeout: float = DEFAULT_CONFIRM_TIMEOUT,

@@ -2,7 +2,7 @@
 
 The record is the shellper's own statement of who it is (boot id, pid, kernel start ticks, a random
 instance id echoed in the handshake) and what it runs, so a restarted supervisor can tell a live
-owner from a recycled pid before it signals anything (process-identity.md §7). It is written
+owner from a recycled pid before it signals anything (shellper.host.identity). It is written
 atomically (temp + fsync + rename + fsync dir) so a reader sees the old or the new version, never a
 torn one. Environment values are never stored: they routinely carry secrets.
 
@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 from shellper.core import structs
 from shellper.core.containment import Containment
+from shellper.core.defaults import STDERR_MODES
 from shellper.core.errors import ShellperError
 from shellper.core.states import SessionState
 from shellper.core.structs import field, record
@@ -38,7 +39,6 @@ MAX_RECORD_BYTES = 1024 * 1024
 MAX_EXITS = 50
 """Exit entries kept in the record; ``exit_count`` keeps the total."""
 STATES = tuple(SessionState)
-STDERR_MODES = ("pty", "merged", "pipe")
 
 
 def _own_version() -> str:

@@ -16,7 +16,9 @@ from enum import IntEnum
 import msgpack
 
 from shellper.core import structs
+from shellper.core.defaults import TERMINAL_SIZE_RANGE, terminal_size_in_range
 from shellper.core.errors import ShellperError
+from shellper.core.signals import bare_name
 from shellper.core.structs import field, record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs each shellper ~2.5 ms and 0.5 MiB
@@ -455,7 +457,7 @@ def bare_signal(name: object) -> str | None:
     """The SIGNALS entry a SIGNAL frame's name means ("kill", "SIGKILL" -> "KILL"), or None."""
     if not isinstance(name, str):
         return None
-    bare = name.upper().removeprefix("SIG")
+    bare = bare_name(name)
     return bare if bare in SIGNALS else None
 
 
@@ -465,8 +467,9 @@ def check_request(frame: Frame) -> None:
     if isinstance(frame, Resize):
         for name in ("cols", "rows"):
             value = getattr(frame, name)
-            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
-                raise BadField(f"{name}: size {frame.cols}x{frame.rows} is outside 1..65535", frame.TYPE, name)
+            if not terminal_size_in_range(value, 1):
+                raise BadField(f"{name}: size {frame.cols}x{frame.rows} is outside {TERMINAL_SIZE_RANGE}", frame.TYPE,
+                               name)
     elif isinstance(frame, Stop) and frame.grace is not None:
         grace = frame.grace
         if isinstance(grace, bool) or not isinstance(grace, int | float) or not (math.isfinite(grace) and grace >= 0):
@@ -484,11 +487,6 @@ def encode(frame: Frame) -> bytes:
 def encode_data(data: bytes | bytearray | memoryview) -> bytes:
     """A DATA frame without building a Data object: the hot path."""
     return HEADER.pack(FrameType.DATA, len(data)) + data
-
-
-def data_header(length: int) -> bytes:
-    """Just the header of a DATA frame, for writev-style sends of large payloads."""
-    return HEADER.pack(FrameType.DATA, length)
 
 
 def _pack(payload: dict[str, Any]) -> bytes:

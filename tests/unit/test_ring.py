@@ -397,13 +397,14 @@ def test_scrollback_replay_respects_max_bytes_and_reports_end() -> None:
         sb.replay(11)
 
 
-def test_scrollback_replay_tail_starts_at_safe_boundary() -> None:
+def test_scrollback_replay_of_the_newest_bytes_starts_at_safe_boundary() -> None:
+    """As a shellper replays a client's replay_bytes: from the safe start at or after end - replay_bytes."""
     sb = Scrollback(1024)
     sb.append(b"\x1b[?25labc\x1b[31mdef")
-    replay = sb.replay_tail(6)  # naive start (offset 11) is inside ESC[31m
+    replay = sb.replay(sb.safe_start(sb.ring.end - 6))  # naive start (offset 11) is inside ESC[31m
     assert replay.data == b"def"
     assert replay.preamble == b"\x1b[?25l"
-    assert sb.replay_tail(1000).data == b"\x1b[?25labc\x1b[31mdef"
+    assert sb.replay(sb.safe_start(max(sb.ring.start, sb.ring.end - 1000))).data == b"\x1b[?25labc\x1b[31mdef"
 
 
 def test_scrollback_clear_returns_reset_and_forgets_modes() -> None:

@@ -1,0 +1,127 @@
+"""The command line read without argparse, for the console script's fast paths.
+
+argparse, and what the CLI imports with it, cost a command more than the interpreter's own start-up
+(bench/NOTES.md, "Start-up"). So three questions are answered before the full parser runs, or instead of
+it: is this a plain ``attach`` (shellper.cli.attach.quick_main), may it be a detached ``run``, worth forking
+the daemon-to-be for now (shellper.daemon.prefork), and where does a ``run``'s child command begin
+(shellper.cli.main). All three read :func:`scan`'s answer; the tables below are the one place outside the
+parser that says which options there are and which take a value, and tests/unit/test_argscan.py holds
+them to the parser's. This module imports nothing: it runs before the prefork is forked.
+"""
+
+from __future__ import annotations
+
+_HELP = {"-h": False, "--help": False}
+
+GLOBAL_OPTIONS: dict[str, bool] = {**_HELP, "--version": False, "--dir": True}
+"""The options before the command, each with whether it takes a value."""
+
+_RESTART_POLICY = {
+    "--restart": True, "--backoff-initial": True, "--backoff-max": True, "--backoff-factor": True,
+    "--jitter": True, "--healthy-uptime": True, "--min-uptime": True, "--breaker-count": True,
+    "--breaker-window": True, "--same-error-count": True, "--clean-exit-count": True,
+    "--clean-exit-uptime": True, "--max-restarts": True, "--prevent-codes": True, "--clean-signals": True,
+    "--fatal-scan-lines": True, "--fatal-pattern": True, "--no-fatal-patterns": False,
+}
+
+COMMAND_OPTIONS: dict[str, dict[str, bool]] = {
+    "run": {**_HELP, "--foreground": False, "--cwd": True, "--env": True, "--no-inherit-env": False,
+            "--cols": True, "--rows": True, "--term": True, "--ring-bytes": True, "--stderr": True,
+            "--grace": True, "--husk-ttl": True, "--owner": True, "--containment": True,
+            "--cgroup-parent": True, **_RESTART_POLICY},
+    "ls": {**_HELP, "--json": False},
+    "attach": {**_HELP, "--detach-key": True, "--read-only": False, "--no-replay": False, "--relay": False},
+    "send": {**_HELP, "--enter": False},
+    "tail": {**_HELP, "--bytes": True, "--follow": False, "-f": False, "--plain": False},
+    "signal": _HELP,
+    "resize": _HELP,
+    "stop": {**_HELP, "--grace": True},
+    "status": {**_HELP, "--json": False},
+}
+"""Each command's options, each with whether it takes a value."""
+
+_NO_DETACH = frozenset(("--foreground", "-h", "--help", "--version"))
+
+
+class Scan:
+    """What :func:`scan` read.
+
+    ``command``: the first operand (None if there is none before ``--``); ``options``: each option seen,
+    under its full name, with its last value (True for a flag); ``operands``: the command's positional
+    arguments; ``child``: what follows the first ``--`` (None without one); ``exact``: every option was
+    known and spelled in full, and each one that takes a value had one, so argparse reads the line the
+    same way. When it is False (an abbreviation, an unknown option or command, a missing value, a value
+    that looks like an option) argparse must decide, and the rest is a guess.
+    """
+
+    __slots__ = ("child", "command", "exact", "operands", "options")
+
+    def __init__(self) -> None:
+        self.command: str | None = None
+        self.options: dict[str, str | bool] = {}
+        self.operands: list[str] = []
+        self.child: list[str] | None = None
+        self.exact = True
+
+
+def _resolve(option: str, table: dict[str, bool]) -> str | None:
+    """The option ``option`` names: itself, or the one long option it is a prefix of (as argparse
+    allows); None for an unknown or ambiguous one."""
+    if option in table:
+        return option
+    if not option.startswith("--"):
+        return None
+    matches = [known for known in table if known.startswith(option)]
+    return matches[0] if len(matches) == 1 else None
+
+
+def scan(argv: list[str]) -> Scan:
+    """Split ``argv`` (without the program name) as the CLI's parser would; see :class:`Scan`."""
+    line = Scan()
+    table = GLOBAL_OPTIONS
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        i += 1
+        if token == "--":
+            line.child = argv[i:]
+            line.exact = line.exact and line.command is not None  # argparse takes a -- before one as the command
+            break
+        if token == "-" or not token.startswith("-"):
+            if line.command is not None:
+                line.operands.append(token)
+                continue
+            line.command = token
+            if token not in COMMAND_OPTIONS:
+                line.exact = False
+                break
+            table = COMMAND_OPTIONS[token]
+            continue
+        spelled, equals, value = token.partition("=")
+        name = _resolve(spelled, table)
+        if name is None:
+            line.exact = False
+            continue
+        if name != spelled:
+            line.exact = False
+        if not table[name]:
+            line.options[name] = True
+            if equals:
+                line.exact = False
+            continue
+        if not equals:
+            if i == len(argv) or (argv[i].startswith("-") and argv[i] != "-"):
+                line.exact = False
+                continue
+            value = argv[i]
+            i += 1
+        elif value == "--":  # argparse drops a -- from an option's values, even an explicit one
+            line.exact = False
+        line.options[name] = value
+    return line
+
+
+def may_detach(line: Scan) -> bool:
+    """Whether ``line`` may be a detached ``run``, worth forking the daemon-to-be before parsing it; a wrong
+    guess costs a fork and a kill."""
+    return line.command == "run" and not _NO_DETACH.intersection(line.options)

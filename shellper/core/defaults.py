@@ -1,0 +1,34 @@
+"""A session's defaults and the ranges its settings must stay in, for every layer that applies them.
+
+Imports nothing, so the wire codec, the host layer and ``shellper attach`` use them at no cost;
+:class:`shellper.core.config.SessionConfig` checks a whole config against them.
+"""
+
+from __future__ import annotations
+
+DEFAULT_COLS = 80
+DEFAULT_ROWS = 24
+MAX_TERMINAL_DIMENSION = 65535
+"""Most columns or rows a terminal may have: the kernel's winsize holds each in an unsigned short."""
+TERMINAL_SIZE_RANGE = f"1..{MAX_TERMINAL_DIMENSION}"
+"""How messages name the range of columns and rows."""
+DEFAULT_TERM = "xterm-256color"
+
+DEFAULT_RING_BYTES = 8 * 1024 * 1024
+MIN_RING_BYTES = 64 * 1024
+MAX_RING_BYTES = 1024 * 1024 * 1024
+
+DEFAULT_GRACE = 5.0
+"""Seconds between SIGTERM and SIGKILL when a session's processes are ended."""
+HANDSHAKE_TIMEOUT = 10.0
+"""Seconds a new connection has to send its HELLO."""
+
+STDERR_MODES = ("pty", "merged", "pipe")
+"""Where the child's fd 2 goes: a PTY of its own, the main PTY, or a pipe; a config may also ask for
+``auto`` (shellper.core.config.resolve_stderr_mode)."""
+
+
+def terminal_size_in_range(cols: object, rows: object) -> bool:
+    """Whether both are integers (not bools) in 1..MAX_TERMINAL_DIMENSION."""
+    return all(not isinstance(n, bool) and isinstance(n, int) and 1 <= n <= MAX_TERMINAL_DIMENSION
+               for n in (cols, rows))
