@@ -23,10 +23,11 @@ from test_tower_support import REPO, Sessions, alive, identity, is_dead, other, 
 from shellper.core.owner import default_owner
 from shellper.core.structs import replace
 from shellper.daemon.launch import LaunchInfo
+from shellper.host.cleanup import CommandMismatch
 from shellper.host.identity import ProcessIdentity, boot_id, read_stat
 from shellper.host.paths import SessionPaths
 from shellper.host.record import SessionLock, SessionRecord, cmdline_sha256, read_record, write_record
-from tower_client.apply import CommandMismatch, apply, terminate_session
+from tower_client.apply import apply, terminate_session
 from tower_client.discover import discover, discover_async, observe
 from tower_client.reconcile import Action, Decision, Registry, RegistryRow, reconcile
 

@@ -499,8 +499,8 @@ def _pin_shellper(client: Client, record: SessionRecord | None) -> PidFd | None:
     """A pidfd on the shellper that answered: the record's (boot id, pid, start ticks) when the record
     names the instance that answered, else the socket's peer if it is the pid WELCOME claims; None if
     neither can be had (then the lock tells when it is gone)."""
+    from shellper.client.blocking import peer_pid
     from shellper.host.identity import IdentityError, PidFd, ProcessIdentity, open_verified
-    from tower_client.client import peer_pid
 
     welcome = client.welcome
     assert welcome is not None
@@ -575,7 +575,7 @@ def _survivors_note(record: SessionRecord | None, paths: SessionPaths) -> str:
     if record is None:
         return ""
     from shellper.host.identity import IdentityError
-    from tower_client.survivors import find_survivors
+    from shellper.host.survivors import find_survivors
 
     try:
         found = find_survivors(record, directory=paths.dir)
@@ -593,26 +593,28 @@ def _stop_stale(args: argparse.Namespace, paths: SessionPaths) -> int:
     """The shellper is gone (killed, crashed, or a launch that failed) and left files: end what its tree
     left running and remove them, as tower_client's reconcile does for a dead session (identity-checked,
     under the lock). What is not the session's to remove (a symlink, a directory) is named, not touched."""
+    from shellper.host.cleanup import clean_session
     from shellper.host.record import AlreadyRunning
     from shellper.host.shellpers import record_is_alive
-    from tower_client.apply import clean_session, terminate_session
-    from tower_client.survivors import reap_survivors
+    from shellper.host.survivors import reap_survivors
 
     ended: tuple[int, ...] = ()
+    grace = 5.0 if args.grace is None else args.grace
     record = _read_record(paths)
     if record is not None and record_is_alive(record):
         # Its lock file was removed (a tmp cleaner), not its shellper: end it as a Tower would, verified.
+        from shellper.host.cleanup import terminate_shellper
         from shellper.host.identity import IdentityError
 
         try:
-            term = terminate_session(record, paths, grace=5.0 if args.grace is None else args.grace)
+            term = terminate_shellper(record, paths, grace=grace, ask_stop=lambda: _ask_stop(args, record, grace))
         except IdentityError as exc:
             raise CliError(f"stop: session {args.name!r} has no lock file, and pid {record.shellper_pid} "
                            f"could not be verified as its shellper: {exc}; nothing signalled") from None
         print(f"stopped {args.name} (its lock file was missing; via {term.method})")
         return 0
     if record is not None:
-        ended = reap_survivors(record, directory=paths.dir, grace=5.0 if args.grace is None else args.grace).pids
+        ended = reap_survivors(record, directory=paths.dir, grace=grace).pids
     try:
         removed = clean_session(paths)
     except AlreadyRunning:
@@ -626,6 +628,37 @@ def _stop_stale(args: argparse.Namespace, paths: SessionPaths) -> int:
                        "(only its own sockets and regular files): check what they are and remove them yourself")
     print(f"stopped {args.name}: its shellper was already gone; removed its files{ended_note}")
     return 0
+
+
+def _ask_stop(args: argparse.Namespace, record: SessionRecord, grace: float) -> Client:
+    """STOP over the session's socket, for :func:`shellper.host.cleanup.terminate_shellper`: only to the
+    recorded shellper (its instance id in WELCOME, its pid at the other end of the socket). StopNotDelivered
+    when nothing answers, so the shellper is ended through signals."""
+    from shellper.client.blocking import ClientError, peer_pid
+    from shellper.host.cleanup import StopNotDelivered
+    from shellper.protocol import wire
+
+    try:
+        client = _connect(args, "tower", replay_bytes=0)
+    except CliError as exc:
+        raise StopNotDelivered(str(exc)) from None
+    try:
+        welcome = client.welcome
+        assert welcome is not None
+        peer = peer_pid(client.sock) if client.sock is not None else None
+        if (welcome.instance_id, welcome.shellper_pid, peer) != (record.instance_id, record.shellper_pid,
+                                                                 record.shellper_pid):
+            raise CliError(f"stop: session {args.name!r}: its socket answers as instance {welcome.instance_id} "
+                           f"from pid {peer}, not as the recorded shellper (instance {record.instance_id}, pid "
+                           f"{record.shellper_pid}); nothing signalled")
+        client.send(wire.Stop(grace=grace))
+    except ClientError as exc:
+        client.close()
+        raise StopNotDelivered(str(exc)) from exc
+    except BaseException:
+        client.close()
+        raise
+    return client
 
 
 def cmd_status(args: argparse.Namespace) -> int:
