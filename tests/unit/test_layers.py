@@ -123,3 +123,71 @@ def test_the_scanner_sees_every_kind_of_import(source: str, expected: list[str])
 ])
 def test_the_rule(importer: str, imported: str, ok: bool) -> None:
     assert allowed(importer, imported) is ok
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the package's modules it imports (a name is taken as the longest module it starts with)."""
+    modules = {module_name(path) for path in SOURCES}
+    graph: dict[str, set[str]] = {}
+    for path in SOURCES:
+        importer = module_name(path)
+        graph[importer] = set()
+        for _, name in imports(path):
+            while name and name not in modules:
+                name = name.rpartition(".")[0]
+            if name and name != importer:
+                graph[importer].add(name)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        while work:
+            node, edges = work[-1]
+            for nxt in edges:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    work.append((nxt, iter(sorted(graph.get(nxt, ())))))
+                    break
+                if nxt in stack:
+                    low[node] = min(low[node], index[nxt])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+    return found
+
+
+def test_no_import_cycles() -> None:
+    """Counting function-level imports too: one deferred to a function still ties the two modules."""
+    assert cycles(import_graph()) == []
+
+
+@pytest.mark.parametrize(("graph", "expected"), [
+    ({"a": {"b"}, "b": {"c"}, "c": set()}, []),
+    ({"a": {"b"}, "b": {"a"}}, [["a", "b"]]),
+    ({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}, [["a", "b", "c"]]),
+    ({"a": {"b", "c"}, "b": {"a"}, "c": {"d"}, "d": {"c"}}, [["c", "d"], ["a", "b"]]),
+])
+def test_the_cycle_finder(graph: dict[str, set[str]], expected: list[list[str]]) -> None:
+    assert cycles(graph) == expected
