@@ -174,7 +174,8 @@ else:
 class Frame:
     """Base of every frame. Control frames are encoded from their record fields."""
 
-    TYPE: ClassVar[FrameType]
+    if TYPE_CHECKING:  # declared for type checkers only: at run time dataclasses would take it for a field
+        TYPE: ClassVar[FrameType]
 
     def to_map(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
