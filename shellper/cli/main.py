@@ -38,7 +38,7 @@ from shellper.host.paths import (
 )
 from shellper.host.record import LockError, SessionLock
 
-TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs each shellper ~2.5 ms and 0.5 MiB
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
 if TYPE_CHECKING:  # imported where used: `shellper run` starts faster without the codec and client
     from typing import Any
 

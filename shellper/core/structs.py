@@ -16,7 +16,7 @@ this module): the unit tests run so too, so the two stay interchangeable.
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # typing costs every shellper ~2.5 ms to import; type checkers see True
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from typing import Any, TypeVar, dataclass_transform, overload

@@ -48,7 +48,7 @@ from shellper.host.record import AlreadyRunning, RecordError, SessionLock, Sessi
 from shellper.host.shellpers import live_shellpers, serves, session_cgroup, under
 from shellper.host.survivors import end_cgroup, protected_pids
 
-TYPE_CHECKING = False  # see shellper.core: the daemon imports no typing
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Protocol
