@@ -5,8 +5,8 @@ policy) and the server's (codec, ring, reactor). A :class:`Prefork` overlaps the
 becomes the daemon is forked first, imports the server on the other core while the CLI parses and
 validates, then waits for the config on a pipe. If the CLI decides otherwise (another command, a bad
 argument, a session already running), the prefork is killed by pid and reaped; it has touched nothing.
-This module imports only the standard library's always-loaded parts, so forking happens before any
-of the package's own imports.
+This module imports only os, signal and sys (which every shellper process loads anyway), so forking
+happens before any of the package's own imports.
 """
 
 from __future__ import annotations
