@@ -23,7 +23,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from shellper.client.blocking import Client, ClientError, peer_pid
+from shellper.client.blocking import Client, peer_pid
+from shellper.client.stop import send_stop
 from shellper.core.config import DEFAULT_GRACE
 from shellper.core.errors import ShellperError
 from shellper.core.owner import default_owner
@@ -32,7 +33,6 @@ from shellper.host.cleanup import (
     CONFIRM_TIMEOUT,
     CommandMismatch,
     ProtectedProcess,
-    StopNotDelivered,
     Termination,
     clean_session,
     terminate_shellper,
@@ -83,26 +83,6 @@ def _check_peer(client: Client, welcome: wire.Welcome, record: SessionRecord) ->
 # --------------------------------------------------------------------------------------------- terminate
 
 
-def _send_stop(record: SessionRecord, paths: SessionPaths, grace: float, timeout: float) -> Client:
-    """Connect as the tower, insist on the recorded instance and pid, send STOP. Caller closes.
-    StopNotDelivered if the socket does not answer or the connection fails."""
-    client = Client(paths.socket, "tower", client_name="tower-client-terminate", timeout=timeout)
-    try:
-        welcome = client.connect(replay_bytes=0)
-        _check_peer(client, welcome, record)
-        client.send(wire.Stop(grace=grace))
-    except (InstanceMismatch, PeerMismatch):
-        client.close()
-        raise
-    except ClientError as exc:
-        client.close()
-        raise StopNotDelivered(str(exc)) from exc
-    except BaseException:
-        client.close()
-        raise
-    return client
-
-
 def terminate_session(record: SessionRecord, paths: SessionPaths, *, grace: float = DEFAULT_GRACE,
                       stop_timeout: float | None = None, connect_timeout: float = PROBE_TIMEOUT,
                       confirm_timeout: float = CONFIRM_TIMEOUT) -> Termination:
@@ -115,8 +95,12 @@ def terminate_session(record: SessionRecord, paths: SessionPaths, *, grace: floa
     (the record names this process or an ancestor: nothing signalled), InstanceMismatch / PeerMismatch
     (the socket answers as someone else: nothing signalled), SurvivorError (something outlived SIGKILL).
     """
-    return terminate_shellper(record, paths, grace=grace, stop_timeout=stop_timeout, confirm_timeout=confirm_timeout,
-                              ask_stop=lambda: _send_stop(record, paths, grace, connect_timeout))
+    def ask_stop() -> Client:  # to the recorded instance and pid only
+        return send_stop(paths.socket, grace, lambda client, welcome: _check_peer(client, welcome, record),
+                         client_name="tower-client-terminate", timeout=connect_timeout)
+
+    return terminate_shellper(record, paths, grace=grace, ask_stop=ask_stop, stop_timeout=stop_timeout,
+                              confirm_timeout=confirm_timeout)
 
 
 # --------------------------------------------------------------------------------------------- apply

@@ -631,34 +631,22 @@ def _stop_stale(args: argparse.Namespace, paths: SessionPaths) -> int:
 
 
 def _ask_stop(args: argparse.Namespace, record: SessionRecord, grace: float) -> Client:
-    """STOP over the session's socket, for :func:`shellper.host.cleanup.terminate_shellper`: only to the
-    recorded shellper (its instance id in WELCOME, its pid at the other end of the socket). StopNotDelivered
-    when nothing answers, so the shellper is ended through signals."""
-    from shellper.client.blocking import ClientError, peer_pid
-    from shellper.host.cleanup import StopNotDelivered
+    """STOP over the session's socket, for :func:`shellper.host.cleanup.terminate_shellper`, only to the
+    recorded shellper: its instance id in WELCOME, its pid at the other end of the socket."""
+    from shellper.client.blocking import peer_pid
+    from shellper.client.stop import send_stop
     from shellper.protocol import wire
 
-    try:
-        client = _connect(args, "tower", replay_bytes=0)
-    except CliError as exc:
-        raise StopNotDelivered(str(exc)) from None
-    try:
-        welcome = client.welcome
-        assert welcome is not None
+    def recorded(client: Client, welcome: wire.Welcome) -> None:
         peer = peer_pid(client.sock) if client.sock is not None else None
         if (welcome.instance_id, welcome.shellper_pid, peer) != (record.instance_id, record.shellper_pid,
                                                                  record.shellper_pid):
             raise CliError(f"stop: session {args.name!r}: its socket answers as instance {welcome.instance_id} "
                            f"from pid {peer}, not as the recorded shellper (instance {record.instance_id}, pid "
                            f"{record.shellper_pid}); nothing signalled")
-        client.send(wire.Stop(grace=grace))
-    except ClientError as exc:
-        client.close()
-        raise StopNotDelivered(str(exc)) from exc
-    except BaseException:
-        client.close()
-        raise
-    return client
+
+    return send_stop(os.path.join(_dir(args), f"{args.name}.sock"), grace, recorded,
+                     client_name=f"shellper-cli:{args.cmd}")
 
 
 def cmd_status(args: argparse.Namespace) -> int:
