@@ -17,7 +17,8 @@
   raised.
 
 The socket is the caller's to speak (this layer has no client): ``shellper stop`` and ``tower_client``
-each check that it answers as the recorded instance from the recorded pid before they send STOP.
+send STOP through :func:`shellper.client.stop.send_stop`, each once it answers as the recorded instance
+from the recorded pid.
 """
 
 from __future__ import annotations
