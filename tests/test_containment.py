@@ -19,6 +19,7 @@ import pytest
 from conftest import CGROUP_PARENT, SHELLPER_CLI, poll_until
 from test_tower_support import Sessions, alive, identity, is_dead, other, sessions, tree
 
+from shellper.client.blocking import Client
 from shellper.core.structs import replace
 from shellper.host import cgroup
 from shellper.host.identity import ProcessIdentity, boot_id, read_stat
@@ -318,6 +319,37 @@ def test_a_live_shellper_whose_lock_file_was_removed_is_left_by_reconcile_and_st
     assert done.returncode == 0, done.stderr
     assert "lock file was missing" in done.stdout
     poll_until(lambda: is_dead(shellper), what="the shellper to be stopped")
+
+
+def test_a_live_shellper_whose_lock_file_alone_was_removed_is_stopped_over_its_socket(sessions: Sessions) -> None:
+    """With its socket still answering as the recorded shellper, `stop` asks it to STOP (it ends its own tree
+    and removes its files) rather than signalling it."""
+    info = sessions.launch("s", ["sleep", "300"])
+    shellper = identity(info.pid)
+    (sessions.dir / "s.lock").unlink()
+    done = subprocess.run([*SHELLPER_CLI, "--dir", str(sessions.dir), "stop", "s", "--grace", "0.3"],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert "lock file was missing; via stop" in done.stdout
+    poll_until(lambda: is_dead(shellper), what="the shellper to be stopped")
+    assert sorted(p.name for p in sessions.dir.iterdir()) == []
+
+
+def test_stop_without_a_lock_file_sends_nothing_to_a_socket_answering_as_another_instance(
+        sessions: Sessions) -> None:
+    """The record names instance A, the socket answers as B: `stop` refuses, and nothing is signalled."""
+    info = sessions.launch("w", ["sleep", "300"])
+    shellper = identity(info.pid)
+    rec = read_record(sessions.dir / "w.json")
+    write_record(sessions.dir / "w.json", replace(rec, instance_id="f" * 32))
+    (sessions.dir / "w.lock").unlink()
+    done = subprocess.run([*SHELLPER_CLI, "--dir", str(sessions.dir), "stop", "w", "--grace", "0.3"],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 1
+    assert "not as the recorded shellper" in done.stderr and "nothing signalled" in done.stderr
+    assert alive(shellper)
+    with Client(sessions.dir / "w.sock", "viewer") as client:  # it still serves, untouched
+        assert client.connect(replay_bytes=0).instance_id == info.instance_id
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -43,11 +43,11 @@ from shellper.client.blocking import Client, SessionNotFound
 from shellper.core import structs
 from shellper.core.exits import RestartPolicy
 from shellper.host.record import SessionLock, SessionRecord, read_record
+from shellper.host.survivors import find_survivors
 from shellper.protocol import wire
 from tower_client.apply import apply
 from tower_client.discover import discover
 from tower_client.reconcile import Action, Registry, RegistryRow, reconcile
-from tower_client.survivors import find_survivors
 
 __all__ = ["reaper"]  # the fixture, re-exported for pytest
 

@@ -6,11 +6,22 @@ import math
 import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
 
-from shellper.core.structs import MISSING, FrozenInstanceError, asdict, field, fields, is_record, record, replace
+from shellper.core.structs import (
+    MISSING,
+    STANDARD_ENV,
+    FrozenInstanceError,
+    asdict,
+    field,
+    fields,
+    is_record,
+    record,
+    replace,
+)
 
 
 @record
@@ -242,3 +253,37 @@ def test_a_plain_attach_starts_without_the_cli_pathlib_or_re() -> None:
              "'shellper.host.paths', 'typing', 'dataclasses'} & set(sys.modules))))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
     assert done.stdout.strip() == ""
+
+
+def test_the_pure_cores_pass_with_the_standard_dataclasses_too() -> None:
+    """With SHELLPER_RECORDS=dataclasses every record is a standard dataclass: the unit tests (ring, modes,
+    exits and restart policy, wire, states, the session record, reconcile, ...) must pass so too, which keeps
+    shellper.core.structs a drop-in for dataclasses rather than a dialect of it."""
+    env = {**os.environ, STANDARD_ENV: "dataclasses"}
+    probe = ("import dataclasses; from shellper.host.record import SessionRecord; from shellper.protocol import wire\n"
+             "print(dataclasses.is_dataclass(SessionRecord), dataclasses.is_dataclass(wire.Exit))")
+    switched = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True,
+                              timeout=60)
+    assert switched.stdout.split() == ["True", "True"]
+    unit = Path(__file__).parent / "unit"
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(unit),
+                           "--ignore", str(unit / "test_layers.py")], env=env, capture_output=True, text=True,
+                          timeout=600, cwd=unit.parent.parent)
+    assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-2000:]
+    assert " passed" in done.stdout.splitlines()[-1]
+
+
+def test_the_console_script_forks_the_prefork_before_importing_anything_else() -> None:
+    """shellper.cli.entry and shellper.daemon.prefork are leaves at import: of the package, only themselves
+    (what the prefork imports of the server, it imports in the forked process), and of the standard
+    library nothing the server or the CLI would wait for (signal, which every shellper needs, and what it
+    brings). Else the overlap the prefork exists for shrinks."""
+    probe = ("import sys; before = set(sys.modules); import shellper.cli.entry\n"
+             "print(' '.join(sorted(set(sys.modules) - before)))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
+    loaded = set(done.stdout.split())
+    assert {m for m in loaded if m.startswith("shellper")} == {"shellper", "shellper.cli", "shellper.cli.entry",
+                                                               "shellper.daemon", "shellper.daemon.prefork"}
+    assert "signal" in loaded, "the probe sees what the import loads"
+    assert loaded & {"msgpack", "json", "socket", "select", "termios", "re", "argparse", "typing", "dataclasses",
+                     "pathlib", "contextlib"} == set()

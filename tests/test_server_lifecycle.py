@@ -17,11 +17,11 @@ from conftest import PY, ROOT, SHELLPER_CLI, Sessions, poll_until, recv_until, w
 from test_server import NO_RESTART, TREE_CHILD, echo_roundtrip, expect_closed, status, tree_pids
 
 from shellper.daemon.launch import LaunchError, LaunchInfo
+from shellper.host.cleanup import clean_session
 from shellper.host.identity import boot_id, start_time
 from shellper.host.paths import PathError, SessionPaths
 from shellper.host.record import SessionLock, read_record
 from shellper.protocol import wire
-from tower_client.apply import clean_session
 
 
 def cli(*args: str, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:

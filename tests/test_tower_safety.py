@@ -23,10 +23,12 @@ from test_tower_support import REPO, Sessions, alive, identity, is_dead, other, 
 from shellper.core.owner import default_owner
 from shellper.core.structs import replace
 from shellper.daemon.launch import LaunchInfo
+from shellper.host.cleanup import CommandMismatch
 from shellper.host.identity import ProcessIdentity, boot_id, read_stat
 from shellper.host.paths import SessionPaths
 from shellper.host.record import SessionLock, SessionRecord, cmdline_sha256, read_record, write_record
-from tower_client.apply import CommandMismatch, apply, terminate_session
+from tower_client.apply import apply, terminate_session
+from tower_client.client import InstanceMismatch
 from tower_client.discover import discover, discover_async, observe
 from tower_client.reconcile import Action, Decision, Registry, RegistryRow, reconcile
 
@@ -70,6 +72,19 @@ def test_terminate_refuses_a_foreign_process_with_the_recorded_ticks(sessions: S
         terminate_session(rec, SessionPaths.for_name(sessions.dir, "foreign"), grace=0.3, connect_timeout=0.3)
     assert caught.value.pid == proc.pid
     assert untouched(sleeper) and proc.poll() is None
+
+
+def test_terminate_sends_no_stop_to_a_socket_answering_as_another_instance(sessions: Sessions) -> None:
+    """The pid, its ticks, its command line and its listening socket are the record's, but WELCOME names
+    another instance: InstanceMismatch, and neither STOP nor a signal reaches the shellper."""
+    info = sessions.launch("im", ["sleep", "300"])
+    shellper = identity(info.pid)
+    rec = replace(read_record(sessions.dir / "im.json"), instance_id="f" * 32)
+    with pytest.raises(InstanceMismatch):
+        terminate_session(rec, SessionPaths.for_name(sessions.dir, "im"), grace=0.3, connect_timeout=2.0)
+    assert untouched(shellper)
+    assert [(d.action, d.reason) for d in decisions(sessions.dir, RegistryRow("im", info.instance_id))] == \
+        [(Action.ADOPT, "running")]
 
 
 def test_apply_terminate_refuses_a_lock_holding_stand_in(sessions: Sessions) -> None:

@@ -1,134 +1,60 @@
 """Carry out reconcile decisions: terminate and clean for real, adopt by verifying, the rest reported.
 
-* terminate: re-verify the shellper through a pidfd (boot id + start ticks, then - read through the
-  pinned pidfd - that its /proc/<pid>/cmdline hashes to the record's ``cmdline_sha256``, which the
-  shellper wrote about itself; never this process or one of its ancestors), pin its descendants, then
-  ask it to STOP over its socket (it kills its own tree, confirms the deaths and removes its files) -
-  but only if the socket answers as the recorded instance from the recorded pid. If STOP cannot be
-  delivered or the shellper does not exit in time: :func:`shellper.host.reaper.terminate_tree` (SIGTERM,
-  grace, SIGKILL, confirmed death, all through pidfds). Either way every descendant pinned before the
-  first signal must be dead afterwards, or :class:`~shellper.host.reaper.SurvivorError` is raised.
+* terminate: :func:`shellper.host.cleanup.terminate_shellper` re-verifies the shellper through a pidfd
+  (boot id, start ticks, the command line it recorded, its socket or cgroup; never this process or one
+  of its ancestors) and pins its tree; STOP is then sent over its socket, but only if the socket answers
+  as the recorded instance from the recorded pid, and if STOP cannot be delivered or the shellper does
+  not exit in time it is ended through pidfd signals. Every descendant pinned before the first signal
+  must be dead afterwards, or :class:`~shellper.host.reaper.SurvivorError` is raised.
 * clean: if the record's shellper is dead (this boot, pid gone or reused), first end what its tree left
-  behind (:mod:`tower_client.survivors`: processes in the recorded child's session or carrying its
-  instance mark, each through a pidfd; never a live shellper's tree, nothing at all for a record whose
-  instance is claimed by a live session). Then take the session lock ourselves (so nobody can start the
-  session meanwhile, and proving no live owner), remove the socket (only if it is a socket), record,
-  log and the temp files a cut-short record write left (``.NAME.json.<pid>.<hex>.tmp``; only regular
-  files), then release the lock, which removes the lock file. Nothing is followed through a symlink.
+  behind (:mod:`shellper.host.survivors`: what carries its instance mark, or its cgroup, each process
+  through a pidfd; never a live shellper's tree, nothing at all for a record whose instance is claimed
+  by a live session), then remove its files under its lock (:func:`shellper.host.cleanup.clean_session`).
 * adopt: connect as a viewer and check the instance id and peer pid; the connection is closed again.
   The Tower then attaches its own (resuming) client with ``expect_instance_id`` from the record -
   returning open connections would force one concurrency model on it.
 * respawn / leave: reported only; the Tower relaunches with its own launch parameters.
 """
-
 from __future__ import annotations
 
 import contextlib
 import os
-import signal
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from shellper.client.blocking import Client, ClientError
-from shellper.core.containment import Containment
+from shellper.client.blocking import Client, peer_pid
+from shellper.client.stop import send_stop
 from shellper.core.defaults import DEFAULT_GRACE
 from shellper.core.errors import ShellperError
 from shellper.core.owner import default_owner
-from shellper.host.cgroup import (
-    CHILD_SUB,
-    SHELLPER_SUB,
-    LeafName,
-    SessionCgroup,
-    dir_key,
-    find_mount,
-    owner_key,
-    verify_dead_session,
+from shellper.host.cgroup import SHELLPER_SUB, LeafName, SessionCgroup, dir_key, find_mount, owner_key
+from shellper.host.cleanup import (
+    CONFIRM_TIMEOUT,
+    CommandMismatch,
+    ProtectedProcess,
+    Termination,
+    clean_session,
+    terminate_shellper,
 )
-from shellper.host.identity import (
-    IdentityError,
-    IdentityMismatch,
-    IdentityUnreadable,
-    PidFd,
-    ProcessGone,
-    ProcessIdentity,
-    open_verified,
-    read_stat,
-)
-from shellper.host.paths import SessionPaths, remove_record_temps, session_files, unlink_if_regular, unlink_if_socket
-from shellper.host.reaper import SurvivorError, TerminateReport, descendants, terminate_tree
-from shellper.host.record import AlreadyRunning, RecordError, SessionLock, SessionRecord, cmdline_sha256, read_record
-from shellper.host.shellpers import live_shellpers, serves, session_cgroup, under
+from shellper.host.identity import IdentityMismatch, ProcessGone
+from shellper.host.paths import SessionPaths
+from shellper.host.record import AlreadyRunning, SessionLock, SessionRecord
+from shellper.host.survivors import SurvivorReport, end_cgroup, reap_survivors
 from shellper.protocol import wire
-from tower_client.client import InstanceMismatch, PeerMismatch, peer_pid
+from tower_client.client import InstanceMismatch, PeerMismatch
 from tower_client.discover import PROBE_TIMEOUT, check_probe_timeout
 from tower_client.reconcile import Action, Decision
-from tower_client.survivors import SurvivorReport, end_cgroup, protected_pids, reap_survivors
 
 __all__ = [
-    "CONFIRM_TIMEOUT",
-    "CommandMismatch",
-    "NotAShellper",
     "Outcome",
     "OwnerBusy",
-    "ProtectedProcess",
     "Report",
-    "Termination",
     "apply",
     "clean_session",
     "terminate_session",
     "verify_session",
 ]
-
-CONFIRM_TIMEOUT = 2.0
-"""Seconds SIGKILLed processes get to exit before they count as survivors."""
-STOP_MARGIN = 10.0
-"""A STOPped shellper gets ``grace`` + this long to exit (its SIGKILL wait, flushing EXIT to clients)."""
-
-
-# --------------------------------------------------------------------------------------------- clean
-
-
-def clean_session(paths: SessionPaths) -> tuple[str, ...]:
-    """Remove a dead session's files while holding its lock; returns the paths removed.
-
-    Raises AlreadyRunning if a live process holds the lock (nothing removed), LockError if the lock
-    file cannot be opened safely (e.g. it is a symlink). The lock is taken without writing to it, so
-    a full disk does not stop the clean-up.
-    """
-    had_lock_file = os.path.isfile(paths.lock) and not os.path.islink(paths.lock)
-    lock = SessionLock.acquire(paths.lock, paths.name, write_pid=False)
-    removed: list[str] = []
-    try:
-        _remove_empty_cgroup(paths)
-        if unlink_if_socket(paths.socket):
-            removed.append(str(paths.socket))
-        for path in (paths.record, paths.log, paths.log + ".1"):
-            if unlink_if_regular(path):
-                removed.append(str(path))
-        removed += remove_record_temps(paths)  # nobody can be writing the record: we hold its lock
-    finally:
-        lock.release()
-    if had_lock_file and not os.path.exists(paths.lock):
-        removed.append(str(paths.lock))
-    return tuple(removed)
-
-
-def _remove_empty_cgroup(paths: SessionPaths) -> None:
-    """The dead session's cgroup, if its record names one that is verifiably its own and empty: while
-    the record is still there to say which (processes in it are ended by reap_survivors, not here)."""
-    try:
-        record = read_record(paths.record)
-    except (OSError, RecordError):
-        return
-    if record.containment == Containment.NONE:
-        return
-    group, _ = verify_dead_session(record.cgroup, record.cgroup_id, str(paths.dir), record.name,
-                                   record.instance_id)
-    if group is not None and not group.populated():
-        with contextlib.suppress(OSError):
-            group.remove()
 
 
 # --------------------------------------------------------------------------------------------- verify
@@ -157,186 +83,24 @@ def _check_peer(client: Client, welcome: wire.Welcome, record: SessionRecord) ->
 # --------------------------------------------------------------------------------------------- terminate
 
 
-class CommandMismatch(IdentityMismatch):
-    """The pid carries the recorded start ticks, but its cmdline does not hash to the record's
-    ``cmdline_sha256`` (or the record has none): not the recorded shellper. Nothing is signalled."""
-
-    def __init__(self, identity: ProcessIdentity, expected_sha256: str | None, found_sha256: str) -> None:
-        super().__init__(identity.pid, identity, identity)
-        why = ("the record carries no cmdline_sha256" if expected_sha256 is None else
-               f"its cmdline hashes to {found_sha256[:16]}..., the record says {expected_sha256[:16]}...")
-        self.args = (f"pid {identity.pid} is not the recorded shellper: {why}",)
-        self.expected_sha256 = expected_sha256
-        self.found_sha256 = found_sha256
-
-
-class NotAShellper(IdentityMismatch):
-    """The pid runs the recorded command line, but holds neither the listening socket at the record's
-    socket path nor a place in the record's cgroup: a stand-in, not the recorded shellper. Nothing is
-    signalled."""
-
-    def __init__(self, identity: ProcessIdentity, socket: str) -> None:
-        super().__init__(identity.pid, identity, identity)
-        self.args = (f"pid {identity.pid} is not the recorded shellper: it does not serve {socket}",)
-
-
-class ProtectedProcess(IdentityError):
-    """The record names this process or one of its ancestors: never signalled."""
-
-    def __init__(self, pid: int) -> None:
-        super().__init__(f"pid {pid} is this process or one of its ancestors: refusing to signal it", pid)
-
-
-def _check_leader(leader: PidFd, ident: ProcessIdentity, record: SessionRecord, paths: SessionPaths) -> None:
-    """After :func:`open_verified`: not us nor an ancestor, and the pinned process runs the recorded
-    program (its cmdline, read while the pidfd pins it, hashes as the shellper hashed its own)."""
-    pid = leader.pid
-    if pid in protected_pids():
-        raise ProtectedProcess(pid)
-    try:
-        found = cmdline_sha256(pid)
-    except OSError as e:
-        if leader.wait_dead(0) or not leader.is_unreaped():
-            raise ProcessGone(pid, "exited during verification") from e
-        raise IdentityUnreadable(pid, f"/proc/{pid}/cmdline", e.strerror or str(e)) from e
-    if not leader.is_unreaped():
-        raise ProcessGone(pid, "reaped during verification")
-    if leader.wait_dead(0):  # an exited process's cmdline reads empty: it is gone, not another program
-        raise ProcessGone(pid, "exited during verification")
-    if record.cmdline_sha256 is None or found != record.cmdline_sha256:
-        raise CommandMismatch(ident, record.cmdline_sha256, found)
-    if not serves(pid, record, str(paths.dir)):
-        raise NotAShellper(ident, record.socket)
-
-
-@dataclass(frozen=True)
-class Termination:
-    """How a session ended: ``method`` "stop" (graceful, over the socket) or "signals" (pidfd path)."""
-
-    name: str
-    pid: int
-    method: str
-    stop_error: str | None
-    tree: tuple[int, ...]
-    stragglers: tuple[int, ...]
-    removed: tuple[str, ...]
-    report: TerminateReport | None = None
-
-
-def _pin_tree(leader: PidFd) -> dict[int, PidFd]:
-    """Pidfds of the leader's descendants, each kept only if /proc showed it under a pinned parent. A live
-    shellper among them (a session started inside this one, re-parented to this subreaper) is not this
-    session's: it and everything under it are left out."""
-    pinned: dict[int, PidFd] = {}
-    skip = protected_pids()
-    others = set(live_shellpers()) - {leader.pid}
-    for pid in descendants(leader.pid):
-        if pid in skip or under(pid, others):
-            continue
-        try:
-            fd = PidFd.open(pid)
-        except ProcessGone:
-            continue
-        try:
-            st = read_stat(pid)
-            ok = st is not None and (st.ppid == leader.pid or st.ppid in pinned) and fd.is_unreaped()
-        except (IdentityError, OSError):
-            ok = False
-        if ok:
-            pinned[pid] = fd
-        else:
-            fd.close()
-    return pinned
-
-
-def _send_stop(record: SessionRecord, paths: SessionPaths, grace: float, timeout: float) -> Client:
-    """Connect as the tower, insist on the recorded instance and pid, send STOP. Caller closes."""
-    client = Client(paths.socket, "tower", client_name="tower-client-terminate", timeout=timeout)
-    try:
-        welcome = client.connect(replay_bytes=0)
-        _check_peer(client, welcome, record)
-        client.send(wire.Stop(grace=grace))
-    except BaseException:
-        client.close()
-        raise
-    return client
-
-
-def _finish_stragglers(tree: dict[int, PidFd], grace: float, confirm_timeout: float) -> tuple[int, ...]:
-    """Pinned descendants still alive after the shellper died: TERM, grace, KILL, confirm."""
-    alive = [fd for fd in tree.values() if not fd.wait_dead(0)]
-    if not alive:
-        return ()
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, confirm_timeout)):
-        for fd in alive:
-            with contextlib.suppress(ProcessGone, PermissionError):
-                fd.send_signal(sig)
-        deadline = time.monotonic() + wait
-        for fd in alive:
-            fd.wait_dead(max(0.0, deadline - time.monotonic()))
-        still = [fd for fd in alive if not fd.wait_dead(0)]
-        if not still:
-            return tuple(fd.pid for fd in alive)
-        alive = still
-    raise SurvivorError(tuple(fd.pid for fd in alive))
-
-
 def terminate_session(record: SessionRecord, paths: SessionPaths, *, grace: float = DEFAULT_GRACE,
                       stop_timeout: float | None = None, connect_timeout: float = PROBE_TIMEOUT,
                       confirm_timeout: float = CONFIRM_TIMEOUT) -> Termination:
-    """End a verified shellper and its whole tree; see the module docstring for the order of attempts.
+    """End a verified shellper and its whole tree: STOP over its socket if it answers as the recorded
+    shellper, else (or if it does not exit within ``stop_timeout``) signals through pidfds. See
+    :func:`shellper.host.cleanup.terminate_shellper`.
 
     Raises ProcessGone (nothing to do), IdentityMismatch (pid reused: nothing signalled), its subclass
     CommandMismatch (the process does not run the recorded program: nothing signalled), ProtectedProcess
     (the record names this process or an ancestor: nothing signalled), InstanceMismatch / PeerMismatch
     (the socket answers as someone else: nothing signalled), SurvivorError (something outlived SIGKILL).
     """
-    ident = ProcessIdentity(record.boot_id, record.shellper_pid, record.shellper_start_time)
-    leader = open_verified(ident)
-    try:
-        _check_leader(leader, ident, record, paths)
-    except BaseException:
-        leader.close()
-        raise
-    group = session_cgroup(record, str(paths.dir))
-    tree = {} if group is not None else _pin_tree(leader)  # with a cgroup, end_cgroup below ends the tree
-    members = tuple(sorted(group.procs(CHILD_SUB))) if group is not None else tuple(tree)
-    report: TerminateReport | None = None
-    stop_error: str | None = None
-    try:
-        method = "stop"
-        try:
-            client = _send_stop(record, paths, grace, connect_timeout)
-        except (InstanceMismatch, PeerMismatch):
-            raise
-        except ClientError as exc:
-            stop_error = str(exc)
-            dead = False
-        else:
-            try:
-                dead = leader.wait_dead(grace + STOP_MARGIN if stop_timeout is None else stop_timeout)
-            finally:
-                client.close()
-            if not dead:
-                stop_error = "the shellper did not exit after STOP"
-        if not dead:
-            method = "signals"
-            with contextlib.suppress(ProcessGone):
-                # Never the shellper's process group: a --foreground shellper shares it with its pipeline.
-                report = terminate_tree(ident, grace, include_group=False, confirm_timeout=confirm_timeout)
-        stragglers = _finish_stragglers(tree, grace, confirm_timeout)
-        if group is not None and leader.wait_dead(0):
-            stragglers += end_cgroup(record.name, group, grace, confirm_timeout).pids
-    finally:
-        for fd in tree.values():
-            fd.close()
-        leader.close()
-    removed: tuple[str, ...] = ()
-    if session_files(paths):
-        with contextlib.suppress(AlreadyRunning):  # a new shellper took the name: its files now
-            removed = clean_session(paths)
-    return Termination(record.name, record.shellper_pid, method, stop_error, members, stragglers, removed,
-                       report)
+    def ask_stop() -> Client:  # to the recorded instance and pid only
+        return send_stop(paths.socket, grace, lambda client, welcome: _check_peer(client, welcome, record),
+                         client_name="tower-client-terminate", timeout=connect_timeout)
+
+    return terminate_shellper(record, paths, grace=grace, ask_stop=ask_stop, stop_timeout=stop_timeout,
+                              confirm_timeout=confirm_timeout)
 
 
 # --------------------------------------------------------------------------------------------- apply
@@ -355,7 +119,7 @@ class Outcome:
     termination: Termination | None = None
     error: str | None = None
     survivors: tuple[int, ...] = ()
-    """Processes the dead shellper's tree left behind, ended here (see tower_client.survivors)."""
+    """Processes the dead shellper's tree left behind, ended here (see shellper.host.survivors)."""
 
     def to_dict(self) -> dict[str, Any]:
         out = self.decision.to_dict()

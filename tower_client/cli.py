@@ -19,12 +19,12 @@ from shellper.core.owner import BadOwner, default_owner, validate_owner
 from shellper.host.identity import IdentityError, ProcessGone
 from shellper.host.paths import PathError, SessionPaths, runtime_dir
 from shellper.host.record import AlreadyRunning, SessionRecord
+from shellper.host.survivors import reap_survivors
 from tower_client.apply import OwnerBusy, apply, clean_session, terminate_session
 from tower_client.client import ClientError
 from tower_client.discover import Observed, discover, observe
 from tower_client.holders import BadSessionId, find_holders
 from tower_client.reconcile import RegistryError, load_registry, name_mismatch, reconcile
-from tower_client.survivors import reap_survivors
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 

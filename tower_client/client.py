@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import os
 import socket
-import struct
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterator
@@ -31,6 +30,7 @@ from shellper.client.blocking import (
     Timeout,
     check_role,
     checked_socket_path,
+    peer_pid,
     socket_path,
 )
 from shellper.core.states import SessionState
@@ -53,7 +53,6 @@ __all__ = [
     "SessionGone",
     "SessionNotFound",
     "Timeout",
-    "peer_pid",
     "socket_path",
 ]
 
@@ -90,16 +89,6 @@ class PeerMismatch(ClientError):
         super().__init__(path, f"expected the shellper pid {expected} at the other end, found {found}")
         self.expected = expected
         self.found = found
-
-
-def peer_pid(sock: socket.socket) -> int | None:
-    """The pid of the process at the other end of a connected Unix socket (SO_PEERCRED)."""
-    try:
-        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    except OSError:
-        return None
-    pid = int(struct.unpack("3i", creds)[0])
-    return pid if pid > 0 else None
 
 
 def _connect_error(path: str, exc: BaseException, timeout: float) -> ClientError:

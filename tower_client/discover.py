@@ -22,7 +22,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from shellper.client.sessions import session_names
 from shellper.core.states import SessionState
 from shellper.host.cgroup import (
     OrphanCgroup,
@@ -30,9 +29,9 @@ from shellper.host.cgroup import (
     find_session_cgroups,
 )
 from shellper.host.identity import IdentityUnreadable, ProcessIdentity, boot_id, read_stat
-from shellper.host.paths import PathError, SessionPaths, UnsafeDirError, lstat_dir, record_temp_files
+from shellper.host.paths import PathError, SessionPaths, check_dir, record_temp_files, session_names
 from shellper.host.record import LockError, RecordError, SessionLock, SessionRecord, read_record
-from shellper.host.shellpers import serves
+from shellper.host.shellpers import lock_owners, serves
 from tower_client.client import (
     AsyncClient,
     ClientError,
@@ -47,11 +46,9 @@ __all__ = [
     "PROBE_TIMEOUT",
     "Observed",
     "check_concurrency",
-    "check_dir",
     "check_probe_timeout",
     "discover",
     "discover_async",
-    "lock_owners",
     "observe",
     "observe_async",
 ]
@@ -189,48 +186,6 @@ def check_concurrency(concurrency: int) -> None:
     """ValueError unless ``concurrency`` is an int >= 1 (0 would wait forever for a free slot)."""
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
         raise ValueError("concurrency must be >= 1")
-
-
-def check_dir(directory: str | os.PathLike[str]) -> Path | None:
-    """The directory to scan, or None if it does not exist; UnsafeDirError if it cannot be trusted."""
-    p = Path(os.path.abspath(os.fspath(directory)))
-    st = lstat_dir(p)
-    if st is None:
-        return None
-    if stat.S_ISLNK(st.st_mode):
-        raise UnsafeDirError(p, "is a symlink (never followed)")
-    if not stat.S_ISDIR(st.st_mode):
-        raise UnsafeDirError(p, "is not a directory")
-    if st.st_uid != os.geteuid():
-        raise UnsafeDirError(p, f"is owned by uid {st.st_uid}, not by us (uid {os.geteuid()})")
-    if stat.S_IMODE(st.st_mode) & 0o022:  # others could plant records and sockets: nothing in it is evidence
-        raise UnsafeDirError(p, f"is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})")
-    return p
-
-
-def lock_owners(path: str | os.PathLike[str]) -> tuple[int, ...] | None:
-    """Pids holding a lock on the inode at ``path`` per /proc/locks; None if that cannot be read.
-
-    Pids outside our pid namespace show as 0 or -1 there; callers treat those as "unknown".
-    """
-    try:
-        st = os.stat(path, follow_symlinks=False)
-        with open("/proc/locks", encoding="ascii", errors="replace") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return None
-    want = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-    owners: list[int] = []
-    for line in lines:
-        parts = line.split()
-        if len(parts) < 6 or parts[1] == "->":  # "->" marks a waiter, not a holder
-            continue
-        if parts[5] == want:
-            try:
-                owners.append(int(parts[4]))
-            except ValueError:
-                return None
-    return tuple(owners)
 
 
 def _is_socket(path: str | Path) -> bool:
@@ -448,7 +403,7 @@ async def discover_async(directory: str | os.PathLike[str], *, probe_timeout: fl
     return _with_strays(list(await asyncio.gather(*(one(n) for n in names))), str(d), cgroup_parent)
 
 
-def _is_session_name(d: Path, name: str) -> bool:
+def _is_session_name(d: str, name: str) -> bool:
     """A name whose socket path would not fit in sun_path cannot be a session: skip it."""
     try:
         SessionPaths.for_name(d, name)

@@ -33,18 +33,18 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shellper.client.sessions import session_names
 from shellper.core.containment import Containment
 from shellper.core.defaults import DEFAULT_GRACE
 from shellper.core.errors import ShellperError
 from shellper.core.owner import default_owner
 from shellper.host.cgroup import member_of, verify_cgroup
+from shellper.host.cleanup import CONFIRM_TIMEOUT, Termination
 from shellper.host.identity import IdentityError, PidFd, ProcessGone, ProcStat, boot_id, cmdline, read_stat
-from shellper.host.paths import SessionPaths
+from shellper.host.paths import SessionPaths, check_dir, session_names
 from shellper.host.record import LockError, RecordError, SessionLock, SessionRecord, read_record
-from tower_client.apply import CONFIRM_TIMEOUT, Termination, hold_owner_lock, terminate_session
-from tower_client.discover import check_dir, lock_owners
-from tower_client.survivors import INSTANCE_ENV, Guard, SurvivorReport, guard, reap_survivors
+from shellper.host.shellpers import lock_owners
+from shellper.host.survivors import INSTANCE_ENV, Guard, SurvivorReport, guard, reap_survivors
+from tower_client.apply import hold_owner_lock, terminate_session
 
 __all__ = [
     "FLAGS",
@@ -492,7 +492,7 @@ def mint_or_reclaim(session_id: str, runtime_dir: str | os.PathLike[str], *, gra
     With nothing named (the default) nothing is ever ended: any holder means ``mint``. Holders under a
     named live session are ended through :func:`~tower_client.apply.terminate_session` (identity-checked
     STOP, then pidfd signals: the whole session goes); those a named dead session left behind through
-    :func:`~tower_client.survivors.reap_survivors`. Every holder process pinned beforehand must be dead
+    :func:`~shellper.host.survivors.reap_survivors`. Every holder process pinned beforehand must be dead
     afterwards, and a final re-scan must find no holder at all, else the verdict is ``mint``. Sessions
     in ``protect`` are never ended, even if named. A named session of another owner than ``owner``
     (default: shellper.core.owner.default_owner()) is never ended either, and the ending is done holding the

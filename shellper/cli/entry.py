@@ -1,7 +1,7 @@
 """The ``shellper`` console script: a plain attach without argparse, else a prefork (for ``run``) and the CLI.
 
-Like :mod:`shellper.daemon.prefork` and :mod:`shellper.cli.argscan`, this imports only the standard library's
-always-loaded parts, so the prefork is forked before any of the package's other imports.
+Like :mod:`shellper.daemon.prefork` and :mod:`shellper.cli.argscan`, this imports only os and sys at first,
+so the prefork is forked before any of the package's other imports.
 """
 
 from __future__ import annotations

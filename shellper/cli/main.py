@@ -41,7 +41,7 @@ from shellper.host.paths import (
 )
 from shellper.host.record import LockError, SessionLock
 
-TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs each shellper ~2.5 ms and 0.5 MiB
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
 if TYPE_CHECKING:  # imported where used: `shellper run` starts faster without the codec and client
     from typing import Any
 
@@ -489,8 +489,8 @@ def _pin_shellper(client: Client, record: SessionRecord | None) -> PidFd | None:
     """A pidfd on the shellper that answered: the record's (boot id, pid, start ticks) when the record
     names the instance that answered, else the socket's peer if it is the pid WELCOME claims; None if
     neither can be had (then the lock tells when it is gone)."""
+    from shellper.client.blocking import peer_pid
     from shellper.host.identity import IdentityError, PidFd, ProcessIdentity, open_verified
-    from tower_client.client import peer_pid
 
     welcome = client.welcome
     assert welcome is not None
@@ -565,7 +565,7 @@ def _survivors_note(record: SessionRecord | None, paths: SessionPaths) -> str:
     if record is None:
         return ""
     from shellper.host.identity import IdentityError
-    from tower_client.survivors import find_survivors
+    from shellper.host.survivors import find_survivors
 
     try:
         found = find_survivors(record, directory=paths.dir)
@@ -583,20 +583,21 @@ def _stop_stale(args: argparse.Namespace, paths: SessionPaths) -> int:
     """The shellper is gone (killed, crashed, or a launch that failed) and left files: end what its tree
     left running and remove them, as tower_client's reconcile does for a dead session (identity-checked,
     under the lock). What is not the session's to remove (a symlink, a directory) is named, not touched."""
+    from shellper.host.cleanup import clean_session
     from shellper.host.record import AlreadyRunning
     from shellper.host.shellpers import record_is_alive
-    from tower_client.apply import clean_session, terminate_session
-    from tower_client.survivors import reap_survivors
+    from shellper.host.survivors import reap_survivors
 
     ended: tuple[int, ...] = ()
     grace = DEFAULT_GRACE if args.grace is None else args.grace
     record = _read_record(paths)
     if record is not None and record_is_alive(record):
         # Its lock file was removed (a tmp cleaner), not its shellper: end it as a Tower would, verified.
+        from shellper.host.cleanup import terminate_shellper
         from shellper.host.identity import IdentityError
 
         try:
-            term = terminate_session(record, paths, grace=grace)
+            term = terminate_shellper(record, paths, grace=grace, ask_stop=lambda: _ask_stop(args, record, grace))
         except IdentityError as exc:
             raise CliError(f"stop: session {args.name!r} has no lock file, and pid {record.shellper_pid} "
                            f"could not be verified as its shellper: {exc}; nothing signalled") from None
@@ -617,6 +618,25 @@ def _stop_stale(args: argparse.Namespace, paths: SessionPaths) -> int:
                        "(only its own sockets and regular files): check what they are and remove them yourself")
     print(f"stopped {args.name}: its shellper was already gone; removed its files{ended_note}")
     return 0
+
+
+def _ask_stop(args: argparse.Namespace, record: SessionRecord, grace: float) -> Client:
+    """STOP over the session's socket, for :func:`shellper.host.cleanup.terminate_shellper`, only to the
+    recorded shellper: its instance id in WELCOME, its pid at the other end of the socket."""
+    from shellper.client.blocking import peer_pid
+    from shellper.client.stop import send_stop
+    from shellper.protocol import wire
+
+    def recorded(client: Client, welcome: wire.Welcome) -> None:
+        peer = peer_pid(client.sock) if client.sock is not None else None
+        if (welcome.instance_id, welcome.shellper_pid, peer) != (record.instance_id, record.shellper_pid,
+                                                                 record.shellper_pid):
+            raise CliError(f"stop: session {args.name!r}: its socket answers as instance {welcome.instance_id} "
+                           f"from pid {peer}, not as the recorded shellper (instance {record.instance_id}, pid "
+                           f"{record.shellper_pid}); nothing signalled")
+
+    return send_stop(os.path.join(_dir(args), f"{args.name}.sock"), grace, recorded,
+                     client_name=f"shellper-cli:{args.cmd}")
 
 
 def cmd_status(args: argparse.Namespace) -> int:

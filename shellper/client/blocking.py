@@ -12,6 +12,7 @@ import os
 import select
 import socket
 import stat
+import struct
 import time
 
 from shellper.core.errors import ShellperError
@@ -326,3 +327,13 @@ def socket_path(directory: str | os.PathLike[str], name: str) -> Path:
     from pathlib import Path  # here: `shellper attach` starts without pathlib
 
     return Path(directory) / f"{name}.sock"
+
+
+def peer_pid(sock: socket.socket) -> int | None:
+    """The pid of the process at the other end of a connected Unix socket (SO_PEERCRED)."""
+    try:
+        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError:
+        return None
+    pid = int(struct.unpack("3i", creds)[0])
+    return pid if pid > 0 else None

@@ -6,15 +6,14 @@ the record says what it is. A record without a live lock is stale; a socket with
 
 from __future__ import annotations
 
-import contextlib
 import time
 from pathlib import Path
 from typing import Any
 
 from shellper.client.blocking import Client, ClientError
-from shellper.core.names import LOCK_SUFFIX, LOG_SUFFIX, RECORD_SUFFIX, SOCKET_SUFFIX, BadName, validate_name
+from shellper.core.names import LOCK_SUFFIX, RECORD_SUFFIX, SOCKET_SUFFIX
 from shellper.core.structs import asdict, record
-from shellper.host.paths import temp_file_session
+from shellper.host.paths import session_names
 from shellper.host.record import LockError, RecordError, SessionLock, SessionRecord, read_record
 from shellper.protocol import wire
 
@@ -46,24 +45,6 @@ class SessionInfo:
         out = asdict(self)
         out.pop("record")
         return out
-
-
-def session_names(directory: str | Path) -> list[str]:
-    """Every name that has a record, socket, lock or log file in ``directory``, or a record temp file a
-    killed writer left (``.NAME.json.<pid>.<hex>.tmp``, a regular file), sorted: a session that left only
-    some of its files behind is still seen, and can be cleaned."""
-    names: set[str] = set()
-    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-        for entry in Path(directory).iterdir():
-            temp_of = temp_file_session(entry.name)
-            if temp_of is not None and entry.is_file() and not entry.is_symlink():
-                names.add(temp_of)
-            for suffix in (RECORD_SUFFIX, SOCKET_SUFFIX, LOCK_SUFFIX, LOG_SUFFIX):
-                if entry.name.endswith(suffix):
-                    stem = entry.name[: -len(suffix)]
-                    with contextlib.suppress(BadName):
-                        names.add(validate_name(stem))
-    return sorted(names)
 
 
 def probe_status(socket_path: Path, timeout: float = PROBE_TIMEOUT) -> wire.StatusReply | None:

@@ -27,7 +27,7 @@ from shellper.core.exits import RestartPolicy
 from shellper.core.owner import BadOwner, validate_owner
 from shellper.core.structs import field, record
 
-TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs each shellper ~2.5 ms and 0.5 MiB
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
 if TYPE_CHECKING:
     from typing import Any
 

@@ -43,7 +43,7 @@ from shellper.core.signals import signal_name, signal_number
 from shellper.core.structs import field, fields, record
 from shellper.core.text import strip_escapes
 
-TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs each shellper ~2.5 ms and 0.5 MiB
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
 if TYPE_CHECKING:
     import argparse
 

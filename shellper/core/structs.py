@@ -1,21 +1,22 @@
-"""Typed records: the part of :mod:`dataclasses` shellper uses, at a fifth of its start-up cost.
+"""Typed records: the part of :mod:`dataclasses` shellper uses, for less than the standard module costs.
 
 Every shellper is a separate Python process, so what its imports cost is paid per session in launch
-time and in memory. On Python 3.11 the standard module cost the daemon ~20 ms of a ~60 ms launch
-(7.7 ms to import it with inspect, ast, dis and tokenize; 12.2 ms to build 35 classes, as each frozen
-class compiles six generated methods) and 1.2 MiB of private memory. Here only ``__init__`` is
-generated, and compiled on the class's first instantiation (0.4 ms to import; 3.4 ms for the same
-classes when every ``__init__`` was compiled at definition, ~2 ms less since, as a process builds few
-of them); equality, hashing, repr and immutability are shared functions driven by the field list.
+time and in memory. :mod:`dataclasses` imports inspect (with ast, dis and tokenize) and compiles several
+methods for each class it builds; here only ``__init__`` is generated, and compiled on the class's first
+instantiation (most classes, the frame types of :mod:`shellper.protocol.wire` above all, are never built
+by a given process); equality, hashing, repr and immutability are shared functions driven by the field
+list. bench/NOTES.md has what that saves today ("Start-up measures, measured again").
 
 The API mirrors :mod:`dataclasses` (``field``, ``fields``, ``replace``, ``asdict``, ``MISSING``,
 ``FrozenInstanceError``) and type checkers treat ``@record`` as a dataclass (PEP 681). Not supported,
 because nothing here needs them: ``order``, ``kw_only``, ``InitVar``, ``unsafe_hash``, per-field ``hash``.
+With ``SHELLPER_RECORDS=dataclasses`` in the environment the standard module is used instead (the end of
+this module): the unit tests run so too, so the two stay interchangeable.
 """
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # typing costs every shellper ~2.5 ms to import; type checkers see True
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from typing import Any, TypeVar, dataclass_transform, overload
@@ -34,6 +35,8 @@ MISSING: Any = _Missing()
 """No default (as ``dataclasses.MISSING``)."""
 
 _FIELDS = "__record_fields__"
+STANDARD_ENV = "SHELLPER_RECORDS"
+"""Set to ``dataclasses``, it makes this module the standard one (see the end of the module)."""
 
 
 class FrozenInstanceError(AttributeError):
@@ -284,3 +287,17 @@ def record(cls: type[_T] | None = None, /, *, frozen: bool = False, eq: bool = T
     def wrap(klass: type[_T]) -> type[_T]:
         return _build(klass, frozen, eq, repr, slots)
     return wrap if cls is None else wrap(cls)
+
+
+
+if not TYPE_CHECKING:
+    import os
+
+    if os.environ.get(STANDARD_ENV) == "dataclasses":
+        # Everything above, replaced by the standard module it mirrors: tests/test_records.py runs the
+        # pure cores' tests so, which keeps this module a drop-in for dataclasses, not a dialect of it.
+        import dataclasses as _standard
+
+        MISSING, Field, FrozenInstanceError = _standard.MISSING, _standard.Field, _standard.FrozenInstanceError
+        field, fields, replace, asdict = _standard.field, _standard.fields, _standard.replace, _standard.asdict
+        record, is_record = _standard.dataclass, _standard.is_dataclass

@@ -20,7 +20,7 @@ STALL_SECONDS = 2.0
 """How long a paced client may take nothing while output is held for it before it is no longer waited for."""
 
 
-TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs each shellper ~2.5 ms and 0.5 MiB
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
 if TYPE_CHECKING:
     from typing import Protocol
 

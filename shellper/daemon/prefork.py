@@ -6,8 +6,8 @@ becomes the daemon is forked first, imports the server on the other core while t
 validates, then waits for the config on a pipe (whether to fork one is shellper.cli.argscan.may_detach's
 guess). If the CLI decides otherwise (another command, a bad
 argument, a session already running), the prefork is killed by pid and reaped; it has touched nothing.
-This module imports only the standard library's always-loaded parts, so forking happens before any
-of the package's own imports.
+This module imports only os, signal and sys (which every shellper process loads anyway), so forking
+happens before any of the package's own imports.
 """
 
 from __future__ import annotations

@@ -300,7 +300,7 @@ class Session:
             self.log.write(f"instance {previous.instance_id} was owner {previous.owner!r}'s: what it left running "
                            "is theirs to end")
             return
-        from tower_client.survivors import reap_survivors  # only on this path: a name reused after a crash
+        from shellper.host.survivors import reap_survivors  # only on this path: a name reused after a crash
 
         try:
             report = reap_survivors(previous, directory=self.paths.dir, grace=self.config.grace)

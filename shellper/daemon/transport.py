@@ -25,7 +25,7 @@ DRAIN_READS = 16
 """Reads of what a vanished peer left unread (at most 16 x RECV_SIZE) before its connection is closed."""
 
 
-TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs each shellper ~2.5 ms and 0.5 MiB
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
 if TYPE_CHECKING:
     from typing import Any, Protocol
 

@@ -445,7 +445,7 @@ def verify_cgroup(path: str | None, inode: int | None, runtime_dir: str, name: s
 def verify_dead_session(path: str | None, inode: int | None, runtime_dir: str, name: str,
                         instance_id: str, owner: str | None = None) -> tuple[SessionCgroup | None, str]:
     """:func:`verify_cgroup`, and no live shellper in ``shellper/``: what may be killed as a dead session's
-    leftovers (a live, if unreachable, shellper is ended only as :mod:`tower_client.apply` ends one)."""
+    leftovers (a live, if unreachable, shellper is ended only by :func:`shellper.host.cleanup.terminate_shellper`)."""
     group, why = verify_cgroup(path, inode, runtime_dir, name, instance_id, owner)
     if group is None:
         return None, why

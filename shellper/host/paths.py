@@ -13,6 +13,7 @@ launch time and memory (bench/NOTES.md, "Start-up: what the avoided imports cost
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -105,6 +106,25 @@ def existing_runtime_dir(path: str | os.PathLike[str]) -> bool:
     if st is not None:
         _check_dir_stat(p, st)
     return st is not None
+
+
+def check_dir(directory: str | os.PathLike[str]) -> str | None:
+    """The runtime directory to look in (absolute), or None if it does not exist; UnsafeDirError if what is
+    there cannot be trusted as evidence: a symlink, not a directory, not ours, or writable by group or
+    others (who could plant records and sockets in it)."""
+    p = os.path.abspath(os.fspath(directory))
+    st = lstat_dir(p)
+    if st is None:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        raise UnsafeDirError(p, "is a symlink (never followed)")
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafeDirError(p, "is not a directory")
+    if st.st_uid != os.geteuid():
+        raise UnsafeDirError(p, f"is owned by uid {st.st_uid}, not by us (uid {os.geteuid()})")
+    if stat.S_IMODE(st.st_mode) & 0o022:
+        raise UnsafeDirError(p, f"is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})")
+    return p
 
 
 def check_socket_path(path: str | os.PathLike[str]) -> None:
@@ -265,6 +285,27 @@ def remove_record_temps(paths: SessionPaths) -> list[str]:
     """Remove this session's leftover record temp files (only while nobody else may write its record:
     under its lock); returns those removed."""
     return [path for path in record_temp_files(paths) if unlink_if_regular(path)]
+
+
+def session_names(directory: str | os.PathLike[str]) -> list[str]:
+    """Every name that has a record, socket, lock or log file in ``directory``, or a record temp file a
+    killed writer left (``.NAME.json.<pid>.<hex>.tmp``, a regular file), sorted: a session that left only
+    some of its files behind is still seen, and can be cleaned."""
+    names: set[str] = set()
+    try:
+        entries = os.scandir(directory)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    with entries:
+        for entry in entries:
+            temp_of = temp_file_session(entry.name)
+            if temp_of is not None and entry.is_file(follow_symlinks=False):
+                names.add(temp_of)
+            for suffix in (RECORD_SUFFIX, SOCKET_SUFFIX, LOCK_SUFFIX, LOG_SUFFIX):
+                if entry.name.endswith(suffix):
+                    with contextlib.suppress(BadName):
+                        names.add(validate_name(entry.name[: -len(suffix)]))
+    return sorted(names)
 
 
 def session_files(paths: SessionPaths) -> list[str]:

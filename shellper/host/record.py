@@ -30,7 +30,7 @@ from shellper.core.states import SessionState
 from shellper.core.structs import field, record
 from shellper.host.paths import describe_error, open_nofollow, record_temp_name
 
-TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs each shellper ~2.5 ms and 0.5 MiB
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
 if TYPE_CHECKING:
     from typing import Any
 

@@ -108,6 +108,31 @@ def _flock_holders() -> dict[int, set[tuple[int, int]]]:
     return out
 
 
+def lock_owners(path: str | os.PathLike[str]) -> tuple[int, ...] | None:
+    """Pids holding a lock on the inode at ``path`` per /proc/locks; None if that cannot be read.
+
+    Pids outside our pid namespace show as 0 or -1 there; callers treat those as "unknown".
+    """
+    try:
+        st = os.stat(path, follow_symlinks=False)
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    want = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    owners: list[int] = []
+    for line in lines:
+        parts = line.split()
+        if len(parts) < 6 or parts[1] == "->":  # "->" marks a waiter, not a holder
+            continue
+        if parts[5] == want:
+            try:
+                owners.append(int(parts[4]))
+            except ValueError:
+                return None
+    return tuple(owners)
+
+
 def live_shellpers() -> dict[int, SessionRecord]:
     """Every live shellper on this machine that we can see, with its record: pid -> record.
 

@@ -21,7 +21,7 @@ from shellper.core.errors import ShellperError
 from shellper.core.signals import bare_name
 from shellper.core.structs import field, record
 
-TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs each shellper ~2.5 ms and 0.5 MiB
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
 if TYPE_CHECKING:
     from typing import Any, ClassVar, TypeVar, dataclass_transform
 
@@ -176,7 +176,8 @@ else:
 class Frame:
     """Base of every frame. Control frames are encoded from their record fields."""
 
-    TYPE: ClassVar[FrameType]
+    if TYPE_CHECKING:  # declared for type checkers only: at run time dataclasses would take it for a field
+        TYPE: ClassVar[FrameType]
 
     def to_map(self) -> dict[str, Any]:
         out: dict[str, Any] = {}

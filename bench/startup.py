@@ -1,0 +1,130 @@
+"""The start-up measures, measured again: what each one saves today.
+
+    python -m bench.startup [--runs N] [--launches N]
+
+* ``typing``: what ``import typing`` adds, once the daemon's modules (or ``shellper attach``'s) are loaded:
+  time, RSS and private memory.
+* records: the daemon's imports (building every record class they define) with shellper.core.structs and
+  with the standard ``dataclasses`` in its place (``SHELLPER_RECORDS=dataclasses``).
+* launch: ``shellper run`` (the console script's code, to the socket accepting) with the prefork forked
+  before the CLI's imports and without it (forked once the CLI has parsed, as :func:`launch` does when it is
+  given none), each with both record kinds; containment none, so a cgroup move's RCU wait is not in it.
+
+Variants take turns, run by run, so a busy stretch of the machine hits all of them alike; medians are
+printed. Run it after ``make compile`` (stale bytecode is recompiled in every process). Figures and what
+was decided from them go to bench/NOTES.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+from bench.harness import Lab, median
+from shellper.core.structs import STANDARD_ENV
+from shellper.daemon.launch import LaunchInfo
+
+DAEMON = "shellper.daemon.session, shellper.core.config, shellper.daemon.main"
+"""What the prefork imports before it takes the config (shellper.daemon.prefork)."""
+ATTACH = "shellper.cli.entry, shellper.cli.attach"
+"""What a plain ``shellper attach NAME`` imports (shellper.cli.entry's quick path)."""
+
+_PROBE = """
+import time
+t0 = time.perf_counter()
+import {modules}
+t1 = time.perf_counter()
+def memory():
+    rss = private = 0
+    with open("/proc/self/smaps_rollup") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key == "Rss":
+                rss = int(value.split()[0])
+            elif key in ("Private_Clean", "Private_Dirty"):
+                private += int(value.split()[0])
+    return rss, private
+rss0, private0 = memory()
+t2 = time.perf_counter()
+{then}
+t3 = time.perf_counter()
+rss1, private1 = memory()
+print(t1 - t0, t3 - t2, rss0, private0, rss1, private1)
+"""
+
+_ENTRY = "from shellper.cli import entry as e\n{patch}e.entry()"
+_NO_PREFORK = "e.wants_prefork = lambda argv: False\n"
+
+
+def probe(modules: str, then: str = "pass", records: str = "") -> list[float]:
+    """[modules' import s, ``then``'s s, RSS KiB, private KiB, RSS KiB after, private KiB after]."""
+    env = {**os.environ, STANDARD_ENV: records}
+    done = subprocess.run([sys.executable, "-c", _PROBE.format(modules=modules, then=then)], env=env,
+                          capture_output=True, text=True, check=True, timeout=60)
+    return [float(x) for x in done.stdout.split()]
+
+
+def launch_once(lab: Lab, prefork: bool, records: str) -> float:
+    name = lab.name("su")
+    code = _ENTRY.format(patch="" if prefork else _NO_PREFORK)
+    env = {**os.environ, STANDARD_ENV: records}
+    t0 = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", code, "--dir", str(lab.dir), "run", name, "--containment", "none",
+                           "--", "cat"], env=env, capture_output=True, check=True, timeout=60)
+    elapsed = time.perf_counter() - t0
+    lab.shellpers.adopt(name, LaunchInfo(**json.loads(done.stdout)))
+    lab.shellpers.stop(name)
+    return elapsed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=30, help="import probes per variant (0: none)")
+    parser.add_argument("--launches", type=int, default=20, help="launches per variant (0: none)")
+    args = parser.parse_args()
+
+    variants = {
+        "daemon + typing": lambda: probe(DAEMON, "import typing"),
+        "attach + typing": lambda: probe(ATTACH, "import typing"),
+        "daemon, structs": lambda: probe(DAEMON),
+        "daemon, dataclasses": lambda: probe(DAEMON, records="dataclasses"),
+        "python -c pass": lambda: probe("sys"),
+    }
+    got: dict[str, list[list[float]]] = {k: [] for k in variants}
+    for i in range(args.runs):
+        for key in list(variants)[i % len(variants):] + list(variants)[:i % len(variants)]:
+            got[key].append(variants[key]())
+
+    def col(key: str, index: int) -> float:
+        return median([row[index] for row in got[key]])
+
+    if args.runs:
+        print(f"import probes, {args.runs} each (medians)")
+        for key in ("daemon + typing", "attach + typing"):
+            print(f"  {key}: typing adds {col(key, 1) * 1000:.2f} ms, RSS {col(key, 4) - col(key, 2):+.0f} KiB, "
+                  f"private {col(key, 5) - col(key, 3):+.0f} KiB (the modules before it: {col(key, 0) * 1000:.1f} ms)")
+        for key in ("daemon, structs", "daemon, dataclasses", "python -c pass"):
+            print(f"  {key}: imports {col(key, 0) * 1000:.1f} ms, RSS {col(key, 2):.0f} KiB, "
+                  f"private {col(key, 3):.0f} KiB")
+    if not args.launches:
+        return 0
+
+    kinds = [(True, ""), (False, ""), (True, "dataclasses"), (False, "dataclasses")]
+    times: dict[tuple[bool, str], list[float]] = {k: [] for k in kinds}
+    with Lab() as lab:
+        for i in range(args.launches):
+            for kind in kinds[i % len(kinds):] + kinds[:i % len(kinds)]:
+                times[kind].append(launch_once(lab, *kind))
+    print(f"shellper run to socket accepting, {args.launches} each (medians, containment none)")
+    for (prefork, records), values in times.items():
+        print(f"  {'prefork' if prefork else 'no prefork'}, {records or 'structs'}: {median(values) * 1000:.1f} ms "
+              f"(min {min(values) * 1000:.1f})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
