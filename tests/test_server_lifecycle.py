@@ -476,6 +476,22 @@ def test_status_and_ls_say_each_thing_once_and_no_uptime_for_the_dead(sessions: 
     sessions.started.remove(dead)
 
 
+def test_a_dead_sessions_status_shows_its_last_exit_from_the_record(sessions: Sessions) -> None:
+    """The record's exits are typed ExitRecords in memory and their wire maps on disk and in --json."""
+    info = sessions.start("gone", ["sh", "-c", "exit 5"], policy=NO_RESTART)
+    with sessions.connect("gone", "viewer") as viewer:
+        poll_until(lambda: status(viewer).state == "exited", what="the child to exit")
+    os.kill(info.pid, signal.SIGKILL)
+    assert wait_gone(info.pid, 10)
+    shown = cli("--dir", str(sessions.dir), "status", "gone")
+    assert shown.returncode == 1 and "\n  last exit: crash: exit 5 after" in shown.stdout, shown.stdout
+    record = json.loads(cli("--dir", str(sessions.dir), "status", "gone", "--json").stdout)["record"]
+    assert [(e["class"], e["code"], e["state"]) for e in record["exits"]] == [("crash", 5, "exited")]
+    assert record["last_exit_at"] == record["exits"][0]["time"]
+    assert cli("--dir", str(sessions.dir), "stop", "gone").returncode == 0
+    sessions.started.remove(info)
+
+
 def test_ls_refuses_a_directory_run_would_refuse_and_dir_must_not_be_empty(sessions: Sessions) -> None:
     """ls said "no sessions in DIR" of a mode-755 DIR (where run refuses to start any), and --dir '' meant
     the default directory, outside the one the user named."""

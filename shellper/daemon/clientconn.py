@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from typing import Any, Protocol
 
     from shellper.core.config import SessionConfig
+    from shellper.core.exitrecord import ExitRecord
     from shellper.core.ring import Scrollback
     from shellper.daemon.pacing import OutputPacer
     from shellper.daemon.reactor import Reactor
@@ -49,7 +50,7 @@ if TYPE_CHECKING:
         pacer: OutputPacer
         connections: set[ClientConn]
         child: Child | None
-        last_exit: dict[str, Any] | None
+        last_exit: ExitRecord | None
         cols: int
         rows: int
 
@@ -504,8 +505,7 @@ class ClientConn:
                                         preamble=replay.preamble))
         self.registered = True
         if session.child is None and session.last_exit is not None:
-            exit_frame = wire.Exit.from_map(session.last_exit)
-            assert isinstance(exit_frame, wire.Exit)
+            exit_frame = wire.Exit.of(session.last_exit)
             self.send_exit_at(ring.end, wire.encode(exit_frame), exit_frame)
         if hello.events_after is not None:
             for event in session.events_after(hello.events_after):

@@ -18,10 +18,10 @@ from collections.abc import Callable
 from shellper import __version__
 from shellper.core.config import ConfigError, SessionConfig, resolve_stderr_mode
 from shellper.core.containment import Containment
-from shellper.core.exits import Action, ExitEvidence, Supervisor, describe_exit
+from shellper.core.exitrecord import ExitRecord
+from shellper.core.exits import Action, ExitEvidence, Supervisor, describe_exit, exit_record
 from shellper.core.owner import default_owner
 from shellper.core.ring import Scrollback
-from shellper.core.signals import signal_name
 from shellper.core.states import SessionState
 from shellper.daemon.clientconn import ClientConn
 from shellper.daemon.pacing import OutputPacer
@@ -56,6 +56,7 @@ from shellper.host.paths import (
 )
 from shellper.host.reaper import OwnTree, reap_children_nohang, set_child_subreaper
 from shellper.host.record import (
+    MAX_EXITS,
     AlreadyRunning,
     LockError,
     RecordError,
@@ -135,8 +136,8 @@ class Session:
         self.child_cwd = config.cwd
         self.child_env = dict(config.env)
         self.last_output_at: float | None = None
-        self.last_exit: dict[str, Any] | None = None
-        self.exits: deque[dict[str, Any]] = deque(maxlen=50)
+        self.last_exit: ExitRecord | None = None
+        self.exits: deque[ExitRecord] = deque(maxlen=MAX_EXITS)
         self.exit_count = 0
         self.restarts = 0
         self.next_restart_at: float | None = None
@@ -808,23 +809,8 @@ class Session:
             state = SessionState.STARTING
         else:
             state = _STATE_AFTER[decision.action]
-        record: dict[str, Any] = {
-            "code": evidence.code,
-            "signal": signal_name(evidence.signal) if evidence.signal else None,
-            "core": evidence.core,
-            "uptime": round(evidence.uptime, 3),
-            "class": decision.classification.cls.value,
-            # A failed exec is described as such ("exec failed: ..."), not by what the supervisor decided.
-            "reason": decision.classification.reason if evidence.spawn_error else decision.reason,
-            "state": state,
-            "child_pid": child_pid,
-            "time": time.time(),
-            "restart_in": decision.delay if state is SessionState.BACKOFF else None,
-            "stderr_tail": evidence.stderr_tail[-2000:],
-            "restarts": decision.restart_count,
-            "breaker": self.supervisor.snapshot(),
-            "spawn_error": evidence.spawn_error,
-        }
+        record = exit_record(evidence, decision, state=state, child_pid=child_pid, at=time.time(),
+                             breaker=self.supervisor.snapshot())
         self.last_exit = record
         self.exits.append(record)
         self.exit_count += 1
@@ -835,12 +821,11 @@ class Session:
             self.next_restart_at = time.time() + decision.delay
         self.state, self.state_reason = state, decision.reason
         self._write_record()  # the exit is on disk before anyone hears of it
-        exit_frame = wire.Exit.from_map(record)
-        assert isinstance(exit_frame, wire.Exit)
+        exit_frame = wire.Exit.of(record)
         exit_bytes = wire.encode(exit_frame)
         for client in list(self.clients.values()):
             client.send_exit_at(self.scrollback.end, exit_bytes, exit_frame)
-        self._event("exited", record)
+        self._event("exited", record.to_wire())
         if state is SessionState.BACKOFF:
             self._notice(f"child {describe_exit(evidence)}; restarting in {decision.delay:.2g} s "
                          f"(restart {decision.restart_count})")
@@ -930,7 +915,8 @@ class Session:
             state=self.state, cols=self.cols, rows=self.rows, ring_start=self.scrollback.start,
             ring_end=self.scrollback.end, child_pid=self.child.pid if self.child else None,
             state_reason=self.state_reason, last_output_at=self.last_output_at,
-            exit=self.last_exit, event_seq=self.event_seq, role=role, terminal=terminal or None)
+            exit=self.last_exit.to_wire() if self.last_exit is not None else None, event_seq=self.event_seq,
+            role=role, terminal=terminal or None)
 
     def status(self) -> wire.StatusReply:
         now = time.time()
@@ -942,7 +928,8 @@ class Session:
             "argv": self.child_argv, "cwd": self.child_cwd, "cols": self.cols, "rows": self.rows,
             "ring_start": self.scrollback.start, "ring_end": self.scrollback.end,
             "ring_capacity": self.config.ring_bytes, "last_output_at": self.last_output_at,
-            "exit_count": self.exit_count, "restarts": self.restarts, "last_exit": self.last_exit,
+            "exit_count": self.exit_count, "restarts": self.restarts,
+            "last_exit": self.last_exit.to_wire() if self.last_exit is not None else None,
             "next_restart_at": self.next_restart_at, "event_seq": self.event_seq,
             "clients": [c.describe() for c in self.clients.values()],
             "record_error": self.record_error, "output_held": self.pacer.holding,
@@ -993,7 +980,7 @@ class Session:
             child_pid=child.pid if child else None, child_pgid=child.pid if child else None,
             child_start_time=child.start_time if child else None, command=self.child_argv, cwd=self.child_cwd,
             socket=str(self.paths.socket), state=self.state, state_reason=self.state_reason,
-            created_at=self.created_at, last_exit_at=self.last_exit["time"] if self.last_exit else None,
+            created_at=self.created_at, last_exit_at=self.last_exit.time if self.last_exit is not None else None,
             next_restart_at=self.next_restart_at, exits=list(self.exits), exit_count=self.exit_count,
             restarts=self.restarts, breaker=self.supervisor.snapshot(), ring_bytes=self.config.ring_bytes,
             stderr_mode=resolve_stderr_mode(self.config.stderr_mode, self.child_argv), version=__version__,
