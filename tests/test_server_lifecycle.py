@@ -276,10 +276,10 @@ def test_a_stop_that_fails_still_ends_the_session_and_says_why(sessions: Session
 
 BROKEN_STOP = """
 import sys
-from shellper.daemon import session
+from shellper.daemon import lifecycle
 def fail(self):
     raise RuntimeError("injected: the stop's first step fails")
-session.Session._cancel_timers = fail
+lifecycle.Lifecycle._cancel_timers = fail
 from shellper.cli.main import main
 sys.exit(main(sys.argv[1:]))
 """
@@ -315,11 +315,11 @@ def test_a_stop_that_fails_early_still_ends_the_processes_and_exits_1(sessions: 
 
 BROKEN_CHILD_TASKS = """
 import sys
-from shellper.daemon import session
+from shellper.daemon import lifecycle
 async def fail(self, *args):
     raise RuntimeError("injected: the task fails")
-session.Session._restart_task = fail
-session.Session.respawn = fail
+lifecycle.Lifecycle._restart_task = fail
+lifecycle.Lifecycle.respawn = fail
 from shellper.cli.main import main
 sys.exit(main(sys.argv[1:]))
 """
