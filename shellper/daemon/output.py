@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 READ_CHUNK = 64 * 1024
 """Bytes asked for per read. Reads go into one reused buffer and are copied out at their real size
 (a PTY read is mostly 4 KiB): os.read allocates the whole request and shrinks it, which fragments the
-heap (a 1 GiB flood left 1.0-1.1 MiB more heap than this does; 256 KiB os.reads left ~25 MiB)."""
+heap (bench/NOTES.md, "Reading the PTY into one buffer")."""
 READS_PER_WAKEUP = 4
 """Reads per wakeup: drain what is there, but let clients and signals in between."""
 FORWARD_BATCH = 8000
@@ -34,11 +34,8 @@ FORWARD_BATCH = 8000
 reads, so the client (a terminal, a tower) works on them while the shellper reads on: in a flood, every
 two reads (a PTY hands over at most 4,095 bytes per read). Not while the shellper waits for a CPU longer
 than it runs (shellper.daemon.starved): then each hand-off's wakeup of a client costs more than it gains, and a
-wakeup's reads go out together (up to READ_CHUNK). Against one hand-off per wakeup, in 64 MiB floods
-taking turns (7 rounds): through attach 70.6 -> 83.4 MiB/s, to a tower 59.6 -> 70.5. With 50 sessions
-flooding at once (5 rounds), two hand-offs per wakeup regardless cost 15 % of the aggregate and 24 %
-more CPU; deciding by starvation, the aggregate and CPU are those of one per wakeup (86.0 vs 83.5 MiB/s,
-14.3 vs 14.5 s)."""
+wakeup's reads go out together (up to READ_CHUNK). The figures: bench/NOTES.md, 2026-12-03 ("output is
+handed to the clients every two PTY reads")."""
 SHORT_READ = 512
 """A read this small drained the PTY (a keystroke's echo, a prompt): the read after it would only
 fail with EAGAIN, which costs a syscall and an exception on every keystroke. Epoll is level-triggered,
