@@ -513,7 +513,7 @@ class Soak:
             record = read_record(self.dir / f"{name}.json")
             assert record.exit_count == status.info["exit_count"] == self.exits_seen[name], (
                 f"{name}: record {record.exit_count}, status {status.info['exit_count']}, seen {self.exits_seen[name]}")
-            assert all(e.get("class") in CLASSES for e in record.exits), f"{name}: unclassified exit in the record"
+            assert all(e.exit_class in CLASSES for e in record.exits), f"{name}: unclassified exit in the record"
         shellpers = list(self.shellpers.values())
         await self.drop_towers()
         loop = asyncio.get_running_loop()

@@ -603,7 +603,7 @@ def test_crash_storm_every_session_goes_fatal_within_its_bound(sessions: Session
     for n in names:
         record = read_record(sessions.dir / f"{n}.json")
         assert record.exit_count == scale.bound and record.state == "fatal"
-        assert all(e["class"] == "crash" and e["signal"] == "SIGSEGV" for e in record.exits)
+        assert all(e.exit_class == "crash" and e.signal == "SIGSEGV" for e in record.exits)
         spawns += record.exit_count
     assert spawns == scale.sessions * scale.bound
     worst = max(lag)

@@ -17,6 +17,8 @@ import psutil
 import pytest
 
 from shellper.core import structs
+from shellper.core.exitrecord import ExitClass, ExitRecord
+from shellper.core.states import SessionState
 from shellper.host import record as rec
 from shellper.host.identity import boot_id, start_time
 from shellper.host.record import (
@@ -65,7 +67,8 @@ def full_record() -> SessionRecord:
         last_exit_at=1700000000.5, next_restart_at=1700000002.25, restarts=3,
         breaker={"open": False, "failures": [1.0, 2.0]}, ring_bytes=4 << 20, stderr_mode="pipe",
     )
-    r.add_exit({"code": 1, "signal": None, "at": 1700000000.5})
+    r.add_exit(ExitRecord(ExitClass.CRASH, SessionState.BACKOFF, "crash: exit 1 after 3 s", 1700000000.5, code=1,
+                          uptime=3.0, child_pid=4242, restart_in=2.0, restarts=3, breaker={"state": "closed"}))
     return r
 
 
@@ -103,11 +106,18 @@ def test_env_values_are_never_stored() -> None:
 def test_exits_are_bounded_but_counted() -> None:
     r = make_record()
     for i in range(MAX_EXITS + 25):
-        r.add_exit({"code": i})
+        r.add_exit(ExitRecord(ExitClass.CRASH, SessionState.BACKOFF, "crash", float(i), code=i))
     assert len(r.exits) == MAX_EXITS
-    assert r.exit_count == MAX_EXITS + 25
-    assert r.exits[0] == {"code": 25} and r.exits[-1] == {"code": MAX_EXITS + 24}
+    assert r.exit_count == MAX_EXITS + 25 and r.last_exit_at == MAX_EXITS + 24
+    assert r.exits[0].code == 25 and r.exits[-1].code == MAX_EXITS + 24
     assert SessionRecord.from_json(r.to_json()) == r
+
+
+def test_exits_are_stored_in_their_wire_form() -> None:
+    r = full_record()
+    stored = json.loads(r.to_json())["exits"]
+    assert stored == [json.loads(json.dumps(r.exits[0].to_wire()))]
+    assert "class" in stored[0] and "exit_class" not in stored[0]
 
 
 def _mutated(**changes: Any) -> bytes:
@@ -122,6 +132,7 @@ def _mutated(**changes: Any) -> bytes:
 
 _DELETE = object()
 _VALID = full_record().to_json()
+_VALID_EXIT = json.dumps(json.loads(_VALID)["exits"][0])
 
 
 def test_group_ids_of_zero_are_valid() -> None:
@@ -168,6 +179,8 @@ def test_group_ids_of_zero_are_valid() -> None:
         (_mutated(last_exit_at=[1]), "'last_exit_at'"),
         (_mutated(exits=[1, 2]), "'exits'"),
         (_mutated(exits={"code": 1}), "'exits'"),
+        (_mutated(exits=[{"code": 1}]), "'exits': exit record: 'signal' is missing"),
+        (_mutated(exits=[{**json.loads(_VALID_EXIT), "class": "odd"}]), "'exits': exit record: 'class' must be"),
         (_mutated(breaker=[]), "'breaker'"),
         (_mutated(restarts=-1), "'restarts'"),
         (_mutated(ring_bytes=None), "'ring_bytes'"),

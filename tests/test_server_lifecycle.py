@@ -276,10 +276,10 @@ def test_a_stop_that_fails_still_ends_the_session_and_says_why(sessions: Session
 
 BROKEN_STOP = """
 import sys
-from shellper.daemon import session
+from shellper.daemon import lifecycle
 def fail(self):
     raise RuntimeError("injected: the stop's first step fails")
-session.Session._cancel_timers = fail
+lifecycle.Lifecycle._cancel_timers = fail
 from shellper.cli.main import main
 sys.exit(main(sys.argv[1:]))
 """
@@ -315,11 +315,11 @@ def test_a_stop_that_fails_early_still_ends_the_processes_and_exits_1(sessions: 
 
 BROKEN_CHILD_TASKS = """
 import sys
-from shellper.daemon import session
+from shellper.daemon import lifecycle
 async def fail(self, *args):
     raise RuntimeError("injected: the task fails")
-session.Session._restart_task = fail
-session.Session.respawn = fail
+lifecycle.Lifecycle._restart_task = fail
+lifecycle.Lifecycle.respawn = fail
 from shellper.cli.main import main
 sys.exit(main(sys.argv[1:]))
 """
@@ -474,6 +474,22 @@ def test_status_and_ls_say_each_thing_once_and_no_uptime_for_the_dead(sessions: 
     sessions.stop("t4")
     assert cli("--dir", str(sessions.dir), "stop", "k").returncode == 0  # its files and cgroup, as a person would
     sessions.started.remove(dead)
+
+
+def test_a_dead_sessions_status_shows_its_last_exit_from_the_record(sessions: Sessions) -> None:
+    """The record's exits are typed ExitRecords in memory and their wire maps on disk and in --json."""
+    info = sessions.start("gone", ["sh", "-c", "exit 5"], policy=NO_RESTART)
+    with sessions.connect("gone", "viewer") as viewer:
+        poll_until(lambda: status(viewer).state == "exited", what="the child to exit")
+    os.kill(info.pid, signal.SIGKILL)
+    assert wait_gone(info.pid, 10)
+    shown = cli("--dir", str(sessions.dir), "status", "gone")
+    assert shown.returncode == 1 and "\n  last exit: crash: exit 5 after" in shown.stdout, shown.stdout
+    record = json.loads(cli("--dir", str(sessions.dir), "status", "gone", "--json").stdout)["record"]
+    assert [(e["class"], e["code"], e["state"]) for e in record["exits"]] == [("crash", 5, "exited")]
+    assert record["last_exit_at"] == record["exits"][0]["time"]
+    assert cli("--dir", str(sessions.dir), "stop", "gone").returncode == 0
+    sessions.started.remove(info)
 
 
 def test_ls_refuses_a_directory_run_would_refuse_and_dir_must_not_be_empty(sessions: Sessions) -> None:

@@ -77,7 +77,7 @@ def test_fast_exit_loop_is_bounded(sessions: Sessions) -> None:
         assert tower.recv(timeout=0) is None
     record = read_record(sessions.dir / "loop.json")
     assert record.state == "fatal" and record.exit_count == bound
-    assert all(e["class"] == "crash" and e["code"] == 1 for e in record.exits)
+    assert all(e.exit_class == "crash" and e.code == 1 for e in record.exits)
     sessions.stop("loop")
 
 
@@ -220,7 +220,7 @@ def test_tower_connecting_late_reads_every_exit(sessions: Sessions) -> None:
     assert [e.data["code"] for e in exits] == [9, 9, 9]
     assert [e.seq for e in events] == sorted(e.seq for e in events)
     record = read_record(sessions.dir / "late.json")
-    assert [e["code"] for e in record.exits] == [9, 9, 9] and record.state == "fatal"
+    assert [e.code for e in record.exits] == [9, 9, 9] and record.state == "fatal"
     sessions.stop("late")
 
 

@@ -11,6 +11,7 @@ import pytest
 from conftest import poll_until
 from test_tower_support import Sessions, identity, is_dead, kill_verified, sessions
 
+from shellper.core.exitrecord import ExitClass
 from shellper.protocol import wire
 from tower_client.client import (
     AsyncClient,
@@ -74,6 +75,11 @@ def test_async_client_handshake_requests_and_exit(sessions: Sessions) -> None:
                     if isinstance(frame, wire.Exit):
                         break
             assert c.exited and c.exit is not None and c.exit.signal == "SIGTERM"
+            last = c.last_exit
+            assert last is not None and (last.exit_class, last.signal) == (ExitClass.REQUESTED, "SIGTERM")
+        async with AsyncClient(info.socket, "viewer") as late:  # the same exit, as WELCOME reports it
+            await late.connect()
+            assert late.exit is None and late.last_exit is not None and wire.Exit.of(late.last_exit) == c.exit
 
     asyncio.run(main())
 

@@ -9,6 +9,7 @@
 * :mod:`~tower_client.survivors` - what a killed shellper left running, found by its marks and ended.
 """
 
+from shellper.core.exitrecord import ExitRecord, ExitRecordError
 from tower_client.apply import Outcome, Report, apply, clean_session, terminate_session
 from tower_client.client import AsyncClient, AsyncResumingClient, Client, ResumingClient
 from tower_client.discover import Observed, discover, discover_async, observe
@@ -21,6 +22,8 @@ __all__ = [
     "AsyncResumingClient",
     "Client",
     "Decision",
+    "ExitRecord",
+    "ExitRecordError",
     "Holder",
     "Observed",
     "Outcome",

@@ -33,6 +33,7 @@ from shellper.client.blocking import (
     peer_pid,
     socket_path,
 )
+from shellper.core.exitrecord import ExitRecord
 from shellper.core.states import SessionState
 from shellper.protocol import wire
 
@@ -378,6 +379,14 @@ class AsyncClient:
         if self.exit is not None:
             return True
         return self.welcome is not None and self.welcome.child_pid is None and self.welcome.exit is not None
+
+    @property
+    def last_exit(self) -> ExitRecord | None:
+        """The child's last exit as a typed record: the latest EXIT's, else the one WELCOME reported.
+        Raises ExitRecordError if the shellper sent a malformed one."""
+        if self.exit is not None:
+            return self.exit.exit_record()
+        return self.welcome.exit_record() if self.welcome is not None else None
 
     # ----------------------------------------------------------------------------------- writing
 

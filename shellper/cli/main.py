@@ -640,7 +640,7 @@ def _ask_stop(args: argparse.Namespace, record: SessionRecord, grace: float) -> 
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from shellper.client.sessions import exit_summary
+    from shellper.core.exitrecord import ExitRecordError
     from shellper.protocol import wire
 
     try:
@@ -664,9 +664,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"  command {' '.join(info.get('argv') or [])} in {info.get('cwd')}")
     print(f"  output {info.get('ring_end')} bytes, ring holds {info.get('ring_end', 0) - info.get('ring_start', 0)}")
     print(f"  exits {info.get('exit_count')}, restarts {info.get('restarts')}")
-    last = info.get("last_exit")
-    if last:
-        print(f"  last exit: {exit_summary(last)}")
+    try:
+        last = reply.last_exit()
+    except ExitRecordError as exc:  # a shellper of another version: show the rest
+        print(f"  last exit: unreadable ({exc})")
+    else:
+        if last is not None:
+            print(f"  last exit: {last.summary()}")
     print(f"  clients: {max(0, len(info.get('clients') or []) - 1)}")  # not counting this status query
     if info.get("output_held"):
         print("  output held: the tower or a terminal is more than half a ring behind (the child waits for it)")
@@ -682,8 +686,6 @@ def _print_containment(owner: str | None, containment: str | None, cgroup: str |
 def _status_of_dead(args: argparse.Namespace, paths: SessionPaths) -> int:
     """No live shellper holds the lock, but the record is there: what it last said (owner, containment, its
     cgroup, the exits), marked stale; exit 1, as for any session that is not running."""
-    from shellper.client.sessions import exit_summary
-    from shellper.core.structs import asdict
     from shellper.host.record import RecordError, read_record
 
     try:
@@ -696,7 +698,7 @@ def _status_of_dead(args: argparse.Namespace, paths: SessionPaths) -> int:
     reason = f"no live shellper holds this session's lock; its record said {record.state}"
     if args.json:
         print(json.dumps({"state": "stale", "state_reason": reason, "name": record.name, "owner": record.owner,
-                          "containment": record.containment, "cgroup": record.cgroup, "record": asdict(record)},
+                          "containment": record.containment, "cgroup": record.cgroup, "record": record.to_dict()},
                          indent=2, default=str))
     else:
         print(f"{record.name}: stale ({reason})")
@@ -705,7 +707,7 @@ def _status_of_dead(args: argparse.Namespace, paths: SessionPaths) -> int:
         print(f"  command {' '.join(record.command)} in {record.cwd}")
         print(f"  exits {record.exit_count}, restarts {record.restarts}")
         if record.exits:
-            print(f"  last exit: {exit_summary(record.exits[-1])}")
+            print(f"  last exit: {record.exits[-1].summary()}")
     print(f"shellper: session {args.name!r} is not running (shown from its record)", file=sys.stderr)
     return 1
 

@@ -60,12 +60,6 @@ def probe_status(socket_path: Path, timeout: float = PROBE_TIMEOUT) -> wire.Stat
         client.close()
 
 
-def exit_summary(last: dict[str, Any]) -> str:
-    """One exit as "class: reason", without saying the class twice (reasons mostly start with it)."""
-    kind, reason = str(last.get("class", "?")), str(last.get("reason", ""))
-    return reason if reason.startswith(kind) else f"{kind}: {reason}"
-
-
 def inspect_session(directory: str | Path, name: str, probe: bool = True) -> SessionInfo:
     base = Path(directory) / name
     info = SessionInfo(name=name, state="stale")
@@ -86,7 +80,7 @@ def inspect_session(directory: str | Path, name: str, probe: bool = True) -> Ses
         info.containment, info.cgroup = record.containment, record.cgroup
         info.uptime = time.time() - record.created_at
         if record.exits:
-            info.last_exit = exit_summary(record.exits[-1])
+            info.last_exit = record.exits[-1].summary()
     if not info.locked:
         info.state = "stale"
         info.uptime = None  # it ended at some unknown time: counting on would say it still runs

@@ -39,7 +39,9 @@ from collections.abc import Iterable, Mapping
 from enum import StrEnum
 
 from shellper.core.errors import ShellperError
+from shellper.core.exitrecord import ExitClass, ExitRecord
 from shellper.core.signals import signal_name, signal_number
+from shellper.core.states import SessionState
 from shellper.core.structs import field, fields, record
 from shellper.core.text import strip_escapes
 
@@ -100,6 +102,8 @@ EXEC_FAILURE_CODES: dict[int, str] = {126: "command not executable", 127: "comma
 ERROR_LINE_MAX = 200
 #: ExitEvidence.as_dict() keeps at most this many trailing characters of the stderr tail.
 STDERR_TAIL_MAX = 4096
+#: An ExitRecord keeps at most this many trailing characters of the stderr tail.
+EXIT_RECORD_TAIL = 2000
 
 _SYSEXITS = {64: "EX_USAGE", 65: "EX_DATAERR", 66: "EX_NOINPUT", 69: "EX_UNAVAILABLE",
              70: "EX_SOFTWARE", 75: "EX_TEMPFAIL", 77: "EX_NOPERM", 78: "EX_CONFIG"}
@@ -200,13 +204,6 @@ def _parse_signal(value: object, field_name: str) -> int:
 
 
 # --------------------------------------------------------------------------- evidence
-
-class ExitClass(StrEnum):
-    CLEAN = "clean"
-    REQUESTED = "requested"
-    PERMANENT = "permanent"
-    CRASH = "crash"
-
 
 @record(frozen=True)
 class ExitEvidence:
@@ -629,6 +626,21 @@ class Decision:
             "restart_count": self.restart_count,
             "breaker": self.breaker.as_dict(),
         }
+
+
+def exit_record(evidence: ExitEvidence, decision: Decision, *, state: SessionState, child_pid: int | None,
+                at: float, breaker: dict[str, object]) -> ExitRecord:
+    """What the session reports of one exit: the evidence, the supervisor's decision on it, and the state
+    the session went to (which a STOP or a SPAWN in progress overrides, so it is passed in)."""
+    c = decision.classification
+    return ExitRecord(
+        code=evidence.code, signal=signal_name(evidence.signal) if evidence.signal else None, core=evidence.core,
+        uptime=round(evidence.uptime, 3), exit_class=c.exit_class,
+        # A failed exec is described as such ("exec failed: ..."), not by what the supervisor decided.
+        reason=c.reason if evidence.spawn_error else decision.reason, state=state, child_pid=child_pid, time=at,
+        restart_in=decision.delay if state is SessionState.BACKOFF else None,
+        stderr_tail=evidence.stderr_tail[-EXIT_RECORD_TAIL:], restarts=decision.restart_count, breaker=breaker,
+        spawn_error=evidence.spawn_error)
 
 
 class Supervisor:

@@ -31,35 +31,37 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any, Protocol
 
-    from shellper.core.config import SessionConfig
+    from shellper.core.exitrecord import ExitRecord
     from shellper.core.ring import Scrollback
-    from shellper.daemon.pacing import OutputPacer
     from shellper.daemon.reactor import Reactor
-    from shellper.host.child import Child
     from shellper.host.logfile import LogFile
 
     class SessionPort(Protocol):
         """What a client connection may use of its session (shellper.daemon.session.Session provides it): the
-        connection never imports the server, and this list is what to keep narrow."""
+        connection never imports the session, and this list is what to keep narrow. The ring is shared
+        (each connection reads its own position in it); everything else is asked for."""
 
         loop: Reactor
         log: LogFile
-        config: SessionConfig
         scrollback: Scrollback
-        pacer: OutputPacer
-        connections: set[ClientConn]
-        child: Child | None
-        last_exit: dict[str, Any] | None
-        cols: int
-        rows: int
 
+        @property
+        def handshake_timeout(self) -> float: ...
+        @property
+        def cols(self) -> int: ...
+        @property
+        def rows(self) -> int: ...
+
+        def admit(self, client: ClientConn) -> bool: ...
         def new_client_id(self) -> int: ...
         def register(self, client: ClientConn) -> None: ...
-        def unregister(self, client: ClientConn, reason: str) -> None: ...
+        def disconnect(self, client: ClientConn, reason: str) -> None: ...
         def welcome(self, role: str, terminal: bool = False) -> wire.Welcome: ...
+        def ended_exit(self) -> ExitRecord | None: ...
         def status(self) -> wire.StatusReply: ...
         def events_after(self, seq: int) -> list[wire.Event]: ...
         def write_input(self, data: bytes, client: ClientConn) -> None: ...
+        def output_taken(self) -> None: ...
         def resize(self, cols: int, rows: int) -> None: ...
         def send_signal(self, name: str, client: ClientConn) -> None: ...
         def start_respawn(self, spawn: wire.Spawn, client: ClientConn | None) -> None: ...
@@ -121,12 +123,10 @@ class ClientConn:
             self.session.log.write(f"refused client {self.client_id}: peer uid {uid}")
             self.send_error("forbidden", f"peer uid {uid} may not use this session", None, fatal=True)
             return
-        if len(self.session.connections) >= MAX_CLIENTS:
+        if not self.session.admit(self):
             self.send_error("too_many_clients", f"this session already has {MAX_CLIENTS} clients", None, fatal=True)
             return
-        self.session.connections.add(self)
-        self._handshake_timer = self.session.loop.call_later(
-            self.session.config.handshake_timeout, self._handshake_expired)
+        self._handshake_timer = self.session.loop.call_later(self.session.handshake_timeout, self._handshake_expired)
 
     def data_received(self, data: bytes) -> None:
         if self._closing:
@@ -179,8 +179,7 @@ class ClientConn:
             self._handshake_timer.cancel()
         self._closing = True
         self._close_terminal()
-        self.session.connections.discard(self)
-        self.session.unregister(self, "closed" if exc is None else f"lost: {exc}")
+        self.session.disconnect(self, "closed" if exc is None else f"lost: {exc}")
         if not self.closed.done():
             self.closed.set_result(None)
         self.transport = None  # break the transport <-> protocol cycle: freed now, not at the next full GC
@@ -242,7 +241,7 @@ class ClientConn:
             self.pos = chunk.offset + len(chunk.data)
         self._flush_control()
         if self.role in ("tower", "terminal"):
-            self.session.pacer.on_progress()
+            self.session.output_taken()
 
     def _flush_control(self) -> None:
         assert self.transport is not None
@@ -406,7 +405,7 @@ class ClientConn:
         self._handshake_timer = None
         if not self.registered:
             self.send_error("handshake_timeout",
-                            f"no HELLO within {self.session.config.handshake_timeout:g} s", None, fatal=True)
+                            f"no HELLO within {self.session.handshake_timeout:g} s", None, fatal=True)
 
     def _handle(self, event: wire.DecodedEvent) -> None:
         if isinstance(event, wire.Skipped):
@@ -503,9 +502,9 @@ class ClientConn:
             self.send_frame(wire.Replay(offset=replay.offset, data=replay.data, gap=replay.gap,
                                         preamble=replay.preamble))
         self.registered = True
-        if session.child is None and session.last_exit is not None:
-            exit_frame = wire.Exit.from_map(session.last_exit)
-            assert isinstance(exit_frame, wire.Exit)
+        ended = session.ended_exit()
+        if ended is not None:
+            exit_frame = wire.Exit.of(ended)
             self.send_exit_at(ring.end, wire.encode(exit_frame), exit_frame)
         if hello.events_after is not None:
             for event in session.events_after(hello.events_after):

@@ -26,6 +26,7 @@ from shellper.core import structs
 from shellper.core.containment import Containment
 from shellper.core.defaults import STDERR_MODES
 from shellper.core.errors import ShellperError
+from shellper.core.exitrecord import ExitRecord, ExitRecordError
 from shellper.core.states import SessionState
 from shellper.core.structs import field, record
 from shellper.host.paths import describe_error, open_nofollow, record_temp_name
@@ -121,7 +122,8 @@ class SessionRecord:
     created_at: float = field(default_factory=time.time)
     last_exit_at: float | None = None
     next_restart_at: float | None = None
-    exits: list[dict[str, Any]] = field(default_factory=list)
+    exits: list[ExitRecord] = field(default_factory=list)
+    """The last MAX_EXITS exits, oldest first."""
     exit_count: int = 0
     restarts: int = 0
     breaker: dict[str, Any] = field(default_factory=dict)
@@ -137,16 +139,23 @@ class SessionRecord:
     cgroup_id: int | None = None
     """The inode of that directory: a cgroup made again under the same name is not the recorded one."""
 
-    def add_exit(self, entry: dict[str, Any]) -> None:
-        """Append an exit entry, keeping only the last MAX_EXITS while ``exit_count`` keeps counting."""
+    def add_exit(self, entry: ExitRecord) -> None:
+        """Append an exit, keeping only the last MAX_EXITS while ``exit_count`` keeps counting."""
         self.exits.append(entry)
         del self.exits[:-MAX_EXITS]
         self.exit_count += 1
+        self.last_exit_at = entry.time
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as the file holds it (each exit in its wire form)."""
+        out = {f.name: getattr(self, f.name) for f in structs.fields(self)}
+        out["exits"] = [entry.to_wire() for entry in self.exits]
+        return out
 
     def to_json(self) -> bytes:
         """Serialise; raises RecordError if the result could not be read back (NaN, > 1 MiB)."""
         try:
-            text = json.dumps(structs.asdict(self), indent=1, sort_keys=True, allow_nan=False)
+            text = json.dumps(self.to_dict(), indent=1, sort_keys=True, allow_nan=False)
         except (TypeError, ValueError) as e:
             raise RecordError(None, f"cannot serialise: {e}") from e
         data = text.encode("utf-8") + b"\n"
@@ -183,6 +192,10 @@ class SessionRecord:
             if not check(value):
                 raise RecordError(path, f"field {f.name!r} has wrong type or value: {_short(value)}")
             kwargs[f.name] = float(value) if f.name in _FLOAT_FIELDS and value is not None else value
+        try:
+            kwargs["exits"] = [ExitRecord.from_wire(entry) for entry in kwargs.get("exits", [])]
+        except ExitRecordError as e:
+            raise RecordError(path, f"field 'exits': {e}") from e
         return cls(**kwargs)
 
 

@@ -18,6 +18,7 @@ import msgpack
 from shellper.core import structs
 from shellper.core.defaults import TERMINAL_SIZE_RANGE, terminal_size_in_range
 from shellper.core.errors import ShellperError
+from shellper.core.exitrecord import ExitRecord
 from shellper.core.signals import bare_name
 from shellper.core.structs import field, record
 
@@ -250,6 +251,15 @@ class Exit(Frame):
     restart_in: float | None = wfield("float", nullable=True, default=None)
     stderr_tail: str = wfield("str", default="")
 
+    @classmethod
+    def of(cls, exit_record: ExitRecord) -> Exit:
+        """The EXIT frame of an exit record: the record's fields this frame has (all but the last three)."""
+        return cls(**{f.name: getattr(exit_record, f.name) for f in structs.fields(cls)})
+
+    def exit_record(self) -> ExitRecord:
+        """This frame's exit record; raises ExitRecordError if a field the record needs is unusable."""
+        return ExitRecord.from_wire(self.to_map())
+
     def describe(self) -> str:
         """The child's end in one line: the shellper's reason if it gave one, else the code or signal."""
         if self.reason:
@@ -341,6 +351,11 @@ class Welcome(Frame):
     terminal: bool | None = wfield("bool", nullable=True, default=None)
     """True: the shellper took the terminal the HELLO passed, and reads and writes it itself."""
 
+    def exit_record(self) -> ExitRecord | None:
+        """The child's last exit (:meth:`ExitRecord.to_wire`'s map in ``exit``), or None if it has not exited;
+        raises ExitRecordError for a malformed one."""
+        return None if self.exit is None else ExitRecord.from_wire(self.exit)
+
 
 @_frame
 class Spawn(Frame):
@@ -389,6 +404,11 @@ class StatusReply(Frame):
     TYPE = FrameType.STATUS_REPLY
     state: str = wfield("str")
     info: dict[str, Any] = wfield("map", default={})
+
+    def last_exit(self) -> ExitRecord | None:
+        """The child's last exit (``info["last_exit"]``), or None; raises ExitRecordError for a malformed one."""
+        last = self.info.get("last_exit")
+        return None if last is None else ExitRecord.from_wire(last)
 
 
 @_frame

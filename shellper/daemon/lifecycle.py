@@ -1,0 +1,330 @@
+"""The child's life: spawned, reaped (this shellper is a subreaper), its exit classified, restarted after a
+backoff or not (shellper.core.exits.Supervisor), replaced on SPAWN, signalled on SIGNAL, ended on STOP."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections import deque
+
+from shellper.core.config import resolve_stderr_mode
+from shellper.core.exits import Action, ExitEvidence, Supervisor, describe_exit, exit_record
+from shellper.core.states import SessionState
+from shellper.daemon.reactor import Lock
+from shellper.host.cgroup import CgroupError
+from shellper.host.child import SpawnError, build_env, check_spawnable, spawn_child
+from shellper.host.child import resize as resize_child
+from shellper.host.reaper import reap_children_nohang
+from shellper.host.record import MAX_EXITS
+from shellper.protocol import wire
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from shellper.core.config import SessionConfig
+    from shellper.core.exitrecord import ExitRecord
+    from shellper.daemon.clientconn import ClientConn
+    from shellper.daemon.inputqueue import InputQueue
+    from shellper.daemon.journal import Journal
+    from shellper.daemon.output import Output
+    from shellper.daemon.reactor import Future, Handle, Reactor
+    from shellper.daemon.registry import ClientRegistry
+    from shellper.daemon.tree import SessionTree
+    from shellper.host.child import Child
+    from shellper.host.logfile import LogFile
+
+REQUESTED_WINDOW = 10.0
+"""An exit within this many seconds of a terminating SIGNAL from a client counts as requested."""
+_STATE_AFTER = {Action.RESTART: SessionState.BACKOFF, Action.EXITED: SessionState.EXITED,
+                Action.FATAL: SessionState.FATAL}
+TERMINATING = {signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGKILL}
+
+
+class Lifecycle:
+    """Holds the current child, its command and size, and the exits so far; decides what follows each exit."""
+
+    def __init__(self, loop: Reactor, log: LogFile, config: SessionConfig, instance_id: str, *, output: Output,
+                 input_queue: InputQueue, registry: ClientRegistry, journal: Journal, tree: SessionTree,
+                 request_stop: Callable[[], None]) -> None:
+        self.loop = loop
+        self.log = log
+        self.config = config
+        self.instance_id = instance_id
+        self.output = output
+        self.input = input_queue
+        self.registry = registry
+        self.journal = journal
+        self.tree = tree
+        self._request_stop = request_stop
+        """Ends the session: what a husk does when its time-to-live is up."""
+        self.supervisor = Supervisor(config.policy)
+        self.child: Child | None = None
+        self.child_argv = list(config.argv)
+        self.child_cwd = config.cwd
+        self.child_env = dict(config.env)
+        self.cols, self.rows = config.cols, config.rows
+        self.last_exit: ExitRecord | None = None
+        self.exits: deque[ExitRecord] = deque(maxlen=MAX_EXITS)
+        self.exit_count = 0
+        self.restarts = 0
+        self.next_restart_at: float | None = None
+        self.stop_requested = False
+        """A STOP (or SIGTERM) is ending the session: nothing restarts or spawns any more."""
+        self._restart_handle: Handle | None = None
+        self._husk_handle: Handle | None = None
+        self._requested_at = 0.0
+        self._replacing = False
+        self._spawn_lock = Lock()
+
+    # ----------------------------------------------------------------------------------- spawning
+
+    def spawn_first(self) -> None:
+        """Start the session's first child; raises if it cannot start (the session does not either)."""
+        self._spawn(self.child_argv, self.child_cwd, self.child_env, first=True)
+
+    def _child_env(self, env: dict[str, str]) -> dict[str, str]:
+        # SHELLPER_INSTANCE marks the whole tree: what outlives a killed shellper can be found (shellper.host.survivors)
+        return build_env(env, {"SHELLPER_SESSION": self.config.name, "SHELLPER_INSTANCE": self.instance_id},
+                         self.config.term, inherit=True)
+
+    def _spawn(self, argv: list[str], cwd: str, env: dict[str, str], *, first: bool = False) -> bool:
+        """Start a child; on exec failure either raise (first start) or treat it as a permanent exit."""
+        full_env = self._child_env(env)
+        join_fd = -1
+        try:
+            join_fd = self.tree.child_procs_fd()
+            child = spawn_child(argv, cwd=cwd, env=full_env, cols=self.cols, rows=self.rows,
+                                stderr_mode=resolve_stderr_mode(self.config.stderr_mode, argv),
+                                cgroup_procs_fd=join_fd)
+        except (SpawnError, CgroupError) as exc:
+            if first:
+                raise
+            self.log.write(f"spawn failed: {exc}")
+            self._handle_exit(ExitEvidence(code=None, signal=None, core=False, uptime=0.0, requested=False,
+                                           spawn_error=str(exc)), child_pid=None)
+            return False
+        finally:
+            if join_fd >= 0:
+                os.close(join_fd)
+        self.child = child
+        self.input.attach(child)
+        self.output.attach(child)
+        self.journal.set_state(SessionState.RUNNING, "")
+        self.log.write(f"spawned pid={child.pid} argv={argv!r}")
+        self.journal.event("spawned", {"child_pid": child.pid, "argv": argv})
+        return True
+
+    def close_child(self) -> None:
+        """Stop reading and writing the child's descriptors, and close them."""
+        self.output.detach()
+        self.input.detach()
+        if self.child is not None:
+            self.child.close()
+
+    # ----------------------------------------------------------------------------------- its exit
+
+    def reap(self) -> None:
+        """Reap every child (we are a subreaper: orphans of the session land here too)."""
+        for pid, status in reap_children_nohang():
+            if self.child is not None and pid == self.child.pid:
+                self._child_gone(status)
+
+    def _child_gone(self, status: int | None, requested: bool = False) -> None:
+        child = self.child
+        assert child is not None
+        self.output.drain(child)
+        self.close_child()  # the input meant for it is dropped: the clients it held back may send again
+        self.child = None
+        now = time.monotonic()
+        requested = requested or self.stop_requested or (now - self._requested_at) < REQUESTED_WINDOW
+        tail = bytes(self.output.stderr_tail).decode("utf-8", "replace")
+        evidence = ExitEvidence.from_wait_status(status, now - child.started_at, requested=requested,
+                                                 stderr_tail=tail)
+        self._handle_exit(evidence, child_pid=child.pid)
+
+    def _handle_exit(self, evidence: ExitEvidence, child_pid: int | None) -> None:
+        import random  # only here: keeps it out of the start-up path
+
+        decision = self.supervisor.on_exit(evidence, time.monotonic(), random.random())
+        if self.stop_requested:
+            state = SessionState.STOPPING
+        elif self._replacing:
+            state = SessionState.STARTING
+        else:
+            state = _STATE_AFTER[decision.action]
+        record = exit_record(evidence, decision, state=state, child_pid=child_pid, at=time.time(),
+                             breaker=self.supervisor.snapshot())
+        self.last_exit = record
+        self.exits.append(record)
+        self.exit_count += 1
+        self.restarts = decision.restart_count
+        self.log.write(f"child {child_pid} {describe_exit(evidence)}: {decision.classification.cls.value}; "
+                       f"{decision.reason}")
+        if state is SessionState.BACKOFF:
+            self.next_restart_at = time.time() + decision.delay
+        self.journal.set_state(state, decision.reason)  # the exit is on disk before anyone hears of it
+        exit_frame = wire.Exit.of(record)
+        self.registry.send_exit(wire.encode(exit_frame), exit_frame)
+        self.journal.event("exited", record.to_wire())
+        if state is SessionState.BACKOFF:
+            self.output.notice(f"child {describe_exit(evidence)}; restarting in {decision.delay:.2g} s "
+                               f"(restart {decision.restart_count})")
+            self._restart_handle = self.loop.call_later(decision.delay, self._restart_now)
+            self.journal.event("restart_scheduled", {"delay": decision.delay, "at": self.next_restart_at})
+        elif state.ended:
+            self.output.notice(f"child {describe_exit(evidence)}; {decision.reason}")
+            if state is SessionState.FATAL:
+                self.journal.event("gave_up", {"reason": decision.reason})
+            if self.config.husk_ttl is not None:
+                self._husk_handle = self.loop.call_later(self.config.husk_ttl, self._request_stop)
+
+    # ----------------------------------------------------------------------------------- restarts and SPAWN
+
+    def _restart_now(self) -> None:
+        self._restart_handle = None
+        self.next_restart_at = None
+        if self.stop_requested or self.child is not None:
+            return
+        self.loop.create_task(self._restart_task()).add_done_callback(self._child_task_done("restart"))
+
+    def start_respawn(self, spawn: wire.Spawn, client: ClientConn | None) -> None:
+        """SPAWN, in a task whose failure is never silent."""
+        self.loop.create_task(self.respawn(spawn, client)).add_done_callback(self._child_task_done("SPAWN", client))
+
+    def _child_task_done(self, what: str, client: ClientConn | None = None) -> Callable[[Future[None]], None]:
+        """A restart or SPAWN that failed (a bug, an OS error) is said to the client that asked, and, if it
+        left no child (the session in backoff or starting, nothing scheduled), makes the session fatal,
+        saying why, for the Tower to SPAWN or STOP."""
+        def done(task: Future[None]) -> None:
+            error = task.exception()
+            if error is None or self.stop_requested:
+                return
+            reason = f"{what} failed: {type(error).__name__}: {error}"
+            self.log.write(reason)
+            if client is not None:
+                client.send_error("spawn_failed", reason, wire.FrameType.SPAWN)
+            if self.child is not None:
+                return
+            self._cancel_timers()
+            self.journal.set_state(SessionState.FATAL, reason)
+            self.output.notice(reason)
+            self.journal.event("gave_up", {"reason": reason})
+        return done
+
+    async def _restart_task(self) -> None:
+        async with self._spawn_lock:  # a SPAWN may have started a child meanwhile
+            if self.stop_requested or self.child is not None:
+                return
+            await self.terminate_tree(self.config.grace)  # leftovers of the old child would fight the new one
+            if not self.stop_requested and self.child is None:
+                self._spawn(self.child_argv, self.child_cwd, self.child_env)
+                self.journal.write_record()
+
+    async def respawn(self, spawn: wire.Spawn, client: ClientConn | None) -> None:
+        """SPAWN: end the current child's tree (death confirmed), then start the new one.
+
+        Serialised with other spawns: two SPAWNs in a row must not leave two children.
+        """
+        async with self._spawn_lock:
+            if self.stop_requested:
+                return
+            problem = self._unspawnable(spawn)
+            if problem is not None:  # refused before anything ends: the running child is left alone
+                self.log.write(f"SPAWN refused: {problem}")
+                if client is not None:
+                    client.send_error("spawn_failed", problem, wire.FrameType.SPAWN)
+                return
+            await self._respawn(spawn, client)
+
+    def _unspawnable(self, spawn: wire.Spawn) -> str | None:
+        """Why this SPAWN's command cannot start (empty, not found, a bad cwd or variable), or None."""
+        argv = self.child_argv if spawn.argv is None else list(spawn.argv)
+        cwd = self.child_cwd if spawn.cwd is None else spawn.cwd
+        env = self.child_env if spawn.env is None else dict(spawn.env)
+        try:
+            check_spawnable(argv, cwd, self._child_env(env))
+        except (SpawnError, ValueError) as exc:
+            return str(exc)
+        return None
+
+    async def _respawn(self, spawn: wire.Spawn, client: ClientConn | None) -> None:
+        self._cancel_timers()
+        self._requested_at = time.monotonic()
+        self._replacing = True  # the old child's exit says state "starting": no notice, no husk timer
+        try:
+            await self.terminate_tree(self.config.grace)
+            self.reap()
+        finally:
+            self._replacing = False
+        self._cancel_timers()
+        if spawn.argv is not None:
+            self.child_argv = list(spawn.argv)
+        if spawn.cwd is not None:
+            self.child_cwd = spawn.cwd
+        if spawn.env is not None:
+            self.child_env = dict(spawn.env)
+        if spawn.clear_ring:
+            self.output.scrollback.clear()
+        self.supervisor.reset()
+        if self.stop_requested:
+            return
+        if not self._spawn(self.child_argv, self.child_cwd, self.child_env) and client is not None:
+            client.send_error("spawn_failed", self.journal.state_reason, wire.FrameType.SPAWN)
+        self.journal.write_record()
+
+    def _cancel_timers(self) -> None:
+        for handle in (self._restart_handle, self._husk_handle):
+            if handle is not None:
+                handle.cancel()
+        self._restart_handle = self._husk_handle = None
+        self.next_restart_at = None
+
+    # ----------------------------------------------------------------------------------- requests
+
+    def resize(self, cols: int, rows: int) -> None:
+        self.cols, self.rows = cols, rows
+        if self.child is not None:
+            resize_child(self.child, cols, rows)
+        self.journal.event("resized", {"cols": cols, "rows": rows})
+
+    def send_signal(self, name: str, client: ClientConn) -> None:
+        bare = wire.bare_signal(name)
+        if bare is None:
+            client.send_error("bad_signal", f"signal {name!r} is not one of {', '.join(wire.SIGNALS)}",
+                              wire.FrameType.SIGNAL)
+            return
+        if self.child is None:
+            client.send_error("not_running", "the child is not running", wire.FrameType.SIGNAL)
+            return
+        signum = signal.Signals["SIG" + bare]
+        if signum in TERMINATING:
+            self._requested_at = time.monotonic()
+        self.log.write(f"signal {signum.name} to group {self.child.pid} from client {client.client_id}")
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.child.pid, signum)
+
+    # ----------------------------------------------------------------------------------- the end
+
+    def begin_stop(self) -> bool:
+        """From now on nothing restarts or spawns; False if a stop had already begun."""
+        if self.stop_requested:
+            return False
+        self.stop_requested = True
+        return True
+
+    async def stop_child(self, grace: float) -> None:
+        """A stop's first part: end the child's whole tree and report its exit."""
+        self.journal.set_state(SessionState.STOPPING, "stop requested")
+        self._cancel_timers()
+        self._requested_at = time.monotonic()
+        await self.terminate_tree(grace)
+        self.reap()
+        if self.child is not None:  # exit not seen (reaped elsewhere?): report it anyway
+            self._child_gone(None, requested=True)
+
+    async def terminate_tree(self, grace: float) -> None:
+        """End the child's tree (shellper.daemon.tree), reaping as its processes die."""
+        await self.tree.terminate(grace, self.child.pid if self.child is not None else None, self.reap)

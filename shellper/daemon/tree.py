@@ -1,0 +1,273 @@
+"""The session's processes: what contains them (its own cgroup, where one can be made) and how they are ended.
+
+With a cgroup (shellper.host.cgroup) the child runs in its child/ part and this shellper in its shellper/
+part; ending the tree is emptying child/. Without one, every descendant of this shellper is pinned by a
+pidfd and signalled only while it is still under a pinned parent (shellper.host.reaper.OwnTree).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+
+from shellper.core.config import ConfigError
+from shellper.core.containment import Containment
+from shellper.host.cgroup import (
+    CHILD_SUB,
+    SHELLPER_SUB,
+    CgroupError,
+    LeafName,
+    SessionCgroup,
+    default_parent,
+    delegated_scope,
+    events_populated,
+    find_mount,
+    own_cgroup,
+    session_cgroup_of,
+)
+from shellper.host.identity import IdentityError, PidFd, ProcessGone
+from shellper.host.reaper import OwnTree
+from shellper.host.record import RecordError, read_record
+from shellper.host.shellpers import live_shellpers
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from shellper.core.config import SessionConfig
+    from shellper.daemon.reactor import Future, Reactor
+    from shellper.host.logfile import LogFile
+    from shellper.host.paths import SessionPaths
+
+KILL_ROUNDS = 8
+"""SIGKILL rounds of a teardown without a cgroup before what is left is logged as surviving."""
+
+
+class SessionTree:
+    """Makes, joins and removes the session's cgroup, and ends the child's whole tree."""
+
+    def __init__(self, loop: Reactor, log: LogFile, config: SessionConfig, paths: SessionPaths, owner: str,
+                 instance_id: str) -> None:
+        self.loop = loop
+        self.log = log
+        self.config = config
+        self.paths = paths
+        self.owner = owner
+        self.instance_id = instance_id
+        self.containment = Containment.NONE
+        self.cgroup: SessionCgroup | None = None
+        """The session's cgroup (shellper.host.cgroup), once made; None: containment none."""
+        self.cgroup_id: int | None = None
+
+    # ----------------------------------------------------------------------------------- containment
+
+    def contain(self) -> None:
+        """Make the session's cgroup and move this shellper into its shellper/ part (shellper.host.cgroup).
+
+        Under ``auto`` a machine without a writable cgroup v2 hierarchy runs the session uncontained, and
+        says so in the record and the log; under ``cgroup`` it does not start."""
+        if self.config.containment == Containment.NONE:
+            self._leave_outer_session()
+            return
+        parent = self.config.cgroup_parent or default_parent()
+        try:
+            if parent is None:
+                raise CgroupError("(none)", "no writable cgroup v2 parent: give --cgroup-parent, or run as root "
+                                  "or with a delegated cgroup")
+            scope = delegated_scope()
+            group = SessionCgroup.create(parent, LeafName.of(self.paths.dir, self.owner, self.config.name,
+                                                             self.instance_id))
+            try:
+                self.cgroup_id = group.inode()
+            except OSError:
+                group.remove()
+                raise
+        except (CgroupError, OSError) as exc:
+            if self.config.containment == Containment.CGROUP:  # the launcher shows this: say which option made it fatal
+                raise ConfigError("--containment cgroup", str(exc)) from exc
+            self.log.write(f"running without a cgroup: {exc}")
+            self._leave_outer_session()
+            return
+        self.cgroup = group
+        self.containment = Containment.SYSTEMD_SCOPE if scope is not None and scope == parent else Containment.CGROUP
+        self.log.write(f"cgroup {group.path}")
+
+    def join(self) -> None:
+        """Move into the session cgroup's shellper/ part, once the launcher has been told we are ready.
+
+        Off the launch path on purpose: a migration between cgroups waits for an RCU grace period (5-20 ms
+        here: bench/NOTES.md). Until then this shellper stays where it was started, which matters only for
+        a session started inside another one, for those few milliseconds."""
+        if self.cgroup is None:
+            return
+        try:
+            self.cgroup.join(SHELLPER_SUB)
+        except CgroupError as exc:
+            self.log.write(f"could not move into {self.cgroup.sub(SHELLPER_SUB)}: {exc}")
+
+    def _leave_outer_session(self) -> None:
+        """Without a cgroup of our own, still not inside another session's: ending that one would end this.
+        Move to the nearest cgroup above it (where the hierarchy lets us)."""
+        mount, here = find_mount(), own_cgroup()
+        outer = session_cgroup_of(here) if here is not None else None
+        if mount is None or outer is None:
+            return
+        target = mount + os.path.dirname(outer)
+        try:
+            with open(os.path.join(target, "cgroup.procs"), "w") as procs:
+                procs.write("0")
+        except OSError as exc:
+            self.log.write(f"runs inside session cgroup {outer} and could not leave it ({exc.strerror}): ending "
+                           "that session ends this one")
+            return
+        self.log.write(f"left session cgroup {outer} for {target}")
+
+    def child_procs_fd(self) -> int:
+        """A descriptor of child/'s cgroup.procs for a spawn to join (the caller closes it); -1 without a cgroup."""
+        return self.cgroup.open_procs(CHILD_SUB) if self.cgroup is not None else -1
+
+    def release(self) -> None:
+        """Leave the session's cgroup and remove it: called once its child/ part is empty."""
+        group = self.cgroup
+        if group is None:
+            return
+        try:
+            group.leave()
+            if not group.remove():
+                self.log.write(f"cgroup {group.path} is not empty; left in place")
+        except (CgroupError, OSError) as exc:
+            self.log.write(f"could not remove cgroup {group.path}: {exc}")
+        self.cgroup = None
+
+    # ----------------------------------------------------------------------------------- ending it
+
+    def end_previous(self) -> None:
+        """A killed shellper's record is about to be overwritten: end what its tree left running first (its
+        cgroup, or what carries its mark), or nothing would ever find it again."""
+        try:
+            previous = read_record(self.paths.record)
+        except (OSError, RecordError):
+            return
+        if previous.owner != self.owner:
+            self.log.write(f"instance {previous.instance_id} was owner {previous.owner!r}'s: what it left running "
+                           "is theirs to end")
+            return
+        from shellper.host.survivors import reap_survivors  # only on this path: a name reused after a crash
+
+        try:
+            report = reap_survivors(previous, directory=self.paths.dir, grace=self.config.grace)
+        except (IdentityError, CgroupError, OSError) as exc:
+            self.log.write(f"could not end what instance {previous.instance_id} left running: {exc}")
+            return
+        if report.pids or report.suspect:
+            self.log.write(f"instance {previous.instance_id} left {list(report.pids)} running: ended"
+                           + (f"; not ended: {report.suspect}" if report.suspect else ""))
+
+    def kill_at_once(self, leader: int | None) -> None:
+        """A start that failed: SIGKILL what it started (and reap the child) before its files go."""
+        if self.cgroup is not None:
+            with contextlib.suppress(CgroupError):
+                self.cgroup.kill(CHILD_SUB)
+                self.cgroup.wait_empty(5.0, CHILD_SUB)
+        if leader is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(leader, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(leader, 0)
+
+    async def terminate(self, grace: float, leader: int | None, reap: Callable[[], None]) -> None:
+        """SIGTERM the child's group (``leader``) and every descendant, wait ``grace``, SIGKILL, and confirm
+        death; ``reap`` reaps what died after each wait.
+
+        Without a cgroup, every process is pinned by a pidfd and only signalled if, after the pinning, it is
+        still under a pinned parent of this shellper (shellper.host.reaper.OwnTree): a pid recycled since /proc
+        listed it is never hit."""
+        if self.cgroup is not None:
+            await self._terminate_cgroup(self.cgroup, grace, reap)
+            return
+        try:
+            # A session started from inside this one is not part of it: its shellper ends its own tree.
+            tree = OwnTree(spare=frozenset(live_shellpers()) - {os.getpid()})
+        except (OSError, IdentityError) as exc:  # no pidfd to spare (EMFILE): a stop must not hang on it
+            self.log.write(f"cannot pin the process tree, nothing signalled: {exc}")
+            return
+        try:
+            self._pin_new(tree)
+            if not tree.alive():
+                return
+            if leader is not None:
+                tree.signal_group(leader, signal.SIGCONT)
+                tree.signal_group(leader, signal.SIGTERM)
+            await self._signal_and_wait(tree.alive(), signal.SIGTERM, grace, reap)
+            # SIGKILL in rounds: a process forked between a round's scan and its parent's death is found
+            # (re-parented to us, the subreaper) by the next. Each round's victims can fork no more.
+            for _ in range(KILL_ROUNDS):
+                self._pin_new(tree)
+                if not tree.alive():
+                    return
+                await self._signal_and_wait(tree.alive(), signal.SIGKILL, 5.0, reap)
+            self._pin_new(tree)
+            left = [fd.pid for fd in tree.alive()]
+            if left:
+                self.log.write(f"processes survived SIGKILL: {left}")
+        finally:
+            tree.close()
+
+    async def _terminate_cgroup(self, group: SessionCgroup, grace: float, reap: Callable[[], None]) -> None:
+        """SIGTERM every verified member of child/, wait ``grace`` for it to empty, then cgroup.kill."""
+        if not group.populated(CHILD_SUB):
+            reap()
+            return
+        group.signal_members(signal.SIGTERM, CHILD_SUB)
+        group.signal_members(signal.SIGCONT, CHILD_SUB)
+        if not await self._cgroup_emptied(group, grace):
+            try:
+                group.kill(CHILD_SUB)
+            except CgroupError as exc:
+                self.log.write(f"could not kill the child's cgroup: {exc}")
+            if not await self._cgroup_emptied(group, 5.0):
+                self.log.write(f"processes survived cgroup.kill: {group.procs(CHILD_SUB)}")
+        reap()
+
+    async def _cgroup_emptied(self, group: SessionCgroup, timeout: float) -> bool:
+        """Wait until child/ holds no process (the kernel flags cgroup.events with POLLPRI) or ``timeout``."""
+        deadline = time.monotonic() + timeout
+        try:
+            fd = os.open(group.events_path(CHILD_SUB), os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return True
+        try:
+            while events_populated(os.pread(fd, 4096, 0).decode("ascii", "replace")):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                if not await self.loop.wait([self.loop.priority_readable(fd)], timeout=left):
+                    self.loop.remove_reader(fd)
+            return True
+        finally:
+            self.loop.forget_fd(fd)
+            os.close(fd)
+
+    def _pin_new(self, tree: OwnTree) -> None:
+        try:
+            tree.scan()
+        except (OSError, IdentityError) as exc:  # what is pinned so far still gets the signals
+            self.log.write(f"could not pin every descendant: {exc}")
+
+    async def _signal_and_wait(self, members: list[PidFd], sig: int, timeout: float,
+                               reap: Callable[[], None]) -> None:
+        """Signal pinned processes and wait, without blocking the loop, until they exit or ``timeout``."""
+        waiters: list[Future[None]] = []
+        for member in members:
+            with contextlib.suppress(ProcessGone, PermissionError):
+                member.send_signal(sig)
+            waiters.append(self.loop.readable(member.fileno()))
+        try:
+            if waiters:
+                await self.loop.wait(waiters, timeout=timeout)
+        finally:
+            for member in members:
+                self.loop.remove_reader(member.fileno())
+        reap()
