@@ -274,8 +274,9 @@ def test_the_pure_cores_pass_with_the_standard_dataclasses_too() -> None:
 
 
 def test_the_console_script_forks_the_prefork_before_importing_anything_else() -> None:
-    """shellper.cli.entry and shellper.daemon.prefork are leaves at import: of the package, only themselves
-    (what the prefork imports of the server, it imports in the forked process), and of the standard
+    """shellper.cli.entry and shellper.daemon.prefork are leaves at import: of the package, only themselves and
+    shellper.cli.argscan, which imports nothing (what the prefork imports of the server, it imports in the
+    forked process), and of the standard
     library nothing the server or the CLI would wait for (signal, which every shellper needs, and what it
     brings). Else the overlap the prefork exists for shrinks."""
     probe = ("import sys; before = set(sys.modules); import shellper.cli.entry\n"
@@ -283,7 +284,8 @@ def test_the_console_script_forks_the_prefork_before_importing_anything_else() -
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
     loaded = set(done.stdout.split())
     assert {m for m in loaded if m.startswith("shellper")} == {"shellper", "shellper.cli", "shellper.cli.entry",
-                                                               "shellper.daemon", "shellper.daemon.prefork"}
+                                                               "shellper.cli.argscan", "shellper.daemon",
+                                                               "shellper.daemon.prefork"}
     assert "signal" in loaded, "the probe sees what the import loads"
     assert loaded & {"msgpack", "json", "socket", "select", "termios", "re", "argparse", "typing", "dataclasses",
                      "pathlib", "contextlib"} == set()
