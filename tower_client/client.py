@@ -15,27 +15,30 @@ import socket
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from typing import TypeVar
 
-from shellper.client.blocking import (
-    Client,
+from shellper.client.blocking import Client, check_role, checked_socket_path, peer_pid, socket_path
+from shellper.core.exitrecord import ExitRecord
+from shellper.protocol import wire
+from shellper.protocol.connection import (
+    Answered,
     ClientError,
+    Connection,
     ConnectionRefused,
+    ConnState,
+    InstanceMismatch,
     Output,
+    PeerMismatch,
     ProtocolViolation,
     RemoteError,
+    Request,
     SessionGone,
     SessionNotFound,
     Timeout,
-    check_role,
-    checked_socket_path,
-    peer_pid,
-    socket_path,
+    connect_error,
+    send_error,
 )
-from shellper.core.exitrecord import ExitRecord
-from shellper.core.states import SessionState
-from shellper.protocol import wire
+from tower_client.resume import Backoff, Reconnected, Resume, ResumeItem
 
 __all__ = [
     "AsyncClient",
@@ -67,43 +70,6 @@ READ_SIZE = 256 * 1024
 MAX_BUFFERED = 8 * 1024 * 1024
 """Bytes of decoded frames an AsyncClient holds for a caller that is not reading. Past this it stops
 reading the socket, so the shellper sees a slow client and later catches it up from its ring."""
-ENDED_STATES = (SessionState.STOPPING,)
-"""EXIT states after which the shellper goes away on purpose: a resuming client does not reconnect."""
-RESUMABLE_ERRORS = ("too_slow",)
-"""Fatal ERROR codes after which reconnecting makes sense. Any other (``replaced`` by another tower,
-``forbidden``, a protocol error) would only repeat, or fight another tower, so resuming stops."""
-
-
-class InstanceMismatch(ClientError):
-    """The socket answered as another shellper instance than expected: offsets do not carry over."""
-
-    def __init__(self, path: str | os.PathLike[str], expected: str, found: str) -> None:
-        super().__init__(path, f"expected shellper instance {expected}, found {found}")
-        self.expected = expected
-        self.found = found
-
-
-class PeerMismatch(ClientError):
-    """The process serving the socket is not the pid the session record names."""
-
-    def __init__(self, path: str | os.PathLike[str], expected: int, found: int | None) -> None:
-        super().__init__(path, f"expected the shellper pid {expected} at the other end, found {found}")
-        self.expected = expected
-        self.found = found
-
-
-def _connect_error(path: str, exc: BaseException, timeout: float) -> ClientError:
-    if isinstance(exc, FileNotFoundError):
-        return SessionNotFound(path, "no such session socket")
-    if isinstance(exc, ConnectionRefusedError):
-        return ConnectionRefused(path, "nothing is listening (stale socket)")
-    if isinstance(exc, TimeoutError):
-        return Timeout(path, f"connect timed out after {timeout:g} s")
-    if isinstance(exc, PermissionError):
-        return ClientError(path, "permission denied")
-    if isinstance(exc, OSError):
-        return ClientError(path, f"connect failed: {exc.strerror or exc}")
-    return ClientError(path, f"connect failed: {exc}")
 
 
 # --------------------------------------------------------------------------------------------- asyncio
@@ -140,10 +106,11 @@ def checked_request(frame: F) -> F:
 class AsyncClient:
     """One asyncio connection to a shellper: ``await connect()``, then ``async for frame in client``.
 
-    A reader task decodes frames as they arrive, answers ``status()``/``ping()`` waiters directly and
-    queues the rest (bounded by MAX_BUFFERED bytes) for ``recv()`` / iteration. REPLAY is consumed by
-    ``connect()`` and kept in ``replay``; iteration yields DATA, GAP, EXIT, EVENT, ERROR and any
-    unsolicited reply, and ends when the shellper closes the connection (``closed_error`` says why).
+    The I/O around a :class:`~shellper.protocol.connection.Connection`: a reader task feeds it what
+    arrives, answers ``status()``/``ping()`` waiters with the replies it matches, and queues the rest
+    (bounded by MAX_BUFFERED bytes) for ``recv()`` / iteration. REPLAY is consumed by ``connect()``
+    and kept in ``replay``; iteration yields DATA, GAP, EXIT, EVENT, ERROR and any unsolicited reply,
+    and ends when the shellper closes the connection (``closed_error`` says why).
     """
 
     def __init__(self, path: str | os.PathLike[str], role: str = "tower", *, client_name: str = CLIENT_NAME,
@@ -158,13 +125,9 @@ class AsyncClient:
         self.handshake_timeout = handshake_timeout
         self.request_timeout = request_timeout
         self.max_buffered = max_buffered
-        self.decoder = wire.Decoder(max_frame)
-        self.welcome: wire.Welcome | None = None
-        self.replay: wire.Replay | None = None
-        self.output = Output()
-        self.exit: wire.Exit | None = None
-        self.last_event_seq: int | None = None
-        self.fatal_error: wire.Error | None = None
+        self.max_frame = max_frame
+        self.conn = Connection(self.path, role, client_name, max_frame)
+        self.output = self.conn.output
         self.closed_error: ClientError | None = None
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
@@ -174,9 +137,32 @@ class AsyncClient:
         self._have = asyncio.Event()
         self._room = asyncio.Event()
         self._room.set()
-        self._status_waiters: deque[asyncio.Future[wire.StatusReply]] = deque()
-        self._pong_waiters: dict[int, asyncio.Future[wire.Pong]] = {}
+        self._waiters: dict[Request, asyncio.Future[wire.Frame]] = {}
         self._nonce = 0
+
+    @property
+    def welcome(self) -> wire.Welcome | None:
+        return self.conn.welcome
+
+    @property
+    def replay(self) -> wire.Replay | None:
+        return self.conn.replay
+
+    @property
+    def exit(self) -> wire.Exit | None:
+        return self.conn.exit
+
+    @property
+    def last_event_seq(self) -> int | None:
+        return self.conn.last_event_seq
+
+    @property
+    def fatal_error(self) -> wire.Error | None:
+        return self.conn.fatal_error
+
+    @property
+    def decoder(self) -> wire.Decoder:
+        return self.conn.decoder
 
     # ----------------------------------------------------------------------------------- connect
 
@@ -194,133 +180,73 @@ class AsyncClient:
             async with asyncio.timeout(self.connect_timeout):
                 reader, writer = await asyncio.open_unix_connection(self.path)
         except (OSError, TimeoutError) as exc:
-            raise _connect_error(self.path, exc, self.connect_timeout) from None
+            raise connect_error(self.path, exc, self.connect_timeout) from None
         self._reader, self._writer = reader, writer
+        conn = self.conn = Connection(self.path, self.role, self.client_name, self.max_frame)
+        self.output = conn.output
         try:
-            self._write(wire.encode(wire.Hello(
-                version=wire.PROTOCOL_VERSION, role=self.role, resume_from=resume_from,
-                replay_bytes=replay_bytes, events_after=events_after, client=self.client_name)))
+            self._write(conn.hello(resume_from=resume_from, replay_bytes=replay_bytes, events_after=events_after,
+                                   expect_instance_id=expect_instance_id, expect_pid=expect_pid,
+                                   peer_pid=self.peer_pid() if expect_pid is not None else None))
             try:
                 async with asyncio.timeout(self.handshake_timeout):
-                    welcome = await self._expect(wire.Welcome)
-                    replay = await self._expect(wire.Replay)
+                    while conn.state is not ConnState.OPEN:
+                        if conn.next_event() is None:  # WELCOME, then REPLAY: the connection keeps them
+                            await self._read()
             except TimeoutError:
                 raise Timeout(self.path, f"no WELCOME/REPLAY within {self.handshake_timeout:g} s") from None
-            self._verify(welcome, expect_instance_id, expect_pid)
         except BaseException:
             await self.close()
             raise
-        self.welcome, self.replay = welcome, replay
-        self.output.next_offset = replay.offset + len(replay.data)
-        if replay.gap:
-            self.output.gaps.append((replay.offset, replay.gap))
-        self.last_event_seq = events_after if events_after is not None else welcome.event_seq
+        assert conn.welcome is not None
         loop = asyncio.get_running_loop()
         self._task = loop.create_task(self._read_loop(), name=f"shellper-client {self.path}")
-        return welcome
+        return conn.welcome
 
-    def _verify(self, welcome: wire.Welcome, instance_id: str | None, pid: int | None) -> None:
-        if instance_id is not None and welcome.instance_id != instance_id:
-            raise InstanceMismatch(self.path, instance_id, welcome.instance_id)
-        if pid is not None:
-            seen = self.peer_pid()
-            if seen != pid or welcome.shellper_pid != pid:
-                raise PeerMismatch(self.path, pid, seen if seen != pid else welcome.shellper_pid)
-
-    async def _expect(self, kind: type[F]) -> F:
-        """The next frame during the handshake (before the reader task runs); it must be ``kind``."""
-        while True:
-            event = self._decode_next()
-            if event is None:
-                assert self._reader is not None
-                try:
-                    chunk = await self._reader.read(READ_SIZE)
-                except OSError as exc:
-                    raise SessionGone(self.path, f"connection lost: {exc.strerror or exc}") from None
-                if not chunk:
-                    raise SessionGone(self.path, "the shellper closed the connection during the handshake")
-                self.decoder.feed(chunk)
-                continue
-            if not isinstance(event, wire.Frame):
-                continue
-            if isinstance(event, wire.Error):
-                raise RemoteError(self.path, event)
-            if not isinstance(event, kind):
-                raise ProtocolViolation(self.path, f"expected {kind.TYPE.name}, got {event.TYPE.name}")
-            return event
-
-    def _decode_next(self) -> wire.DecodedEvent | None:
+    async def _read(self) -> None:
+        assert self._reader is not None
         try:
-            return self.decoder.next_event()
-        except wire.ProtocolError as exc:
-            raise ProtocolViolation(self.path, str(exc)) from None
+            chunk = await self._reader.read(READ_SIZE)
+        except OSError as exc:
+            self.conn.connection_lost(exc)
+            return
+        self.conn.receive_data(chunk)
 
     # ----------------------------------------------------------------------------------- reading
 
     async def _read_loop(self) -> None:
-        assert self._reader is not None
+        conn = self.conn
         error: ClientError = SessionGone(self.path, "the shellper closed the connection")
         try:
             while True:
-                while (event := self._decode_next()) is not None:
-                    if isinstance(event, wire.Frame) and not self._answer(event):
+                while (event := conn.next_event()) is not None:
+                    if isinstance(event, Answered):
+                        self._answer(event)
+                    else:
                         await self._push(event)
-                try:
-                    chunk = await self._reader.read(READ_SIZE)
-                except OSError as exc:
-                    error = SessionGone(self.path, f"connection lost: {exc.strerror or exc}")
-                    break
-                if not chunk:
-                    try:
-                        self.decoder.close()
-                    except wire.ProtocolError as exc:
-                        error = ProtocolViolation(self.path, str(exc))
-                    break
-                self.decoder.feed(chunk)
+                await self._read()
         except ClientError as exc:
             error = exc
         except asyncio.CancelledError:
             error = SessionGone(self.path, "closed by this client")
             raise
         finally:
-            if self.fatal_error is not None and isinstance(error, SessionGone):
-                error = SessionGone(self.path, f"closed by the shellper after ERROR {self.fatal_error.code}: "
-                                    f"{self.fatal_error.message}")
             self.closed_error = error
             self._have.set()
             self._room.set()
-            waiters: list[asyncio.Future[wire.StatusReply] | asyncio.Future[wire.Pong]] = [
-                *self._status_waiters, *self._pong_waiters.values()]
-            for fut in waiters:
+            for fut in self._waiters.values():
                 if not fut.done():
                     fut.set_exception(error)
-            self._status_waiters.clear()
-            self._pong_waiters.clear()
+            self._waiters.clear()
 
-    def _answer(self, frame: wire.Frame) -> bool:
-        """Hand a reply to its waiter; True if consumed. Fatal errors are remembered (and still queued)."""
-        if isinstance(frame, wire.StatusReply):
-            while self._status_waiters:
-                fut = self._status_waiters.popleft()
-                if not fut.done():
-                    fut.set_result(frame)
-                    return True
-        elif isinstance(frame, wire.Pong) and frame.nonce in self._pong_waiters:
-            fut_p = self._pong_waiters.pop(frame.nonce)
-            if not fut_p.done():
-                fut_p.set_result(frame)
-            return True
-        elif isinstance(frame, wire.Error):
-            if frame.fatal:
-                self.fatal_error = frame
-            elif frame.frame_type == wire.FrameType.STATUS and self._status_waiters:
-                self._status_waiters.popleft().set_exception(RemoteError(self.path, frame))
-                return True
-            elif frame.frame_type == wire.FrameType.PING and self._pong_waiters:
-                nonce = next(iter(self._pong_waiters))
-                self._pong_waiters.pop(nonce).set_exception(RemoteError(self.path, frame))
-                return True
-        return False
+    def _answer(self, answered: Answered) -> None:
+        fut = self._waiters.pop(answered.request, None)
+        if fut is None or fut.done():
+            return
+        if answered.error is not None:
+            fut.set_exception(answered.error)
+        else:
+            fut.set_result(answered.reply)
 
     async def _push(self, frame: wire.Frame) -> None:
         size = len(frame.data) if isinstance(frame, wire.Data) else 64
@@ -352,15 +278,8 @@ class AsyncClient:
         self._buffered -= size
         if self._buffered < self.max_buffered:
             self._room.set()
-        self._account(frame)
+        self.conn.deliver(frame)
         return frame
-
-    def _account(self, frame: wire.Frame) -> None:
-        self.output.advance(frame)
-        if isinstance(frame, wire.Exit):
-            self.exit = frame
-        elif isinstance(frame, wire.Event) and frame.seq > 0:
-            self.last_event_seq = max(self.last_event_seq or 0, frame.seq)
 
     def __aiter__(self) -> AsyncIterator[wire.Frame]:
         return self
@@ -404,14 +323,14 @@ class AsyncClient:
         except TimeoutError:
             raise Timeout(self.path, f"send did not drain within {timeout:g} s") from None
         except OSError as exc:
-            raise SessionGone(self.path, f"connection lost: {exc.strerror or exc}") from None
+            raise send_error(self.path, exc, timeout) from None
 
     async def send(self, frame: wire.Frame, timeout: float | None = None) -> None:
-        await self.send_bytes(wire.encode(frame), self.request_timeout if timeout is None else timeout)
+        await self.send_bytes(self.conn.send(frame), self.request_timeout if timeout is None else timeout)
 
     async def write(self, data: bytes, timeout: float | None = None) -> None:
         """Input for the child. No default timeout: a slow child legitimately holds input back."""
-        await self.send_bytes(wire.encode_data(checked_input(data)), timeout)
+        await self.send_bytes(self.conn.send_data(checked_input(data)), timeout)
 
     async def resize(self, cols: int, rows: int) -> None:
         await self.send(checked_request(wire.Resize(cols=cols, rows=rows)))
@@ -429,25 +348,27 @@ class AsyncClient:
         await self.send(checked_request(wire.Stop(grace=grace)))
 
     async def status(self, timeout: float | None = None) -> wire.StatusReply:
-        fut: asyncio.Future[wire.StatusReply] = asyncio.get_running_loop().create_future()
-        self._status_waiters.append(fut)
-        return await self._request(wire.Status(), fut, timeout)
+        reply = await self._request(wire.Status(), timeout)
+        assert isinstance(reply, wire.StatusReply)
+        return reply
 
     async def ping(self, timeout: float | None = None) -> float:
         """Round-trip time in seconds."""
         self._nonce += 1
-        fut: asyncio.Future[wire.Pong] = asyncio.get_running_loop().create_future()
-        self._pong_waiters[self._nonce] = fut
         started = time.monotonic()
-        await self._request(wire.Ping(nonce=self._nonce), fut, timeout)
+        await self._request(wire.Ping(nonce=self._nonce), timeout)
         return time.monotonic() - started
 
-    async def _request(self, frame: wire.Frame, fut: asyncio.Future[F], timeout: float | None) -> F:
+    async def _request(self, frame: wire.Frame, timeout: float | None) -> wire.Frame:
+        """Send a request and await the answer the connection matches to it."""
         limit = self.request_timeout if timeout is None else timeout
+        if self.closed_error is not None:
+            raise self.closed_error
+        request, data = self.conn.send_request(frame)
+        fut: asyncio.Future[wire.Frame] = asyncio.get_running_loop().create_future()
+        self._waiters[request] = fut
         try:
-            if self.closed_error is not None:
-                raise self.closed_error
-            await self.send(frame, limit)
+            await self.send_bytes(data, limit)
             async with asyncio.timeout(limit):
                 return await asyncio.shield(fut)
         except TimeoutError:
@@ -455,6 +376,8 @@ class AsyncClient:
         finally:
             if not fut.done():
                 fut.cancel()
+            self._waiters.pop(request, None)
+            self.conn.cancel(request)
 
     # ----------------------------------------------------------------------------------- teardown
 
@@ -475,6 +398,7 @@ class AsyncClient:
                 await task
         elif task is not None and self.closed_error is None:
             self.closed_error = SessionGone(self.path, "closed by this client")
+        self.conn.close()
         writer, self._writer = self._writer, None
         if writer is not None:
             writer.close()
@@ -491,103 +415,29 @@ class AsyncClient:
 # --------------------------------------------------------------------------------------------- resuming
 
 
-@dataclass(frozen=True)
-class Backoff:
-    """Delays between reconnect attempts: initial * factor**n, capped; give up after max_attempts."""
+class AsyncResumingClient:
+    """An AsyncClient that reconnects with bounded backoff and resumes where the caller left off.
 
-    initial: float = 0.05
-    factor: float = 2.0
-    max_delay: float = 2.0
-    max_attempts: int = 8
+    Yields the stream as frames, the first REPLAY included (as GAP if the ring had already dropped
+    bytes, then DATA); after each reconnection a :class:`Reconnected` marker comes first, then a GAP
+    if the ring no longer held everything since ``output.next_offset``. Only the same shellper
+    instance is resumed (another instance has other offsets: InstanceMismatch). It stops, without
+    reconnecting, after an EXIT whose state is stopping/stopped, and after a fatal ERROR such as
+    ``replaced`` (another tower took over: two resuming towers must not fight). What to do when is
+    :class:`~tower_client.resume.Resume`'s; this only connects, reads and sleeps.
+    """
 
-    def delay(self, attempt: int) -> float:
-        return float(min(self.max_delay, self.initial * self.factor ** max(0, attempt - 1)))
-
-
-@dataclass(frozen=True)
-class Reconnected:
-    """Yielded by a resuming client right after it reconnected, before the resumed output."""
-
-    welcome: wire.Welcome
-    resumed_from: int
-    gap: int
-    attempts: int
-    preamble: bytes = b""
-    """Terminal modes to re-establish (a full reset first when ``gap``): for a terminal, not output."""
-
-
-ResumeItem = wire.Frame | Reconnected
-
-
-class _ResumeState:
-    """What both resuming clients share: where the stream is, and whether it may be resumed."""
-
-    def __init__(self, path: str, expect_instance_id: str | None, backoff: Backoff) -> None:
-        self.path = path
-        self.instance_id = expect_instance_id
-        self.backoff = backoff
-        self.output = Output()
-        self.last_event_seq: int | None = None
-        self.exit: wire.Exit | None = None
-        self.reconnects = 0
-        self.ended: ClientError | None = None
-
-    def adopt_handshake(self, welcome: wire.Welcome, replay: wire.Replay, first: bool,
-                        attempts: int) -> list[ResumeItem]:
-        """Items that present a (re)connection's REPLAY as ordinary stream frames."""
-        if self.instance_id is None:
-            self.instance_id = welcome.instance_id
-        items: list[ResumeItem] = []
-        if first:
-            self.output.next_offset = replay.offset - replay.gap
-        else:
-            asked = self.output.next_offset
-            if replay.offset - replay.gap != asked:
-                raise ProtocolViolation(self.path, f"asked to resume at {asked}, REPLAY starts at "
-                                        f"{replay.offset} with a gap of {replay.gap}")
-            self.reconnects += 1
-            items.append(Reconnected(welcome, asked, replay.gap, attempts, replay.preamble))
-        if replay.gap:
-            items.append(wire.Gap(offset=replay.offset, missed=replay.gap))
-        if replay.data:
-            items.append(wire.Data(replay.data))
-        return items
-
-    def account(self, item: ResumeItem) -> None:
-        if isinstance(item, wire.Frame):
-            self.output.advance(item)
-        if isinstance(item, wire.Exit):
-            self.exit = item
-        elif isinstance(item, wire.Event) and item.seq > 0:
-            self.last_event_seq = max(self.last_event_seq or 0, item.seq)
-
-    def resumable(self, fatal: wire.Error | None) -> bool:
-        if self.exit is not None and self.exit.state in ENDED_STATES:
-            return False
-        return fatal is None or fatal.code in RESUMABLE_ERRORS
-
-    @staticmethod
-    def retryable(exc: ClientError) -> bool:
-        """Connection-level failures are retried; a different instance or a refusal is final."""
-        retry = SessionNotFound | ConnectionRefused | Timeout | SessionGone
-        return isinstance(exc, retry) and not isinstance(exc, InstanceMismatch)
-
-
-class _ResumeView:
-    """What both resuming clients expose of their shared resume state."""
-
-    state: _ResumeState
-    _items: deque[ResumeItem]
-
-    def _ready_item(self) -> ResumeItem | None:
-        """An item already queued (accounted as it leaves), or the error that ended the stream."""
-        if self._items:
-            item = self._items.popleft()
-            self.state.account(item)
-            return item
-        if self.state.ended is not None:
-            raise self.state.ended
-        return None
+    def __init__(self, path: str | os.PathLike[str], role: str = "tower", *, client_name: str = CLIENT_NAME,
+                 backoff: Backoff | None = None, expect_instance_id: str | None = None,
+                 connect_timeout: float = CONNECT_TIMEOUT, handshake_timeout: float = HANDSHAKE_TIMEOUT,
+                 request_timeout: float = REQUEST_TIMEOUT) -> None:
+        self.path = checked_socket_path(path)
+        check_role(role)
+        self.role = role
+        self.client_name = client_name
+        self._timeouts = (connect_timeout, handshake_timeout, request_timeout)
+        self.state = Resume(self.path, expect_instance_id, backoff or Backoff())
+        self.client: AsyncClient | None = None
 
     @property
     def output(self) -> Output:
@@ -601,79 +451,42 @@ class _ResumeView:
     def exit(self) -> wire.Exit | None:
         return self.state.exit
 
-
-class AsyncResumingClient(_ResumeView):
-    """An AsyncClient that reconnects with bounded backoff and resumes where the caller left off.
-
-    Yields the stream as frames, the first REPLAY included (as GAP if the ring had already dropped
-    bytes, then DATA); after each reconnection a :class:`Reconnected` marker comes first, then a GAP
-    if the ring no longer held everything since ``output.next_offset``. Only the same shellper
-    instance is resumed (another instance has other offsets: InstanceMismatch). It stops, without
-    reconnecting, after an EXIT whose state is stopping/stopped, and after a fatal ERROR such as
-    ``replaced`` (another tower took over: two resuming towers must not fight).
-    """
-
-    def __init__(self, path: str | os.PathLike[str], role: str = "tower", *, client_name: str = CLIENT_NAME,
-                 backoff: Backoff | None = None, expect_instance_id: str | None = None,
-                 connect_timeout: float = CONNECT_TIMEOUT, handshake_timeout: float = HANDSHAKE_TIMEOUT,
-                 request_timeout: float = REQUEST_TIMEOUT) -> None:
-        self.path = checked_socket_path(path)
-        check_role(role)
-        self.role = role
-        self.client_name = client_name
-        self._timeouts = (connect_timeout, handshake_timeout, request_timeout)
-        self.state = _ResumeState(self.path, expect_instance_id, backoff or Backoff())
-        self.client: AsyncClient | None = None
-        self._items: deque[ResumeItem] = deque()
-
-    def _new_client(self) -> AsyncClient:
+    async def _open(self, resume_from: int | None, replay_bytes: int | None, events_after: int | None) -> None:
         c, h, r = self._timeouts
-        return AsyncClient(self.path, self.role, client_name=self.client_name, connect_timeout=c,
-                           handshake_timeout=h, request_timeout=r)
+        client = AsyncClient(self.path, self.role, client_name=self.client_name, connect_timeout=c,
+                             handshake_timeout=h, request_timeout=r)
+        try:
+            welcome = await client.connect(resume_from=resume_from, replay_bytes=replay_bytes,
+                                           events_after=events_after, expect_instance_id=self.state.instance_id)
+            assert client.replay is not None
+            self.state.connected(welcome, client.replay, client.last_event_seq)
+        except BaseException:
+            await client.close()
+            raise
+        self.client = client
 
     async def connect(self, *, resume_from: int | None = None, replay_bytes: int | None = None,
                       events_after: int | None = None) -> wire.Welcome:
         """First connection (no retries: a session that is not there is the caller's business)."""
-        client = self._new_client()
-        welcome = await client.connect(resume_from=resume_from, replay_bytes=replay_bytes,
-                                       events_after=events_after, expect_instance_id=self.state.instance_id)
-        assert client.replay is not None
-        self.state.last_event_seq = client.last_event_seq
-        self._items.extend(self.state.adopt_handshake(welcome, client.replay, True, 0))
-        self.client = client
-        return welcome
+        await self._open(resume_from, replay_bytes, events_after)
+        assert self.client is not None and self.client.welcome is not None
+        return self.client.welcome
 
     async def _reconnect(self) -> None:
         st = self.state
-        attempt = 0
         while True:
-            attempt += 1
-            await asyncio.sleep(st.backoff.delay(attempt))
-            client = self._new_client()
+            await asyncio.sleep(st.next_delay())
             try:
-                welcome = await client.connect(resume_from=st.output.next_offset,
-                                               events_after=st.last_event_seq,
-                                               expect_instance_id=st.instance_id)
+                await self._open(st.output.next_offset, None, st.last_event_seq)
+                return
             except ClientError as exc:
-                if not st.retryable(exc) or attempt >= st.backoff.max_attempts:
-                    st.ended = exc
-                    raise
-                continue
-            assert client.replay is not None
-            try:
-                self._items.extend(st.adopt_handshake(welcome, client.replay, False, attempt))
-            except ClientError as exc:
-                await client.close()
-                st.ended = exc
-                raise
-            self.client = client
-            return
+                st.failed(exc)
 
     async def recv(self, timeout: float | None = None) -> ResumeItem | None:
         """The next frame or Reconnected marker; None after ``timeout`` with nothing to hand out."""
         st = self.state
         while True:
-            item = self._ready_item()
+            item = st.next_item()
             if item is not None:
                 return item
             if self.client is None:
@@ -684,15 +497,10 @@ class AsyncResumingClient(_ResumeView):
                 fatal = self.client.fatal_error
                 await self.client.close()
                 self.client = None
-                if not st.resumable(fatal):
-                    st.ended = exc
-                    raise
+                st.lost(exc, fatal)
                 await self._reconnect()
                 continue
-            if frame is None:
-                return None
-            st.account(frame)
-            return frame
+            return None if frame is None else st.take(frame)
 
     def __aiter__(self) -> AsyncIterator[ResumeItem]:
         return self
@@ -741,8 +549,7 @@ class AsyncResumingClient(_ResumeView):
         if self.client is not None:
             await self.client.close()
             self.client = None
-        if self.state.ended is None:
-            self.state.ended = SessionGone(self.path, "closed by this client")
+        self.state.close()
 
     async def __aenter__(self) -> AsyncResumingClient:
         return self
@@ -751,7 +558,7 @@ class AsyncResumingClient(_ResumeView):
         await self.close()
 
 
-class ResumingClient(_ResumeView):
+class ResumingClient:
     """The blocking twin of :class:`AsyncResumingClient`, built on shellper's :class:`Client`."""
 
     def __init__(self, path: str | os.PathLike[str], role: str = "tower", *, client_name: str = CLIENT_NAME,
@@ -762,53 +569,54 @@ class ResumingClient(_ResumeView):
         self.role = role
         self.client_name = client_name
         self.timeout = timeout
-        self.state = _ResumeState(self.path, expect_instance_id, backoff or Backoff())
+        self.state = Resume(self.path, expect_instance_id, backoff or Backoff())
         self.client: Client | None = None
-        self._items: deque[ResumeItem] = deque()
-        self._last_fatal: wire.Error | None = None
 
-    def _open(self, first: bool, attempts: int, **hello: int | None) -> wire.Welcome:
+    @property
+    def output(self) -> Output:
+        return self.state.output
+
+    @property
+    def reconnects(self) -> int:
+        return self.state.reconnects
+
+    @property
+    def exit(self) -> wire.Exit | None:
+        return self.state.exit
+
+    def _open(self, resume_from: int | None, replay_bytes: int | None, events_after: int | None) -> None:
         client = Client(self.path, self.role, client_name=self.client_name, timeout=self.timeout)
         try:
-            welcome = client.connect(**hello)
-            if self.state.instance_id is not None and welcome.instance_id != self.state.instance_id:
-                raise InstanceMismatch(self.path, self.state.instance_id, welcome.instance_id)
+            welcome = client.connect(resume_from=resume_from, replay_bytes=replay_bytes, events_after=events_after,
+                                     expect_instance_id=self.state.instance_id)
             assert client.replay is not None
-            items = self.state.adopt_handshake(welcome, client.replay, first, attempts)
+            self.state.connected(welcome, client.replay, client.conn.last_event_seq)
         except BaseException:
             client.close()
             raise
-        if first:
-            events_after = hello.get("events_after")
-            self.state.last_event_seq = events_after if events_after is not None else welcome.event_seq
-        self._items.extend(items)
         self.client = client
-        return welcome
 
     def connect(self, *, resume_from: int | None = None, replay_bytes: int | None = None,
                 events_after: int | None = None) -> wire.Welcome:
-        return self._open(True, 0, resume_from=resume_from, replay_bytes=replay_bytes,
-                          events_after=events_after)
+        self._open(resume_from, replay_bytes, events_after)
+        assert self.client is not None and self.client.welcome is not None
+        return self.client.welcome
 
     def _reconnect(self) -> None:
         st = self.state
-        attempt = 0
         while True:
-            attempt += 1
-            time.sleep(st.backoff.delay(attempt))  # backoff between attempts, not synchronisation
+            time.sleep(st.next_delay())  # backoff between attempts, not synchronisation
             try:
-                self._open(False, attempt, resume_from=st.output.next_offset, events_after=st.last_event_seq)
+                self._open(st.output.next_offset, None, st.last_event_seq)
                 return
             except ClientError as exc:
-                if not st.retryable(exc) or attempt >= st.backoff.max_attempts:
-                    st.ended = exc
-                    raise
+                st.failed(exc)
 
     def recv(self, timeout: float | None = None) -> ResumeItem | None:
         st = self.state
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            item = self._ready_item()
+            item = st.next_item()
             if item is not None:
                 return item
             if self.client is None:
@@ -817,20 +625,13 @@ class ResumingClient(_ResumeView):
             try:
                 frame = self.client.recv(left)
             except SessionGone as exc:
+                fatal = self.client.fatal_error
                 self.client.close()
                 self.client = None
-                if not st.resumable(self._last_fatal):
-                    st.ended = exc
-                    raise
-                self._last_fatal = None
+                st.lost(exc, fatal)
                 self._reconnect()
                 continue
-            if frame is None:
-                return None
-            if isinstance(frame, wire.Error) and frame.fatal:
-                self._last_fatal = frame
-            st.account(frame)
-            return frame
+            return None if frame is None else st.take(frame)
 
     def __iter__(self) -> Iterator[ResumeItem]:
         while True:
@@ -865,8 +666,7 @@ class ResumingClient(_ResumeView):
         if self.client is not None:
             self.client.close()
             self.client = None
-        if self.state.ended is None:
-            self.state.ended = SessionGone(self.path, "closed by this client")
+        self.state.close()
 
     def __enter__(self) -> ResumingClient:
         return self

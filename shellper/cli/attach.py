@@ -27,7 +27,7 @@ import termios
 import tty
 from types import FrameType
 
-from shellper.client.blocking import Client, ClientError, RemoteError, SessionGone
+from shellper.client.blocking import Client
 from shellper.core.errors import ShellperError
 from shellper.core.names import BadName, runtime_dir_name, socket_path, validate_name
 from shellper.core.signals import signal_number
@@ -35,6 +35,7 @@ from shellper.core.states import SessionState
 from shellper.core.structs import record
 from shellper.daemon.terminal import note, window_size
 from shellper.protocol import wire
+from shellper.protocol.connection import ClientError, ProtocolViolation, RemoteError, SessionGone
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
 if TYPE_CHECKING:
@@ -272,7 +273,7 @@ class _Attachment:
         _write_all(self.stdout_fd, note(text))
 
     def start_output(self) -> None:
-        replay = self.client.replay
+        replay = self.client.conn.replay
         assert replay is not None
         if replay.gap:
             self.modes_known = False
@@ -296,56 +297,47 @@ class _Attachment:
 
     def on_socket(self) -> _Outcome | None:
         """Take what the socket has, then act on every frame it completed."""
-        client = self.client
+        conn = self.client.conn
         n = self.receive()
         if n is None:
             return None
         if not n:
             return _Outcome(1, "[session closed]")
-        echo = client.decoder.sole_data(self.rbuf[:n])
+        echo = conn.sole_data(self.rbuf[:n])
         if echo is not None:  # one whole DATA frame (an echo): what on_frames would do, without the decoder
-            client.output.next_offset += len(echo)
             self.show(bytes(echo))
             return None
-        client.decoder.feed(self.rbuf[:n])
+        conn.receive_data(self.rbuf[:n])
         return self.on_frames()
 
     def on_frames(self) -> _Outcome | None:
         """Every complete frame buffered: output written in one go, control frames acted on in order.
 
         Also called before the first poll: frames that came in the same read as WELCOME and REPLAY
-        (a late EXIT, say) are already in the decoder, and the socket may never be readable again.
+        (a late EXIT, say) are already in the connection, and the socket may never be readable again.
         """
-        client = self.client
+        conn = self.client.conn
         batch: list[bytes] = []
         try:
-            for event in client.decoder.events():
-                if isinstance(event, wire.Data):
-                    batch.append(event.data)
-                    client.output.next_offset += len(event.data)
-                    continue
-                if not isinstance(event, wire.Frame):
-                    continue  # a newer peer's frame type, or an oversized one: skipped
+            while (event := conn.next_output(batch)) is not None:
                 self.show(b"".join(batch))
                 batch.clear()
-                outcome = self.on_control(event)
-                if outcome is not None:
-                    return outcome
-        except wire.ProtocolError as exc:
+                if isinstance(event, wire.Frame):  # attach sends no requests: nothing else comes
+                    outcome = self.on_control(event)
+                    if outcome is not None:
+                        return outcome
+        except ProtocolViolation as exc:
             self.show(b"".join(batch))
-            return _Outcome(1, f"shellper: protocol error from {client.path}: {exc}", to_stderr=True)
+            return _Outcome(1, f"shellper: protocol error from {conn.path}: {exc.message}", to_stderr=True)
         self.show(b"".join(batch))
         return None
 
     def on_control(self, frame: wire.Frame) -> _Outcome | None:
-        client = self.client
+        """A frame other than DATA, already delivered (its offset, gap or exit noted by the connection)."""
         if isinstance(frame, wire.Gap):
-            client.output.gaps.append((frame.offset, frame.missed))
-            client.output.next_offset = frame.offset
             self.modes_known = False
             self.note(f"[shellper: {frame.missed} bytes skipped]")
         elif isinstance(frame, wire.Exit):
-            client.exit = frame
             if frame.state == SessionState.BACKOFF:
                 # The shellper restarts the child: switch off what the dead one left on, carry on.
                 from shellper.core.modes import ModeTracker
@@ -405,9 +397,10 @@ class _Attachment:
 
     def on_handed_frames(self) -> _Outcome | None:
         """The terminal is the shellper's: only the end of the attach comes over the socket."""
-        client = self.client
+        conn = self.client.conn
         try:
-            for event in client.decoder.events():
+            for event in conn.events():
+                conn.deliver(event)
                 if isinstance(event, wire.Release):
                     self.released = event
                     if event.reason == "detach":
@@ -416,13 +409,12 @@ class _Attachment:
                         raise _TerminalGone(event.reason)
                     # exit or closing: the EXIT or ERROR that says why follows, or the connection ends
                 elif isinstance(event, wire.Exit):
-                    client.exit = event
                     if event.state != SessionState.BACKOFF:  # a restart is shown on the terminal by the shellper
                         return _Outcome(exit_status(event), f"[exited: {describe(event)}]")
                 elif isinstance(event, wire.Error) and event.fatal:
                     return _Outcome(1, f"shellper: {event.message}", to_stderr=True)
-        except wire.ProtocolError as exc:
-            return _Outcome(1, f"shellper: protocol error from {client.path}: {exc}", to_stderr=True)
+        except ProtocolViolation as exc:
+            return _Outcome(1, f"shellper: protocol error from {conn.path}: {exc.message}", to_stderr=True)
         return None
 
     def on_handed_socket(self) -> _Outcome | None:
@@ -431,7 +423,7 @@ class _Attachment:
             return None
         if not n:
             return _Outcome(1, "[session closed]")
-        self.client.decoder.feed(self.rbuf[:n])
+        self.client.conn.receive_data(self.rbuf[:n])
         return self.on_handed_frames()
 
     def run_handed(self) -> _Outcome:
@@ -444,21 +436,20 @@ class _Attachment:
     def reclaim(self) -> None:
         """Take the terminal back before restoring it: ask (our end of the socket stops sending), then wait
         for RELEASE or the end of the connection, for at most RECLAIM_TIMEOUT. Never raises."""
-        sock = self.client.sock
+        sock, conn = self.client.sock, self.client.conn
         if not self.handed or self.released is not None or sock is None:
             return
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, ClientError):
             sock.shutdown(socket.SHUT_WR)
             sock.settimeout(RECLAIM_TIMEOUT)
             while self.released is None:
                 n = sock.recv_into(self.rbuf)
                 if not n:
                     return
-                self.client.decoder.feed(self.rbuf[:n])
-                with contextlib.suppress(wire.ProtocolError):
-                    for event in self.client.decoder.events():
-                        if isinstance(event, wire.Release):
-                            self.released = event
+                conn.receive_data(self.rbuf[:n])
+                for event in conn.events():
+                    if isinstance(event, wire.Release):
+                        self.released = event
 
     # ------------------------------------------------------------------------------- loop
 

@@ -1,87 +1,61 @@
 """A blocking client for one shellper socket: what the CLI uses, and what tower_client builds on.
 
-It owns one connection and one decoder and tracks the output offset, so a caller always knows where
-to resume. Errors are typed and carry the socket path.
+The socket and the waiting are here; what the bytes mean (the handshake, the output offset a caller
+resumes from, the answers to requests, the typed errors, which carry the socket path) is the
+sans-IO connection's (shellper.protocol.connection).
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import select
 import socket
 import stat
 import struct
 import time
+from collections import deque
 
-from shellper.core.errors import ShellperError
-from shellper.core.structs import field, record
 from shellper.protocol import wire
+from shellper.protocol.connection import (
+    Answered,
+    ClientError,
+    Connection,
+    ConnectionRefused,
+    ConnEvent,
+    ConnState,
+    InstanceMismatch,
+    NotASocket,
+    Output,
+    ProtocolViolation,
+    RemoteError,
+    SessionGone,
+    SessionNotFound,
+    Timeout,
+    connect_error,
+    send_error,
+)
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs each shellper ~2.5 ms and 0.5 MiB
 if TYPE_CHECKING:
     from pathlib import Path
-    from typing import TypeVar
 
-    F = TypeVar("F", bound=wire.Frame)
-
-
-class ClientError(ShellperError):
-    """Talking to a session failed; ``path`` is its socket."""
-
-    def __init__(self, path: str | os.PathLike[str], message: str) -> None:
-        super().__init__(f"{path}: {message}")
-        self.path = str(path)
-        self.message = message
-
-
-class SessionNotFound(ClientError):
-    """No socket at that path (no such session, or it has stopped)."""
-
-
-class ConnectionRefused(ClientError):
-    """A socket file is there but nothing answers: a stale file, or a shellper that died."""
-
-
-class NotASocket(ClientError):
-    """Something other than a socket is at the path (a symlink is never connected through)."""
-
-
-class SessionGone(ClientError):
-    """The shellper closed the connection."""
-
-
-class Timeout(ClientError):
-    """No answer within the deadline."""
-
-
-class RemoteError(ClientError):
-    """The shellper answered with an ERROR frame."""
-
-    def __init__(self, path: str | os.PathLike[str], error: wire.Error) -> None:
-        super().__init__(path, f"{error.code}: {error.message}")
-        self.error = error
-
-
-class ProtocolViolation(ClientError):
-    """The shellper sent something this client cannot accept."""
-
-
-@record
-class Output:
-    """Where this client is in the session's output stream."""
-
-    next_offset: int = 0
-    gaps: list[tuple[int, int]] = field(default_factory=list)  # (offset resumed at, bytes missed)
-
-    def advance(self, frame: wire.Frame) -> None:
-        """Move past a DATA or GAP frame (other frames carry no output)."""
-        if isinstance(frame, wire.Data):
-            self.next_offset += len(frame.data)
-        elif isinstance(frame, wire.Gap):
-            self.gaps.append((frame.offset, frame.missed))
-            self.next_offset = frame.offset
+__all__ = [
+    "Client",
+    "ClientError",
+    "ConnectionRefused",
+    "InstanceMismatch",
+    "NotASocket",
+    "Output",
+    "ProtocolViolation",
+    "RemoteError",
+    "SessionGone",
+    "SessionNotFound",
+    "Timeout",
+    "check_role",
+    "checked_socket_path",
+    "socket_path",
+]
 
 
 def checked_socket_path(path: str | os.PathLike[str]) -> str:
@@ -120,7 +94,11 @@ def _check_not_a_link(path: str) -> None:
 
 
 class Client:
-    """One connection: ``connect()`` does the handshake; then ``recv()`` frames and ``send()`` them."""
+    """One connection: ``connect()`` does the handshake; then ``recv()`` frames and ``send()`` them.
+
+    The I/O around a :class:`~shellper.protocol.connection.Connection`, which keeps the protocol state:
+    ``welcome``, ``replay``, ``output``, ``exit`` and ``fatal_error`` are its.
+    """
 
     def __init__(self, path: str | os.PathLike[str], role: str = "tower", *, client_name: str = "",
                  timeout: float = 5.0) -> None:
@@ -132,151 +110,142 @@ class Client:
         self.client_name = client_name
         self.timeout = timeout
         self.sock: socket.socket | None = None
-        self.decoder = wire.Decoder()
-        self.welcome: wire.Welcome | None = None
-        self.replay: wire.Replay | None = None
-        self.output = Output()
-        self.exit: wire.Exit | None = None
-        self._pending: list[wire.DecodedEvent] = []
+        self.conn = Connection(self.path, role, client_name)
+        self.output = self.conn.output
+        self._pending: deque[wire.Frame] = deque()  # frames read while a request() awaited its answer
+
+    @property
+    def welcome(self) -> wire.Welcome | None:
+        return self.conn.welcome
+
+    @property
+    def replay(self) -> wire.Replay | None:
+        return self.conn.replay
+
+    @property
+    def exit(self) -> wire.Exit | None:
+        return self.conn.exit
+
+    @property
+    def fatal_error(self) -> wire.Error | None:
+        return self.conn.fatal_error
+
+    @property
+    def decoder(self) -> wire.Decoder:
+        return self.conn.decoder
 
     # ----------------------------------------------------------------------------------- connect
 
     def connect(self, *, resume_from: int | None = None, replay_bytes: int | None = None,
                 events_after: int | None = None, terminal_fd: int | None = None,
-                detach_byte: int | None = None) -> wire.Welcome:
+                detach_byte: int | None = None, expect_instance_id: str | None = None) -> wire.Welcome:
         """Connect, send HELLO, and wait for WELCOME and REPLAY (both always come). On any failure the
         socket is closed again: the caller has nothing to clean up.
 
         ``terminal_fd`` offers the shellper a terminal to read and write itself (protocol 7.4); it keeps
         a copy only if ``WELCOME.terminal`` says so, and the caller still owns and closes ``terminal_fd``.
+        ``expect_instance_id`` refuses (InstanceMismatch) any other shellper instance than that one.
         """
         _check_not_a_link(self.path)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         sock.settimeout(self.timeout)
         try:
             sock.connect(self.path)
-        except FileNotFoundError:
-            sock.close()
-            raise SessionNotFound(self.path, "no such session socket") from None
-        except ConnectionRefusedError:
-            sock.close()
-            raise ConnectionRefused(self.path, "nothing is listening (stale socket)") from None
-        except PermissionError:
-            sock.close()
-            raise ClientError(self.path, "permission denied") from None
-        except TimeoutError:
-            sock.close()
-            raise Timeout(self.path, f"connect timed out after {self.timeout:g} s") from None
         except OSError as exc:
             sock.close()
-            raise ClientError(self.path, f"connect failed: {exc.strerror or exc}") from None
+            raise connect_error(self.path, exc, self.timeout) from None
         self.sock = sock
+        conn = self.conn = Connection(self.path, self.role, self.client_name)
+        self.output = conn.output
+        self._pending.clear()
         try:
-            hello = wire.encode(wire.Hello(
-                version=wire.PROTOCOL_VERSION, role=self.role, resume_from=resume_from, replay_bytes=replay_bytes,
-                events_after=events_after, client=self.client_name, terminal=terminal_fd is not None or None,
-                detach_byte=detach_byte if terminal_fd is not None else None))
+            hello = conn.hello(resume_from=resume_from, replay_bytes=replay_bytes, events_after=events_after,
+                               terminal=terminal_fd is not None, detach_byte=detach_byte,
+                               expect_instance_id=expect_instance_id)
             if terminal_fd is not None:
                 self._send_with_fd(hello, terminal_fd)
             else:
                 self.send_bytes(hello)
             deadline = time.monotonic() + self.timeout
-            welcome = self._expect(wire.Welcome, deadline)
-            self.welcome = welcome
-            self.replay = self._expect(wire.Replay, deadline)
+            while conn.state is not ConnState.OPEN:
+                self._next_event(deadline)  # WELCOME, then REPLAY: the connection checks and keeps them
         except BaseException:  # a failed handshake leaves no socket open behind it
             self.close()
             raise
-        self.output.next_offset = self.replay.offset + len(self.replay.data)
-        if self.replay.gap:
-            self.output.gaps.append((self.replay.offset, self.replay.gap))
-        return welcome
-
-    def _expect(self, kind: type[F], deadline: float) -> F:
-        while True:
-            frame = self._next_raw(deadline)
-            if isinstance(frame, wire.Error):
-                raise RemoteError(self.path, frame)
-            if isinstance(frame, kind):
-                return frame
-            if isinstance(frame, wire.Frame):
-                raise ProtocolViolation(self.path, f"expected {kind.TYPE.name}, got {frame.TYPE.name}")
+        assert conn.welcome is not None
+        return conn.welcome
 
     # ----------------------------------------------------------------------------------- I/O
 
     def send(self, frame: wire.Frame) -> None:
-        self.send_bytes(wire.encode(frame))
+        self.send_bytes(self.conn.send(frame))
 
     def send_bytes(self, data: bytes) -> None:
         if self.sock is None:
             raise SessionGone(self.path, "not connected")
         try:
             self.sock.sendall(data)
-        except TimeoutError:
-            raise Timeout(self.path, f"send timed out after {self.timeout:g} s") from None
         except OSError as exc:
-            raise SessionGone(self.path, f"connection lost: {exc.strerror or exc}") from None
+            raise send_error(self.path, exc, self.timeout) from None
 
     def _send_with_fd(self, data: bytes, fd: int) -> None:
         """The descriptor rides on the first bytes sent; the rest, if any, follows plainly."""
         assert self.sock is not None
         try:
             sent = socket.send_fds(self.sock, [data], [fd])
-        except TimeoutError:
-            raise Timeout(self.path, f"send timed out after {self.timeout:g} s") from None
         except OSError as exc:
-            raise SessionGone(self.path, f"connection lost: {exc.strerror or exc}") from None
+            raise send_error(self.path, exc, self.timeout) from None
         if sent < len(data):
             self.send_bytes(data[sent:])
 
     def write(self, data: bytes) -> None:
         """Input for the child."""
-        self.send_bytes(wire.encode_data(data))
+        self.send_bytes(self.conn.send_data(data))
 
     def recv(self, timeout: float | None = None) -> wire.Frame | None:
         """The next frame (output offsets tracked), or None if nothing came within ``timeout``.
 
         Raises SessionGone when the shellper closes the connection.
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
-        try:
-            frame = self._next_raw(deadline)
-        except Timeout:
-            return None
-        while not isinstance(frame, wire.Frame):  # Skipped / Unknown: a newer peer's frame, ignored
-            frame = self._next_raw(deadline)
-        self.output.advance(frame)
-        if isinstance(frame, wire.Exit):
-            self.exit = frame
+        if self._pending:
+            frame = self._pending.popleft()
+        else:
+            event = self.conn.next_event()
+            if event is None:
+                try:
+                    event = self._next_event(None if timeout is None else time.monotonic() + timeout)
+                except Timeout:
+                    return None
+            frame = event.reply if isinstance(event, Answered) else event  # a request's, if none awaits it
+        self.conn.deliver(frame)
         return frame
 
     def request(self, frame: wire.Frame, reply: type[wire.Frame], timeout: float | None = None) -> wire.Frame:
-        """Send ``frame`` and return the first frame of type ``reply``; other frames are kept for recv()."""
-        self.send(frame)
+        """Send ``frame`` and return its answer, a frame of type ``reply`` (RemoteError if the shellper
+        refused it); the frames that came before it are kept for recv()."""
+        ticket, data = self.conn.send_request(frame, reply.TYPE)
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
-        skipped: list[wire.DecodedEvent] = []
+        before: list[wire.Frame] = []
         try:
+            self.send_bytes(data)
             while True:
-                got = self._next_raw(deadline)
-                if isinstance(got, reply):
-                    return got
-                if isinstance(got, wire.Error) and got.frame_type == frame.TYPE:
-                    raise RemoteError(self.path, got)
-                skipped.append(got)
+                event = self._next_event(deadline)
+                if isinstance(event, Answered):
+                    if event.request is ticket:
+                        if event.error is not None:
+                            raise event.error
+                        return event.reply
+                    event = event.reply
+                before.append(event)
         finally:
-            self._pending[:0] = skipped
+            self.conn.cancel(ticket)
+            self._pending.extend(before)
 
-    def _next_raw(self, deadline: float | None) -> wire.DecodedEvent:
-        if self._pending:
-            return self._pending.pop(0)
-        while True:
-            try:
-                event = self.decoder.next_event()
-            except wire.ProtocolError as exc:
-                raise ProtocolViolation(self.path, str(exc)) from None
-            if event is not None:
-                return event
+    def _next_event(self, deadline: float | None) -> ConnEvent:
+        conn = self.conn
+        while (event := conn.next_event()) is None:
             self._fill(deadline)
+        return event
 
     def _fill(self, deadline: float | None) -> None:
         if self.sock is None:
@@ -297,13 +266,9 @@ class Client:
         except TimeoutError:
             raise Timeout(self.path, "no frame before the deadline") from None
         except OSError as exc:
-            if exc.errno == errno.ECONNRESET:
-                chunk = b""
-            else:
-                raise SessionGone(self.path, f"connection lost: {exc.strerror or exc}") from None
-        if not chunk:
-            raise SessionGone(self.path, "the shellper closed the connection")
-        self.decoder.feed(chunk)
+            self.conn.connection_lost(exc)
+            return
+        self.conn.receive_data(chunk)
 
     def fileno(self) -> int:
         if self.sock is None:
@@ -311,6 +276,7 @@ class Client:
         return self.sock.fileno()
 
     def close(self) -> None:
+        self.conn.close()
         if self.sock is not None:
             with contextlib.suppress(OSError):
                 self.sock.close()
@@ -321,7 +287,6 @@ class Client:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
 
 def socket_path(directory: str | os.PathLike[str], name: str) -> Path:
     from pathlib import Path  # here: `shellper attach` starts without pathlib

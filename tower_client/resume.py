@@ -1,0 +1,150 @@
+"""What a resuming client decides, free of I/O: the blocking and asyncio resuming clients both drive it.
+
+A resuming client hands its caller one stream across connections. :class:`Resume` keeps where that
+stream is (the output offset and last event its caller got), presents each connection's REPLAY as
+ordinary stream items, and decides, when a connection ends or a reconnection fails, whether to try
+again (after how long) or to end with that error. The drivers in :mod:`tower_client.client` only
+connect, read and sleep.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from shellper.core.states import SessionState
+from shellper.protocol import wire
+from shellper.protocol.connection import (
+    ClientError,
+    ConnectionRefused,
+    Position,
+    ProtocolViolation,
+    SessionGone,
+    SessionNotFound,
+    Timeout,
+)
+
+ENDED_STATES = (SessionState.STOPPING,)
+"""EXIT states after which the shellper goes away on purpose: a resuming client does not reconnect."""
+RESUMABLE_ERRORS = ("too_slow",)
+"""Fatal ERROR codes after which reconnecting makes sense. Any other (``replaced`` by another tower,
+``forbidden``, a protocol error) would only repeat, or fight another tower, so resuming stops."""
+RETRYABLE = (SessionNotFound, ConnectionRefused, Timeout, SessionGone)
+"""Failures of a reconnection attempt worth another attempt; any other (a different instance, a
+refusal, a REPLAY that does not continue the stream) is final."""
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Delays between reconnect attempts: initial * factor**n, capped; give up after max_attempts."""
+
+    initial: float = 0.05
+    factor: float = 2.0
+    max_delay: float = 2.0
+    max_attempts: int = 8
+
+    def delay(self, attempt: int) -> float:
+        return float(min(self.max_delay, self.initial * self.factor ** max(0, attempt - 1)))
+
+
+@dataclass(frozen=True)
+class Reconnected:
+    """Yielded by a resuming client right after it reconnected, before the resumed output."""
+
+    welcome: wire.Welcome
+    resumed_from: int
+    gap: int
+    attempts: int
+    preamble: bytes = b""
+    """Terminal modes to re-establish (a full reset first when ``gap``): for a terminal, not output."""
+
+
+ResumeItem = wire.Frame | Reconnected
+
+
+class Resume(Position):
+    """One resumed stream's position and decisions. The driver's loop, with ``open`` its connect:
+
+    * first ``connected(welcome, replay, last_event_seq)`` after its own first connection;
+    * to hand out: ``next_item()`` (queued items, or the error the stream ended with), else a frame
+      from the live connection passed through ``take()``;
+    * when that connection ends: ``lost(error, fatal_error)`` raises unless it may be resumed; then,
+      until connected again, sleep ``next_delay()``, ``open`` with ``resume_from`` =
+      ``output.next_offset``, ``events_after`` = ``last_event_seq`` and ``instance_id``, then
+      ``connected(...)``; on a ClientError from either, ``failed(error)`` raises if it is final.
+    """
+
+    def __init__(self, path: str, expect_instance_id: str | None, backoff: Backoff) -> None:
+        super().__init__()
+        self.path = path
+        self.instance_id = expect_instance_id
+        self.backoff = backoff
+        self.reconnects = 0
+        self.attempt = 0
+        """Reconnection attempts since the connection was lost (0 while connected)."""
+        self.ended: ClientError | None = None
+        self.items: deque[ResumeItem] = deque()
+        self._connected = False
+
+    def connected(self, welcome: wire.Welcome, replay: wire.Replay, last_event_seq: int | None) -> None:
+        """A (re)connection's handshake is done: queue its REPLAY as items (GAP if the ring had dropped
+        bytes, then DATA), after a Reconnected marker when it resumes. ``last_event_seq``: the first
+        connection's (what its HELLO asked for, or WELCOME's)."""
+        if self.instance_id is None:
+            self.instance_id = welcome.instance_id
+        if not self._connected:
+            self.output.next_offset = replay.offset - replay.gap
+            self.last_event_seq = last_event_seq
+            self._connected = True
+        else:
+            asked = self.output.next_offset
+            if replay.offset - replay.gap != asked:
+                raise ProtocolViolation(self.path, f"asked to resume at {asked}, REPLAY starts at "
+                                        f"{replay.offset} with a gap of {replay.gap}")
+            self.reconnects += 1
+            self.items.append(Reconnected(welcome, asked, replay.gap, self.attempt, replay.preamble))
+        self.attempt = 0
+        if replay.gap:
+            self.items.append(wire.Gap(offset=replay.offset, missed=replay.gap))
+        if replay.data:
+            self.items.append(wire.Data(replay.data))
+
+    def next_item(self) -> ResumeItem | None:
+        """A queued item (delivered as it leaves); None if there is none; raises the error the stream
+        ended with once there is none left."""
+        if self.items:
+            item = self.items.popleft()
+            self.deliver(item)
+            return item
+        if self.ended is not None:
+            raise self.ended
+        return None
+
+    def take(self, frame: wire.Frame) -> wire.Frame:
+        """A frame from the live connection, handed out now."""
+        self.deliver(frame)
+        return frame
+
+    def lost(self, error: ClientError, fatal: wire.Error | None) -> None:
+        """The live connection ended with ``error`` (after the fatal ERROR ``fatal``, if one came):
+        raise it, ending the stream, unless reconnecting makes sense."""
+        stopped = self.exit is not None and self.exit.state in ENDED_STATES
+        if stopped or (fatal is not None and fatal.code not in RESUMABLE_ERRORS):
+            self.ended = error
+            raise error
+
+    def next_delay(self) -> float:
+        """Seconds to wait before the next reconnection attempt."""
+        self.attempt += 1
+        return self.backoff.delay(self.attempt)
+
+    def failed(self, error: ClientError) -> None:
+        """A reconnection attempt failed with ``error``: raise it, ending the stream, if it is final
+        or it was the last attempt."""
+        if not isinstance(error, RETRYABLE) or self.attempt >= self.backoff.max_attempts:
+            self.ended = error
+            raise error
+
+    def close(self) -> None:
+        if self.ended is None:
+            self.ended = SessionGone(self.path, "closed by this client")
