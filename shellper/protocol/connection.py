@@ -203,8 +203,6 @@ REPLIES: dict[wire.FrameType, wire.FrameType] = {
 REPLY_KEYS: dict[wire.FrameType, str] = {wire.FrameType.PING: "nonce"}
 """The field a reply repeats from its request and must match; a request without one takes the first reply."""
 
-_REPLY_TYPES = frozenset(REPLIES.values())
-
 
 @record(frozen=True, eq=False)
 class Request:
@@ -377,12 +375,15 @@ class Connection(Position):
             except wire.ProtocolError as exc:
                 raise self._end(ConnState.FAILED, ProtocolViolation(self.path, str(exc))) from None
             if type(event) is wire.Data and self._streaming:
-                into.append(event.data)
-                output.next_offset += len(event.data)
-                continue
-            taken = self._dispatch(event)
-            self.deliver(taken)
-            return taken
+                data = event.data
+            else:
+                taken = self._dispatch(event)  # skips unknown frames, maybe to a DATA frame
+                if type(taken) is not wire.Data or not self._streaming:
+                    self.deliver(taken)
+                    return taken
+                data = taken.data
+            into.append(data)
+            output.next_offset += len(data)
 
     def events(self) -> Iterator[ConnEvent]:
         """Every event now complete (raising at the end, as ``next_event()``)."""
@@ -404,7 +405,7 @@ class Connection(Position):
         step = HANDSHAKE.get(self.state)
         if step is not None:
             return self._handshake(event, *step)
-        if self.pending and (isinstance(event, wire.Error) or event.TYPE in _REPLY_TYPES):
+        if self.pending:
             for request in self.pending:
                 if answers(event, request):
                     self.pending.remove(request)

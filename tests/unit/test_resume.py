@@ -1,0 +1,178 @@
+"""tower_client.resume.Resume on its own: what a resuming client hands out and when it reconnects or ends."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from shellper.protocol import wire
+from shellper.protocol.connection import (
+    ClientError,
+    ConnectionRefused,
+    InstanceMismatch,
+    ProtocolViolation,
+    RemoteError,
+    SessionGone,
+    SessionNotFound,
+    Timeout,
+)
+from tower_client.resume import Backoff, Reconnected, Resume
+
+PATH = "/run/r.sock"
+INSTANCE = "a" * 32
+
+
+def welcome(**changes: Any) -> wire.Welcome:
+    fields: dict[str, Any] = dict(version=2, name="r", shellper_pid=100, shellper_start_time=1, boot_id="b",
+                                  instance_id=INSTANCE, state="running", cols=80, rows=24, ring_start=0,
+                                  ring_end=10, event_seq=7)
+    return wire.Welcome(**{**fields, **changes})
+
+
+def drain(r: Resume) -> list[Any]:
+    items = []
+    while (item := r.next_item()) is not None:
+        items.append(item)
+    return items
+
+
+def connected() -> Resume:
+    """Connected once, "hello" handed out (offset 5), at event 3."""
+    r = Resume(PATH, None, Backoff())
+    r.connected(welcome(), wire.Replay(offset=0, data=b"hello"), 3)
+    drain(r)
+    return r
+
+
+@pytest.mark.parametrize(("replay", "offset_before", "items", "offset_after"), [
+    (wire.Replay(offset=0, data=b"hello"), 0, [wire.Data(b"hello")], 5),
+    (wire.Replay(offset=0), 0, [], 0),
+    (wire.Replay(offset=90, data=b"xy", gap=40), 50, [wire.Gap(offset=90, missed=40), wire.Data(b"xy")], 92),
+    (wire.Replay(offset=90, gap=40, preamble=b"\x1b[?1049h"), 50, [wire.Gap(offset=90, missed=40)], 90),
+])
+def test_the_first_replay_is_handed_out_as_stream_items(replay: wire.Replay, offset_before: int,
+                                                        items: list[wire.Frame], offset_after: int) -> None:
+    r = Resume(PATH, None, Backoff())
+    r.connected(welcome(), replay, 4)
+    assert r.output.next_offset == offset_before and r.last_event_seq == 4 and r.instance_id == INSTANCE
+    assert drain(r) == items
+    assert r.output.next_offset == offset_after and r.reconnects == 0
+
+
+@pytest.mark.parametrize(("replay", "items"), [
+    (wire.Replay(offset=5, data=b"more"), [Reconnected(welcome(), 5, 0, 2, b""), wire.Data(b"more")]),
+    (wire.Replay(offset=5), [Reconnected(welcome(), 5, 0, 2, b"")]),
+    (wire.Replay(offset=25, data=b"z", gap=20, preamble=b"P"),
+     [Reconnected(welcome(), 5, 20, 2, b"P"), wire.Gap(offset=25, missed=20), wire.Data(b"z")]),
+])
+def test_a_reconnection_is_marked_then_resumes(replay: wire.Replay, items: list[Any]) -> None:
+    r = connected()
+    r.lost(SessionGone(PATH, "gone"), None)
+    assert [r.next_delay(), r.next_delay()] == [0.05, 0.1]
+    r.connected(welcome(), replay, 99)
+    assert r.attempt == 0 and r.reconnects == 1 and r.last_event_seq == 3  # the stream's, not the connection's
+    assert drain(r) == items
+    assert r.output.next_offset == replay.offset + len(replay.data)
+
+
+@pytest.mark.parametrize("replay", [wire.Replay(offset=4, data=b"x"), wire.Replay(offset=9, gap=3),
+                                    wire.Replay(offset=6)])
+def test_a_replay_that_does_not_continue_the_stream_is_refused(replay: wire.Replay) -> None:
+    r = connected()
+    r.next_delay()
+    with pytest.raises(ProtocolViolation, match="asked to resume at 5"):
+        r.connected(welcome(), replay, None)
+    assert r.reconnects == 0 and drain(r) == []
+
+
+def test_the_instance_is_adopted_once_and_then_kept() -> None:
+    r = Resume(PATH, None, Backoff())
+    r.connected(welcome(instance_id="b" * 32), wire.Replay(offset=0), None)
+    r.connected(welcome(instance_id="c" * 32), wire.Replay(offset=0), None)  # the connection checks it
+    assert r.instance_id == "b" * 32
+    assert Resume(PATH, "d" * 32, Backoff()).instance_id == "d" * 32
+
+
+def test_frames_taken_from_the_live_connection_move_the_position() -> None:
+    r = connected()
+    exit_frame = wire.Exit(code=None, signal="SIGTERM", state="backoff")
+    for frame in (wire.Data(b"abc"), wire.Event(seq=9, kind="exited"), exit_frame):
+        assert r.take(frame) is frame
+    assert (r.output.next_offset, r.last_event_seq, r.exit) == (8, 9, exit_frame)
+
+
+FATAL_REPLACED = wire.Error(code="replaced", message="x", fatal=True)
+FATAL_TOO_SLOW = wire.Error(code="too_slow", message="x", fatal=True)
+
+
+@pytest.mark.parametrize(("exit_state", "fatal", "resumes"), [
+    (None, None, True),
+    ("backoff", None, True),
+    ("exited", None, True),
+    ("stopping", None, False),
+    (None, FATAL_TOO_SLOW, True),
+    (None, FATAL_REPLACED, False),
+    (None, wire.Error(code="forbidden", message="x", fatal=True), False),
+    ("stopping", FATAL_TOO_SLOW, False),
+])
+def test_when_a_lost_connection_is_resumed(exit_state: str | None, fatal: wire.Error | None,
+                                           resumes: bool) -> None:
+    r = connected()
+    if exit_state is not None:
+        r.take(wire.Exit(code=0, signal=None, state=exit_state))
+    error = SessionGone(PATH, "gone")
+    if resumes:
+        r.lost(error, fatal)
+        assert r.ended is None
+        return
+    with pytest.raises(SessionGone) as info:
+        r.lost(error, fatal)
+    assert info.value is error and r.ended is error
+    with pytest.raises(SessionGone):
+        r.next_item()
+
+
+@pytest.mark.parametrize(("error", "attempt", "final"), [
+    (SessionNotFound(PATH, "x"), 1, False),
+    (ConnectionRefused(PATH, "x"), 3, False),
+    (Timeout(PATH, "x"), 7, False),
+    (SessionGone(PATH, "x"), 7, False),
+    (SessionGone(PATH, "x"), 8, True),  # the last attempt
+    (InstanceMismatch(PATH, INSTANCE, "b" * 32), 1, True),
+    (ProtocolViolation(PATH, "x"), 1, True),
+    (RemoteError(PATH, FATAL_REPLACED), 1, True),
+    (ClientError(PATH, "permission denied"), 1, True),
+])
+def test_which_failed_reconnection_is_final(error: ClientError, attempt: int, final: bool) -> None:
+    r = connected()
+    for _ in range(attempt):
+        r.next_delay()
+    if not final:
+        r.failed(error)
+        assert r.ended is None
+        return
+    with pytest.raises(type(error)):
+        r.failed(error)
+    assert r.ended is error
+
+
+def test_backoff_delays() -> None:
+    r = connected()
+    assert [r.next_delay() for _ in range(8)] == [0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 2.0, 2.0]
+    custom = Resume(PATH, None, Backoff(initial=1.0, factor=3.0, max_delay=5.0, max_attempts=2))
+    assert [custom.next_delay() for _ in range(3)] == [1.0, 3.0, 5.0]
+
+
+def test_closing_ends_the_stream_after_what_is_queued() -> None:
+    r = Resume(PATH, None, Backoff())
+    r.connected(welcome(), wire.Replay(offset=0, data=b"q"), None)
+    r.close()
+    r.close()
+    assert r.next_item() == wire.Data(b"q")
+    with pytest.raises(SessionGone, match="closed by this client"):
+        r.next_item()
+    first = SessionGone(PATH, "first")
+    r.ended = first
+    r.close()  # the first reason stays
+    assert r.ended is first
