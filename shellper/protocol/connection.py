@@ -161,6 +161,8 @@ class Position:
 
 
 class ConnState(Enum):
+    """Where a connection is; HANDSHAKE, STREAMING and SENDING say what each state allows."""
+
     IDLE = "idle"
     """Nothing sent yet: ``hello()`` comes first."""
     AWAIT_WELCOME = "await_welcome"
