@@ -25,6 +25,7 @@ from shellper.protocol.connection import (
     ClientError,
     Connection,
     ConnectionRefused,
+    ConnectionView,
     ConnState,
     InstanceMismatch,
     Output,
@@ -38,7 +39,7 @@ from shellper.protocol.connection import (
     connect_error,
     send_error,
 )
-from tower_client.resume import Backoff, Reconnected, Resume, ResumeItem
+from tower_client.resume import Backoff, Reconnected, Resume, ResumeItem, ResumeView
 
 __all__ = [
     "AsyncClient",
@@ -103,7 +104,7 @@ def checked_request(frame: F) -> F:
     return frame
 
 
-class AsyncClient:
+class AsyncClient(ConnectionView):
     """One asyncio connection to a shellper: ``await connect()``, then ``async for frame in client``.
 
     The I/O around a :class:`~shellper.protocol.connection.Connection`: a reader task feeds it what
@@ -139,30 +140,6 @@ class AsyncClient:
         self._room.set()
         self._waiters: dict[Request, asyncio.Future[wire.Frame]] = {}
         self._nonce = 0
-
-    @property
-    def welcome(self) -> wire.Welcome | None:
-        return self.conn.welcome
-
-    @property
-    def replay(self) -> wire.Replay | None:
-        return self.conn.replay
-
-    @property
-    def exit(self) -> wire.Exit | None:
-        return self.conn.exit
-
-    @property
-    def last_event_seq(self) -> int | None:
-        return self.conn.last_event_seq
-
-    @property
-    def fatal_error(self) -> wire.Error | None:
-        return self.conn.fatal_error
-
-    @property
-    def decoder(self) -> wire.Decoder:
-        return self.conn.decoder
 
     # ----------------------------------------------------------------------------------- connect
 
@@ -415,7 +392,7 @@ class AsyncClient:
 # --------------------------------------------------------------------------------------------- resuming
 
 
-class AsyncResumingClient:
+class AsyncResumingClient(ResumeView):
     """An AsyncClient that reconnects with bounded backoff and resumes where the caller left off.
 
     Yields the stream as frames, the first REPLAY included (as GAP if the ring had already dropped
@@ -438,18 +415,6 @@ class AsyncResumingClient:
         self._timeouts = (connect_timeout, handshake_timeout, request_timeout)
         self.state = Resume(self.path, expect_instance_id, backoff or Backoff())
         self.client: AsyncClient | None = None
-
-    @property
-    def output(self) -> Output:
-        return self.state.output
-
-    @property
-    def reconnects(self) -> int:
-        return self.state.reconnects
-
-    @property
-    def exit(self) -> wire.Exit | None:
-        return self.state.exit
 
     async def _open(self, resume_from: int | None, replay_bytes: int | None, events_after: int | None) -> None:
         c, h, r = self._timeouts
@@ -558,7 +523,7 @@ class AsyncResumingClient:
         await self.close()
 
 
-class ResumingClient:
+class ResumingClient(ResumeView):
     """The blocking twin of :class:`AsyncResumingClient`, built on shellper's :class:`Client`."""
 
     def __init__(self, path: str | os.PathLike[str], role: str = "tower", *, client_name: str = CLIENT_NAME,
@@ -571,18 +536,6 @@ class ResumingClient:
         self.timeout = timeout
         self.state = Resume(self.path, expect_instance_id, backoff or Backoff())
         self.client: Client | None = None
-
-    @property
-    def output(self) -> Output:
-        return self.state.output
-
-    @property
-    def reconnects(self) -> int:
-        return self.state.reconnects
-
-    @property
-    def exit(self) -> wire.Exit | None:
-        return self.state.exit
 
     def _open(self, resume_from: int | None, replay_bytes: int | None, events_after: int | None) -> None:
         client = Client(self.path, self.role, client_name=self.client_name, timeout=self.timeout)

@@ -17,6 +17,7 @@ from shellper.protocol import wire
 from shellper.protocol.connection import (
     ClientError,
     ConnectionRefused,
+    Output,
     Position,
     ProtocolViolation,
     SessionGone,
@@ -148,3 +149,21 @@ class Resume(Position):
     def close(self) -> None:
         if self.ended is None:
             self.ended = SessionGone(self.path, "closed by this client")
+
+
+class ResumeView:
+    """What a resuming client (its :class:`Resume` in ``state``) shows of the stream."""
+
+    state: Resume
+
+    @property
+    def output(self) -> Output:
+        return self.state.output
+
+    @property
+    def reconnects(self) -> int:
+        return self.state.reconnects
+
+    @property
+    def exit(self) -> wire.Exit | None:
+        return self.state.exit

@@ -22,6 +22,7 @@ from shellper.protocol.connection import (
     ClientError,
     Connection,
     ConnectionRefused,
+    ConnectionView,
     ConnEvent,
     ConnState,
     InstanceMismatch,
@@ -93,11 +94,11 @@ def _check_not_a_link(path: str) -> None:
         raise NotASocket(path, f"is {kind}, not a session socket: remove it if it is not needed")
 
 
-class Client:
+class Client(ConnectionView):
     """One connection: ``connect()`` does the handshake; then ``recv()`` frames and ``send()`` them.
 
     The I/O around a :class:`~shellper.protocol.connection.Connection`, which keeps the protocol state:
-    ``welcome``, ``replay``, ``output``, ``exit`` and ``fatal_error`` are its.
+    ``welcome``, ``replay``, ``output``, ``exit``, ``fatal_error`` and ``last_event_seq`` are its.
     """
 
     def __init__(self, path: str | os.PathLike[str], role: str = "tower", *, client_name: str = "",
@@ -113,26 +114,6 @@ class Client:
         self.conn = Connection(self.path, role, client_name)
         self.output = self.conn.output
         self._pending: deque[wire.Frame] = deque()  # frames read while a request() awaited its answer
-
-    @property
-    def welcome(self) -> wire.Welcome | None:
-        return self.conn.welcome
-
-    @property
-    def replay(self) -> wire.Replay | None:
-        return self.conn.replay
-
-    @property
-    def exit(self) -> wire.Exit | None:
-        return self.conn.exit
-
-    @property
-    def fatal_error(self) -> wire.Error | None:
-        return self.conn.fatal_error
-
-    @property
-    def decoder(self) -> wire.Decoder:
-        return self.conn.decoder
 
     # ----------------------------------------------------------------------------------- connect
 

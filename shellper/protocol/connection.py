@@ -466,3 +466,33 @@ class Connection(Position):
         self._streaming = False
         self.pending.clear()
         return error
+
+
+class ConnectionView:
+    """What a client that drives a :class:`Connection` (in ``conn``) shows of it."""
+
+    conn: Connection
+
+    @property
+    def welcome(self) -> wire.Welcome | None:
+        return self.conn.welcome
+
+    @property
+    def replay(self) -> wire.Replay | None:
+        return self.conn.replay
+
+    @property
+    def exit(self) -> wire.Exit | None:
+        return self.conn.exit
+
+    @property
+    def last_event_seq(self) -> int | None:
+        return self.conn.last_event_seq
+
+    @property
+    def fatal_error(self) -> wire.Error | None:
+        return self.conn.fatal_error
+
+    @property
+    def decoder(self) -> wire.Decoder:
+        return self.conn.decoder

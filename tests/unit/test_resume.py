@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from test_connection import INSTANCE, welcome
 
 from shellper.protocol import wire
 from shellper.protocol.connection import (
@@ -20,14 +21,6 @@ from shellper.protocol.connection import (
 from tower_client.resume import Backoff, Reconnected, Resume
 
 PATH = "/run/r.sock"
-INSTANCE = "a" * 32
-
-
-def welcome(**changes: Any) -> wire.Welcome:
-    fields: dict[str, Any] = dict(version=2, name="r", shellper_pid=100, shellper_start_time=1, boot_id="b",
-                                  instance_id=INSTANCE, state="running", cols=80, rows=24, ring_start=0,
-                                  ring_end=10, event_seq=7)
-    return wire.Welcome(**{**fields, **changes})
 
 
 def drain(r: Resume) -> list[Any]:
