@@ -204,7 +204,8 @@ def test_reconciling_a_killed_outer_session_never_touches_a_session_started_insi
     kill9(outer.pid)
     report = apply(decide(sessions.dir), grace=0.3)
     assert report.ok, report.to_dict()
-    assert alive(inner_shellper) and alive(inner_child_ident)
+    log = other.dir / "inner.log"  # says how the inner session ended, should it have (one unexplained failure)
+    assert alive(inner_shellper) and alive(inner_child_ident), (report.to_dict(), log.exists() and log.read_text())
     assert [(d.action, d.reason) for d in decide(other.dir, RegistryRow("inner"))] == [(Action.ADOPT, "running")]
 
 
