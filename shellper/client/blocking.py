@@ -37,7 +37,7 @@ from shellper.protocol.connection import (
     send_error,
 )
 
-TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs each shellper ~2.5 ms and 0.5 MiB
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
 if TYPE_CHECKING:
     from pathlib import Path
 
