@@ -15,9 +15,11 @@ import socket
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import TypeVar
 
-from shellper.client.blocking import Client, check_role, checked_socket_path, peer_pid, socket_path
+from shellper.client.blocking import Client, check_role, checked_socket_path, peer_pid
+from shellper.core import names
 from shellper.core.exitrecord import ExitRecord
 from shellper.protocol import wire
 from shellper.protocol.connection import (
@@ -71,6 +73,11 @@ READ_SIZE = 256 * 1024
 MAX_BUFFERED = 8 * 1024 * 1024
 """Bytes of decoded frames an AsyncClient holds for a caller that is not reading. Past this it stops
 reading the socket, so the shellper sees a slow client and later catches it up from its ring."""
+
+
+def socket_path(directory: str | os.PathLike[str], name: str) -> Path:
+    """Where session ``name``'s socket is in ``directory``: shellper.core.names.socket_path, as a Path."""
+    return Path(names.socket_path(os.fspath(directory), name))
 
 
 # --------------------------------------------------------------------------------------------- asyncio
