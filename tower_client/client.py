@@ -16,7 +16,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from shellper.client.blocking import Client, check_role, checked_socket_path, peer_pid
 from shellper.core import names
@@ -399,7 +399,37 @@ class AsyncClient(ConnectionView):
 # --------------------------------------------------------------------------------------------- resuming
 
 
-class AsyncResumingClient(ResumeView):
+C = TypeVar("C", Client, AsyncClient)
+
+
+class _Resuming(ResumeView, Generic[C]):
+    """What the blocking and the asyncio resuming clients share that is not I/O: their settings, the
+    live connection's client, and forgetting it when the connection is lost."""
+
+    client: C | None
+
+    def _settle(self, path: str | os.PathLike[str], role: str, client_name: str, backoff: Backoff | None,
+                expect_instance_id: str | None) -> None:
+        self.path = checked_socket_path(path)
+        check_role(role)
+        self.role = role
+        self.client_name = client_name
+        self.state = Resume(self.path, expect_instance_id, backoff or Backoff())
+        self.client = None
+
+    def _current(self, why: str = "not connected (reconnecting or ended)") -> C:
+        if self.client is None:
+            raise SessionGone(self.path, why)
+        return self.client
+
+    def _forget(self) -> C:
+        """The client whose connection was lost, no longer the current one (closing it is the caller's)."""
+        client = self._current()
+        self.client = None
+        return client
+
+
+class AsyncResumingClient(_Resuming[AsyncClient]):
     """An AsyncClient that reconnects with bounded backoff and resumes where the caller left off.
 
     Yields the stream as frames, the first REPLAY included (as GAP if the ring had already dropped
@@ -415,13 +445,8 @@ class AsyncResumingClient(ResumeView):
                  backoff: Backoff | None = None, expect_instance_id: str | None = None,
                  connect_timeout: float = CONNECT_TIMEOUT, handshake_timeout: float = HANDSHAKE_TIMEOUT,
                  request_timeout: float = REQUEST_TIMEOUT) -> None:
-        self.path = checked_socket_path(path)
-        check_role(role)
-        self.role = role
-        self.client_name = client_name
+        self._settle(path, role, client_name, backoff, expect_instance_id)
         self._timeouts = (connect_timeout, handshake_timeout, request_timeout)
-        self.state = Resume(self.path, expect_instance_id, backoff or Backoff())
-        self.client: AsyncClient | None = None
 
     async def _open(self, resume_from: int | None, replay_bytes: int | None, events_after: int | None) -> None:
         c, h, r = self._timeouts
@@ -461,15 +486,13 @@ class AsyncResumingClient(ResumeView):
             item = st.next_item()
             if item is not None:
                 return item
-            if self.client is None:
-                raise SessionGone(self.path, "not connected")
+            client = self._current("not connected")
             try:
-                frame = await self.client.recv(timeout)
+                frame = await client.recv(timeout)
             except SessionGone as exc:
-                fatal = self.client.fatal_error
-                await self.client.close()
-                self.client = None
-                st.lost(exc, fatal)
+                lost = self._forget()
+                await lost.close()
+                st.lost(exc, lost.fatal_error)
                 await self._reconnect()
                 continue
             return None if frame is None else st.take(frame)
@@ -484,11 +507,6 @@ class AsyncResumingClient(ResumeView):
             raise StopAsyncIteration from None
         assert item is not None
         return item
-
-    def _current(self) -> AsyncClient:
-        if self.client is None:
-            raise SessionGone(self.path, "not connected (reconnecting or ended)")
-        return self.client
 
     async def write(self, data: bytes, timeout: float | None = None) -> None:
         await self._current().write(data, timeout)
@@ -530,19 +548,14 @@ class AsyncResumingClient(ResumeView):
         await self.close()
 
 
-class ResumingClient(ResumeView):
+class ResumingClient(_Resuming[Client]):
     """The blocking twin of :class:`AsyncResumingClient`, built on shellper's :class:`Client`."""
 
     def __init__(self, path: str | os.PathLike[str], role: str = "tower", *, client_name: str = CLIENT_NAME,
                  backoff: Backoff | None = None, expect_instance_id: str | None = None,
                  timeout: float = CONNECT_TIMEOUT) -> None:
-        self.path = checked_socket_path(path)
-        check_role(role)
-        self.role = role
-        self.client_name = client_name
+        self._settle(path, role, client_name, backoff, expect_instance_id)
         self.timeout = timeout
-        self.state = Resume(self.path, expect_instance_id, backoff or Backoff())
-        self.client: Client | None = None
 
     def _open(self, resume_from: int | None, replay_bytes: int | None, events_after: int | None) -> None:
         client = Client(self.path, self.role, client_name=self.client_name, timeout=self.timeout)
@@ -579,16 +592,14 @@ class ResumingClient(ResumeView):
             item = st.next_item()
             if item is not None:
                 return item
-            if self.client is None:
-                raise SessionGone(self.path, "not connected")
+            client = self._current("not connected")
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
-                frame = self.client.recv(left)
+                frame = client.recv(left)
             except SessionGone as exc:
-                fatal = self.client.fatal_error
-                self.client.close()
-                self.client = None
-                st.lost(exc, fatal)
+                lost = self._forget()
+                lost.close()
+                st.lost(exc, lost.fatal_error)
                 self._reconnect()
                 continue
             return None if frame is None else st.take(frame)
@@ -601,11 +612,6 @@ class ResumingClient(ResumeView):
                 return
             assert item is not None
             yield item
-
-    def _current(self) -> Client:
-        if self.client is None:
-            raise SessionGone(self.path, "not connected (reconnecting or ended)")
-        return self.client
 
     def send(self, frame: wire.Frame) -> None:
         self._current().send(frame)
