@@ -417,9 +417,9 @@ class _Resuming(ResumeView, Generic[C]):
         self.state = Resume(self.path, expect_instance_id, backoff or Backoff())
         self.client = None
 
-    def _current(self, why: str = "not connected (reconnecting or ended)") -> C:
+    def _current(self) -> C:
         if self.client is None:
-            raise SessionGone(self.path, why)
+            raise SessionGone(self.path, "not connected (reconnecting or ended)")
         return self.client
 
     def _forget(self) -> C:
@@ -486,7 +486,9 @@ class AsyncResumingClient(_Resuming[AsyncClient]):
             item = st.next_item()
             if item is not None:
                 return item
-            client = self._current("not connected")
+            client = self.client  # inline, not _current(): this runs for every frame
+            if client is None:
+                raise SessionGone(self.path, "not connected")
             try:
                 frame = await client.recv(timeout)
             except SessionGone as exc:
@@ -592,7 +594,9 @@ class ResumingClient(_Resuming[Client]):
             item = st.next_item()
             if item is not None:
                 return item
-            client = self._current("not connected")
+            client = self.client  # inline, not _current(): this runs for every frame
+            if client is None:
+                raise SessionGone(self.path, "not connected")
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
                 frame = client.recv(left)
