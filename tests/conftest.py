@@ -224,18 +224,27 @@ def sessions(runtime_dir: Path) -> Iterator[Sessions]:
         pytest.fail("; ".join(problems))
 
 
+def collect_output(client: Client, seen: bytearray, done: Callable[[bytearray], bool], what: bytes,
+                   timeout: float = 10.0, others: list[wire.Frame] | None = None) -> None:
+    """Add the output received to ``seen`` until ``done(seen)``; fail at the deadline, naming ``what``.
+    Frames other than DATA are appended to ``others`` when given (else dropped)."""
+    deadline = time.monotonic() + timeout
+    while not done(seen):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            pytest.fail(f"{what!r} not seen within {timeout:g} s; got {bytes(seen[-300:])!r}")
+        frame = client.recv(timeout=left)
+        if isinstance(frame, wire.Data):
+            seen += frame.data
+        elif frame is not None and others is not None:
+            others.append(frame)
+
+
 def read_until(client: Client, needle: bytes, timeout: float = 10.0) -> bytes:
     """Collect output (REPLAY data first) until ``needle`` appears; fail at the deadline."""
     assert client.replay is not None
     seen = bytearray(client.replay.data)
-    deadline = time.monotonic() + timeout
-    while needle not in seen:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            pytest.fail(f"{needle!r} not seen within {timeout:g} s; got {bytes(seen[-300:])!r}")
-        frame = client.recv(timeout=left)
-        if isinstance(frame, wire.Data):
-            seen += frame.data
+    collect_output(client, seen, lambda got: needle in got, needle, timeout)
     return bytes(seen)
 
 

@@ -434,8 +434,8 @@ def test_format_line_limit() -> None:
 def test_every_way_to_a_sessions_socket_names_one_file(tmp_path: Path, name: str) -> None:
     """attach's quick path and the CLI build the socket's path without shellper.host.paths; the Tower's
     client builds it with pathlib: all of them name the file the shellper binds."""
-    from shellper.client.blocking import socket_path as client_socket_path
     from shellper.core.names import socket_path
+    from tower_client.client import socket_path as client_socket_path
 
     bound = SessionPaths.for_name(tmp_path, name).socket
     assert socket_path(str(tmp_path), name) == bound

@@ -66,9 +66,10 @@ def full_record() -> SessionRecord:
         child_pid=4242, child_pgid=4242, child_start_time=123456, state="backoff", state_reason="crashed",
         last_exit_at=1700000000.5, next_restart_at=1700000002.25, restarts=3,
         breaker={"open": False, "failures": [1.0, 2.0]}, ring_bytes=4 << 20, stderr_mode="pipe",
+        exits=[ExitRecord(ExitClass.CRASH, SessionState.BACKOFF, "crash: exit 1 after 3 s", 1700000000.5, code=1,
+                          uptime=3.0, child_pid=4242, restart_in=2.0, restarts=3, breaker={"state": "closed"})],
+        exit_count=1,
     )
-    r.add_exit(ExitRecord(ExitClass.CRASH, SessionState.BACKOFF, "crash: exit 1 after 3 s", 1700000000.5, code=1,
-                          uptime=3.0, child_pid=4242, restart_in=2.0, restarts=3, breaker={"state": "closed"}))
     return r
 
 
@@ -103,14 +104,15 @@ def test_env_values_are_never_stored() -> None:
     assert not any("env" in name for name in fields)
 
 
-def test_exits_are_bounded_but_counted() -> None:
-    r = make_record()
-    for i in range(MAX_EXITS + 25):
-        r.add_exit(ExitRecord(ExitClass.CRASH, SessionState.BACKOFF, "crash", float(i), code=i))
-    assert len(r.exits) == MAX_EXITS
-    assert r.exit_count == MAX_EXITS + 25 and r.last_exit_at == MAX_EXITS + 24
-    assert r.exits[0].code == 25 and r.exits[-1].code == MAX_EXITS + 24
-    assert SessionRecord.from_json(r.to_json()) == r
+def test_the_last_exits_round_trip_with_the_count_of_all() -> None:
+    # The daemon keeps the last MAX_EXITS (shellper.daemon.lifecycle) and counts every exit.
+    kept = [ExitRecord(ExitClass.CRASH, SessionState.BACKOFF, "crash", float(i), code=i)
+            for i in range(25, MAX_EXITS + 25)]
+    r = make_record(exits=kept, exit_count=MAX_EXITS + 25, last_exit_at=float(MAX_EXITS + 24))
+    back = SessionRecord.from_json(r.to_json())
+    assert back == r
+    assert len(back.exits) == MAX_EXITS and back.exit_count == MAX_EXITS + 25
+    assert back.exits[0].code == 25 and back.exits[-1].code == MAX_EXITS + 24
 
 
 def test_exits_are_stored_in_their_wire_form() -> None:

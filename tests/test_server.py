@@ -21,7 +21,7 @@ from typing import Any
 
 import msgpack
 import pytest
-from conftest import PY, Sessions, poll_until, read_until, recv_until, wait_gone
+from conftest import PY, Sessions, collect_output, poll_until, read_until, recv_until, wait_gone
 
 from shellper.client.blocking import Client, SessionGone
 from shellper.core.exits import RestartPolicy
@@ -137,29 +137,15 @@ def output_until(client: Client, needle: bytes, timeout: float = 10.0,
     Frames other than DATA are appended to ``others`` when given (else dropped).
     """
     seen = bytearray()
-    deadline = time.monotonic() + timeout
-    while needle not in seen:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            pytest.fail(f"{needle!r} not seen within {timeout:g} s; got {bytes(seen[-300:])!r}")
-        f = client.recv(timeout=left)
-        if isinstance(f, wire.Data):
-            seen += f.data
-        elif f is not None and others is not None:
-            others.append(f)
+    collect_output(client, seen, lambda got: needle in got, needle, timeout, others)
     return bytes(seen)
 
 
 def output_search(client: Client, pattern: bytes, seen: bytearray, timeout: float = 10.0) -> re.Match[bytes]:
     """Add output to ``seen`` (the caller's running buffer) until ``pattern`` matches in it."""
-    deadline = time.monotonic() + timeout
-    while (m := re.search(pattern, seen)) is None:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            pytest.fail(f"{pattern!r} not seen within {timeout:g} s; got {bytes(seen[-300:])!r}")
-        f = client.recv(timeout=left)
-        if isinstance(f, wire.Data):
-            seen += f.data
+    collect_output(client, seen, lambda got: re.search(pattern, got) is not None, pattern, timeout)
+    m = re.search(pattern, seen)
+    assert m is not None
     return m
 
 

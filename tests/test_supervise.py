@@ -49,6 +49,13 @@ def settle(sessions: Sessions, name: str, state: str) -> dict[str, Any]:
     return info
 
 
+def crash_until_fatal(sessions: Sessions, name: str, code: int, runs: int) -> None:
+    """Start a child that exits ``code`` at once, and wait until the breaker gives up after ``runs`` runs."""
+    sessions.start(name, ["sh", "-c", f"exit {code}"],
+                   policy=policy(breaker_count=runs, min_uptime=5, breaker_window=60, same_error_count=0))
+    settle(sessions, name, "fatal")
+
+
 def test_segfault_restarts_then_breaker_goes_fatal(sessions: Sessions) -> None:
     crash = [PY, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"]
     sessions.start("segv", crash, policy=policy(breaker_count=3, min_uptime=5, breaker_window=60))
@@ -153,26 +160,21 @@ def test_sigterm_through_client_is_requested_and_not_restarted(sessions: Session
     sessions.stop("term")
 
 
-def test_healthy_runs_reset_the_backoff(sessions: Sessions) -> None:
+@pytest.mark.parametrize(("script", "options", "expected"), [
     # Each run outlives healthy_uptime, so every restart waits the initial delay again and the
     # breaker never opens; a crash loop of the same length without healthy runs would be fatal.
-    pol = policy(backoff_initial=0.05, backoff_max=5.0, healthy_uptime=0.3, min_uptime=0.3,
-                 breaker_count=2, breaker_window=10, same_error_count=0)
-    sessions.start("healthy", ["sh", "-c", "sleep 0.4; exit 1"], policy=pol)
-    with sessions.connect("healthy", replay_bytes=0) as tower:
+    pytest.param("sleep 0.4; exit 1", dict(backoff_initial=0.05, healthy_uptime=0.3, min_uptime=0.3, breaker_count=2,
+                                           breaker_window=10), [0.05, 0.05, 0.05], id="healthy-runs-reset-it"),
+    pytest.param("exit 2", dict(backoff_initial=0.02, min_uptime=3, breaker_count=4, breaker_window=60),
+                 [0.02, 0.04, 0.08], id="it-grows-without-healthy-runs"),
+])
+def test_the_backoff(sessions: Sessions, script: str, options: dict[str, Any], expected: list[float]) -> None:
+    pol = policy(backoff_max=5.0, same_error_count=0, **options)
+    sessions.start("backoff", ["sh", "-c", script], policy=pol)
+    with sessions.connect("backoff", replay_bytes=0) as tower:
         delays = [recv_until(tower, wire.Exit).restart_in for _ in range(3)]
-    assert delays == [0.05, 0.05, 0.05]
-    sessions.stop("healthy")
-
-
-def test_backoff_grows_without_healthy_runs(sessions: Sessions) -> None:
-    pol = policy(backoff_initial=0.02, backoff_max=5.0, min_uptime=3, breaker_count=4, breaker_window=60,
-                 same_error_count=0)
-    sessions.start("grow", ["sh", "-c", "exit 2"], policy=pol)
-    with sessions.connect("grow", replay_bytes=0) as tower:
-        delays = [recv_until(tower, wire.Exit).restart_in for _ in range(3)]
-    assert delays == [0.02, 0.04, 0.08]
-    sessions.stop("grow")
+    assert delays == expected
+    sessions.stop("backoff")
 
 
 def test_bash_is_interactive_with_stderr_captured(sessions: Sessions) -> None:
@@ -207,9 +209,7 @@ def test_python_repl_is_interactive_with_stderr_captured(sessions: Sessions) -> 
 
 
 def test_tower_connecting_late_reads_every_exit(sessions: Sessions) -> None:
-    sessions.start("late", ["sh", "-c", "exit 9"],
-                   policy=policy(breaker_count=3, min_uptime=5, breaker_window=60, same_error_count=0))
-    settle(sessions, "late", "fatal")
+    crash_until_fatal(sessions, "late", 9, runs=3)
     with sessions.connect("late", events_after=0) as tower:
         assert tower.welcome is not None and tower.welcome.state == "fatal"
         assert tower.welcome.exit is not None and tower.welcome.exit["code"] == 9
@@ -225,9 +225,7 @@ def test_tower_connecting_late_reads_every_exit(sessions: Sessions) -> None:
 
 
 def test_spawn_from_tower_revives_a_fatal_session(sessions: Sessions) -> None:
-    sessions.start("revive", ["sh", "-c", "exit 1"],
-                   policy=policy(breaker_count=2, min_uptime=5, breaker_window=60, same_error_count=0))
-    settle(sessions, "revive", "fatal")
+    crash_until_fatal(sessions, "revive", 1, runs=2)
     with sessions.connect("revive", replay_bytes=0) as tower:
         tower.send(wire.Spawn(argv=["cat"]))
         spawned = recv_until(tower, wire.Event, where=lambda e: e.kind == "spawned")

@@ -19,12 +19,11 @@ from pathlib import Path
 
 import pytest
 from conftest import poll_until
-from test_tower_support import REPO, Sessions, alive, identity, is_dead, other, sessions, tree
+from test_tower_support import REPO, Sessions, alive, hand_made_record, identity, is_dead, other, sessions, tree
 
-from shellper.core.owner import default_owner
 from shellper.core.structs import replace
-from shellper.host.identity import ProcessIdentity, boot_id, read_stat
-from shellper.host.record import SessionRecord, read_record, write_record
+from shellper.host.identity import ProcessIdentity, read_stat
+from shellper.host.record import read_record, write_record
 from shellper.protocol import wire
 from tower_client.apply import apply
 from tower_client.client import AsyncClient, AsyncResumingClient
@@ -54,18 +53,6 @@ def full_tree(pid: int) -> list[ProcessIdentity] | None:
 
 def files(d: Path) -> set[str]:
     return set(os.listdir(d))
-
-
-def stand_in_record(d: Path, name: str, pid: int, **changes: object) -> SessionRecord:
-    """A record that names ``pid`` exactly as a shellper would (this boot, its real start ticks)."""
-    st = read_stat(pid)
-    assert st is not None
-    rec = SessionRecord(name=name, boot_id=boot_id(), shellper_pid=pid, shellper_start_time=st.start_time,
-                        instance_id="f" * 32, command=["sleep"], cwd="/", socket=str(d / f"{name}.sock"),
-                        state="running", owner=default_owner())
-    rec = replace(rec, **changes)  # type: ignore[arg-type]
-    write_record(d / f"{name}.json", rec)
-    return rec
 
 
 # --------------------------------------------------------------------------------------------- adopt / terminate
@@ -210,7 +197,7 @@ def test_rewritten_start_time_is_left_and_never_signalled(sessions: Sessions) ->
 def test_stand_in_with_rewritten_start_time_survives(sessions: Sessions) -> None:
     proc = sessions.spawn(["sleep", "300"])
     sleeper = identity(proc.pid)
-    stand_in_record(sessions.dir, "standin", proc.pid, shellper_start_time=sleeper.start_time + 7)
+    hand_made_record(sessions.dir, "standin", proc.pid, shellper_start_time=sleeper.start_time + 7)
     (sessions.dir / "standin.lock").touch()
     decisions = _decisions(sessions.dir, RegistryRow("standin"))
     assert [(d.action, d.reason) for d in decisions] == [(Action.CLEAN, "pid_reused"),
@@ -224,7 +211,7 @@ def test_stand_in_with_rewritten_start_time_survives(sessions: Sessions) -> None
 def test_previous_boot_record_is_cleaned_without_probe_or_signal(sessions: Sessions) -> None:
     proc = sessions.spawn(["sleep", "300"])
     sleeper = identity(proc.pid)
-    stand_in_record(sessions.dir, "oldboot", proc.pid, boot_id="00000000-0000-0000-0000-000000000000")
+    hand_made_record(sessions.dir, "oldboot", proc.pid, boot_id="00000000-0000-0000-0000-000000000000")
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(str(sessions.dir / "oldboot.sock"))
     listener.listen(4)  # a probe would show up here as a pending connection

@@ -18,15 +18,14 @@ from pathlib import Path
 
 import pytest
 from conftest import CGROUP_PARENT, SHELLPER_CLI, poll_until
-from test_tower_support import REPO, Sessions, alive, identity, is_dead, other, sessions, tree
+from test_tower_support import REPO, Sessions, alive, hand_made_record, identity, is_dead, other, sessions, tree
 
-from shellper.core.owner import default_owner
 from shellper.core.structs import replace
 from shellper.daemon.launch import LaunchInfo
 from shellper.host.cleanup import CommandMismatch
-from shellper.host.identity import ProcessIdentity, boot_id, read_stat
+from shellper.host.identity import ProcessIdentity, read_stat
 from shellper.host.paths import SessionPaths
-from shellper.host.record import SessionLock, SessionRecord, cmdline_sha256, read_record, write_record
+from shellper.host.record import SessionLock, cmdline_sha256, read_record, write_record
 from tower_client.apply import apply, terminate_session
 from tower_client.client import InstanceMismatch
 from tower_client.discover import discover, discover_async, observe
@@ -37,19 +36,6 @@ __all__ = ["other", "sessions"]  # the fixtures, re-exported for pytest
 
 def decisions(d: Path, *rows: RegistryRow, probe_timeout: float = 2.0) -> list[Decision]:
     return reconcile(Registry(rows), discover(d, probe_timeout=probe_timeout), now=time.time())
-
-
-def hand_made_record(d: Path, name: str, pid: int, **changes: object) -> SessionRecord:
-    """A record naming ``pid`` with its real boot id and start ticks, written to ``d`` (its socket path is
-    the name's own, as a shellper's is, but no socket is there)."""
-    st = read_stat(pid)
-    assert st is not None
-    rec = SessionRecord(name=name, boot_id=boot_id(), shellper_pid=pid, shellper_start_time=st.start_time,
-                        instance_id="f" * 32, command=["sleep"], cwd="/", socket=str(d / f"{name}.sock"),
-                        state="running", owner=default_owner())
-    rec = replace(rec, **changes)  # type: ignore[arg-type]
-    write_record(d / f"{name}.json", rec)
-    return rec
 
 
 def untouched(ident: ProcessIdentity) -> bool:

@@ -23,10 +23,13 @@ from conftest import CGROUP_PARENT, remove_cgroup_tree
 
 from shellper.core.config import SessionConfig
 from shellper.core.exits import RestartPolicy
+from shellper.core.owner import default_owner
+from shellper.core.structs import replace
 from shellper.daemon.launch import LaunchInfo, launch
 from shellper.host.cgroup import find_session_cgroups
 from shellper.host.identity import IdentityError, ProcessIdentity, boot_id, open_verified, read_stat
 from shellper.host.reaper import descendants
+from shellper.host.record import SessionRecord, write_record
 
 REPO = str(Path(__file__).resolve().parent.parent)
 
@@ -136,6 +139,19 @@ def other() -> Iterator[Sessions]:
     """A second, separate session directory."""
     with session_dir() as s:
         yield s
+
+
+def hand_made_record(d: Path, name: str, pid: int, **changes: object) -> SessionRecord:
+    """A record naming ``pid`` with its real boot id and start ticks, written to ``d`` (its socket path is
+    the name's own, as a shellper's is, but no socket is there)."""
+    st = read_stat(pid)
+    assert st is not None
+    rec = SessionRecord(name=name, boot_id=boot_id(), shellper_pid=pid, shellper_start_time=st.start_time,
+                        instance_id="f" * 32, command=["sleep"], cwd="/", socket=str(d / f"{name}.sock"),
+                        state="running", owner=default_owner())
+    rec = replace(rec, **changes)  # type: ignore[arg-type]
+    write_record(d / f"{name}.json", rec)
+    return rec
 
 
 def sleeper_argv(*extra: str) -> list[str]:

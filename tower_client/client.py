@@ -15,9 +15,11 @@ import socket
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterator
-from typing import TypeVar
+from pathlib import Path
+from typing import Generic, TypeVar
 
-from shellper.client.blocking import Client, check_role, checked_socket_path, peer_pid, socket_path
+from shellper.client.blocking import Client, check_role, checked_socket_path, peer_pid
+from shellper.core import names
 from shellper.core.exitrecord import ExitRecord
 from shellper.protocol import wire
 from shellper.protocol.connection import (
@@ -71,6 +73,11 @@ READ_SIZE = 256 * 1024
 MAX_BUFFERED = 8 * 1024 * 1024
 """Bytes of decoded frames an AsyncClient holds for a caller that is not reading. Past this it stops
 reading the socket, so the shellper sees a slow client and later catches it up from its ring."""
+
+
+def socket_path(directory: str | os.PathLike[str], name: str) -> Path:
+    """Where session ``name``'s socket is in ``directory``: shellper.core.names.socket_path, as a Path."""
+    return Path(names.socket_path(os.fspath(directory), name))
 
 
 # --------------------------------------------------------------------------------------------- asyncio
@@ -392,7 +399,37 @@ class AsyncClient(ConnectionView):
 # --------------------------------------------------------------------------------------------- resuming
 
 
-class AsyncResumingClient(ResumeView):
+C = TypeVar("C", Client, AsyncClient)
+
+
+class _Resuming(ResumeView, Generic[C]):
+    """What the blocking and the asyncio resuming clients share that is not I/O: their settings, the
+    live connection's client, and forgetting it when the connection is lost."""
+
+    client: C | None
+
+    def _settle(self, path: str | os.PathLike[str], role: str, client_name: str, backoff: Backoff | None,
+                expect_instance_id: str | None) -> None:
+        self.path = checked_socket_path(path)
+        check_role(role)
+        self.role = role
+        self.client_name = client_name
+        self.state = Resume(self.path, expect_instance_id, backoff or Backoff())
+        self.client = None
+
+    def _current(self) -> C:
+        if self.client is None:
+            raise SessionGone(self.path, "not connected (reconnecting or ended)")
+        return self.client
+
+    def _forget(self) -> C:
+        """The client whose connection was lost, no longer the current one (closing it is the caller's)."""
+        client = self._current()
+        self.client = None
+        return client
+
+
+class AsyncResumingClient(_Resuming[AsyncClient]):
     """An AsyncClient that reconnects with bounded backoff and resumes where the caller left off.
 
     Yields the stream as frames, the first REPLAY included (as GAP if the ring had already dropped
@@ -408,13 +445,8 @@ class AsyncResumingClient(ResumeView):
                  backoff: Backoff | None = None, expect_instance_id: str | None = None,
                  connect_timeout: float = CONNECT_TIMEOUT, handshake_timeout: float = HANDSHAKE_TIMEOUT,
                  request_timeout: float = REQUEST_TIMEOUT) -> None:
-        self.path = checked_socket_path(path)
-        check_role(role)
-        self.role = role
-        self.client_name = client_name
+        self._settle(path, role, client_name, backoff, expect_instance_id)
         self._timeouts = (connect_timeout, handshake_timeout, request_timeout)
-        self.state = Resume(self.path, expect_instance_id, backoff or Backoff())
-        self.client: AsyncClient | None = None
 
     async def _open(self, resume_from: int | None, replay_bytes: int | None, events_after: int | None) -> None:
         c, h, r = self._timeouts
@@ -454,15 +486,15 @@ class AsyncResumingClient(ResumeView):
             item = st.next_item()
             if item is not None:
                 return item
-            if self.client is None:
+            client = self.client  # inline, not _current(): this runs for every frame
+            if client is None:
                 raise SessionGone(self.path, "not connected")
             try:
-                frame = await self.client.recv(timeout)
+                frame = await client.recv(timeout)
             except SessionGone as exc:
-                fatal = self.client.fatal_error
-                await self.client.close()
-                self.client = None
-                st.lost(exc, fatal)
+                lost = self._forget()
+                await lost.close()
+                st.lost(exc, lost.fatal_error)
                 await self._reconnect()
                 continue
             return None if frame is None else st.take(frame)
@@ -477,11 +509,6 @@ class AsyncResumingClient(ResumeView):
             raise StopAsyncIteration from None
         assert item is not None
         return item
-
-    def _current(self) -> AsyncClient:
-        if self.client is None:
-            raise SessionGone(self.path, "not connected (reconnecting or ended)")
-        return self.client
 
     async def write(self, data: bytes, timeout: float | None = None) -> None:
         await self._current().write(data, timeout)
@@ -523,19 +550,14 @@ class AsyncResumingClient(ResumeView):
         await self.close()
 
 
-class ResumingClient(ResumeView):
+class ResumingClient(_Resuming[Client]):
     """The blocking twin of :class:`AsyncResumingClient`, built on shellper's :class:`Client`."""
 
     def __init__(self, path: str | os.PathLike[str], role: str = "tower", *, client_name: str = CLIENT_NAME,
                  backoff: Backoff | None = None, expect_instance_id: str | None = None,
                  timeout: float = CONNECT_TIMEOUT) -> None:
-        self.path = checked_socket_path(path)
-        check_role(role)
-        self.role = role
-        self.client_name = client_name
+        self._settle(path, role, client_name, backoff, expect_instance_id)
         self.timeout = timeout
-        self.state = Resume(self.path, expect_instance_id, backoff or Backoff())
-        self.client: Client | None = None
 
     def _open(self, resume_from: int | None, replay_bytes: int | None, events_after: int | None) -> None:
         client = Client(self.path, self.role, client_name=self.client_name, timeout=self.timeout)
@@ -572,16 +594,16 @@ class ResumingClient(ResumeView):
             item = st.next_item()
             if item is not None:
                 return item
-            if self.client is None:
+            client = self.client  # inline, not _current(): this runs for every frame
+            if client is None:
                 raise SessionGone(self.path, "not connected")
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
-                frame = self.client.recv(left)
+                frame = client.recv(left)
             except SessionGone as exc:
-                fatal = self.client.fatal_error
-                self.client.close()
-                self.client = None
-                st.lost(exc, fatal)
+                lost = self._forget()
+                lost.close()
+                st.lost(exc, lost.fatal_error)
                 self._reconnect()
                 continue
             return None if frame is None else st.take(frame)
@@ -594,11 +616,6 @@ class ResumingClient(ResumeView):
                 return
             assert item is not None
             yield item
-
-    def _current(self) -> Client:
-        if self.client is None:
-            raise SessionGone(self.path, "not connected (reconnecting or ended)")
-        return self.client
 
     def send(self, frame: wire.Frame) -> None:
         self._current().send(frame)

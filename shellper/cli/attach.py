@@ -11,7 +11,8 @@ decoded and written in one ``write`` per wakeup. Either way it does what dtach d
 replays recent output (with the mode preamble, so a TUI comes back on the right screen), reports
 the child's exit and returns its status, and leaves the user's terminal as it found it: cooked mode
 restored on every way out (detach, exit, error, SIGTERM, SIGHUP), and any mode the session switched
-on (alternate screen, mouse, bracketed paste, ...) switched off again (zmx #26/#263).
+on (alternate screen, mouse, bracketed paste, ...) switched off again (why: bench/NOTES.md,
+"Incidents behind the defaults").
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import tty
 from types import FrameType
 
 from shellper.client.blocking import Client
+from shellper.core.defaults import clamp_terminal_size
 from shellper.core.errors import ShellperError
 from shellper.core.names import BadName, runtime_dir_name, socket_path, validate_name
 from shellper.core.signals import signal_number
@@ -59,7 +61,7 @@ DEFAULT_DETACH_KEY = "^\\"
 """Ctrl-\\ (0x1C), as dtach, abduco and zmx."""
 REPLAY_BYTES = 1024 * 1024
 """Most output replayed on attach. The ring may hold 8 MiB; a terminal needs a few screenfuls, and a
-multi-megabyte replay makes attach slow (the original cut its viewer seed to 1 MiB, #1198)."""
+multi-megabyte replay makes attach slow (bench/NOTES.md, "Incidents behind the defaults")."""
 STDIN_READ = 65536
 SOCKET_READ = 1024 * 1024
 RECLAIM_TIMEOUT = 2.0
@@ -178,7 +180,7 @@ class _Attachment:
         self.stdin_open = True
         self.saved_tty: list[Any] | None = None
         self.modes: ModeTracker | None = None  # relaying only: what the session switched on (shellper.core.modes)
-        self.rbuf = memoryview(bytearray(SOCKET_READ))  # reused: a fresh 1 MiB bytes per recv costs mmap+munmap
+        self.rbuf = memoryview(bytearray(SOCKET_READ))  # reused: a fresh one per recv costs an mmap and a munmap
         self.modes_known = True  # False once output was skipped: the terminal's modes are unknown then
         self.fed = 0
         self.cleaning = False
@@ -251,7 +253,8 @@ class _Attachment:
         if size is None:
             return
         try:
-            self.client.send(wire.Resize(cols=min(size[0], 65535), rows=min(size[1], 65535)))
+            cols, rows = clamp_terminal_size(*size)
+            self.client.send(wire.Resize(cols=cols, rows=rows))
         except SessionGone:
             if not self.handed:
                 raise

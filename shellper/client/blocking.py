@@ -37,10 +37,6 @@ from shellper.protocol.connection import (
     send_error,
 )
 
-TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs each shellper ~2.5 ms and 0.5 MiB
-if TYPE_CHECKING:
-    from pathlib import Path
-
 __all__ = [
     "Client",
     "ClientError",
@@ -55,7 +51,6 @@ __all__ = [
     "Timeout",
     "check_role",
     "checked_socket_path",
-    "socket_path",
 ]
 
 
@@ -268,12 +263,6 @@ class Client(ConnectionView):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-def socket_path(directory: str | os.PathLike[str], name: str) -> Path:
-    from pathlib import Path  # here: `shellper attach` starts without pathlib
-
-    return Path(directory) / f"{name}.sock"
-
 
 def peer_pid(sock: socket.socket) -> int | None:
     """The pid of the process at the other end of a connected Unix socket (SO_PEERCRED)."""

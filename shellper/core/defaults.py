@@ -32,3 +32,8 @@ def terminal_size_in_range(cols: object, rows: object) -> bool:
     """Whether both are integers (not bools) in 1..MAX_TERMINAL_DIMENSION."""
     return all(not isinstance(n, bool) and isinstance(n, int) and 1 <= n <= MAX_TERMINAL_DIMENSION
                for n in (cols, rows))
+
+
+def clamp_terminal_size(cols: int, rows: int) -> tuple[int, int]:
+    """A terminal's size as a RESIZE may carry it: neither above MAX_TERMINAL_DIMENSION."""
+    return min(cols, MAX_TERMINAL_DIMENSION), min(rows, MAX_TERMINAL_DIMENSION)

@@ -527,10 +527,6 @@ class Classification:
     description: str
     error_line: str = ""
 
-    @property
-    def cls(self) -> ExitClass:
-        return self.exit_class
-
 
 def classify(evidence: ExitEvidence, policy: RestartPolicy = DEFAULT_POLICY) -> Classification:
     """Class and one-line reason for one exit; order: exec failure, requested, clean, permanent."""

@@ -69,47 +69,38 @@ class TerminalModes:
 
     def enable_sequence(self) -> bytes:
         """Sequences that take a default terminal to this state (non-default modes only)."""
-        out: list[bytes] = []
-        if self.title is not None:
-            out.append(b"\x1b]2;" + self.title + b"\x07")
-        if self.alt_screen:
-            out.append(b"\x1b[?1049h")
-        if self.app_cursor_keys:
-            out.append(b"\x1b[?1h")
-        if self.app_keypad:
-            out.append(b"\x1b=")
-        if self.bracketed_paste:
-            out.append(b"\x1b[?2004h")
-        if self.mouse_tracking:
-            out.append(b"\x1b[?%dh" % self.mouse_tracking)
-        if self.mouse_encoding:
-            out.append(b"\x1b[?%dh" % self.mouse_encoding)
-        if self.focus_reporting:
-            out.append(b"\x1b[?1004h")
-        if not self.cursor_visible:
-            out.append(b"\x1b[?25l")
+        out = [] if self.title is None else [b"\x1b]2;" + self.title + b"\x07"]
+        out += (_switch(on, getattr(self, name)) for name, (on, _) in _SWITCHES.items()
+                if getattr(self, name) != getattr(_DEFAULT_MODES, name))
         return b"".join(out)
 
     def disable_sequence(self) -> bytes:
         """Sequences that take a terminal in this state back to defaults (title excepted)."""
-        out: list[bytes] = []
-        if self.mouse_tracking:
-            out.append(b"\x1b[?%dl" % self.mouse_tracking)
-        if self.mouse_encoding:
-            out.append(b"\x1b[?%dl" % self.mouse_encoding)
-        if self.focus_reporting:
-            out.append(b"\x1b[?1004l")
-        if self.bracketed_paste:
-            out.append(b"\x1b[?2004l")
-        if self.app_cursor_keys:
-            out.append(b"\x1b[?1l")
-        if self.app_keypad:
-            out.append(b"\x1b>")
-        if self.alt_screen:
-            out.append(b"\x1b[?1049l")
-        if not self.cursor_visible:
-            out.append(b"\x1b[?25h")
-        return b"".join(out)
+        return b"".join(_switch(_SWITCHES[name][1], getattr(self, name)) for name in _DISABLE_ORDER
+                        if getattr(self, name) != getattr(_DEFAULT_MODES, name))
+
+
+_DEFAULT_MODES = TerminalModes()
+
+_SWITCHES = {
+    "alt_screen": (b"\x1b[?1049h", b"\x1b[?1049l"),
+    "app_cursor_keys": (b"\x1b[?1h", b"\x1b[?1l"),
+    "app_keypad": (b"\x1b=", b"\x1b>"),
+    "bracketed_paste": (b"\x1b[?2004h", b"\x1b[?2004l"),
+    "mouse_tracking": (b"\x1b[?%dh", b"\x1b[?%dl"),
+    "mouse_encoding": (b"\x1b[?%dh", b"\x1b[?%dl"),
+    "focus_reporting": (b"\x1b[?1004h", b"\x1b[?1004l"),
+    "cursor_visible": (b"\x1b[?25l", b"\x1b[?25h"),
+}
+"""Each switch a TerminalModes field stands for: the sequence that leaves its default, the one that
+returns to it (``%d``: the mode's number), in the order :meth:`TerminalModes.enable_sequence` writes them."""
+_DISABLE_ORDER = ("mouse_tracking", "mouse_encoding", "focus_reporting", "bracketed_paste", "app_cursor_keys",
+                  "app_keypad", "alt_screen", "cursor_visible")
+"""The order :meth:`TerminalModes.disable_sequence` undoes them: input modes first, the screen last."""
+
+
+def _switch(sequence: bytes, value: object) -> bytes:
+    return sequence % value if b"%d" in sequence else sequence
 
 
 FULL_RESET_SEQUENCE = (

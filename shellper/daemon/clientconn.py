@@ -18,6 +18,7 @@ import struct
 import time
 from collections import deque
 
+from shellper.core.defaults import clamp_terminal_size
 from shellper.core.modes import FULL_RESET_SEQUENCE
 from shellper.core.ring import OffsetError
 from shellper.core.states import SessionState
@@ -320,7 +321,7 @@ class ClientConn:
         size = window_size(self.terminal.fd)
         session = self.session
         if size is not None and size != (session.cols, session.rows):
-            session.resize(min(size[0], 65535), min(size[1], 65535))
+            session.resize(*clamp_terminal_size(*size))
 
     def terminal_paused(self) -> None:
         self.paused = True

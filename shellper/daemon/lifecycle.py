@@ -11,6 +11,7 @@ from collections import deque
 
 from shellper.core.config import resolve_stderr_mode
 from shellper.core.exits import Action, ExitEvidence, Supervisor, describe_exit, exit_record
+from shellper.core.signals import signal_name, signal_number
 from shellper.core.states import SessionState
 from shellper.daemon.reactor import Lock
 from shellper.host.cgroup import CgroupError
@@ -161,7 +162,7 @@ class Lifecycle:
         self.exits.append(record)
         self.exit_count += 1
         self.restarts = decision.restart_count
-        self.log.write(f"child {child_pid} {describe_exit(evidence)}: {decision.classification.cls.value}; "
+        self.log.write(f"child {child_pid} {describe_exit(evidence)}: {decision.classification.exit_class.value}; "
                        f"{decision.reason}")
         if state is SessionState.BACKOFF:
             self.next_restart_at = time.time() + decision.delay
@@ -292,17 +293,17 @@ class Lifecycle:
 
     def send_signal(self, name: str, client: ClientConn) -> None:
         bare = wire.bare_signal(name)
-        if bare is None:
+        signum = None if bare is None else signal_number(bare)
+        if signum is None:
             client.send_error("bad_signal", f"signal {name!r} is not one of {', '.join(wire.SIGNALS)}",
                               wire.FrameType.SIGNAL)
             return
         if self.child is None:
             client.send_error("not_running", "the child is not running", wire.FrameType.SIGNAL)
             return
-        signum = signal.Signals["SIG" + bare]
         if signum in TERMINATING:
             self._requested_at = time.monotonic()
-        self.log.write(f"signal {signum.name} to group {self.child.pid} from client {client.client_id}")
+        self.log.write(f"signal {signal_name(signum)} to group {self.child.pid} from client {client.client_id}")
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.child.pid, signum)
 

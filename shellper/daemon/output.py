@@ -24,9 +24,9 @@ if TYPE_CHECKING:
     from shellper.host.logfile import LogFile
 
 READ_CHUNK = 64 * 1024
-"""Bytes asked for per read. Reads go into one reused buffer and are copied out at their real size
-(a PTY read is mostly 4 KiB): os.read allocates the whole request and shrinks it, which fragments the
-heap (bench/NOTES.md, "Reading the PTY into one buffer")."""
+"""Bytes asked for per read. Reads go into one reused buffer and are copied out at their real size:
+os.read allocates the whole request and shrinks it, which fragments the heap (bench/NOTES.md,
+"Reading the PTY into one buffer")."""
 READS_PER_WAKEUP = 4
 """Reads per wakeup: drain what is there, but let clients and signals in between."""
 FORWARD_BATCH = 8000

@@ -276,7 +276,7 @@ def serve(config: SessionConfig, paths: SessionPaths, log: LogFile,
     loop = Reactor()
 
     def report(exc: BaseException) -> None:  # a bug in one callback must not take the session down
-        import traceback  # only on this path: it costs start-up ~4 ms
+        import traceback  # only here: it costs start-up (bench/NOTES.md, "Start-up: what the avoided imports cost")
 
         log.write(f"internal error: {type(exc).__name__}: {exc}\n{''.join(traceback.format_exception(exc))}")
 

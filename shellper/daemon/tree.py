@@ -97,9 +97,10 @@ class SessionTree:
     def join(self) -> None:
         """Move into the session cgroup's shellper/ part, once the launcher has been told we are ready.
 
-        Off the launch path on purpose: a migration between cgroups waits for an RCU grace period (5-20 ms
-        here: bench/NOTES.md). Until then this shellper stays where it was started, which matters only for
-        a session started inside another one, for those few milliseconds."""
+        Off the launch path on purpose: a migration between cgroups waits for an RCU grace period
+        (bench/NOTES.md, "Moving a process between cgroups"). Until then this shellper stays where it
+        was started, which matters only for a session started inside another one, for those few
+        milliseconds."""
         if self.cgroup is None:
             return
         try:

@@ -139,13 +139,6 @@ class SessionRecord:
     cgroup_id: int | None = None
     """The inode of that directory: a cgroup made again under the same name is not the recorded one."""
 
-    def add_exit(self, entry: ExitRecord) -> None:
-        """Append an exit, keeping only the last MAX_EXITS while ``exit_count`` keeps counting."""
-        self.exits.append(entry)
-        del self.exits[:-MAX_EXITS]
-        self.exit_count += 1
-        self.last_exit_at = entry.time
-
     def to_dict(self) -> dict[str, Any]:
         """The record as the file holds it (each exit in its wire form)."""
         out = {f.name: getattr(self, f.name) for f in structs.fields(self)}

@@ -41,6 +41,16 @@ def test_the_wire_the_config_and_the_pty_agree_on_terminal_sizes(cols: object, r
             _check_size(cols, rows)
 
 
+@pytest.mark.parametrize(("size", "clamped"), [
+    ((80, 24), (80, 24)), ((MAX, MAX), (MAX, MAX)), ((MAX + 1, 24), (MAX, 24)), ((80, MAX + 7), (80, MAX)),
+    ((1 << 20, 1 << 20), (MAX, MAX)),
+])
+def test_a_terminal_size_is_clamped_into_what_a_resize_may_carry(size: tuple[int, int],
+                                                                 clamped: tuple[int, int]) -> None:
+    assert defaults.clamp_terminal_size(*size) == clamped
+    wire.check_request(wire.Resize(*clamped))
+
+
 def test_the_command_lines_default_to_the_same_grace_size_term_and_ring() -> None:
     from shellper.cli.main import _parser
     from shellper.host.reaper import terminate_tree

@@ -41,7 +41,7 @@ def legacy_map(evidence: ExitEvidence, supervisor: Supervisor, state: SessionSta
         "signal": signal_name(evidence.signal) if evidence.signal else None,
         "core": evidence.core,
         "uptime": round(evidence.uptime, 3),
-        "class": decision.classification.cls.value,
+        "class": decision.classification.exit_class.value,
         "reason": decision.classification.reason if evidence.spawn_error else decision.reason,
         "state": state,
         "child_pid": child_pid,

@@ -91,7 +91,7 @@ def test_classify_table(evidence: ExitEvidence, overrides: dict[str, object], ex
                         facts: list[str]) -> None:
     result = classify(evidence, RestartPolicy(**overrides))  # type: ignore[arg-type]
     assert result.exit_class is expected
-    assert result.cls is expected
+    assert result.exit_class is expected
     assert "\n" not in result.reason
     for fact in facts:
         assert fact in result.reason
