@@ -535,7 +535,9 @@ def test_removed_runtime_dir_is_recreated_on_sigusr1_without_loss(sessions: Sess
         with pytest.raises(SessionNotFound):
             sessions.connect("gone")
         os.kill(info.pid, signal.SIGUSR1)
-        poll_until(lambda: (sessions.dir / "gone.sock").exists(), 10, what="the socket recreated")
+        # the socket, then the record, then the log line: wait for the last, not the first
+        poll_until(lambda: (sessions.dir / "gone.log").exists() and "socket recreated" in
+                   (sessions.dir / "gone.log").read_text(), 10, what="the socket and the record recreated")
         assert SessionLock.is_locked(sessions.dir / "gone.lock"), "the lock must be recreated too"
         assert read_record(sessions.dir / "gone.json").instance_id == info.instance_id
         assert os.stat(sessions.dir).st_mode & 0o777 == 0o700

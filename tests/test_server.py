@@ -469,7 +469,8 @@ def _answer(path: Path) -> list[wire.DecodedEvent]:
     """What a new viewer connection gets: frames up to its WELCOME if admitted; if refused, every
     frame until the shellper closes it."""
     with contextlib.closing(raw_socket(path)) as s:
-        s.sendall(hello("viewer", replay_bytes=0))
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # refused and closed before our HELLO:
+            s.sendall(hello("viewer", replay_bytes=0))                     # its ERROR is still there to read
         d = wire.Decoder()
         got: list[wire.DecodedEvent] = []
         deadline = time.monotonic() + 10
