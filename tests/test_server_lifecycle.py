@@ -160,13 +160,13 @@ sys.exit(code)
 
 
 @pytest.mark.parametrize(("args", "code", "says"), [
-    (["run", "np"], 1, "no command given"),
+    (["run", "a/b"], 1, "invalid session name"),  # no command: $SHELL, but a name that cannot be
     (["run", "np", "--cols", "wide", "--", "cat"], 2, "invalid int value"),
     (["run", "np", "--help"], 0, "usage:"),
     (["run", "np", "--cwd", "/nonexistent", "--", "cat"], 1, "is not a directory"),
     (["ls", "run"], 2, "unrecognized arguments"),
     (["run", "np", "--bogus", "--", "cat"], 2, "unrecognized arguments"),  # a run to the prefork's guess
-], ids=["no-command", "bad-int", "help", "bad-cwd", "ls", "bad-option"])
+], ids=["bad-name", "bad-int", "help", "bad-cwd", "ls", "bad-option"])
 def test_a_run_that_does_not_launch_leaves_no_process(sessions: Sessions, args: list[str], code: int,
                                                       says: str) -> None:
     """The console script forks the daemon-to-be before parsing (shellper.daemon.prefork): when the command

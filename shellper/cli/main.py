@@ -167,8 +167,12 @@ def _parser() -> argparse.ArgumentParser:
     ls = command("ls", "list sessions")
     ls.add_argument("--json", action="store_true")
 
-    att = command("attach", "attach this terminal to a session")
+    att = command("attach", "attach this terminal to a session: shellper attach [-c] NAME [-- COMMAND [ARGS...]]")
     att.add_argument("name")
+    att.add_argument("command", nargs="*", help="with -c, the program to start if NAME is not running "
+                     "(default $SHELL), after --")
+    att.add_argument("-c", "--create", action="store_true",
+                     help="start the session first if it is not running (as dtach -A, tmux new -A)")
     att.add_argument("--detach-key", default="^\\", help="key that detaches (default ^\\, i.e. Ctrl-\\)")
     att.add_argument("--read-only", action="store_true", help="attach as a viewer: no input, no resize")
     att.add_argument("--no-replay", action="store_true", help="show only new output")
@@ -209,7 +213,7 @@ def main(argv: list[str] | None = None, prefork: Prefork | None = None) -> int:
     """Run one command; ``prefork`` is the daemon-to-be that the console script forked early, if any."""
     argv = list(sys.argv[1:] if argv is None else argv)
     line = scan(argv)
-    if line.command == "run" and line.child is not None:  # everything after the first -- is the child's
+    if line.command in ("run", "attach") and line.child is not None:  # everything after the first -- is the child's
         args = _parser().parse_args(argv[:len(argv) - len(line.child) - 1])
         # a command already begun before the -- (run NAME git log -- FILE) has it as one of its arguments
         args.command = [*args.command, "--", *line.child] if args.command else line.child
@@ -255,9 +259,7 @@ def _connect(args: argparse.Namespace, role: str = "tower", **hello: Any) -> Cli
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    command = list(args.command)
-    if not command:
-        raise CliError("run: no command given; usage: shellper run NAME [options] -- COMMAND [ARGS...]")
+    command = list(args.command) or _default_command()
     env = dict(os.environ) if args.inherit_env else {}
     env.update(dict(args.env))
     config = SessionConfig(
@@ -354,11 +356,40 @@ def _bytes(n: int | None) -> str:
     return str(n)
 
 
+def _default_command() -> list[str]:
+    """What a session runs when no command is given: the user's shell, as the peers start."""
+    return [os.environ.get("SHELL") or "/bin/sh"]
+
+
 def cmd_attach(args: argparse.Namespace) -> int:
     from shellper.cli.attach import attach_session
 
+    if args.command and not args.create:
+        raise CliError(f"attach: a command is only for -c (start {args.name!r} if it is not running): "
+                       f"shellper attach -c {args.name} -- {' '.join(args.command)}")
+    if args.create:
+        _create_for_attach(args)
     return attach_session(args.dir, args.name, detach_key=args.detach_key, read_only=args.read_only,
                           no_replay=args.no_replay, relay=args.relay)
+
+
+def _create_for_attach(args: argparse.Namespace) -> None:
+    """``attach -c``: start NAME with the default options unless it is running; one started by someone
+    else meanwhile is attached to as well."""
+    validate_name(args.name)
+    paths = SessionPaths.for_name(_dir(args), args.name)
+    if SessionLock.is_locked(paths.lock):
+        return
+    size = os.get_terminal_size(0) if os.isatty(0) else None
+    cols, rows = (size.columns, size.lines) if size is not None and terminal_size_in_range(
+        size.columns, size.lines) else (DEFAULT_COLS, DEFAULT_ROWS)
+    config = SessionConfig(name=args.name, argv=list(args.command) or _default_command(), dir=_dir(args),
+                           cwd=os.getcwd(), env=dict(os.environ), cols=cols, rows=rows)
+    try:
+        launch(config, fork=True)
+    except LaunchError:
+        if not SessionLock.is_locked(paths.lock):  # not a race with another attach -c: a real failure
+            raise
 
 
 def cmd_send(args: argparse.Namespace) -> int:
