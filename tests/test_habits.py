@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 import tempfile
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from test_attach import BASH, DETACH, PROMPT, Sessions, _env, _finish
+from test_attach import BASH, DETACH, PROMPT, TIMEOUT, Sessions, _env, _finish
 
 
 @pytest.fixture
@@ -71,3 +72,43 @@ def test_a_command_without_c_is_refused_with_the_line_that_would_work(sessions: 
     proc = sessions.cli("attach", "nope", "--", "top", check=False)
     assert proc.returncode == 1
     assert "shellper attach -c nope -- top" in proc.stderr, proc.stderr
+
+
+# ------------------------------------------------------------------------------------ finished sessions
+
+
+def _wait_state(sessions: Sessions, name: str, states: tuple[str, ...]) -> dict[str, Any]:
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        status: dict[str, Any] = json.loads(sessions.cli("status", name, "--json").stdout)
+        if status["state"] in states:
+            return status
+        assert time.monotonic() < deadline, f"{name} still {status['state']}, not {states}"
+        time.sleep(0.05)
+
+
+def test_run_over_a_finished_session_says_so_and_replace_starts_anew(sessions: Sessions) -> None:
+    sessions.run("fin", "sh", "-c", "exit 0", opts=("--restart", "no"))
+    _wait_state(sessions, "fin", ("exited", "fatal"))
+    term = sessions.spawn(sessions.cli_args("run", "fin", "--", "cat"))
+    term.expect(rb"session 'fin' exited \d+ s ago: clean exit.*; --replace to start anew, or `shellper restart fin`")
+    assert _finish(term) == 1
+    term = sessions.spawn(sessions.cli_args("run", "fin", "-f", "--", "cat"))
+    assert _finish(term) == 0
+    _adopt(sessions, "fin")
+    assert _wait_state(sessions, "fin", ("running",))["argv"] == ["cat"]
+    refused = sessions.cli("run", "fin", "--replace", "--", "cat", check=False)  # running: not replaced
+    assert refused.returncode == 1 and "already running" in refused.stderr, refused.stderr
+
+
+def test_restart_runs_the_command_again(sessions: Sessions) -> None:
+    sessions.run("again", "sh", "-c", "echo ran-$((40+2))", opts=("--restart", "no"))
+    _wait_state(sessions, "again", ("exited", "fatal"))
+    term = sessions.spawn(sessions.cli_args("restart", "again"))
+    term.expect(b"restarted again")
+    assert _finish(term) == 0
+    deadline = time.monotonic() + TIMEOUT
+    while sessions.cli("tail", "again", "--plain").stdout.count("ran-42") < 2:
+        assert time.monotonic() < deadline, "the command did not run a second time"
+        time.sleep(0.05)
+    _adopt(sessions, "again")

@@ -25,7 +25,8 @@ _RESTART_POLICY = {
 }
 
 COMMAND_OPTIONS: dict[str, dict[str, bool]] = {
-    "run": {**_HELP, "--foreground": False, "--cwd": True, "--env": True, "--no-inherit-env": False,
+    "run": {**_HELP, "--foreground": False, "--replace": False, "-f": False, "--cwd": True, "--env": True,
+            "--no-inherit-env": False,
             "--cols": True, "--rows": True, "--term": True, "--ring-bytes": True, "--stderr": True,
             "--grace": True, "--husk-ttl": True, "--owner": True, "--containment": True,
             "--cgroup-parent": True, **_RESTART_POLICY},
@@ -36,6 +37,7 @@ COMMAND_OPTIONS: dict[str, dict[str, bool]] = {
     "tail": {**_HELP, "--bytes": True, "--follow": False, "-f": False, "--plain": False},
     "signal": _HELP,
     "resize": _HELP,
+    "restart": _HELP,
     "stop": {**_HELP, "--grace": True},
     "status": {**_HELP, "--json": False},
 }

@@ -137,6 +137,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("name")
     run.add_argument("command", nargs="*", help="the program to run and its arguments, after --")
     run.add_argument("--foreground", action="store_true", help="run in this process instead of detaching")
+    run.add_argument("--replace", "-f", action="store_true",
+                     help="replace a session of this name whose program has ended (exited or fatal)")
     run.add_argument("--cwd", help="working directory of the child (default: the current one)")
     run.add_argument("--env", action="append", type=_env_pair, default=[], metavar="K=V",
                      help="set a variable for the child (repeatable)")
@@ -198,6 +200,9 @@ def _parser() -> argparse.ArgumentParser:
     rs.add_argument("name")
     rs.add_argument("cols", type=int)
     rs.add_argument("rows", type=int)
+
+    rst = command("restart", "run a session's command again (also one that has exited or given up)")
+    rst.add_argument("name")
 
     st = command("stop", "stop a session: its whole process tree, then the shellper")
     st.add_argument("name")
@@ -269,6 +274,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         containment=args.containment, cgroup_parent=_cgroup_parent(args))
     if not os.path.isdir(config.cwd):
         raise CliError(f"run: --cwd {config.cwd} is not a directory")
+    _make_room(args)
     if args.foreground:
         return run_foreground(config)
     info = launch(config, fork=True, prefork=args.prefork)  # the CLI is single-threaded: no second interpreter
@@ -277,6 +283,74 @@ def cmd_run(args: argparse.Namespace) -> int:
     except OSError as exc:  # >/dev/full: the session runs; say that, and that its line is missing
         raise CliError(f"run: session {config.name!r} started (pid {info.pid}), but its info line could not "
                        f"be written: {exc.strerror or exc}") from None
+    return 0
+
+
+def _make_room(args: argparse.Namespace) -> None:
+    """A session of this name whose program has ended blocks the name: say so, or with --replace stop it
+    first. A running one is left to launch(), which refuses it."""
+    validate_name(args.name)
+    paths = SessionPaths.for_name(_dir(args), args.name)
+    if not SessionLock.is_locked(paths.lock):
+        return
+    ended = _ended(args)
+    if ended is None:
+        return
+    if not args.replace:
+        raise CliError(f"run: session {args.name!r} {ended}; --replace to start anew, or `shellper restart "
+                       f"{args.name}` to run its command again")
+    import contextlib
+    import io
+
+    with contextlib.redirect_stdout(io.StringIO()):  # its "stopped NAME": this run's own line follows
+        cmd_stop(argparse.Namespace(**{**vars(args), "cmd": "stop", "grace": None}))
+
+
+def _ended(args: argparse.Namespace) -> str | None:
+    """How the session's program ended ("exited 3 min ago: clean exit"), or None if it has not (or the
+    session does not answer: launch() then says what it finds)."""
+    from shellper.core.exitrecord import ExitRecordError
+    from shellper.protocol import wire
+
+    try:
+        client = _connect(args, "viewer", replay_bytes=0)
+    except CliError:
+        return None
+    with client:
+        reply = client.request(wire.Status(), wire.StatusReply)
+    assert isinstance(reply, wire.StatusReply)
+    if reply.state not in (SessionState.EXITED, SessionState.FATAL):
+        return None
+    try:
+        last = reply.last_exit()
+    except ExitRecordError:
+        last = None
+    if last is None:
+        return str(reply.state)
+    return f"{reply.state} {_ago(time.time() - last.time)} ago: {last.reason or last.exit_class}"
+
+
+def _ago(seconds: float) -> str:
+    """A past duration as a person says it: 40 s, 3 min, 5 h, 2 days."""
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{int(seconds)} s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} min"
+    if seconds < 86400:
+        return f"{int(seconds // 3600)} h"
+    return f"{int(seconds // 86400)} days"
+
+
+def cmd_restart(args: argparse.Namespace) -> int:
+    """SPAWN with the session's current command, cwd and environment: the child is replaced (ended first if
+    it runs), the restart breaker reset."""
+    from shellper.protocol import wire
+
+    with _connect(args, "tower", replay_bytes=0) as client:
+        client.send(wire.Spawn())
+        _confirm(client)
+    print(f"restarted {args.name}")
     return 0
 
 
@@ -745,5 +819,5 @@ def _status_of_dead(args: argparse.Namespace, paths: SessionPaths) -> int:
 
 _COMMANDS = {
     "run": cmd_run, "ls": cmd_ls, "attach": cmd_attach, "send": cmd_send, "tail": cmd_tail,
-    "signal": cmd_signal, "resize": cmd_resize, "stop": cmd_stop, "status": cmd_status,
+    "signal": cmd_signal, "resize": cmd_resize, "stop": cmd_stop, "status": cmd_status, "restart": cmd_restart,
 }
