@@ -4,13 +4,15 @@
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from test_attach import BASH, DETACH, PROMPT, TIMEOUT, Sessions, _env, _finish
+from conftest import SHELLPER_CLI
+from test_attach import BASH, DETACH, PROMPT, TIMEOUT, Sessions, _env, _finish, _wait_gone
 
 
 @pytest.fixture
@@ -112,3 +114,69 @@ def test_restart_runs_the_command_again(sessions: Sessions) -> None:
         assert time.monotonic() < deadline, "the command did not run a second time"
         time.sleep(0.05)
     _adopt(sessions, "again")
+
+
+# ------------------------------------------------------------------------------------ the peers' options
+
+
+def test_r_attaches_read_only_and_e_sets_the_detach_key(sessions: Sessions) -> None:
+    sessions.shell("ro")
+    term = sessions.attach("ro", "-r", "-e", "^Q")
+    term.expect(PROMPT)
+    term.send(b"echo typed-$((1+1))\r")  # a viewer's keys go nowhere
+    sessions.type_line("ro", "echo sent-$((2+2))")
+    term.expect(b"sent-4")
+    assert b"typed-2" not in term.before
+    term.send(DETACH)  # not the detach key now: a viewer's Ctrl-\\ is dropped like any key
+    term.send(b"\x11")
+    term.expect(rb"\[detached\]")
+    assert _finish(term) == 0
+
+
+def test_global_options_after_the_command(sessions: Sessions) -> None:
+    term = sessions.spawn([*SHELLPER_CLI, "run", "late", "--dir", sessions.dir, "--", "cat"])
+    assert _finish(term) == 0
+    _adopt(sessions, "late")
+    listed = sessions.spawn([*SHELLPER_CLI, "ls", "--dir", sessions.dir])
+    listed.expect(rb"late\s+running")
+    assert _finish(listed) == 0
+
+
+def test_signal_takes_a_number(sessions: Sessions) -> None:
+    sessions.run("num", "sleep", "300", opts=("--restart", "no"))
+    term = sessions.spawn(sessions.cli_args("signal", "num", "9"))
+    assert _finish(term) == 0
+    status = _wait_state(sessions, "num", ("exited", "fatal"))
+    assert status["last_exit"]["signal"] in ("SIGKILL", "KILL"), status["last_exit"]
+    bad = sessions.spawn(sessions.cli_args("signal", "num", "99"))
+    bad.expect(b"'99' is not one of")
+    assert _finish(bad) == 1
+
+
+def test_stop_several_and_all(sessions: Sessions) -> None:
+    for name in ("a1", "a2", "a3", "a4"):
+        sessions.run(name, "cat")
+    term = sessions.spawn(sessions.cli_args("stop", "a1", "nosuch", "a2"))
+    term.expect(b"stopped a1")
+    term.expect(b"nosuch")  # reported, and the rest still stopped
+    term.expect(b"stopped a2")
+    assert _finish(term) == 1
+    everything = sessions.spawn(sessions.cli_args("stop", "--all"))
+    everything.expect(b"stopped a3")
+    everything.expect(b"stopped a4")
+    assert _finish(everything) == 0
+    for name in ("a1", "a2", "a3", "a4"):
+        assert not _wait_gone(sessions.started.pop(name))
+    assert os.listdir(sessions.dir) == []
+
+
+def test_send_dash_reads_stdin(sessions: Sessions) -> None:
+    sessions.run("in", "cat")
+    term = sessions.spawn(sessions.cli_args("send", "in", "-"))
+    term.send(b"from-stdin\n")
+    term.sendeof()
+    assert _finish(term) == 0
+    deadline = time.monotonic() + TIMEOUT
+    while "from-stdin" not in sessions.cli("tail", "in", "--plain").stdout:
+        assert time.monotonic() < deadline, "what send read from stdin did not arrive"
+        time.sleep(0.05)

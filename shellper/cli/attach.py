@@ -581,8 +581,8 @@ def attach_session(directory: str | None, name: str, *, detach_key: str = DEFAUL
                   detach_key=detach_key, read_only=read_only, replay=not no_replay, handoff=not relay)
 
 
-_QUICK_OPTIONS = {"--dir": "dir", "--detach-key": "detach_key", "--read-only": "read_only",
-                  "--no-replay": "no_replay", "--relay": "relay"}
+_QUICK_OPTIONS = {"--dir": "dir", "--detach-key": "detach_key", "-e": "detach_key", "--read-only": "read_only",
+                  "-r": "read_only", "--no-replay": "no_replay", "--relay": "relay"}
 
 
 def quick_args(line: Scan) -> dict[str, Any] | None:
@@ -592,8 +592,9 @@ def quick_args(line: Scan) -> dict[str, Any] | None:
     with it cost every attach more than the interpreter's own start-up, and attach is the command people
     wait on."""
     if (line.command != "attach" or not line.exact or line.child is not None or len(line.operands) != 1
-            or not _QUICK_OPTIONS.keys() >= line.options.keys() or line.options.get("--dir") == ""):
-        return None
+            or not _QUICK_OPTIONS.keys() >= line.options.keys() or line.options.get("--dir") == ""
+            or len({_QUICK_OPTIONS[option] for option in line.options}) != len(line.options)):
+        return None  # (the last: both spellings of one option, whose order the scan does not keep)
     args: dict[str, Any] = {"dir": None, "name": line.operands[0], "detach_key": DEFAULT_DETACH_KEY,
                             "read_only": False, "no_replay": False, "relay": False}
     for option, value in line.options.items():

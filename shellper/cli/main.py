@@ -131,7 +131,11 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
     def command(name: str, text: str) -> argparse.ArgumentParser:
-        return sub.add_parser(name, help=text, formatter_class=_Formatter)
+        parser = sub.add_parser(name, help=text, formatter_class=_Formatter)
+        # also after the command (`shellper run NAME --dir D`), as people type it; SUPPRESS: not given there,
+        # it leaves the one given before the command alone
+        parser.add_argument("--dir", type=_nonempty, default=argparse.SUPPRESS, help="as before the command")
+        return parser
 
     run = command("run", "start a session: shellper run NAME [options] -- COMMAND [ARGS...]")
     run.add_argument("name")
@@ -175,15 +179,16 @@ def _parser() -> argparse.ArgumentParser:
                      "(default $SHELL), after --")
     att.add_argument("-c", "--create", action="store_true",
                      help="start the session first if it is not running (as dtach -A, tmux new -A)")
-    att.add_argument("--detach-key", default="^\\", help="key that detaches (default ^\\, i.e. Ctrl-\\)")
-    att.add_argument("--read-only", action="store_true", help="attach as a viewer: no input, no resize")
+    att.add_argument("--detach-key", "-e", default="^\\",
+                     help="key that detaches: ^X, one character, or none (default ^\\, i.e. Ctrl-\\)")
+    att.add_argument("--read-only", "-r", action="store_true", help="attach as a viewer: no input, no resize")
     att.add_argument("--no-replay", action="store_true", help="show only new output")
     att.add_argument("--relay", action="store_true",
                      help="pass every byte through this process instead of handing the terminal to the shellper")
 
     send = command("send", "type text into a session")
     send.add_argument("name")
-    send.add_argument("text")
+    send.add_argument("text", help="what to type; - reads it from stdin")
     send.add_argument("--enter", action="store_true", help="press Enter after the text")
 
     tail = command("tail", "print a session's recent output")
@@ -194,7 +199,7 @@ def _parser() -> argparse.ArgumentParser:
 
     sig = command("signal", "send a signal to the session's child process group")
     sig.add_argument("name")
-    sig.add_argument("signal", help="a signal name: HUP, INT, TERM, KILL, ... (SIG prefix optional)")
+    sig.add_argument("signal", help="a signal name or number: HUP, INT, TERM, KILL, 9, ... (SIG prefix optional)")
 
     rs = command("resize", "set the session's terminal size")
     rs.add_argument("name")
@@ -205,7 +210,8 @@ def _parser() -> argparse.ArgumentParser:
     rst.add_argument("name")
 
     st = command("stop", "stop a session: its whole process tree, then the shellper")
-    st.add_argument("name")
+    st.add_argument("name", nargs="*", metavar="NAME", help="the sessions to stop")
+    st.add_argument("--all", action="store_true", help="stop every session in the runtime directory")
     st.add_argument("--grace", type=_seconds, default=None)
 
     status = command("status", "a session's state, exits and clients")
@@ -469,13 +475,13 @@ def _create_for_attach(args: argparse.Namespace) -> None:
 def cmd_send(args: argparse.Namespace) -> int:
     from shellper.protocol import wire
 
-    text = args.text + ("\r" if args.enter else "")
+    text = (sys.stdin.buffer.read() if args.text == "-" else args.text.encode()) + (b"\r" if args.enter else b"")
     with _connect(args, "terminal", replay_bytes=0) as client:
         assert client.welcome is not None
         state = client.welcome.state
         if state not in (SessionState.RUNNING, SessionState.STARTING):  # input would go nowhere (or to a later child)
             raise CliError(f"send: session {args.name!r} has no running program (state {state}); nothing sent")
-        client.write(text.encode())
+        client.write(text)
         client.request(wire.Ping(nonce=1), wire.Pong)  # the shellper has taken the input once it answers
     return 0
 
@@ -510,7 +516,15 @@ def cmd_tail(args: argparse.Namespace) -> int:
 def cmd_signal(args: argparse.Namespace) -> int:
     from shellper.protocol import wire
 
-    bare = wire.bare_signal(args.signal)
+    spelled = args.signal
+    if spelled.isdigit():  # `kill -9` habits: the number of one of the signals the protocol carries
+        import signal
+
+        try:
+            spelled = signal.Signals(int(spelled)).name
+        except ValueError:
+            pass
+    bare = wire.bare_signal(spelled)
     if bare is None:
         raise CliError(f"signal: {args.signal!r} is not one of {' '.join(wire.SIGNALS)}")
     with _connect(args, "tower", replay_bytes=0) as client:
@@ -552,6 +566,8 @@ def cmd_stop(args: argparse.Namespace) -> int:
     from shellper.client.blocking import RemoteError, SessionGone
     from shellper.protocol import wire
 
+    if isinstance(args.name, list):
+        return _stop_each(args)
     validate_name(args.name)
     paths = SessionPaths.for_name(_dir(args), args.name)
     if not SessionLock.is_locked(paths.lock) and session_files(paths):
@@ -579,6 +595,25 @@ def cmd_stop(args: argparse.Namespace) -> int:
     finally:
         if pin is not None:
             pin.close()
+
+
+def _stop_each(args: argparse.Namespace) -> int:
+    """``stop A B`` and ``stop --all``: each in turn, a failure reported and the rest still stopped."""
+    from shellper.host.paths import session_names
+
+    if args.all == bool(args.name):
+        raise CliError("stop: name the sessions to stop, or --all (not both)")
+    names = session_names(_dir(args)) if args.all else args.name
+    if args.all and not names:
+        print(f"no sessions in {_dir(args)}")
+    failed = 0
+    for name in names:
+        try:
+            cmd_stop(argparse.Namespace(**{**vars(args), "name": name}))
+        except _user_errors() as exc:
+            print(f"shellper: {exc}", file=sys.stderr)
+            failed += 1
+    return 1 if failed else 0
 
 
 def _read_record(paths: SessionPaths) -> SessionRecord | None:
