@@ -520,10 +520,8 @@ def cmd_signal(args: argparse.Namespace) -> int:
     if spelled.isdigit():  # `kill -9` habits: the number of one of the signals the protocol carries
         import signal
 
-        try:
-            spelled = signal.Signals(int(spelled)).name
-        except ValueError:
-            pass
+        numbered = {int(signum): signum.name for signum in signal.Signals}
+        spelled = numbered.get(int(spelled), spelled)
     bare = wire.bare_signal(spelled)
     if bare is None:
         raise CliError(f"signal: {args.signal!r} is not one of {' '.join(wire.SIGNALS)}")
