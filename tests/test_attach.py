@@ -103,7 +103,7 @@ class Sessions:
         return proc
 
     def run(self, name: str, *argv: str, opts: tuple[str, ...] = ()) -> dict[str, Any]:
-        proc = self.cli("run", *SESSION_OPTS, *opts, name, "--", *argv)
+        proc = self.cli("run", "--json", *SESSION_OPTS, *opts, name, "--", *argv)
         info: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
         self.started[name] = [info["pid"]] + ([info["child_pid"]] if info.get("child_pid") else [])
         return info

@@ -180,3 +180,21 @@ def test_send_dash_reads_stdin(sessions: Sessions) -> None:
     while "from-stdin" not in sessions.cli("tail", "in", "--plain").stdout:
         assert time.monotonic() < deadline, "what send read from stdin did not arrive"
         time.sleep(0.05)
+
+
+# ------------------------------------------------------------------------------------ run's line
+
+
+def test_run_prints_a_line_for_people_and_json_for_programs(sessions: Sessions) -> None:
+    term = sessions.spawn(sessions.cli_args("run", "hu", "--", "cat"))
+    term.expect(rb"started hu \(pid (\d+), child pid (\d+)\): `shellper --dir (\S+) attach hu` to attach, "
+                rb"Ctrl-\\ to detach\r\n")
+    pid, child, directory = term.match.groups()
+    assert _finish(term) == 0
+    assert directory.decode() == sessions.dir
+    assert _adopt(sessions, "hu")["pid"] == int(pid) and int(child) > 0
+    term = sessions.spawn(sessions.cli_args("run", "js", "--json", "--", "cat"))
+    term.expect(rb"(\{.*\})\r\n")
+    info = json.loads(term.match.group(1))
+    assert _finish(term) == 0
+    assert _adopt(sessions, "js")["pid"] == info["pid"] and info["name"] == "js"

@@ -57,7 +57,7 @@ def daemons_for(directory: Path) -> list[int]:
 
 
 def test_session_survives_the_launcher_exiting(sessions: Sessions) -> None:
-    done = cli("--dir", str(sessions.dir), "run", "sv", "--", "cat")
+    done = cli("--dir", str(sessions.dir), "run", "--json", "sv", "--", "cat")
     assert done.returncode == 0, done.stderr  # returned at all: the daemon does not hold the CLI's pipes
     info = LaunchInfo(**json.loads(done.stdout))
     sessions.started.append(info)
@@ -394,7 +394,7 @@ def test_an_exited_session_stops_itself_after_its_husk_ttl(sessions: Sessions) -
 def test_the_child_keeps_its_own_double_dash(sessions: Sessions, words: list[str], child: list[str]) -> None:
     """Only the first -- before the command is shellper's; one inside the command (run NAME git log -- FILE,
     with no -- before git) used to vanish from the child's argv."""
-    done = cli("--dir", str(sessions.dir), *words)
+    done = cli("--dir", str(sessions.dir), words[0], "--json", *words[1:])
     assert done.returncode == 0, done.stderr
     info = LaunchInfo(**json.loads(done.stdout))
     sessions.started.append(info)

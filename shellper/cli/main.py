@@ -30,7 +30,7 @@ from shellper.core.exits import PolicyError, RestartPolicy
 from shellper.core.names import socket_path, validate_name
 from shellper.core.owner import OWNER_ENV, BadOwner, validate_owner
 from shellper.core.states import SessionState
-from shellper.daemon.launch import LaunchError, launch, run_foreground
+from shellper.daemon.launch import LaunchError, LaunchInfo, launch, run_foreground
 from shellper.host.paths import (
     PathError,
     SessionPaths,
@@ -141,6 +141,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("name")
     run.add_argument("command", nargs="*", help="the program to run and its arguments, after --")
     run.add_argument("--foreground", action="store_true", help="run in this process instead of detaching")
+    run.add_argument("--json", action="store_true", help="print the session's info as one JSON line, for programs")
     run.add_argument("--replace", "-f", action="store_true",
                      help="replace a session of this name whose program has ended (exited or fatal)")
     run.add_argument("--cwd", help="working directory of the child (default: the current one)")
@@ -285,11 +286,23 @@ def cmd_run(args: argparse.Namespace) -> int:
         return run_foreground(config)
     info = launch(config, fork=True, prefork=args.prefork)  # the CLI is single-threaded: no second interpreter
     try:
-        print(json.dumps(info.to_dict()), flush=True)
+        print(json.dumps(info.to_dict()) if args.json else _started_line(args, info), flush=True)
     except OSError as exc:  # >/dev/full: the session runs; say that, and that its line is missing
         raise CliError(f"run: session {config.name!r} started (pid {info.pid}), but its info line could not "
                        f"be written: {exc.strerror or exc}") from None
     return 0
+
+
+def _started_line(args: argparse.Namespace, info: LaunchInfo) -> str:
+    """``run``'s line for a person: what started, and how to attach and detach."""
+    where = ""
+    if args.dir is not None:
+        import shlex
+
+        where = f" --dir {shlex.quote(args.dir)}"
+    child = f", child pid {info.child_pid}" if info.child_pid else ""
+    return (f"started {info.name} (pid {info.pid}{child}): `shellper{where} attach {info.name}` to attach, "
+            "Ctrl-\\ to detach")
 
 
 def _make_room(args: argparse.Namespace) -> None:
