@@ -198,3 +198,33 @@ def test_run_prints_a_line_for_people_and_json_for_programs(sessions: Sessions) 
     info = json.loads(term.match.group(1))
     assert _finish(term) == 0
     assert _adopt(sessions, "js")["pid"] == info["pid"] and info["name"] == "js"
+
+
+# ------------------------------------------------------------------------------------ mistakes
+
+
+def test_an_unknown_option_shows_its_commands_usage_and_a_missing_double_dash_gets_a_hint(
+        sessions: Sessions) -> None:
+    term = sessions.spawn(sessions.cli_args("stop", "x", "--bogus"))
+    term.expect(rb"usage: shellper stop \[-h\]")
+    term.expect(b"shellper stop: error: unrecognized arguments: --bogus")
+    assert _finish(term) == 2
+    term = sessions.spawn(sessions.cli_args("run", "lsl", "ls", "-la", "/tmp"))
+    term.expect(rb"usage: shellper run \[-h\]")
+    term.expect(b"unrecognized arguments: -la /tmp")
+    term.expect(b"hint: put -- before the command, so its own options are not taken for shellper's: "
+                b"shellper run lsl -- ls -la /tmp")
+    assert _finish(term) == 2
+    assert os.listdir(sessions.dir) == []  # nothing started
+
+
+@pytest.mark.parametrize("command", ["attach", "status", "send"])
+def test_a_mistyped_name_lists_the_sessions_of_the_directory_searched(sessions: Sessions, command: str) -> None:
+    term = sessions.spawn(sessions.cli_args(command, "nothere", *(["x"] if command == "send" else [])))
+    term.expect_exact(f"no such session socket; there are no sessions in {sessions.dir}".encode())
+    assert _finish(term) == 1
+    sessions.run("builder", "cat")
+    sessions.run("other", "cat")
+    term = sessions.spawn(sessions.cli_args(command, "bulder", *(["x"] if command == "send" else [])))
+    term.expect_exact(f"sessions in {sessions.dir}: builder, other (did you mean 'builder'?)".encode())
+    assert _finish(term) == 1

@@ -37,7 +37,7 @@ from shellper.core.states import SessionState
 from shellper.core.structs import record
 from shellper.daemon.terminal import note, window_size
 from shellper.protocol import wire
-from shellper.protocol.connection import ClientError, ProtocolViolation, RemoteError, SessionGone
+from shellper.protocol.connection import ClientError, ProtocolViolation, RemoteError, SessionGone, SessionNotFound
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
 if TYPE_CHECKING:
@@ -526,6 +526,8 @@ def attach(socket_path: str | os.PathLike[str], *, name: str | None = None,
         except ClientError as exc:  # connect() has closed what it opened; nothing was shown
             reset, bare = False, True
             message = exc.error.message if isinstance(exc, RemoteError) else str(exc)  # str: with the path
+            if isinstance(exc, SessionNotFound) and name:
+                message += sessions_hint(os.path.dirname(exc.path), name)
             outcome = _Outcome(1, f"shellper: {label}: {message}", to_stderr=True)
         else:
             assert client.sock is not None
@@ -563,6 +565,20 @@ def attach(socket_path: str | os.PathLike[str], *, name: str | None = None,
     if session.late_signal is not None:
         return 128 + session.late_signal
     return outcome.status
+
+
+def sessions_hint(directory: str, name: str) -> str:
+    """For a name with no session: the sessions the directory does have, the likeliest meant first."""
+    from shellper.host.paths import session_names
+
+    names = session_names(directory)
+    if not names:
+        return f"; there are no sessions in {directory}"
+    import difflib
+
+    close = difflib.get_close_matches(name, names, n=1)
+    meant = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"; sessions in {directory}: {', '.join(names)}{meant}"
 
 
 def attach_session(directory: str | None, name: str, *, detach_key: str = DEFAULT_DETACH_KEY,

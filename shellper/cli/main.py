@@ -226,11 +226,11 @@ def main(argv: list[str] | None = None, prefork: Prefork | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     line = scan(argv)
     if line.command in ("run", "attach") and line.child is not None:  # everything after the first -- is the child's
-        args = _parser().parse_args(argv[:len(argv) - len(line.child) - 1])
+        args = _parse(argv[:len(argv) - len(line.child) - 1])
         # a command already begun before the -- (run NAME git log -- FILE) has it as one of its arguments
         args.command = [*args.command, "--", *line.child] if args.command else line.child
     else:  # argparse's own --: what follows is positional (send NAME -- -text)
-        args = _parser().parse_args(argv)
+        args = _parse(argv)
     args.prefork = prefork
     try:
         handler = _COMMANDS[args.cmd]
@@ -242,6 +242,25 @@ def main(argv: list[str] | None = None, prefork: Prefork | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    """The parser's reading of ``argv``; an option the command does not have is reported with that command's
+    usage (argparse's own would show the top level's), and for run and attach a hint that a command's own
+    options go after --."""
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    if not extra:
+        return args
+    (sub,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    command = sub.choices[args.cmd]
+    hint = ""
+    if getattr(args, "command", None) and extra[0].startswith("-"):
+        words = " ".join([*args.command, *extra])
+        hint = (f"\nhint: put -- before the command, so its own options are not taken for shellper's: "
+                f"shellper {args.cmd} {args.name} -- {words}")
+    command.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
+    raise AssertionError("unreachable: error() exits")
 
 
 def _user_errors() -> tuple[type[Exception], ...]:
@@ -256,7 +275,7 @@ def _dir(args: argparse.Namespace) -> str:
 
 
 def _connect(args: argparse.Namespace, role: str = "tower", **hello: Any) -> Client:
-    from shellper.client.blocking import Client, ClientError, ConnectionRefused
+    from shellper.client.blocking import Client, ClientError, ConnectionRefused, SessionNotFound
 
     validate_name(args.name)
     path = socket_path(_dir(args), args.name)
@@ -266,6 +285,10 @@ def _connect(args: argparse.Namespace, role: str = "tower", **hello: Any) -> Cli
     except ClientError as exc:  # the path, what is wrong, and for a stale socket what to do
         hint = (f"; its shellper is gone: `shellper stop {args.name}` ends what it left running and removes "
                 "its files") if isinstance(exc, ConnectionRefused) else ""
+        if isinstance(exc, SessionNotFound):
+            from shellper.cli.attach import sessions_hint
+
+            hint = sessions_hint(_dir(args), args.name)
         raise CliError(f"session {args.name!r}: {exc}{hint}") from None
     return client
 
