@@ -228,3 +228,29 @@ def test_a_mistyped_name_lists_the_sessions_of_the_directory_searched(sessions: 
     term = sessions.spawn(sessions.cli_args(command, "bulder", *(["x"] if command == "send" else [])))
     term.expect_exact(f"sessions in {sessions.dir}: builder, other (did you mean 'builder'?)".encode())
     assert _finish(term) == 1
+
+
+# ------------------------------------------------------------------------------------ nested attach
+
+
+@pytest.mark.parametrize("relay", [False, True], ids=["handoff", "relay"])
+def test_nested_attach_warns_and_the_detach_key_twice_reaches_the_inner_one(sessions: Sessions,
+                                                                              relay: bool) -> None:
+    sessions.shell("outer")
+    sessions.shell("inner")
+    opts = ("--relay",) if relay else ()
+    term = sessions.attach("outer", *opts)
+    term.expect(PROMPT)
+    inner = " ".join([*SHELLPER_CLI, "--dir", sessions.dir, "attach", "inner", *opts])
+    term.send(f"{inner}\r".encode())
+    term.expect(b"attaching from inside session 'outer'")
+    term.expect(b"type it twice to detach from 'inner'")
+    term.send(b"echo in-$((3*3))\r")
+    term.expect(b"in-9")
+    term.send(DETACH + DETACH)  # through the outer attach, once, to the inner one: it detaches
+    term.expect(rb"\[detached\]")
+    term.send(b"echo out-$((4*4))\r")  # still attached to the outer shell
+    term.expect(b"out-16")
+    term.send(DETACH)  # alone: the outer attach detaches, once the window for a double has passed
+    term.expect(rb"\[detached\]")
+    assert _finish(term) == 0
