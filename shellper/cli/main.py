@@ -496,9 +496,12 @@ def _create_for_attach(args: argparse.Namespace) -> None:
     paths = SessionPaths.for_name(_dir(args), args.name)
     if SessionLock.is_locked(paths.lock):
         return
-    size = os.get_terminal_size(0) if os.isatty(0) else None
-    cols, rows = (size.columns, size.lines) if size is not None and terminal_size_in_range(
-        size.columns, size.lines) else (DEFAULT_COLS, DEFAULT_ROWS)
+    try:  # the terminal's size from the start, so the program's first screen fits it
+        size = os.get_terminal_size(0)
+        cols, rows = (size.columns, size.lines) if terminal_size_in_range(size.columns, size.lines) else (
+            DEFAULT_COLS, DEFAULT_ROWS)
+    except OSError:
+        cols, rows = DEFAULT_COLS, DEFAULT_ROWS
     config = SessionConfig(name=args.name, argv=list(args.command) or _default_command(), dir=_dir(args),
                            cwd=os.getcwd(), env=dict(os.environ), cols=cols, rows=rows)
     try:
