@@ -73,8 +73,8 @@ def launch_once(lab: Lab, prefork: bool, records: str) -> float:
     code = _ENTRY.format(patch="" if prefork else _NO_PREFORK)
     env = {**os.environ, STANDARD_ENV: records}
     t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", code, "--dir", str(lab.dir), "run", name, "--containment", "none",
-                           "--", "cat"], env=env, capture_output=True, check=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", code, "--dir", str(lab.dir), "run", "--json", name,
+                           "--containment", "none", "--", "cat"], env=env, capture_output=True, check=True, timeout=60)
     elapsed = time.perf_counter() - t0
     lab.shellpers.adopt(name, LaunchInfo(**json.loads(done.stdout)))
     lab.shellpers.stop(name)

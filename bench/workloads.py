@@ -382,7 +382,7 @@ def launch_time(lab: Lab, s: Settings) -> dict[str, Any]:
     for _ in range(s.launch_runs):
         name = lab.name("la")
         t0 = time.perf_counter()
-        done = subprocess.run([*shellper_cli(), "--dir", str(lab.dir), "run", name, "--", "cat"],
+        done = subprocess.run([*shellper_cli(), "--dir", str(lab.dir), "run", "--json", name, "--", "cat"],
                               capture_output=True, check=False, timeout=60)
         times["shellper"].append(time.perf_counter() - t0)
         if done.returncode != 0:

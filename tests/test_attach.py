@@ -103,7 +103,7 @@ class Sessions:
         return proc
 
     def run(self, name: str, *argv: str, opts: tuple[str, ...] = ()) -> dict[str, Any]:
-        proc = self.cli("run", *SESSION_OPTS, *opts, name, "--", *argv)
+        proc = self.cli("run", "--json", *SESSION_OPTS, *opts, name, "--", *argv)
         info: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
         self.started[name] = [info["pid"]] + ([info["child_pid"]] if info.get("child_pid") else [])
         return info
@@ -668,6 +668,10 @@ def test_attach_in_a_terminal_to_unknown_session(sessions: Sessions) -> None:
     (["--dir=", "attach", "s"], False),  # argparse refuses an empty --dir
     (["--di", "/tmp/d", "attach", "s"], False),
     (["attach", "s", "--relay=yes"], False),
+    (["attach", "s", "-r", "-e", "^Q"], True),
+    (["attach", "s", "--dir", "/tmp/e"], True),  # global options after the command too
+    (["--dir", "/tmp/a", "attach", "s", "--dir", "/tmp/b"], True),
+    (["attach", "s", "-e", "q", "--detach-key", "^A"], False),  # two spellings: their order decides
 ])
 def test_quick_attach_arguments_mean_what_the_full_cli_makes_of_them(argv: list[str], taken: bool) -> None:
     from shellper.cli.argscan import scan

@@ -102,7 +102,7 @@ class Shell:
                               stdin=subprocess.DEVNULL)
 
     def run(self, name: str, *options: str, env: dict[str, str] | None = None) -> LaunchInfo:
-        done = self("run", name, *options, "--", "cat", env=env)
+        done = self("run", "--json", name, *options, "--", "cat", env=env)
         assert done.returncode == 0, done.stderr
         info = LaunchInfo(**json.loads(done.stdout))
         self.sessions.started.append(info)

@@ -57,7 +57,7 @@ def daemons_for(directory: Path) -> list[int]:
 
 
 def test_session_survives_the_launcher_exiting(sessions: Sessions) -> None:
-    done = cli("--dir", str(sessions.dir), "run", "sv", "--", "cat")
+    done = cli("--dir", str(sessions.dir), "run", "--json", "sv", "--", "cat")
     assert done.returncode == 0, done.stderr  # returned at all: the daemon does not hold the CLI's pipes
     info = LaunchInfo(**json.loads(done.stdout))
     sessions.started.append(info)
@@ -160,13 +160,13 @@ sys.exit(code)
 
 
 @pytest.mark.parametrize(("args", "code", "says"), [
-    (["run", "np"], 1, "no command given"),
+    (["run", "a/b"], 1, "invalid session name"),  # no command: $SHELL, but a name that cannot be
     (["run", "np", "--cols", "wide", "--", "cat"], 2, "invalid int value"),
     (["run", "np", "--help"], 0, "usage:"),
     (["run", "np", "--cwd", "/nonexistent", "--", "cat"], 1, "is not a directory"),
     (["ls", "run"], 2, "unrecognized arguments"),
     (["run", "np", "--bogus", "--", "cat"], 2, "unrecognized arguments"),  # a run to the prefork's guess
-], ids=["no-command", "bad-int", "help", "bad-cwd", "ls", "bad-option"])
+], ids=["bad-name", "bad-int", "help", "bad-cwd", "ls", "bad-option"])
 def test_a_run_that_does_not_launch_leaves_no_process(sessions: Sessions, args: list[str], code: int,
                                                       says: str) -> None:
     """The console script forks the daemon-to-be before parsing (shellper.daemon.prefork): when the command
@@ -394,7 +394,7 @@ def test_an_exited_session_stops_itself_after_its_husk_ttl(sessions: Sessions) -
 def test_the_child_keeps_its_own_double_dash(sessions: Sessions, words: list[str], child: list[str]) -> None:
     """Only the first -- before the command is shellper's; one inside the command (run NAME git log -- FILE,
     with no -- before git) used to vanish from the child's argv."""
-    done = cli("--dir", str(sessions.dir), *words)
+    done = cli("--dir", str(sessions.dir), words[0], "--json", *words[1:])
     assert done.returncode == 0, done.stderr
     info = LaunchInfo(**json.loads(done.stdout))
     sessions.started.append(info)

@@ -130,7 +130,7 @@ def test_real_shellper_records_pass_the_cmdline_check(sessions: Sessions, how: s
     """Both launch paths (the CLI's forked daemon, launch()'s exec of shellper.daemon) write a hash that
     matches: an unregistered session is still terminated, tree and all."""
     if how == "cli":
-        run = subprocess.run([*SHELLPER_CLI, "--dir", str(sessions.dir), "run", "real", "--", "sleep", "300"],
+        run = subprocess.run([*SHELLPER_CLI, "--dir", str(sessions.dir), "run", "--json", "real", "--", "sleep", "300"],
                              capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
         assert run.returncode == 0, run.stderr
         pid = json.loads(run.stdout.decode().strip().splitlines()[-1])["pid"]

@@ -11,9 +11,9 @@ them to the parser's. This module imports nothing: it runs before the prefork is
 
 from __future__ import annotations
 
-_HELP = {"-h": False, "--help": False}
+_HELP = {"-h": False, "--help": False, "--dir": True}  # --dir: also after the command
 
-GLOBAL_OPTIONS: dict[str, bool] = {**_HELP, "--version": False, "--dir": True}
+GLOBAL_OPTIONS: dict[str, bool] = {**_HELP, "--version": False}
 """The options before the command, each with whether it takes a value."""
 
 _RESTART_POLICY = {
@@ -25,17 +25,20 @@ _RESTART_POLICY = {
 }
 
 COMMAND_OPTIONS: dict[str, dict[str, bool]] = {
-    "run": {**_HELP, "--foreground": False, "--cwd": True, "--env": True, "--no-inherit-env": False,
+    "run": {**_HELP, "--foreground": False, "--json": False, "--replace": False, "-f": False, "--cwd": True,
+            "--env": True, "--no-inherit-env": False,
             "--cols": True, "--rows": True, "--term": True, "--ring-bytes": True, "--stderr": True,
             "--grace": True, "--husk-ttl": True, "--owner": True, "--containment": True,
             "--cgroup-parent": True, **_RESTART_POLICY},
     "ls": {**_HELP, "--json": False},
-    "attach": {**_HELP, "--detach-key": True, "--read-only": False, "--no-replay": False, "--relay": False},
+    "attach": {**_HELP, "-c": False, "--create": False, "--detach-key": True, "-e": True, "--read-only": False,
+               "-r": False, "--no-replay": False, "--relay": False},
     "send": {**_HELP, "--enter": False},
     "tail": {**_HELP, "--bytes": True, "--follow": False, "-f": False, "--plain": False},
     "signal": _HELP,
     "resize": _HELP,
-    "stop": {**_HELP, "--grace": True},
+    "restart": _HELP,
+    "stop": {**_HELP, "--all": False, "--grace": True},
     "status": {**_HELP, "--json": False},
 }
 """Each command's options, each with whether it takes a value."""

@@ -25,11 +25,13 @@ import signal
 import socket
 import sys
 import termios
+import time
 import tty
 from types import FrameType
 
 from shellper.client.blocking import Client
 from shellper.core.defaults import clamp_terminal_size
+from shellper.core.detachkeys import DOUBLE_KEY_WINDOW, KeysEnd, read_keys
 from shellper.core.errors import ShellperError
 from shellper.core.names import BadName, runtime_dir_name, socket_path, validate_name
 from shellper.core.signals import signal_number
@@ -37,7 +39,7 @@ from shellper.core.states import SessionState
 from shellper.core.structs import record
 from shellper.daemon.terminal import note, window_size
 from shellper.protocol import wire
-from shellper.protocol.connection import ClientError, ProtocolViolation, RemoteError, SessionGone
+from shellper.protocol.connection import ClientError, ProtocolViolation, RemoteError, SessionGone, SessionNotFound
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
 if TYPE_CHECKING:
@@ -189,6 +191,9 @@ class _Attachment:
         self.old_wakeup = -1
         self.wake_r = self.wake_w = -1
         self.winch_pending = False
+        self.detach_pending = False
+        self.detach_at = 0.0
+        """A lone detach key ended the last read (relaying): it detaches unless doubled within the window."""
         self.handed = False
         """The shellper took the terminal (WELCOME.terminal): it writes output and reads keys itself."""
         self.released: wire.Release | None = None
@@ -370,17 +375,18 @@ class _Attachment:
         # before it) returns: its wake byte is in the pipe although poll did not report it. The resize
         # must reach the child first, or a program reads the old size after the user's next key.
         self.take_signals()
-        if not data:
+        if not data and not self.detach_pending:
             if self.read_only:  # a viewer needs no input: keep watching
                 self.stdin_open = False
                 return None
             return _Outcome(0, "[detached]")
-        cut = data.find(self.detach_byte) if self.detach_byte is not None else -1
-        if cut >= 0:
-            data = data[:cut]
+        data, end = read_keys(data, self.detach_byte, self.detach_pending)
+        self.detach_pending = end is KeysEnd.PENDING
+        if self.detach_pending:
+            self.detach_at = time.monotonic() + DOUBLE_KEY_WINDOW
         if data and not self.read_only:
             self.client.write(data)
-        return _Outcome(0, "[detached]") if cut >= 0 else None
+        return _Outcome(0, "[detached]") if end is KeysEnd.DETACH else None
 
     def _on_winch(self, _signum: int, _frame: FrameType | None) -> None:
         # Python runs this right after the system call the signal interrupted (a poll or a read)
@@ -479,7 +485,10 @@ class _Attachment:
         if self.wake_r >= 0:
             poller.register(self.wake_r, select.POLLIN)
         while True:
-            ready = dict(poller.poll())
+            left = self.detach_at - time.monotonic() if self.detach_pending else None
+            if left is not None and left <= 0:  # the detach key was not doubled in time: it detaches
+                return _Outcome(0, "[detached]")
+            ready = dict(poller.poll(None if left is None else left * 1000))
             if self.wake_r in ready:
                 self.take_signals(drain=True)
             if sock_fd in ready:
@@ -526,6 +535,8 @@ def attach(socket_path: str | os.PathLike[str], *, name: str | None = None,
         except ClientError as exc:  # connect() has closed what it opened; nothing was shown
             reset, bare = False, True
             message = exc.error.message if isinstance(exc, RemoteError) else str(exc)  # str: with the path
+            if isinstance(exc, SessionNotFound) and name:
+                message += sessions_hint(os.path.dirname(exc.path), name)
             outcome = _Outcome(1, f"shellper: {label}: {message}", to_stderr=True)
         else:
             assert client.sock is not None
@@ -565,6 +576,20 @@ def attach(socket_path: str | os.PathLike[str], *, name: str | None = None,
     return outcome.status
 
 
+def sessions_hint(directory: str, name: str) -> str:
+    """For a name with no session: the sessions the directory does have, the likeliest meant first."""
+    from shellper.host.paths import session_names
+
+    names = session_names(directory)
+    if not names:
+        return f"; there are no sessions in {directory}"
+    import difflib
+
+    close = difflib.get_close_matches(name, names, n=1)
+    meant = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"; sessions in {directory}: {', '.join(names)}{meant}"
+
+
 def attach_session(directory: str | None, name: str, *, detach_key: str = DEFAULT_DETACH_KEY,
                    read_only: bool = False, no_replay: bool = False, relay: bool = False) -> int:
     """``shellper [--dir DIR] attach NAME ...``: the session's socket found, then :func:`attach`.
@@ -577,12 +602,17 @@ def attach_session(directory: str | None, name: str, *, detach_key: str = DEFAUL
         print(f"shellper: session {name!r}: this terminal is inside it; attaching would feed its output back "
               "to it (unset SHELLPER_SESSION to attach anyway)", file=sys.stderr)
         return 1
+    outer = os.environ.get("SHELLPER_SESSION")
+    if outer and detach_key == DEFAULT_DETACH_KEY and sys.stderr.isatty():
+        print(f"shellper: attaching from inside session {outer!r}: if that one is attached with the same "
+              f"detach key ({detach_key}), it takes the key first: type it twice to detach from {name!r}, "
+              "or choose another key with -e", file=sys.stderr)
     return attach(socket_path(runtime_dir_name(directory), name), name=name,
                   detach_key=detach_key, read_only=read_only, replay=not no_replay, handoff=not relay)
 
 
-_QUICK_OPTIONS = {"--dir": "dir", "--detach-key": "detach_key", "--read-only": "read_only",
-                  "--no-replay": "no_replay", "--relay": "relay"}
+_QUICK_OPTIONS = {"--dir": "dir", "--detach-key": "detach_key", "-e": "detach_key", "--read-only": "read_only",
+                  "-r": "read_only", "--no-replay": "no_replay", "--relay": "relay"}
 
 
 def quick_args(line: Scan) -> dict[str, Any] | None:
@@ -592,8 +622,9 @@ def quick_args(line: Scan) -> dict[str, Any] | None:
     with it cost every attach more than the interpreter's own start-up, and attach is the command people
     wait on."""
     if (line.command != "attach" or not line.exact or line.child is not None or len(line.operands) != 1
-            or not _QUICK_OPTIONS.keys() >= line.options.keys() or line.options.get("--dir") == ""):
-        return None
+            or not _QUICK_OPTIONS.keys() >= line.options.keys() or line.options.get("--dir") == ""
+            or len({_QUICK_OPTIONS[option] for option in line.options}) != len(line.options)):
+        return None  # (the last: both spellings of one option, whose order the scan does not keep)
     args: dict[str, Any] = {"dir": None, "name": line.operands[0], "detach_key": DEFAULT_DETACH_KEY,
                             "read_only": False, "no_replay": False, "relay": False}
     for option, value in line.options.items():

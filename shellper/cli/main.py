@@ -30,7 +30,7 @@ from shellper.core.exits import PolicyError, RestartPolicy
 from shellper.core.names import socket_path, validate_name
 from shellper.core.owner import OWNER_ENV, BadOwner, validate_owner
 from shellper.core.states import SessionState
-from shellper.daemon.launch import LaunchError, launch, run_foreground
+from shellper.daemon.launch import LaunchError, LaunchInfo, launch, run_foreground
 from shellper.host.paths import (
     PathError,
     SessionPaths,
@@ -131,12 +131,19 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
     def command(name: str, text: str) -> argparse.ArgumentParser:
-        return sub.add_parser(name, help=text, formatter_class=_Formatter)
+        parser = sub.add_parser(name, help=text, formatter_class=_Formatter)
+        # also after the command (`shellper run NAME --dir D`), as people type it; SUPPRESS: not given there,
+        # it leaves the one given before the command alone
+        parser.add_argument("--dir", type=_nonempty, default=argparse.SUPPRESS, help="as before the command")
+        return parser
 
     run = command("run", "start a session: shellper run NAME [options] -- COMMAND [ARGS...]")
     run.add_argument("name")
     run.add_argument("command", nargs="*", help="the program to run and its arguments, after --")
     run.add_argument("--foreground", action="store_true", help="run in this process instead of detaching")
+    run.add_argument("--json", action="store_true", help="print the session's info as one JSON line, for programs")
+    run.add_argument("--replace", "-f", action="store_true",
+                     help="replace a session of this name whose program has ended (exited or fatal)")
     run.add_argument("--cwd", help="working directory of the child (default: the current one)")
     run.add_argument("--env", action="append", type=_env_pair, default=[], metavar="K=V",
                      help="set a variable for the child (repeatable)")
@@ -167,17 +174,22 @@ def _parser() -> argparse.ArgumentParser:
     ls = command("ls", "list sessions")
     ls.add_argument("--json", action="store_true")
 
-    att = command("attach", "attach this terminal to a session")
+    att = command("attach", "attach this terminal to a session: shellper attach [-c] NAME [-- COMMAND [ARGS...]]")
     att.add_argument("name")
-    att.add_argument("--detach-key", default="^\\", help="key that detaches (default ^\\, i.e. Ctrl-\\)")
-    att.add_argument("--read-only", action="store_true", help="attach as a viewer: no input, no resize")
+    att.add_argument("command", nargs="*", help="with -c, the program to start if NAME is not running "
+                     "(default $SHELL), after --")
+    att.add_argument("-c", "--create", action="store_true",
+                     help="start the session first if it is not running (as dtach -A, tmux new -A)")
+    att.add_argument("--detach-key", "-e", default="^\\",
+                     help="key that detaches: ^X, one character, or none (default ^\\, i.e. Ctrl-\\)")
+    att.add_argument("--read-only", "-r", action="store_true", help="attach as a viewer: no input, no resize")
     att.add_argument("--no-replay", action="store_true", help="show only new output")
     att.add_argument("--relay", action="store_true",
                      help="pass every byte through this process instead of handing the terminal to the shellper")
 
     send = command("send", "type text into a session")
     send.add_argument("name")
-    send.add_argument("text")
+    send.add_argument("text", help="what to type; - reads it from stdin")
     send.add_argument("--enter", action="store_true", help="press Enter after the text")
 
     tail = command("tail", "print a session's recent output")
@@ -188,15 +200,19 @@ def _parser() -> argparse.ArgumentParser:
 
     sig = command("signal", "send a signal to the session's child process group")
     sig.add_argument("name")
-    sig.add_argument("signal", help="a signal name: HUP, INT, TERM, KILL, ... (SIG prefix optional)")
+    sig.add_argument("signal", help="a signal name or number: HUP, INT, TERM, KILL, 9, ... (SIG prefix optional)")
 
     rs = command("resize", "set the session's terminal size")
     rs.add_argument("name")
     rs.add_argument("cols", type=int)
     rs.add_argument("rows", type=int)
 
+    rst = command("restart", "run a session's command again (also one that has exited or given up)")
+    rst.add_argument("name")
+
     st = command("stop", "stop a session: its whole process tree, then the shellper")
-    st.add_argument("name")
+    st.add_argument("name", nargs="*", metavar="NAME", help="the sessions to stop")
+    st.add_argument("--all", action="store_true", help="stop every session in the runtime directory")
     st.add_argument("--grace", type=_seconds, default=None)
 
     status = command("status", "a session's state, exits and clients")
@@ -209,12 +225,12 @@ def main(argv: list[str] | None = None, prefork: Prefork | None = None) -> int:
     """Run one command; ``prefork`` is the daemon-to-be that the console script forked early, if any."""
     argv = list(sys.argv[1:] if argv is None else argv)
     line = scan(argv)
-    if line.command == "run" and line.child is not None:  # everything after the first -- is the child's
-        args = _parser().parse_args(argv[:len(argv) - len(line.child) - 1])
+    if line.command in ("run", "attach") and line.child is not None:  # everything after the first -- is the child's
+        args = _parse(argv[:len(argv) - len(line.child) - 1])
         # a command already begun before the -- (run NAME git log -- FILE) has it as one of its arguments
         args.command = [*args.command, "--", *line.child] if args.command else line.child
     else:  # argparse's own --: what follows is positional (send NAME -- -text)
-        args = _parser().parse_args(argv)
+        args = _parse(argv)
     args.prefork = prefork
     try:
         handler = _COMMANDS[args.cmd]
@@ -226,6 +242,25 @@ def main(argv: list[str] | None = None, prefork: Prefork | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    """The parser's reading of ``argv``; an option the command does not have is reported with that command's
+    usage (argparse's own would show the top level's), and for run and attach a hint that a command's own
+    options go after --."""
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    if not extra:
+        return args
+    (sub,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    command = sub.choices[args.cmd]
+    hint = ""
+    if getattr(args, "command", None) and extra[0].startswith("-"):
+        words = " ".join([*args.command, *extra])
+        hint = (f"\nhint: put -- before the command, so its own options are not taken for shellper's: "
+                f"shellper {args.cmd} {args.name} -- {words}")
+    command.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
+    raise AssertionError("unreachable: error() exits")
 
 
 def _user_errors() -> tuple[type[Exception], ...]:
@@ -240,7 +275,7 @@ def _dir(args: argparse.Namespace) -> str:
 
 
 def _connect(args: argparse.Namespace, role: str = "tower", **hello: Any) -> Client:
-    from shellper.client.blocking import Client, ClientError, ConnectionRefused
+    from shellper.client.blocking import Client, ClientError, ConnectionRefused, SessionNotFound
 
     validate_name(args.name)
     path = socket_path(_dir(args), args.name)
@@ -250,14 +285,16 @@ def _connect(args: argparse.Namespace, role: str = "tower", **hello: Any) -> Cli
     except ClientError as exc:  # the path, what is wrong, and for a stale socket what to do
         hint = (f"; its shellper is gone: `shellper stop {args.name}` ends what it left running and removes "
                 "its files") if isinstance(exc, ConnectionRefused) else ""
+        if isinstance(exc, SessionNotFound):
+            from shellper.cli.attach import sessions_hint
+
+            hint = sessions_hint(_dir(args), args.name)
         raise CliError(f"session {args.name!r}: {exc}{hint}") from None
     return client
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    command = list(args.command)
-    if not command:
-        raise CliError("run: no command given; usage: shellper run NAME [options] -- COMMAND [ARGS...]")
+    command = list(args.command) or _default_command()
     env = dict(os.environ) if args.inherit_env else {}
     env.update(dict(args.env))
     config = SessionConfig(
@@ -267,14 +304,95 @@ def cmd_run(args: argparse.Namespace) -> int:
         containment=args.containment, cgroup_parent=_cgroup_parent(args))
     if not os.path.isdir(config.cwd):
         raise CliError(f"run: --cwd {config.cwd} is not a directory")
+    _make_room(args)
     if args.foreground:
         return run_foreground(config)
     info = launch(config, fork=True, prefork=args.prefork)  # the CLI is single-threaded: no second interpreter
     try:
-        print(json.dumps(info.to_dict()), flush=True)
+        print(json.dumps(info.to_dict()) if args.json else _started_line(args, info), flush=True)
     except OSError as exc:  # >/dev/full: the session runs; say that, and that its line is missing
         raise CliError(f"run: session {config.name!r} started (pid {info.pid}), but its info line could not "
                        f"be written: {exc.strerror or exc}") from None
+    return 0
+
+
+def _started_line(args: argparse.Namespace, info: LaunchInfo) -> str:
+    """``run``'s line for a person: what started, and how to attach and detach."""
+    where = ""
+    if args.dir is not None:
+        import shlex
+
+        where = f" --dir {shlex.quote(args.dir)}"
+    child = f", child pid {info.child_pid}" if info.child_pid else ""
+    return (f"started {info.name} (pid {info.pid}{child}): `shellper{where} attach {info.name}` to attach, "
+            "Ctrl-\\ to detach")
+
+
+def _make_room(args: argparse.Namespace) -> None:
+    """A session of this name whose program has ended blocks the name: say so, or with --replace stop it
+    first. A running one is left to launch(), which refuses it."""
+    validate_name(args.name)
+    paths = SessionPaths.for_name(_dir(args), args.name)
+    if not SessionLock.is_locked(paths.lock):
+        return
+    ended = _ended(args)
+    if ended is None:
+        return
+    if not args.replace:
+        raise CliError(f"run: session {args.name!r} {ended}; --replace to start anew, or `shellper restart "
+                       f"{args.name}` to run its command again")
+    import contextlib
+    import io
+
+    with contextlib.redirect_stdout(io.StringIO()):  # its "stopped NAME": this run's own line follows
+        cmd_stop(argparse.Namespace(**{**vars(args), "cmd": "stop", "grace": None}))
+
+
+def _ended(args: argparse.Namespace) -> str | None:
+    """How the session's program ended ("exited 3 min ago: clean exit"), or None if it has not (or the
+    session does not answer: launch() then says what it finds)."""
+    from shellper.core.exitrecord import ExitRecordError
+    from shellper.protocol import wire
+
+    try:
+        client = _connect(args, "viewer", replay_bytes=0)
+    except CliError:
+        return None
+    with client:
+        reply = client.request(wire.Status(), wire.StatusReply)
+    assert isinstance(reply, wire.StatusReply)
+    if reply.state not in (SessionState.EXITED, SessionState.FATAL):
+        return None
+    try:
+        last = reply.last_exit()
+    except ExitRecordError:
+        last = None
+    if last is None:
+        return str(reply.state)
+    return f"{reply.state} {_ago(time.time() - last.time)} ago: {last.reason or last.exit_class}"
+
+
+def _ago(seconds: float) -> str:
+    """A past duration as a person says it: 40 s, 3 min, 5 h, 2 days."""
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{int(seconds)} s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} min"
+    if seconds < 86400:
+        return f"{int(seconds // 3600)} h"
+    return f"{int(seconds // 86400)} days"
+
+
+def cmd_restart(args: argparse.Namespace) -> int:
+    """SPAWN with the session's current command, cwd and environment: the child is replaced (ended first if
+    it runs), the restart breaker reset."""
+    from shellper.protocol import wire
+
+    with _connect(args, "tower", replay_bytes=0) as client:
+        client.send(wire.Spawn())
+        _confirm(client)
+    print(f"restarted {args.name}")
     return 0
 
 
@@ -354,23 +472,55 @@ def _bytes(n: int | None) -> str:
     return str(n)
 
 
+def _default_command() -> list[str]:
+    """What a session runs when no command is given: the user's shell, as the peers start."""
+    return [os.environ.get("SHELL") or "/bin/sh"]
+
+
 def cmd_attach(args: argparse.Namespace) -> int:
     from shellper.cli.attach import attach_session
 
+    if args.command and not args.create:
+        raise CliError(f"attach: a command is only for -c (start {args.name!r} if it is not running): "
+                       f"shellper attach -c {args.name} -- {' '.join(args.command)}")
+    if args.create:
+        _create_for_attach(args)
     return attach_session(args.dir, args.name, detach_key=args.detach_key, read_only=args.read_only,
                           no_replay=args.no_replay, relay=args.relay)
+
+
+def _create_for_attach(args: argparse.Namespace) -> None:
+    """``attach -c``: start NAME with the default options unless it is running; one started by someone
+    else meanwhile is attached to as well."""
+    validate_name(args.name)
+    paths = SessionPaths.for_name(_dir(args), args.name)
+    if SessionLock.is_locked(paths.lock):
+        return
+    try:  # the terminal's size from the start, so the program's first screen fits it
+        size = os.get_terminal_size(0)
+        cols, rows = (size.columns, size.lines) if terminal_size_in_range(size.columns, size.lines) else (
+            DEFAULT_COLS, DEFAULT_ROWS)
+    except OSError:
+        cols, rows = DEFAULT_COLS, DEFAULT_ROWS
+    config = SessionConfig(name=args.name, argv=list(args.command) or _default_command(), dir=_dir(args),
+                           cwd=os.getcwd(), env=dict(os.environ), cols=cols, rows=rows)
+    try:
+        launch(config, fork=True)
+    except LaunchError:
+        if not SessionLock.is_locked(paths.lock):  # not a race with another attach -c: a real failure
+            raise
 
 
 def cmd_send(args: argparse.Namespace) -> int:
     from shellper.protocol import wire
 
-    text = args.text + ("\r" if args.enter else "")
+    text = (sys.stdin.buffer.read() if args.text == "-" else args.text.encode()) + (b"\r" if args.enter else b"")
     with _connect(args, "terminal", replay_bytes=0) as client:
         assert client.welcome is not None
         state = client.welcome.state
         if state not in (SessionState.RUNNING, SessionState.STARTING):  # input would go nowhere (or to a later child)
             raise CliError(f"send: session {args.name!r} has no running program (state {state}); nothing sent")
-        client.write(text.encode())
+        client.write(text)
         client.request(wire.Ping(nonce=1), wire.Pong)  # the shellper has taken the input once it answers
     return 0
 
@@ -405,7 +555,13 @@ def cmd_tail(args: argparse.Namespace) -> int:
 def cmd_signal(args: argparse.Namespace) -> int:
     from shellper.protocol import wire
 
-    bare = wire.bare_signal(args.signal)
+    spelled = args.signal
+    if spelled.isdigit():  # `kill -9` habits: the number of one of the signals the protocol carries
+        import signal
+
+        numbered = {int(signum): signum.name for signum in signal.Signals}
+        spelled = numbered.get(int(spelled), spelled)
+    bare = wire.bare_signal(spelled)
     if bare is None:
         raise CliError(f"signal: {args.signal!r} is not one of {' '.join(wire.SIGNALS)}")
     with _connect(args, "tower", replay_bytes=0) as client:
@@ -447,6 +603,8 @@ def cmd_stop(args: argparse.Namespace) -> int:
     from shellper.client.blocking import RemoteError, SessionGone
     from shellper.protocol import wire
 
+    if isinstance(args.name, list):
+        return _stop_each(args)
     validate_name(args.name)
     paths = SessionPaths.for_name(_dir(args), args.name)
     if not SessionLock.is_locked(paths.lock) and session_files(paths):
@@ -474,6 +632,25 @@ def cmd_stop(args: argparse.Namespace) -> int:
     finally:
         if pin is not None:
             pin.close()
+
+
+def _stop_each(args: argparse.Namespace) -> int:
+    """``stop A B`` and ``stop --all``: each in turn, a failure reported and the rest still stopped."""
+    from shellper.host.paths import session_names
+
+    if args.all == bool(args.name):
+        raise CliError("stop: name the sessions to stop, or --all (not both)")
+    names = session_names(_dir(args)) if args.all else args.name
+    if args.all and not names:
+        print(f"no sessions in {_dir(args)}")
+    failed = 0
+    for name in names:
+        try:
+            cmd_stop(argparse.Namespace(**{**vars(args), "name": name}))
+        except _user_errors() as exc:
+            print(f"shellper: {exc}", file=sys.stderr)
+            failed += 1
+    return 1 if failed else 0
 
 
 def _read_record(paths: SessionPaths) -> SessionRecord | None:
@@ -714,5 +891,5 @@ def _status_of_dead(args: argparse.Namespace, paths: SessionPaths) -> int:
 
 _COMMANDS = {
     "run": cmd_run, "ls": cmd_ls, "attach": cmd_attach, "send": cmd_send, "tail": cmd_tail,
-    "signal": cmd_signal, "resize": cmd_resize, "stop": cmd_stop, "status": cmd_status,
+    "signal": cmd_signal, "resize": cmd_resize, "stop": cmd_stop, "status": cmd_status, "restart": cmd_restart,
 }

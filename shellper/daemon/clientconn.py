@@ -19,6 +19,7 @@ import time
 from collections import deque
 
 from shellper.core.defaults import clamp_terminal_size
+from shellper.core.detachkeys import DOUBLE_KEY_WINDOW, KeysEnd, read_keys
 from shellper.core.modes import FULL_RESET_SEQUENCE
 from shellper.core.ring import OffsetError
 from shellper.core.states import SessionState
@@ -108,6 +109,8 @@ class ClientConn:
         self.released = False
         """The handed-over terminal was given back: this connection gets no more output."""
         self.detach_byte: int | None = None
+        self._detach_timer: Handle | None = None
+        """A lone detach key ended the last read: it detaches when this fires, unless doubled first."""
         self._fds: list[int] = []
         self._handshake_timer: Handle | None = None
         self._closing = False
@@ -296,6 +299,9 @@ class ClientConn:
             self.transport.write(wire.encode(wire.Release(reason=reason, reset=reset, offset=self.pos)))
 
     def _close_terminal(self) -> None:
+        if self._detach_timer is not None:
+            self._detach_timer.cancel()
+            self._detach_timer = None
         if self.terminal is not None:
             self.terminal.close()
             self.terminal = None
@@ -304,14 +310,24 @@ class ClientConn:
         self._fds.clear()
 
     def terminal_input(self, data: bytes) -> None:
-        """Keys typed on the handed-over terminal: to the child, up to the detach byte."""
-        cut = data.find(self.detach_byte) if self.detach_byte is not None else -1
-        if cut >= 0:
-            data = data[:cut]
+        """Keys typed on the handed-over terminal: to the child, up to the detach byte (which, typed twice,
+        is sent through: shellper.core.detachkeys)."""
+        pending = self._detach_timer is not None
+        if self._detach_timer is not None:
+            self._detach_timer.cancel()
+            self._detach_timer = None
+        data, end = read_keys(data, self.detach_byte, pending)
         if data and self.role != "viewer" and self.terminal is not None:
             self._follow_size()  # a resize attach has not reported yet must reach the child before these keys
             self.session.write_input(data, self)
-        if cut >= 0:
+        if end is KeysEnd.PENDING:
+            self._detach_timer = self.session.loop.call_later(DOUBLE_KEY_WINDOW, self._detach)
+        elif end is KeysEnd.DETACH:
+            self._detach()
+
+    def _detach(self) -> None:
+        self._detach_timer = None
+        if self.terminal is not None and not self._closing:
             self.release("detach")
             self.close_after_flush()
 

@@ -59,7 +59,7 @@ def test_the_tables_are_the_parsers_options() -> None:
     (["attach", "s", "--detach-key", "-x"], "attach", {}, ["s", ], None, False),
     (["attach", "s", "--detach-key=--"], "attach", {"--detach-key": "--"}, ["s"], None, False),
     (["attach", "s", "--relay=1"], "attach", {"--relay": True}, ["s"], None, False),
-    (["attach", "s", "--dir", "/d"], "attach", {}, ["s", "/d"], None, False),  # --dir is not attach's
+    (["attach", "s", "--dir", "/d"], "attach", {"--dir": "/d"}, ["s"], None, True),  # also after the command
     (["-v", "ls"], "ls", {}, [], None, False),
     (["bogus", "--json"], "bogus", {}, [], None, False),
     (["send", "s", "-", "--enter"], "send", {"--enter": True}, ["s", "-"], None, True),

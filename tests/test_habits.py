@@ -1,0 +1,256 @@
+"""The peers' habits (dtach, abduco, tmux) in shellper's CLI, driven as a person would: a real terminal
+(pexpect's PTY), the real console script, real sessions in a private runtime directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from conftest import SHELLPER_CLI
+from test_attach import BASH, DETACH, PROMPT, TIMEOUT, Sessions, _env, _finish, _wait_gone
+
+
+@pytest.fixture
+def sessions() -> Iterator[Sessions]:
+    s = Sessions(tempfile.mkdtemp(prefix="shph-", dir="/tmp"), {**_env(), "PS1": "psh> ", "HISTFILE": ""})
+    try:
+        yield s
+    finally:
+        s.teardown()
+
+
+def _adopt(sessions: Sessions, name: str) -> dict[str, Any]:
+    """A session the CLI started under test (not through Sessions.run): its ls entry, and its pids noted for
+    the teardown's stop and leak check."""
+    (entry,) = (s for s in json.loads(sessions.cli("ls", "--json").stdout) if s["name"] == name)
+    sessions.started[name] = [entry["pid"]] + ([entry["child_pid"]] if entry.get("child_pid") else [])
+    return dict(entry)
+
+
+# ------------------------------------------------------------------------------------ create and attach
+
+
+def test_attach_c_starts_the_session_then_attaches_and_later_only_attaches(sessions: Sessions) -> None:
+    term = sessions.spawn(sessions.cli_args("attach", "-c", "mk", "--", *BASH))
+    term.expect(PROMPT)
+    _adopt(sessions, "mk")
+    term.send(b"echo made-$((6*7))\r")
+    term.expect(b"made-42")
+    term.send(DETACH)
+    term.expect(rb"\[detached\]")
+    assert _finish(term) == 0
+    again = sessions.spawn(sessions.cli_args("attach", "-c", "mk", "--", "false"))  # running: the command is unused
+    again.expect(b"made-42")  # the replay of the same shell
+    again.send(b"echo still-$((2*3))\r")
+    again.expect(b"still-6")
+    again.send(DETACH)
+    again.expect(rb"\[detached\]")
+    assert _finish(again) == 0
+
+
+def test_without_a_command_attach_c_and_run_start_the_users_shell(sessions: Sessions) -> None:
+    sessions.env["SHELL"] = "/bin/sh"
+    term = sessions.spawn(sessions.cli_args("attach", "-c", "dflt"))
+    term.expect(PROMPT)
+    _adopt(sessions, "dflt")
+    term.send(DETACH)
+    assert _finish(term) == 0
+    sessions.cli("run", "plain")
+    _adopt(sessions, "plain")
+    for name in ("dflt", "plain"):
+        assert json.loads(sessions.cli("status", name, "--json").stdout)["argv"] == ["/bin/sh"]
+    del sessions.env["SHELL"]
+    sessions.cli("run", "nosh")
+    _adopt(sessions, "nosh")
+    assert json.loads(sessions.cli("status", "nosh", "--json").stdout)["argv"] == ["/bin/sh"]
+
+
+def test_a_command_without_c_is_refused_with_the_line_that_would_work(sessions: Sessions) -> None:
+    proc = sessions.cli("attach", "nope", "--", "top", check=False)
+    assert proc.returncode == 1
+    assert "shellper attach -c nope -- top" in proc.stderr, proc.stderr
+
+
+# ------------------------------------------------------------------------------------ finished sessions
+
+
+def _wait_state(sessions: Sessions, name: str, states: tuple[str, ...]) -> dict[str, Any]:
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        status: dict[str, Any] = json.loads(sessions.cli("status", name, "--json").stdout)
+        if status["state"] in states:
+            return status
+        assert time.monotonic() < deadline, f"{name} still {status['state']}, not {states}"
+        time.sleep(0.05)
+
+
+def test_run_over_a_finished_session_says_so_and_replace_starts_anew(sessions: Sessions) -> None:
+    sessions.run("fin", "sh", "-c", "exit 0", opts=("--restart", "no"))
+    _wait_state(sessions, "fin", ("exited", "fatal"))
+    term = sessions.spawn(sessions.cli_args("run", "fin", "--", "cat"))
+    term.expect(rb"session 'fin' exited \d+ s ago: clean exit.*; --replace to start anew, or `shellper restart fin`")
+    assert _finish(term) == 1
+    term = sessions.spawn(sessions.cli_args("run", "fin", "-f", "--", "cat"))
+    assert _finish(term) == 0
+    _adopt(sessions, "fin")
+    assert _wait_state(sessions, "fin", ("running",))["argv"] == ["cat"]
+    refused = sessions.cli("run", "fin", "--replace", "--", "cat", check=False)  # running: not replaced
+    assert refused.returncode == 1 and "already running" in refused.stderr, refused.stderr
+
+
+def test_restart_runs_the_command_again(sessions: Sessions) -> None:
+    sessions.run("again", "sh", "-c", "echo ran-$((40+2))", opts=("--restart", "no"))
+    _wait_state(sessions, "again", ("exited", "fatal"))
+    term = sessions.spawn(sessions.cli_args("restart", "again"))
+    term.expect(b"restarted again")
+    assert _finish(term) == 0
+    deadline = time.monotonic() + TIMEOUT
+    while sessions.cli("tail", "again", "--plain").stdout.count("ran-42") < 2:
+        assert time.monotonic() < deadline, "the command did not run a second time"
+        time.sleep(0.05)
+    _adopt(sessions, "again")
+
+
+# ------------------------------------------------------------------------------------ the peers' options
+
+
+def test_r_attaches_read_only_and_e_sets_the_detach_key(sessions: Sessions) -> None:
+    sessions.shell("ro")
+    term = sessions.attach("ro", "-r", "-e", "^Q")
+    term.expect(PROMPT)
+    term.send(b"echo typed-$((1+1))\r")  # a viewer's keys go nowhere
+    sessions.type_line("ro", "echo sent-$((2+2))")
+    term.expect(b"sent-4")
+    assert b"typed-2" not in term.before
+    term.send(DETACH)  # not the detach key now: a viewer's Ctrl-\\ is dropped like any key
+    term.send(b"\x11")
+    term.expect(rb"\[detached\]")
+    assert _finish(term) == 0
+
+
+def test_global_options_after_the_command(sessions: Sessions) -> None:
+    term = sessions.spawn([*SHELLPER_CLI, "run", "late", "--dir", sessions.dir, "--", "cat"])
+    assert _finish(term) == 0
+    _adopt(sessions, "late")
+    listed = sessions.spawn([*SHELLPER_CLI, "ls", "--dir", sessions.dir])
+    listed.expect(rb"late\s+running")
+    assert _finish(listed) == 0
+
+
+def test_signal_takes_a_number(sessions: Sessions) -> None:
+    sessions.run("num", "sleep", "300", opts=("--restart", "no"))
+    term = sessions.spawn(sessions.cli_args("signal", "num", "9"))
+    assert _finish(term) == 0
+    status = _wait_state(sessions, "num", ("exited", "fatal"))
+    assert status["last_exit"]["signal"] in ("SIGKILL", "KILL"), status["last_exit"]
+    bad = sessions.spawn(sessions.cli_args("signal", "num", "99"))
+    bad.expect(b"'99' is not one of")
+    assert _finish(bad) == 1
+
+
+def test_stop_several_and_all(sessions: Sessions) -> None:
+    for name in ("a1", "a2", "a3", "a4"):
+        sessions.run(name, "cat")
+    term = sessions.spawn(sessions.cli_args("stop", "a1", "nosuch", "a2"))
+    term.expect(b"stopped a1")
+    term.expect(b"nosuch")  # reported, and the rest still stopped
+    term.expect(b"stopped a2")
+    assert _finish(term) == 1
+    everything = sessions.spawn(sessions.cli_args("stop", "--all"))
+    everything.expect(b"stopped a3")
+    everything.expect(b"stopped a4")
+    assert _finish(everything) == 0
+    for name in ("a1", "a2", "a3", "a4"):
+        assert not _wait_gone(sessions.started.pop(name))
+    assert os.listdir(sessions.dir) == []
+
+
+def test_send_dash_reads_stdin(sessions: Sessions) -> None:
+    sessions.run("in", "cat")
+    term = sessions.spawn(sessions.cli_args("send", "in", "-"))
+    term.send(b"from-stdin\n")
+    term.sendeof()
+    assert _finish(term) == 0
+    deadline = time.monotonic() + TIMEOUT
+    while "from-stdin" not in sessions.cli("tail", "in", "--plain").stdout:
+        assert time.monotonic() < deadline, "what send read from stdin did not arrive"
+        time.sleep(0.05)
+
+
+# ------------------------------------------------------------------------------------ run's line
+
+
+def test_run_prints_a_line_for_people_and_json_for_programs(sessions: Sessions) -> None:
+    term = sessions.spawn(sessions.cli_args("run", "hu", "--", "cat"))
+    term.expect(rb"started hu \(pid (\d+), child pid (\d+)\): `shellper --dir (\S+) attach hu` to attach, "
+                rb"Ctrl-\\ to detach\r\n")
+    pid, child, directory = term.match.groups()
+    assert _finish(term) == 0
+    assert directory.decode() == sessions.dir
+    assert _adopt(sessions, "hu")["pid"] == int(pid) and int(child) > 0
+    term = sessions.spawn(sessions.cli_args("run", "js", "--json", "--", "cat"))
+    term.expect(rb"(\{.*\})\r\n")
+    info = json.loads(term.match.group(1))
+    assert _finish(term) == 0
+    assert _adopt(sessions, "js")["pid"] == info["pid"] and info["name"] == "js"
+
+
+# ------------------------------------------------------------------------------------ mistakes
+
+
+def test_an_unknown_option_shows_its_commands_usage_and_a_missing_double_dash_gets_a_hint(
+        sessions: Sessions) -> None:
+    term = sessions.spawn(sessions.cli_args("stop", "x", "--bogus"))
+    term.expect(rb"usage: shellper stop \[-h\]")
+    term.expect(b"shellper stop: error: unrecognized arguments: --bogus")
+    assert _finish(term) == 2
+    term = sessions.spawn(sessions.cli_args("run", "lsl", "ls", "-la", "/tmp"))
+    term.expect(rb"usage: shellper run \[-h\]")
+    term.expect(b"unrecognized arguments: -la /tmp")
+    term.expect(b"hint: put -- before the command, so its own options are not taken for shellper's: "
+                b"shellper run lsl -- ls -la /tmp")
+    assert _finish(term) == 2
+    assert os.listdir(sessions.dir) == []  # nothing started
+
+
+@pytest.mark.parametrize("command", ["attach", "status", "send"])
+def test_a_mistyped_name_lists_the_sessions_of_the_directory_searched(sessions: Sessions, command: str) -> None:
+    term = sessions.spawn(sessions.cli_args(command, "nothere", *(["x"] if command == "send" else [])))
+    term.expect_exact(f"no such session socket; there are no sessions in {sessions.dir}".encode())
+    assert _finish(term) == 1
+    sessions.run("builder", "cat")
+    sessions.run("other", "cat")
+    term = sessions.spawn(sessions.cli_args(command, "bulder", *(["x"] if command == "send" else [])))
+    term.expect_exact(f"sessions in {sessions.dir}: builder, other (did you mean 'builder'?)".encode())
+    assert _finish(term) == 1
+
+
+# ------------------------------------------------------------------------------------ nested attach
+
+
+@pytest.mark.parametrize("relay", [False, True], ids=["handoff", "relay"])
+def test_nested_attach_warns_and_the_detach_key_twice_reaches_the_inner_one(sessions: Sessions,
+                                                                              relay: bool) -> None:
+    sessions.shell("outer")
+    sessions.shell("inner")
+    opts = ("--relay",) if relay else ()
+    term = sessions.attach("outer", *opts)
+    term.expect(PROMPT)
+    inner = " ".join([*SHELLPER_CLI, "--dir", sessions.dir, "attach", "inner", *opts])
+    term.send(f"{inner}\r".encode())
+    term.expect(b"attaching from inside session 'outer'")
+    term.expect(b"type it twice to detach from 'inner'")
+    term.send(b"echo in-$((3*3))\r")
+    term.expect(b"in-9")
+    term.send(DETACH + DETACH)  # through the outer attach, once, to the inner one: it detaches
+    term.expect(rb"\[detached\]")
+    term.send(b"echo out-$((4*4))\r")  # still attached to the outer shell
+    term.expect(b"out-16")
+    term.send(DETACH)  # alone: the outer attach detaches, once the window for a double has passed
+    term.expect(rb"\[detached\]")
+    assert _finish(term) == 0
