@@ -174,11 +174,15 @@ class Output:
         self.append(data)
 
     def _schedule_flush(self) -> None:
-        """A timer for the quiet flush while stderr is held; none otherwise."""
+        """A timer for the quiet flush while stderr is held; none otherwise.
+
+        Output moves the time it is due later: the timer is left as it is and, when it fires early,
+        set again (not a new timer per read).
+        """
         due = self._merger.flush_due() if self._merger is not None else None
         if due is None:
             self._cancel_flush()
-        elif self._flush_timer is None or due != self._flush_at:
+        elif self._flush_timer is None or due < self._flush_at:
             self._cancel_flush()
             self._flush_at = due
             self._flush_timer = self.loop.call_later(due - self.loop.time(), self._on_quiet)
