@@ -113,16 +113,26 @@ def test_launch_of_missing_command_fails_and_leaves_nothing(sessions: Sessions) 
     assert list(sessions.dir.iterdir()) == []
 
 
-def test_session_id_in_use_is_fatal_by_pattern(sessions: Sessions) -> None:
-    script = "import sys; sys.stderr.write('Error: Session ID 1234 is already in use\\n'); sys.exit(1)"
-    sessions.start("collide", [PY, "-c", script], stderr_mode="pty", policy=policy())
+@pytest.mark.parametrize("stderr_mode", [None, "pty"])
+def test_session_id_in_use_is_fatal_by_pattern(sessions: Sessions, stderr_mode: str | None) -> None:
+    """With one terminal (the default) the evidence is the output's last lines, plain; with a stderr of its
+    own, that stderr."""
+    script = ("import sys; print('\\x1b[32mstarting\\x1b[0m', flush=True); "
+              "sys.stderr.write('\\x1b[31mError: Session ID 1234 is already in use\\x1b[0m\\n'); sys.exit(1)")
+    options: dict[str, Any] = {} if stderr_mode is None else {"stderr_mode": stderr_mode}
+    sessions.start("collide", [PY, "-c", script], policy=policy(), **options)
     with sessions.connect("collide", events_after=0) as tower:
         events = events_until(tower, "gave_up")
     exits = kinds(events, "exited")
     assert len(exits) == 1 and len(kinds(events, "spawned")) == 1
     assert exits[0].data["class"] == "permanent"
     assert "already in use" in exits[0].data["reason"]
-    assert "already in use" in exits[0].data["stderr_tail"]
+    tail = exits[0].data["stderr_tail"]
+    assert "already in use" in tail
+    if stderr_mode is None:
+        assert "starting" in tail and "\x1b" not in tail, tail  # the output's plain text
+    else:
+        assert "starting" not in tail, tail  # stderr alone
     sessions.stop("collide")
 
 

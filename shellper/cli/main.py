@@ -153,9 +153,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--rows", type=int, default=DEFAULT_ROWS)
     run.add_argument("--term", default=DEFAULT_TERM)
     run.add_argument("--ring-bytes", type=_size, default=DEFAULT_RING_BYTES, help="scrollback kept (default 8M)")
-    run.add_argument("--stderr", choices=STDERR_REQUESTS, default="auto",
-                     help="pty: a separate terminal for fd 2, captured for exit reasons; merged: one terminal "
-                     "(shells need it for job control); pipe; auto (default): merged for shells, else pty")
+    run.add_argument("--stderr", choices=STDERR_REQUESTS, default="merged",
+                     help="merged (default; auto is the same): one terminal for stdout and stderr; pty or pipe: "
+                     "stderr apart, captured for exit reasons and shown between stdout's lines (a shell "
+                     "loses job control)")
     run.add_argument("--grace", type=_seconds, default=DEFAULT_GRACE,
                      help="seconds between SIGTERM and SIGKILL on stop")
     run.add_argument("--husk-ttl", type=_seconds, default=None,

@@ -32,25 +32,19 @@ if TYPE_CHECKING:
     from typing import Any
 
 STDERR_REQUESTS = ("auto", *STDERR_MODES)
-"""What --stderr accepts: auto chooses one of the others (resolve_stderr_mode)."""
+"""What --stderr accepts: auto is merged (resolve_stderr_mode), kept so configs that name it still work."""
 CONTAINMENT_REQUESTS = ("auto", Containment.CGROUP, Containment.NONE)
 """What --containment accepts: auto uses a cgroup where one can be made and falls back to none."""
-JOB_CONTROL_SHELLS = frozenset({"bash", "zsh", "fish", "sh", "dash", "ksh", "mksh", "tcsh", "csh", "nu", "xonsh"})
-"""Shells do job control on the terminal at fd 2, which must then be the controlling terminal."""
 
 
-def resolve_stderr_mode(mode: str, argv: list[str]) -> str:
-    """``auto``: a separate stderr terminal (captured for exit reasons) unless the child is an interactive shell.
+def resolve_stderr_mode(mode: str) -> str:
+    """``auto`` is ``merged``: one terminal for stdout and stderr, as every terminal has.
 
-    Only one terminal can be a process's controlling terminal. A shell on a second PTY at fd 2 stays
-    interactive but loses job control, so shells get the classic single PTY.
+    A separate stderr (``pty``, ``pipe``) is captured on its own for exit reasons and merged into the
+    output at boundaries (shellper.core.merge); a shell on it loses job control, because only one
+    terminal can be a process's controlling terminal.
     """
-    if mode != "auto":
-        return mode
-    program = os.path.basename(argv[0]) if argv else ""
-    options = argv[1:]
-    interactive = all(a.startswith("-") for a in options) and "-c" not in options  # no script, no -c
-    return "merged" if program.lstrip("-") in JOB_CONTROL_SHELLS and interactive else "pty"
+    return "merged" if mode == "auto" else mode
 
 
 class ConfigError(ShellperError, ValueError):
@@ -74,7 +68,7 @@ class SessionConfig:
     rows: int = DEFAULT_ROWS
     term: str = DEFAULT_TERM
     ring_bytes: int = DEFAULT_RING_BYTES
-    stderr_mode: str = "auto"
+    stderr_mode: str = "merged"
     grace: float = DEFAULT_GRACE
     husk_ttl: float | None = None
     handshake_timeout: float = HANDSHAKE_TIMEOUT

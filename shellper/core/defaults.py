@@ -24,8 +24,8 @@ HANDSHAKE_TIMEOUT = 10.0
 """Seconds a new connection has to send its HELLO."""
 
 STDERR_MODES = ("pty", "merged", "pipe")
-"""Where the child's fd 2 goes: a PTY of its own, the main PTY, or a pipe; a config may also ask for
-``auto`` (shellper.core.config.resolve_stderr_mode)."""
+"""Where the child's fd 2 goes: a PTY of its own, the main PTY (the default), or a pipe; a config may
+also ask for ``auto``, which is ``merged`` (shellper.core.config.resolve_stderr_mode)."""
 
 
 def terminal_size_in_range(cols: object, rows: object) -> bool:

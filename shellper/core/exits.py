@@ -213,7 +213,8 @@ class ExitEvidence:
     code: a PTY library may report a SIGKILL as code 0 plus signal 9); ``signal=0`` means none.
     ``requested`` is True when the shellper or a client (SIGNAL/STOP) asked for the stop.
     ``spawn_error`` replaces the exit for a spawn that never ran (e.g.
-    "ENOENT: No such file or directory: 'nosuchcmd'").
+    "ENOENT: No such file or directory: 'nosuchcmd'"). ``stderr_tail`` is the end of the child's
+    stderr when it has one of its own, else the end of its output (one terminal for both).
     """
 
     code: int | None = None
@@ -396,10 +397,11 @@ class RestartPolicy:
             group.add_argument("--" + name.replace("_", "-"), dest=_ARG_PREFIX + name, metavar=meta,
                                help=f"{text} (default {_default_text(name)})")
         group.add_argument("--fatal-pattern", dest=_ARG_PREFIX + "fatal_patterns", action="append",
-                           metavar="REGEX", help="stderr regex that makes an exit permanent; repeatable, "
+                           metavar="REGEX", help="regex (in the last stderr lines, or output lines with "
+                           "one terminal) that makes an exit permanent; repeatable, "
                            f"replaces the defaults {list(DEFAULT_FATAL_PATTERNS)!r}")
         group.add_argument("--no-fatal-patterns", dest=_ARG_PREFIX + "fatal_patterns",
-                           action="store_const", const=[], help="no fatal stderr patterns")
+                           action="store_const", const=[], help="no fatal patterns")
 
     @classmethod
     def from_arguments(cls, args: argparse.Namespace) -> RestartPolicy:
@@ -456,7 +458,7 @@ _ARG_HELP: tuple[tuple[str, str, str], ...] = (
     ("max_restarts", "N|none", "crash restarts allowed since the last spawn"),
     ("prevent_codes", "CODES", "comma-separated exit codes never restarted"),
     ("clean_signals", "SIGNALS", "comma-separated signals whose death counts as clean"),
-    ("fatal_scan_lines", "N", "trailing stderr lines searched for fatal patterns"),
+    ("fatal_scan_lines", "N", "trailing stderr (or output) lines searched for fatal patterns"),
 )
 
 

@@ -98,7 +98,7 @@ class Lifecycle:
         try:
             join_fd = self.tree.child_procs_fd()
             child = spawn_child(argv, cwd=cwd, env=full_env, cols=self.cols, rows=self.rows,
-                                stderr_mode=resolve_stderr_mode(self.config.stderr_mode, argv),
+                                stderr_mode=resolve_stderr_mode(self.config.stderr_mode),
                                 cgroup_procs_fd=join_fd)
         except (SpawnError, CgroupError) as exc:
             if first:
@@ -141,9 +141,8 @@ class Lifecycle:
         self.child = None
         now = time.monotonic()
         requested = requested or self.stop_requested or (now - self._requested_at) < REQUESTED_WINDOW
-        tail = bytes(self.output.stderr_tail).decode("utf-8", "replace")
         evidence = ExitEvidence.from_wait_status(status, now - child.started_at, requested=requested,
-                                                 stderr_tail=tail)
+                                                 stderr_tail=self.output.exit_evidence())
         self._handle_exit(evidence, child_pid=child.pid)
 
     def _handle_exit(self, evidence: ExitEvidence, child_pid: int | None) -> None:

@@ -1,5 +1,9 @@
 """The child's output: read from its PTY (and its own stderr descriptor), kept in the ring, handed to clients.
 
+A stderr of its own is merged into the stream at boundaries (shellper.core.merge), never inside a line,
+character or escape sequence of stdout; a one-shot timer lets held stderr out when both streams are quiet,
+and exists only while something is held.
+
 The reader never waits for a viewer: each client takes what it can and catches up from the ring
 (shellper.daemon.clientconn). It holds back, by not reading, only while a paced client (the tower, a
 terminal) is far behind (shellper.daemon.pacing). The session's own notices go into the same stream.
@@ -11,7 +15,9 @@ import contextlib
 import os
 import time
 
+from shellper.core.merge import StreamMerger
 from shellper.core.ring import Scrollback
+from shellper.core.text import strip_escapes
 from shellper.daemon.pacing import OutputPacer
 from shellper.daemon.starved import Starvation
 from shellper.protocol import wire
@@ -19,7 +25,7 @@ from shellper.protocol import wire
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
 if TYPE_CHECKING:
     from shellper.daemon.clientconn import ClientConn
-    from shellper.daemon.reactor import Reactor
+    from shellper.daemon.reactor import Handle, Reactor
     from shellper.host.child import Child
     from shellper.host.logfile import LogFile
 
@@ -41,6 +47,7 @@ SHORT_READ = 512
 fail with EAGAIN, which costs a syscall and an exception on every keystroke. Epoll is level-triggered,
 so anything written meanwhile wakes us again."""
 STDERR_TAIL_BYTES = 8 * 1024
+"""Bytes of the child's stderr (or, without a stderr of its own, of its output) kept as exit evidence."""
 
 
 class Output:
@@ -63,17 +70,30 @@ class Output:
                                  end=lambda: self.scrollback.end, pause=self._hold, resume=self._release,
                                  log=log.write)
         self._child: Child | None = None
+        self._merger: StreamMerger | None = None
+        """Only for a child with a stderr of its own: holds stderr until stdout is at a boundary."""
+        self._flush_timer: Handle | None = None
+        self._flush_at = 0.0
+        self._child_start = 0
+        self._stderr_separate = False
+        """Whether the last child had a stderr of its own (kept after it is gone, for its exit evidence)."""
+        """Where the current child's output starts in the ring: its exit evidence is read from there."""
 
     def attach(self, child: Child) -> None:
         """Read a newly spawned child's output."""
         self._child = child
         self.stderr_tail.clear()
+        self._child_start = self.scrollback.end
+        self._stderr_separate = child.stderr_fd is not None
+        self._merger = StreamMerger() if self._stderr_separate else None
         for fd in child.output_fds():
             self.loop.add_reader(fd, self._on_readable, child, fd)
 
     def detach(self) -> None:
         """Stop reading the child's descriptors (it is gone, or the session never started) and drop any hold."""
         self.pacer.forget()
+        self._cancel_flush()
+        self._merger = None
         child, self._child = self._child, None
         if child is not None:
             for fd in child.output_fds():
@@ -85,6 +105,23 @@ class Output:
         for fd in child.output_fds():
             with contextlib.suppress(OSError):
                 self._on_readable(child, fd)
+        if self._merger is not None:
+            self._cancel_flush()
+            if held := self._merger.end():
+                self.append(held)
+
+    def exit_evidence(self) -> str:
+        """The end of what the current child wrote to stderr, or without a stderr of its own, of its output.
+
+        From the ring, that is plain text: escape sequences removed, carriage returns kept (the classifier
+        keeps what a carriage return overwrote last).
+        """
+        if self._stderr_separate:
+            return bytes(self.stderr_tail).decode("utf-8", "replace")
+        end = self.scrollback.end
+        start = max(self._child_start, end - STDERR_TAIL_BYTES, self.scrollback.start)
+        data = self.scrollback.read(start, end - start).data if end > start else b""
+        return strip_escapes(bytes(data).decode("utf-8", "replace"))
 
     def pace(self, client: ClientConn) -> None:
         self.paced.append(client)
@@ -121,11 +158,46 @@ class Output:
     def _output_from(self, child: Child, fd: int, chunks: list[bytes]) -> None:
         data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         self._starvation.output(len(data))
-        if fd == child.stderr_fd:
-            self.stderr_tail += data
-            if len(self.stderr_tail) > STDERR_TAIL_BYTES:
-                del self.stderr_tail[:-STDERR_TAIL_BYTES]
+        merger = self._merger
+        if merger is not None:
+            now = self.loop.time()
+            if fd == child.stderr_fd:
+                self.stderr_tail += data
+                if len(self.stderr_tail) > STDERR_TAIL_BYTES:
+                    del self.stderr_tail[:-STDERR_TAIL_BYTES]
+                data = merger.err(data, now)
+            else:
+                data = merger.out(data, now)
+            self._schedule_flush()
+            if not data:
+                return
         self.append(data)
+
+    def _schedule_flush(self) -> None:
+        """A timer for the quiet flush while stderr is held; none otherwise.
+
+        Output moves the time it is due later: the timer is left as it is and, when it fires early,
+        set again (not a new timer per read).
+        """
+        due = self._merger.flush_due() if self._merger is not None else None
+        if due is None:
+            self._cancel_flush()
+        elif self._flush_timer is None or due < self._flush_at:
+            self._cancel_flush()
+            self._flush_at = due
+            self._flush_timer = self.loop.call_later(due - self.loop.time(), self._on_quiet)
+
+    def _cancel_flush(self) -> None:
+        if self._flush_timer is not None:
+            self._flush_timer.cancel()
+            self._flush_timer = None
+
+    def _on_quiet(self) -> None:
+        self._flush_timer = None
+        if self._merger is not None:
+            if held := self._merger.on_quiet(self.loop.time()):
+                self.append(held)
+            self._schedule_flush()
 
     def append(self, data: bytes) -> None:
         """Append to the ring and hand to every client that is caught up."""

@@ -179,7 +179,7 @@ class Session:
             created_at=self.created_at, last_exit_at=life.last_exit.time if life.last_exit is not None else None,
             next_restart_at=life.next_restart_at, exits=list(life.exits), exit_count=life.exit_count,
             restarts=life.restarts, breaker=life.supervisor.snapshot(), ring_bytes=self.config.ring_bytes,
-            stderr_mode=resolve_stderr_mode(self.config.stderr_mode, life.child_argv), version=__version__,
+            stderr_mode=resolve_stderr_mode(self.config.stderr_mode), version=__version__,
             owner=self.owner, containment=tree.containment,
             cgroup=tree.cgroup.path if tree.cgroup is not None else None, cgroup_id=tree.cgroup_id)
 

@@ -2,7 +2,7 @@
 
 The child becomes a session leader with the PTY as its controlling terminal, so job control,
 ^C and hang-up behave as in a real terminal. fd 2 can be a second PTY (``pty``: programs still see
-a TTY, but stderr is captured separately), the same PTY (``merged``: classic), or a pipe.
+a TTY, but stderr is captured separately), the same PTY (``merged``: the default, as in every terminal), or a pipe.
 
 Spawn failures are reported, never disguised as a child that exits 127: the command is resolved
 in the parent first (clear "command not found" / "not executable" errors), and whatever still

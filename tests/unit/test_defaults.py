@@ -73,3 +73,14 @@ def test_a_record_holds_a_resolved_stderr_mode_a_config_may_also_ask_for_auto() 
 
     assert ("auto", *defaults.STDERR_MODES) == STDERR_REQUESTS
     assert [mode for mode in STDERR_REQUESTS if _CHECKS["stderr_mode"](mode)] == list(defaults.STDERR_MODES)
+
+
+@pytest.mark.parametrize(("requested", "resolved"), [("auto", "merged"), ("merged", "merged"), ("pty", "pty"),
+                                                     ("pipe", "pipe")])
+def test_stderr_is_one_terminal_unless_asked_apart(requested: str, resolved: str) -> None:
+    from shellper.cli.main import _parser
+    from shellper.core.config import resolve_stderr_mode
+
+    assert resolve_stderr_mode(requested) == resolved
+    assert SessionConfig(name="a", argv=["x"], dir="/d", cwd="/", env={}).stderr_mode == "merged"
+    assert _parser().parse_args(["run", "a", "--", "x"]).stderr == "merged"
