@@ -32,7 +32,7 @@ COMMAND_OPTIONS: dict[str, dict[str, bool]] = {
     "ls": {**_HELP, "--json": False},
     "attach": {**_HELP, "--detach-key": True, "--read-only": False, "--no-replay": False, "--relay": False},
     "send": {**_HELP, "--enter": False},
-    "tail": {**_HELP, "--bytes": True, "--follow": False, "-f": False, "--plain": False},
+    "tail": {**_HELP, "--bytes": True, "--lines": True, "-n": True, "--follow": False, "-f": False, "--plain": False},
     "signal": _HELP,
     "resize": _HELP,
     "stop": {**_HELP, "--grace": True},
