@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pexpect
 import pytest
-from conftest import SHELLPER_CLI, poll_until
+from conftest import SHELLPER_CLI, poll_until, wait_gone
 from test_tower_support import REPO, Sessions, sessions
 
 from shellper.core.exits import RestartPolicy
@@ -208,3 +209,21 @@ def test_ls_and_status_count_a_restart_down_live_and_drop_it_once_done(sessions:
 
 def _policy(**fields: float) -> RestartPolicy:
     return RestartPolicy(**fields)  # type: ignore[arg-type]
+
+
+# -------------------------------------------------------------------------------- a shellper that does not answer
+
+def test_status_and_stop_of_a_stopped_shellper_say_so_and_stop_ends_it(sessions: Sessions) -> None:
+    info = sessions.launch("frozen", ["sleep", "300"])
+    child = read_record(sessions.dir / "frozen.json").child_pid
+    assert child is not None
+    os.kill(info.pid, signal.SIGSTOP)
+    status = cli(sessions.dir, "status", "frozen")
+    assert status.returncode == 1 and "Traceback" not in status.stderr
+    assert f"pid {info.pid} does not answer: stopped (SIGSTOP)?" in status.stderr, status.stderr
+    stop = cli(sessions.dir, "stop", "--grace", "0.5", "frozen")
+    assert stop.returncode == 0, stop.stderr
+    assert f"pid {info.pid} does not answer: stopped (SIGSTOP)?" in stop.stderr
+    assert stop.stdout == "stopped frozen (its shellper did not answer; via signals)\n"
+    assert wait_gone(info.pid, TIMEOUT) and wait_gone(child, TIMEOUT)
+    assert not [p for p in sessions.dir.iterdir() if p.name.startswith("frozen.")]

@@ -565,9 +565,16 @@ def cmd_stop(args: argparse.Namespace) -> int:
     if not SessionLock.is_locked(paths.lock) and session_files(paths):
         return _stop_stale(args, paths)
     record = _read_record(paths)
+    try:
+        client = _connect(args, "tower", replay_bytes=0)
+    except CliError as exc:
+        silent = _not_answering(paths, exc)
+        if silent is None:
+            raise
+        return _stop_unresponsive(args, paths, *silent)
     pin: PidFd | None = None
     try:
-        with _connect(args, "tower", replay_bytes=0) as client:
+        with client:
             pin = _pin_shellper(client, record)
             grace = DEFAULT_GRACE if args.grace is None else args.grace
             deadline = time.monotonic() + grace + 15.0
@@ -587,6 +594,45 @@ def cmd_stop(args: argparse.Namespace) -> int:
     finally:
         if pin is not None:
             pin.close()
+
+
+def _not_answering(paths: SessionPaths, exc: CliError) -> tuple[SessionRecord, str] | None:
+    """For a connection that timed out (not refused, not missing): the record and, in words, what its shellper
+    is doing instead of answering, when the recorded shellper is alive (this boot, its start ticks)."""
+    from shellper.client.blocking import Timeout
+    from shellper.host.identity import read_stat
+    from shellper.host.shellpers import record_is_alive
+
+    if not isinstance(exc.__context__, Timeout):  # _connect's CliError is raised from None: the context stays
+        return None
+    record = _read_record(paths)
+    if record is None or not record_is_alive(record):
+        return None
+    st = read_stat(record.shellper_pid)
+    doing = _NOT_ANSWERING.get(st.state if st is not None else "", "hung? (it runs but does not answer)")
+    return record, f"pid {record.shellper_pid} does not answer: {doing}"
+
+
+_NOT_ANSWERING = {"T": "stopped (SIGSTOP)?", "t": "stopped by a debugger?",
+                  "D": "blocked in the kernel (D state)?"}
+"""What /proc's state letter says a shellper that does not answer is doing."""
+
+
+def _stop_unresponsive(args: argparse.Namespace, paths: SessionPaths, record: SessionRecord, why: str) -> int:
+    """A live shellper that does not answer cannot be asked to STOP: end it and its tree with signals, after
+    the identity checks tower_client's reconcile makes (its pid, start ticks, program and session files)."""
+    from shellper.host.cleanup import terminate_shellper
+    from shellper.host.identity import IdentityError
+
+    grace = DEFAULT_GRACE if args.grace is None else args.grace
+    print(f"shellper: session {args.name!r}: {why}; ending it with signals", file=sys.stderr, flush=True)
+    try:
+        term = terminate_shellper(record, paths, grace=grace)
+    except IdentityError as exc:
+        raise CliError(f"stop: session {args.name!r}: pid {record.shellper_pid} could not be verified as its "
+                       f"shellper: {exc}; nothing signalled") from None
+    print(f"stopped {args.name} (its shellper did not answer; via {term.method})")
+    return 0
 
 
 def _read_record(paths: SessionPaths) -> SessionRecord | None:
@@ -758,8 +804,13 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     try:
         client = _connect(args, "viewer", replay_bytes=0)
-    except CliError:  # no answer: if the shellper is gone and left its record, show what that says
+    except CliError as exc:  # no answer: if the shellper is gone and left its record, show what that says
         paths = SessionPaths.for_name(_dir(args), args.name)
+        silent = _not_answering(paths, exc)
+        if silent is not None:
+            pid = silent[0].shellper_pid
+            raise CliError(f"status: session {args.name!r}: {silent[1]} `kill -CONT {pid}` resumes a stopped one; "
+                           f"`shellper stop {args.name}` ends it") from None
         if SessionLock.is_locked(paths.lock) or not os.path.lexists(paths.record):
             raise
         return _status_of_dead(args, paths)
