@@ -227,3 +227,14 @@ def test_status_and_stop_of_a_stopped_shellper_say_so_and_stop_ends_it(sessions:
     assert stop.stdout == "stopped frozen (its shellper did not answer; via signals)\n"
     assert wait_gone(info.pid, TIMEOUT) and wait_gone(child, TIMEOUT)
     assert not [p for p in sessions.dir.iterdir() if p.name.startswith("frozen.")]
+
+
+def test_a_missing_xdg_runtime_dir_is_warned_about_and_not_created(tmp_path: Path) -> None:
+    missing = tmp_path / "run" / "user" / "1000"
+    env = {k: v for k, v in os.environ.items() if k != "SHELLPER_DIR"}
+    env["XDG_RUNTIME_DIR"] = str(missing)
+    done = subprocess.run([*SHELLPER_CLI, "ls"], capture_output=True, text=True, timeout=60, cwd=REPO, env=env)
+    fallback = f"/tmp/shellper-{os.geteuid()}"
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == f"shellper: warning: $XDG_RUNTIME_DIR ({missing}) is not a directory; using {fallback}\n"
+    assert not (tmp_path / "run").exists()
