@@ -238,3 +238,33 @@ def test_a_missing_xdg_runtime_dir_is_warned_about_and_not_created(tmp_path: Pat
     assert done.returncode == 0, done.stderr
     assert done.stderr == f"shellper: warning: $XDG_RUNTIME_DIR ({missing}) is not a directory; using {fallback}\n"
     assert not (tmp_path / "run").exists()
+
+
+# ------------------------------------------------------------------------------------------------ husk TTL
+
+def _log_has(path: Path, text: str) -> bool:
+    return path.exists() and text in path.read_text(errors="replace")
+
+
+@pytest.mark.parametrize(("ttl", "said"), [
+    ((), "husk: the session stops itself in 3600 s (husk_ttl)"),  # shellper run's default
+    (("--husk-ttl", "none"), "husk: the session stays until a SPAWN or STOP (no husk_ttl)"),
+])
+def test_run_gives_a_husk_a_default_time_to_live_and_logs_it(tmp_path: Path, ttl: tuple[str, ...], said: str) -> None:
+    d = tmp_path / "run"
+    started = cli(d, "run", *ttl, "done", "--", "sh", "-c", "exit 0")
+    assert started.returncode == 0, started.stderr
+    try:
+        poll_until(lambda: _log_has(d / "done.log", "husk: "), TIMEOUT, what="the husk's log line")
+        assert said in (d / "done.log").read_text(), (d / "done.log").read_text()
+    finally:
+        assert cli(d, "stop", "done").returncode == 0
+
+
+def test_a_husk_stops_itself_when_its_time_to_live_is_up(tmp_path: Path) -> None:
+    d = tmp_path / "run"
+    started = cli(d, "run", "--husk-ttl", "0.5", "brief", "--", "sh", "-c", "exit 0")
+    assert started.returncode == 0, started.stderr
+    pid = int(started.stdout.split('"pid": ')[1].split(",")[0])
+    assert wait_gone(pid, TIMEOUT)
+    assert not (d / "brief.sock").exists()

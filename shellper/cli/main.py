@@ -19,6 +19,7 @@ from shellper.core.config import CONTAINMENT_REQUESTS, STDERR_REQUESTS, ConfigEr
 from shellper.core.defaults import (
     DEFAULT_COLS,
     DEFAULT_GRACE,
+    DEFAULT_HUSK_TTL,
     DEFAULT_RING_BYTES,
     DEFAULT_ROWS,
     DEFAULT_TERM,
@@ -83,6 +84,11 @@ def _seconds(text: str) -> float:
     if not (math.isfinite(value) and value >= 0):
         raise argparse.ArgumentTypeError(f"{text!r} must be a finite number of seconds >= 0")
     return value
+
+
+def _husk_ttl(text: str) -> float | None:
+    """--husk-ttl: seconds, or none (the husk stays until stopped)."""
+    return None if text.strip().lower() == "none" else _seconds(text)
 
 
 def _nonempty(text: str) -> str:
@@ -151,8 +157,9 @@ def _parser() -> argparse.ArgumentParser:
                      "(shells need it for job control); pipe; auto (default): merged for shells, else pty")
     run.add_argument("--grace", type=_seconds, default=DEFAULT_GRACE,
                      help="seconds between SIGTERM and SIGKILL on stop")
-    run.add_argument("--husk-ttl", type=_seconds, default=None,
-                     help="seconds an exited/fatal session stays around before it stops itself (default: forever)")
+    run.add_argument("--husk-ttl", type=_husk_ttl, default=DEFAULT_HUSK_TTL, metavar="SECS|none",
+                     help="seconds an exited/fatal session stays around (its output and exits readable) before it "
+                     f"stops itself; none: until stopped (default {DEFAULT_HUSK_TTL:g})")
     # values checked in cmd_run and by SessionConfig: one line naming the option, not argparse's usage dump
     run.add_argument("--owner", metavar="NAME",
                      help=f"who the session belongs to (default ${OWNER_ENV}, else your user name)")
