@@ -565,7 +565,8 @@ def test_attach_to_an_exited_session_reports_the_exit(sessions: Sessions) -> Non
     sessions.run("husk", "bash", "--norc", "--noprofile", "-c", "echo bye-$((2+2)); exit 4",
                  opts=("--restart", "no"))
     watch = sessions.follow("husk")
-    watch.expect(r"\[shellper: [^\]]*exit 4")  # tail -f saw the EXIT: the session is a husk now
+    watch.expect(r"\[shellper\] child exit 4")  # the shellper's exit notice, which it writes after the EXIT
+    watch.expect(pexpect.EOF)  # tail -f ended with the session: it is a husk now
     term = sessions.attach("husk")
     term.expect("bye-4")
     term.expect(rb"\[exited: [^\]]*4")

@@ -33,28 +33,44 @@ NOBODY = 65534
 # --- runtime_dir ----------------------------------------------------------------------------------
 
 
+FALLBACK = f"/tmp/shellper-{os.geteuid()}"
+
+
 @pytest.mark.parametrize(
     ("explicit", "shellper_dir", "xdg", "expected"),
-    [
-        ("/x/explicit", "/x/env", "/run/user/7", "/x/explicit"),
-        (None, "/x/env", "/run/user/7", "/x/env"),
-        (None, "", "/run/user/7", "/run/user/7/shellper"),
-        (None, None, "/run/user/7", "/run/user/7/shellper"),
-        (None, None, "", f"/tmp/shellper-{os.geteuid()}"),
-        (None, None, None, f"/tmp/shellper-{os.geteuid()}"),
+    [  # XDG: an existing directory ($XDG is replaced by it); /missing/run/user/7 names none
+        ("/x/explicit", "/x/env", "$XDG", "/x/explicit"),
+        (None, "/x/env", "$XDG", "/x/env"),
+        (None, "", "$XDG", "$XDG/shellper"),
+        (None, None, "$XDG", "$XDG/shellper"),
+        (None, None, "", FALLBACK),
+        (None, None, None, FALLBACK),
         ("", "/x/env", None, "/x/env"),
+        (None, None, "/missing/run/user/7", FALLBACK),  # the XDG spec: fall back, do not create it
+        (None, None, "$XDG/a-file", FALLBACK),
+        (None, "/x/env", "/missing/run/user/7", "/x/env"),
     ],
 )
 def test_runtime_dir_precedence(
-    monkeypatch: pytest.MonkeyPatch, explicit: str | None, shellper_dir: str | None, xdg: str | None,
-    expected: str,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str], explicit: str | None,
+    shellper_dir: str | None, xdg: str | None, expected: str,
 ) -> None:
+    monkeypatch.setattr(paths, "_warned_xdg", False)
+    (tmp_path / "a-file").touch()
     for var, value in (("SHELLPER_DIR", shellper_dir), ("XDG_RUNTIME_DIR", xdg)):
         if value is None:
             monkeypatch.delenv(var, raising=False)
         else:
-            monkeypatch.setenv(var, value)
-    assert runtime_dir(explicit) == expected  # a plain string: see shellper.host.paths
+            monkeypatch.setenv(var, value.replace("$XDG", str(tmp_path)))
+    assert runtime_dir(explicit) == expected.replace("$XDG", str(tmp_path))  # a plain string: see shellper.host.paths
+    warned = capsys.readouterr().err
+    if expected == FALLBACK and xdg:
+        assert warned == (f"shellper: warning: $XDG_RUNTIME_DIR ({xdg.replace('$XDG', str(tmp_path))}) is not a "
+                          f"directory; using {FALLBACK}\n")
+        assert runtime_dir(explicit) == expected and capsys.readouterr().err == ""  # once per process
+    else:
+        assert warned == ""
+    assert not os.path.exists("/missing")
 
 
 def test_runtime_dir_makes_relative_paths_absolute(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

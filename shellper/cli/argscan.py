@@ -34,7 +34,7 @@ COMMAND_OPTIONS: dict[str, dict[str, bool]] = {
     "attach": {**_HELP, "-c": False, "--create": False, "--detach-key": True, "-e": True, "--read-only": False,
                "-r": False, "--no-replay": False, "--relay": False},
     "send": {**_HELP, "--enter": False},
-    "tail": {**_HELP, "--bytes": True, "--follow": False, "-f": False, "--plain": False},
+    "tail": {**_HELP, "--bytes": True, "--lines": True, "-n": True, "--follow": False, "-f": False, "--plain": False},
     "signal": _HELP,
     "resize": _HELP,
     "restart": _HELP,

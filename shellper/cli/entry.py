@@ -43,8 +43,8 @@ def _leave(code: int | str | None) -> None:
     try:
         sys.stdout.flush()
         sys.stderr.flush()
-    except BrokenPipeError:  # `shellper ls | head`: the reader has all it wanted
-        pass
+    except BrokenPipeError:  # `shellper ls | head`: the reader has all it wanted (shellper.cli.main.SIGPIPE_STATUS)
+        code = code or 128 + 13
     except (OSError, AttributeError) as exc:  # stdout full (>/dev/full) or closed (>&-): say so, not a traceback
         try:  # noqa: SIM105 - contextlib is not loaded yet, and need not be
             os.write(2, f"shellper: cannot write the output: {exc}\n".encode())

@@ -19,6 +19,7 @@ from shellper.core.config import CONTAINMENT_REQUESTS, STDERR_REQUESTS, ConfigEr
 from shellper.core.defaults import (
     DEFAULT_COLS,
     DEFAULT_GRACE,
+    DEFAULT_HUSK_TTL,
     DEFAULT_RING_BYTES,
     DEFAULT_ROWS,
     DEFAULT_TERM,
@@ -83,6 +84,11 @@ def _seconds(text: str) -> float:
     if not (math.isfinite(value) and value >= 0):
         raise argparse.ArgumentTypeError(f"{text!r} must be a finite number of seconds >= 0")
     return value
+
+
+def _husk_ttl(text: str) -> float | None:
+    """--husk-ttl: seconds, or none (the husk stays until stopped)."""
+    return None if text.strip().lower() == "none" else _seconds(text)
 
 
 def _nonempty(text: str) -> str:
@@ -159,8 +165,9 @@ def _parser() -> argparse.ArgumentParser:
                      "loses job control)")
     run.add_argument("--grace", type=_seconds, default=DEFAULT_GRACE,
                      help="seconds between SIGTERM and SIGKILL on stop")
-    run.add_argument("--husk-ttl", type=_seconds, default=None,
-                     help="seconds an exited/fatal session stays around before it stops itself (default: forever)")
+    run.add_argument("--husk-ttl", type=_husk_ttl, default=DEFAULT_HUSK_TTL, metavar="SECS|none",
+                     help="seconds an exited/fatal session stays around (its output and exits readable) before it "
+                     f"stops itself; none: until stopped (default {DEFAULT_HUSK_TTL:g})")
     # values checked in cmd_run and by SessionConfig: one line naming the option, not argparse's usage dump
     run.add_argument("--owner", metavar="NAME",
                      help=f"who the session belongs to (default ${OWNER_ENV}, else your user name)")
@@ -196,7 +203,9 @@ def _parser() -> argparse.ArgumentParser:
     tail = command("tail", "print a session's recent output")
     tail.add_argument("name")
     tail.add_argument("--bytes", type=_size, default=None, help="at most this much of the end (default: all held)")
-    tail.add_argument("--follow", "-f", action="store_true", help="keep printing new output until interrupted")
+    tail.add_argument("--lines", "-n", type=int, default=None, metavar="N", help="only the last N lines")
+    tail.add_argument("--follow", "-f", action="store_true",
+                      help="keep printing new output until the session ends for good (exited or fatal) or Ctrl-C")
     tail.add_argument("--plain", action="store_true", help="strip escape sequences and carriage returns")
 
     sig = command("signal", "send a signal to the session's child process group")
@@ -235,7 +244,11 @@ def main(argv: list[str] | None = None, prefork: Prefork | None = None) -> int:
     args.prefork = prefork
     try:
         handler = _COMMANDS[args.cmd]
-        return handler(args)
+        code = handler(args)
+        _flush_stdout()
+        return code
+    except BrokenPipeError:  # `shellper ls | head -1`: the reader has all it wanted
+        return _reader_left()
     except Exception as exc:
         if not isinstance(exc, _user_errors()):
             raise
@@ -262,6 +275,37 @@ def _parse(argv: list[str]) -> argparse.Namespace:
                 f"shellper {args.cmd} {args.name} -- {words}")
     command.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
     raise AssertionError("unreachable: error() exits")
+
+
+SIGPIPE_STATUS = 128 + 13
+"""The status of a command whose reader left (``shellper ls | head -1``): what a shell reports for a program
+killed by SIGPIPE, as ``ls``, ``cat`` and ``yes`` are; Python ignores SIGPIPE and gets EPIPE instead."""
+
+
+def _flush_stdout() -> None:
+    """Here, not at exit: a reader gone by now is a broken pipe for main() to answer quietly. Other failures
+    (stdout full or closed) are left for the exit to report (shellper.cli.entry)."""
+    try:
+        if sys.stdout is not None:
+            sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except (OSError, ValueError):
+        pass
+
+
+def _reader_left() -> int:
+    """Quietly: stdout is pointed at /dev/null so that flushing what is still buffered (at exit, by the
+    interpreter) does not fail a second time with a traceback."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, sys.stdout.fileno())
+        finally:
+            os.close(null)
+    except (OSError, ValueError, AttributeError):  # stdout closed or replaced: nothing left to flush into
+        pass
+    return SIGPIPE_STATUS
 
 
 def _user_errors() -> tuple[type[Exception], ...]:
@@ -438,9 +482,10 @@ def cmd_ls(args: argparse.Namespace) -> int:
     if not sessions:
         print(f"no sessions in {_dir(args)}")
         return 0
-    # LAST EXIT, the one free-text column, stays last; the others keep their places for scripts that split rows
-    rows: list[tuple[str, ...]] = [("NAME", "STATE", "PID", "CHILD", "UPTIME", "CLIENTS", "RING", "OWNER",
-                                    "CONTAINMENT", "LAST EXIT")]
+    # A leading "+" marks a finished session (as abduco does), blank otherwise, so a row's first word is still its
+    # name unless it finished; COMMAND is cut to a width; LAST EXIT, free text, stays last. Scripts: --json.
+    rows: list[tuple[str, ...]] = [("", "NAME", "STATE", "PID", "CHILD", "UPTIME", "CLIENTS", "RING", "OWNER",
+                                    "CONTAINMENT", "COMMAND", "LAST EXIT")]
     rows += [_ls_row(s) for s in sessions]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
@@ -448,10 +493,18 @@ def cmd_ls(args: argparse.Namespace) -> int:
     return 0
 
 
+LS_COMMAND_WIDTH = 30
+"""Characters of a session's command ``ls`` shows; the rest is cut (``status NAME`` shows all of it)."""
+
+
 def _ls_row(s: SessionInfo) -> tuple[str, ...]:
-    return (s.name, s.state, str(s.pid or "-"), str(s.child_pid or "-"), _duration(s.uptime),
+    finished = "+" if s.state in _ENDED else " "
+    command = "".join(c if c.isprintable() else repr(c)[1:-1] for c in s.command or "-")  # one line: \n as \\n
+    if len(command) > LS_COMMAND_WIDTH:
+        command = command[:LS_COMMAND_WIDTH - 1] + "…"
+    return (finished, s.name, s.state, str(s.pid or "-"), str(s.child_pid or "-"), _duration(s.uptime),
             "-" if s.clients is None else str(s.clients), _bytes(s.ring_bytes), s.owner or "-",
-            s.containment or "-", s.last_exit or "-")
+            s.containment or "-", command, s.last_exit or "-")
 
 
 def _duration(seconds: float | None) -> str:
@@ -527,30 +580,97 @@ def cmd_send(args: argparse.Namespace) -> int:
 
 
 def cmd_tail(args: argparse.Namespace) -> int:
+    """The ring's end, then (with -f) new output until the session ends for good. To a terminal, the modes the
+    printed output switched on (alternate screen, hidden cursor, mouse reporting) are switched off at the end, as
+    ``attach`` does, so the user's terminal is left as it was."""
     from shellper.client.blocking import SessionGone
-    from shellper.core.text import strip_ansi
+    from shellper.core.text import last_lines, strip_ansi
     from shellper.protocol import wire
 
+    if args.lines is not None and args.lines < 0:
+        raise CliError(f"tail: --lines {args.lines}: must be >= 0")
     out = sys.stdout.buffer
+    modes = _TailModes(out) if not args.plain and _is_terminal(out) else None
     with _connect(args, "viewer", replay_bytes=args.bytes) as client:
-        assert client.welcome is not None and client.replay is not None
-        end = client.welcome.ring_end
+        welcome, replay = client.welcome, client.replay
+        assert welcome is not None and replay is not None
+        end = welcome.ring_end
 
         def emit(data: bytes) -> None:
-            out.write(strip_ansi(data) if args.plain else data)
+            if modes is not None:
+                modes.feed(data)
+            _write_all(out, strip_ansi(data) if args.plain else data)
             out.flush()
 
-        emit(client.replay.data)
-        while args.follow or client.output.next_offset < end:
-            try:
-                frame = client.recv()
-            except SessionGone:
-                break
-            if isinstance(frame, wire.Data):
-                emit(frame.data)
-            elif isinstance(frame, wire.Exit) and args.follow:
-                print(f"\n[shellper: {frame.reason or 'child exited'}]", file=sys.stderr)
+        try:
+            emit(replay.data if args.lines is None else last_lines(replay.data, args.lines))
+            if args.follow and welcome.state in _ENDED:  # its exit notice was in the output; nothing follows
+                print(f"[shellper: session {args.name!r} has {welcome.state}; nothing more will follow]",
+                      file=sys.stderr)
+                return 0
+            final = False
+            while args.follow or client.output.next_offset < end:
+                try:
+                    frame = client.recv()
+                except SessionGone:
+                    break
+                if isinstance(frame, wire.Data):
+                    emit(frame.data)
+                elif isinstance(frame, wire.Exit) and args.follow and frame.state in _ENDED and not final:
+                    # The shellper appends its exit notice to the output right after the EXIT: a PING's PONG
+                    # comes after it, so the notice is shown (once, as any output) before tail ends.
+                    final = True
+                    client.send(wire.Ping(nonce=1))
+                elif isinstance(frame, wire.Pong) and final:
+                    break
+        finally:
+            if modes is not None:
+                modes.reset()
     return 0
+
+
+_ENDED = (SessionState.EXITED, SessionState.FATAL)
+"""States a session leaves only when asked (SPAWN, STOP): ``tail -f`` ends there."""
+
+
+def _write_all(out: Any, data: bytes) -> None:
+    """All of ``data``: with PYTHONUNBUFFERED=1, stdout's binary layer is the raw file, whose write() may take
+    only part (a pipe takes 64 KiB at a time)."""
+    view = memoryview(data)
+    while view:
+        view = view[out.write(view):]
+
+
+def _is_terminal(out: Any) -> bool:
+    try:
+        return os.isatty(out.fileno())
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+class _TailModes:
+    """The terminal modes the output ``tail`` printed switched on, to switch off when it is done."""
+
+    def __init__(self, out: Any) -> None:
+        from shellper.core.modes import ModeTracker
+
+        self.out = out
+        self.tracker = ModeTracker()
+        self.fed = 0
+
+    def feed(self, data: bytes) -> None:
+        self.tracker.feed(self.fed, data)
+        self.fed += len(data)
+
+    def reset(self) -> None:
+        """Never raises: the terminal may be gone."""
+        sequence = self.tracker.reset_sequence()
+        if sequence:
+            try:
+                _write_all(self.out, sequence)
+                self.out.flush()
+            except (OSError, ValueError):
+                pass
 
 
 def cmd_signal(args: argparse.Namespace) -> int:
@@ -611,9 +731,16 @@ def cmd_stop(args: argparse.Namespace) -> int:
     if not SessionLock.is_locked(paths.lock) and session_files(paths):
         return _stop_stale(args, paths)
     record = _read_record(paths)
+    try:
+        client = _connect(args, "tower", replay_bytes=0)
+    except CliError as exc:
+        silent = _not_answering(paths, exc)
+        if silent is None:
+            raise
+        return _stop_unresponsive(args, paths, *silent)
     pin: PidFd | None = None
     try:
-        with _connect(args, "tower", replay_bytes=0) as client:
+        with client:
             pin = _pin_shellper(client, record)
             grace = DEFAULT_GRACE if args.grace is None else args.grace
             deadline = time.monotonic() + grace + 15.0
@@ -652,6 +779,45 @@ def _stop_each(args: argparse.Namespace) -> int:
             print(f"shellper: {exc}", file=sys.stderr)
             failed += 1
     return 1 if failed else 0
+
+
+def _not_answering(paths: SessionPaths, exc: CliError) -> tuple[SessionRecord, str] | None:
+    """For a connection that timed out (not refused, not missing): the record and, in words, what its shellper
+    is doing instead of answering, when the recorded shellper is alive (this boot, its start ticks)."""
+    from shellper.client.blocking import Timeout
+    from shellper.host.identity import read_stat
+    from shellper.host.shellpers import record_is_alive
+
+    if not isinstance(exc.__context__, Timeout):  # _connect's CliError is raised from None: the context stays
+        return None
+    record = _read_record(paths)
+    if record is None or not record_is_alive(record):
+        return None
+    st = read_stat(record.shellper_pid)
+    doing = _NOT_ANSWERING.get(st.state if st is not None else "", "hung? (it runs but does not answer)")
+    return record, f"pid {record.shellper_pid} does not answer: {doing}"
+
+
+_NOT_ANSWERING = {"T": "stopped (SIGSTOP)?", "t": "stopped by a debugger?",
+                  "D": "blocked in the kernel (D state)?"}
+"""What /proc's state letter says a shellper that does not answer is doing."""
+
+
+def _stop_unresponsive(args: argparse.Namespace, paths: SessionPaths, record: SessionRecord, why: str) -> int:
+    """A live shellper that does not answer cannot be asked to STOP: end it and its tree with signals, after
+    the identity checks tower_client's reconcile makes (its pid, start ticks, program and session files)."""
+    from shellper.host.cleanup import terminate_shellper
+    from shellper.host.identity import IdentityError
+
+    grace = DEFAULT_GRACE if args.grace is None else args.grace
+    print(f"shellper: session {args.name!r}: {why}; ending it with signals", file=sys.stderr, flush=True)
+    try:
+        term = terminate_shellper(record, paths, grace=grace)
+    except IdentityError as exc:
+        raise CliError(f"stop: session {args.name!r}: pid {record.shellper_pid} could not be verified as its "
+                       f"shellper: {exc}; nothing signalled") from None
+    print(f"stopped {args.name} (its shellper did not answer; via {term.method})")
+    return 0
 
 
 def _read_record(paths: SessionPaths) -> SessionRecord | None:
@@ -818,13 +984,18 @@ def _ask_stop(args: argparse.Namespace, record: SessionRecord, grace: float) -> 
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from shellper.core.exitrecord import ExitRecordError
+    from shellper.core.exitrecord import ExitRecordError, exit_line
     from shellper.protocol import wire
 
     try:
         client = _connect(args, "viewer", replay_bytes=0)
-    except CliError:  # no answer: if the shellper is gone and left its record, show what that says
+    except CliError as exc:  # no answer: if the shellper is gone and left its record, show what that says
         paths = SessionPaths.for_name(_dir(args), args.name)
+        silent = _not_answering(paths, exc)
+        if silent is not None:
+            pid = silent[0].shellper_pid
+            raise CliError(f"status: session {args.name!r}: {silent[1]} `kill -CONT {pid}` resumes a stopped one; "
+                           f"`shellper stop {args.name}` ends it") from None
         if SessionLock.is_locked(paths.lock) or not os.path.lexists(paths.record):
             raise
         return _status_of_dead(args, paths)
@@ -835,20 +1006,26 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(json.dumps({"state": reply.state, **reply.info}, indent=2, default=str))
         return 0
     info = reply.info
-    print(f"{info.get('name')}: {reply.state}" + (f" ({info['state_reason']})" if info.get("state_reason") else ""))
+    unreadable: ExitRecordError | None = None
+    try:
+        last = reply.last_exit()
+    except ExitRecordError as exc:  # a shellper of another version: show the rest
+        last, unreadable = None, exc
+    now, next_restart_at = time.time(), info.get("next_restart_at")
+    reason = info.get("state_reason") or ""
+    if last is not None and reason == last.reason:  # "...; restart #2 (crash) in 0.87 s": counted down from now
+        reason = exit_line(last, reply.state, next_restart_at, now)
+    print(f"{info.get('name')}: {reply.state}" + (f" ({reason})" if reason else ""))
     print(f"  shellper pid {info.get('shellper_pid')}, child pid {info.get('child_pid') or '-'}, "
           f"up {_duration(info.get('uptime'))}")
     _print_containment(info.get("owner"), info.get("containment"), info.get("cgroup"))
     print(f"  command {' '.join(info.get('argv') or [])} in {info.get('cwd')}")
     print(f"  output {info.get('ring_end')} bytes, ring holds {info.get('ring_end', 0) - info.get('ring_start', 0)}")
     print(f"  exits {info.get('exit_count')}, restarts {info.get('restarts')}")
-    try:
-        last = reply.last_exit()
-    except ExitRecordError as exc:  # a shellper of another version: show the rest
-        print(f"  last exit: unreadable ({exc})")
-    else:
-        if last is not None:
-            print(f"  last exit: {last.summary()}")
+    if unreadable is not None:
+        print(f"  last exit: unreadable ({unreadable})")
+    elif last is not None:
+        print(f"  last exit: {exit_line(last, reply.state, next_restart_at, now)}")
     print(f"  clients: {max(0, len(info.get('clients') or []) - 1)}")  # not counting this status query
     if info.get("output_held"):
         print("  output held: the tower or a terminal is more than half a ring behind (the child waits for it)")
@@ -864,6 +1041,7 @@ def _print_containment(owner: str | None, containment: str | None, cgroup: str |
 def _status_of_dead(args: argparse.Namespace, paths: SessionPaths) -> int:
     """No live shellper holds the lock, but the record is there: what it last said (owner, containment, its
     cgroup, the exits), marked stale; exit 1, as for any session that is not running."""
+    from shellper.core.exitrecord import exit_line
     from shellper.host.record import RecordError, read_record
 
     try:
@@ -884,8 +1062,8 @@ def _status_of_dead(args: argparse.Namespace, paths: SessionPaths) -> int:
         _print_containment(record.owner, record.containment, record.cgroup)
         print(f"  command {' '.join(record.command)} in {record.cwd}")
         print(f"  exits {record.exit_count}, restarts {record.restarts}")
-        if record.exits:
-            print(f"  last exit: {record.exits[-1].summary()}")
+        if record.exits:  # nobody is left to restart it: no countdown
+            print(f"  last exit: {exit_line(record.exits[-1], 'stale', None, time.time())}")
     print(f"shellper: session {args.name!r} is not running (shown from its record)", file=sys.stderr)
     return 1
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from shellper.client.blocking import Client, ClientError
+from shellper.core.exitrecord import ExitRecord, ExitRecordError, exit_line
 from shellper.core.names import LOCK_SUFFIX, RECORD_SUFFIX, SOCKET_SUFFIX
 from shellper.core.structs import asdict, record
 from shellper.host.paths import session_names
@@ -31,6 +32,11 @@ class SessionInfo:
     clients: int | None = None
     ring_bytes: int | None = None
     last_exit: str | None = None
+    """The last exit in one line, its restart countdown as of the listing (shellper.core.exitrecord.exit_line)."""
+    command: str | None = None
+    """The child's command line, its arguments joined by spaces."""
+    next_restart_at: float | None = None
+    """Wall-clock time of the pending restart, in backoff."""
     owner: str | None = None
     """Who the session belongs to; None where neither the shellper nor the record names one."""
     containment: str | None = None
@@ -79,12 +85,14 @@ def inspect_session(directory: str | Path, name: str, probe: bool = True) -> Ses
         info.owner = record.owner or None  # "" in a record written before owners existed
         info.containment, info.cgroup = record.containment, record.cgroup
         info.uptime = time.time() - record.created_at
-        if record.exits:
-            info.last_exit = record.exits[-1].summary()
+        info.command = " ".join(record.command)
+        info.next_restart_at = record.next_restart_at
     if not info.locked:
         info.state = "stale"
         info.uptime = None  # it ended at some unknown time: counting on would say it still runs
         info.reason = "no live shellper holds this session's lock"
+        info.next_restart_at = None  # nobody is left to restart it
+        _set_last_exit(info, record.exits[-1] if record is not None and record.exits else None)
         return info
     if probe:
         reply = probe_status(base.with_name(name + SOCKET_SUFFIX))
@@ -103,7 +111,21 @@ def inspect_session(directory: str | Path, name: str, probe: bool = True) -> Ses
             info.clients = max(0, len(reply.info.get("clients") or []) - 1)  # not counting this probe
             end, start = reply.info.get("ring_end", 0), reply.info.get("ring_start", 0)
             info.ring_bytes = end - start
+            info.command = " ".join(reply.info.get("argv") or []) or info.command
+            info.next_restart_at = reply.info.get("next_restart_at")
+            try:
+                last = reply.last_exit()
+            except ExitRecordError:  # a shellper of another version: the record's
+                last = None
+            if last is not None:
+                _set_last_exit(info, last)
+                return info
+    _set_last_exit(info, record.exits[-1] if record is not None and record.exits else None)
     return info
+
+
+def _set_last_exit(info: SessionInfo, last: ExitRecord | None) -> None:
+    info.last_exit = exit_line(last, info.state, info.next_restart_at, time.time()) if last is not None else None
 
 
 def list_sessions(directory: str | Path, probe: bool = True) -> list[SessionInfo]:

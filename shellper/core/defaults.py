@@ -20,6 +20,10 @@ MAX_RING_BYTES = 1024 * 1024 * 1024
 
 DEFAULT_GRACE = 5.0
 """Seconds between SIGTERM and SIGKILL when a session's processes are ended."""
+DEFAULT_HUSK_TTL = 3600.0
+"""Seconds a session started by ``shellper run`` stays after its child ended for good (a husk: ~12 MiB, its ring
+and exits kept for ``tail`` and ``status``) before it stops itself: long enough to come back and read why it
+ended, short enough that husks do not pile up. A Tower passes its own; ``launch()``'s config keeps None (forever)."""
 HANDSHAKE_TIMEOUT = 10.0
 """Seconds a new connection has to send its HELLO."""
 

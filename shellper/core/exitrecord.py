@@ -8,6 +8,7 @@ raising :class:`ExitRecordError` for a malformed one. A leaf module: the clients
 
 from __future__ import annotations
 
+import math
 from enum import StrEnum
 
 from shellper.core.errors import ShellperError
@@ -149,3 +150,19 @@ _WIRE_FIELDS: tuple[tuple[str, str, bool, Callable[[str, Any], Any]], ...] = (
     ("spawn_error", "spawn_error", False, _reader(_is_str, "a string", nullable=True)),
 )
 """How :meth:`ExitRecord.from_wire` reads each key of :meth:`ExitRecord.to_wire`'s map."""
+
+
+def exit_line(last: ExitRecord, state: str, next_restart_at: float | None, now: float) -> str:
+    """:meth:`ExitRecord.summary` as a person should read it at ``now``: the restart countdown its reason ends
+    with ("restart #2 (crash) in 0.87 s", true only when the exit happened) counted down from
+    ``next_restart_at`` while the session waits for it, and dropped once the restart is no longer pending."""
+    text = last.summary()
+    if last.restart_in is None:
+        return text
+    head, sep, when = text.rpartition(" in ")
+    if not (sep and when.endswith(" s")):  # a reason of another wording: left as it is
+        return text
+    if state != SessionState.BACKOFF or next_restart_at is None:
+        return head
+    left = next_restart_at - now
+    return f"{head} in {math.ceil(left)} s" if left > 0 else f"{head} due now"

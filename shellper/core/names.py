@@ -51,8 +51,10 @@ def validate_name(name: str) -> str:
 def runtime_dir_name(explicit: str | os.PathLike[str] | None = None) -> str:
     """The runtime directory: --dir, else $SHELLPER_DIR, else $XDG_RUNTIME_DIR/shellper, else /tmp.
 
-    Empty environment values count as unset. Relative paths are made absolute now, so a later chdir
-    cannot move the sessions.
+    Empty environment values count as unset, and so does an $XDG_RUNTIME_DIR that names no directory: the
+    XDG spec has a program fall back (and warn: :func:`missing_xdg_runtime_dir`), not create it, since the
+    login manager makes it with its owner, mode and lifetime. Relative paths are made absolute now, so a
+    later chdir cannot move the sessions.
     """
     if explicit is not None and os.fspath(explicit) != "":
         return os.path.abspath(os.fspath(explicit))
@@ -60,9 +62,17 @@ def runtime_dir_name(explicit: str | os.PathLike[str] | None = None) -> str:
     if env:
         return os.path.abspath(env)
     xdg = os.environ.get("XDG_RUNTIME_DIR")
-    if xdg:
+    if xdg and os.path.isdir(xdg):
         return os.path.join(os.path.abspath(xdg), "shellper")
     return f"/tmp/shellper-{os.geteuid()}"
+
+
+def missing_xdg_runtime_dir(explicit: str | os.PathLike[str] | None = None) -> str | None:
+    """$XDG_RUNTIME_DIR when :func:`runtime_dir_name` fell back from it (set, but no directory), else None."""
+    if (explicit is not None and os.fspath(explicit) != "") or os.environ.get("SHELLPER_DIR"):
+        return None
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    return xdg if xdg and not os.path.isdir(xdg) else None
 
 
 def socket_path(directory: str, name: str) -> str:

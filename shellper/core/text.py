@@ -25,3 +25,16 @@ def strip_escapes(text: str) -> str:
 def strip_ansi(data: bytes) -> bytes:
     """Escape sequences and carriage returns removed; everything else untouched."""
     return re.sub(_ESCAPE_SEQUENCE_BYTES, b"", data).replace(b"\r", b"")
+
+
+def last_lines(data: bytes, count: int) -> bytes:
+    """The last ``count`` lines of ``data``, as tail(1) counts them: a final newline ends the last line, it
+    does not start an empty one; all of ``data`` when it has fewer."""
+    if count <= 0:
+        return b""
+    cut = len(data) - 1 if data.endswith(b"\n") else len(data)
+    for _ in range(count):
+        cut = data.rfind(b"\n", 0, cut)
+        if cut < 0:
+            return data
+    return data[cut + 1:]

@@ -179,7 +179,16 @@ class Lifecycle:
             if state is SessionState.FATAL:
                 self.journal.event("gave_up", {"reason": decision.reason})
             if self.config.husk_ttl is not None:
-                self._husk_handle = self.loop.call_later(self.config.husk_ttl, self._request_stop)
+                self.log.write(f"husk: the session stops itself in {self.config.husk_ttl:g} s (husk_ttl) unless "
+                               "a SPAWN or STOP comes first")
+                self._husk_handle = self.loop.call_later(self.config.husk_ttl, self._husk_expired)
+            else:
+                self.log.write("husk: the session stays until a SPAWN or STOP (no husk_ttl)")
+
+    def _husk_expired(self) -> None:
+        self._husk_handle = None
+        self.log.write(f"husk: {self.config.husk_ttl:g} s (husk_ttl) since the child ended: stopping")
+        self._request_stop()
 
     # ----------------------------------------------------------------------------------- restarts and SPAWN
 

@@ -17,6 +17,7 @@ import contextlib
 import errno
 import os
 import stat
+import sys
 
 from shellper.core.names import (
     LOCK_SUFFIX,
@@ -24,6 +25,7 @@ from shellper.core.names import (
     RECORD_SUFFIX,
     SOCKET_SUFFIX,
     BadName,
+    missing_xdg_runtime_dir,
     runtime_dir_name,
     validate_name,
 )
@@ -69,8 +71,18 @@ class PathTooLong(PathError):
 
 
 def runtime_dir(explicit: str | os.PathLike[str] | None = None) -> str:
-    """Pick the runtime directory (see :func:`shellper.core.names.runtime_dir_name`)."""
-    return runtime_dir_name(explicit)
+    """Pick the runtime directory (see :func:`shellper.core.names.runtime_dir_name`), warning once on stderr
+    when $XDG_RUNTIME_DIR names no directory and the fallback is used instead."""
+    global _warned_xdg
+    chosen = runtime_dir_name(explicit)
+    missing = missing_xdg_runtime_dir(explicit)
+    if missing is not None and not _warned_xdg:
+        _warned_xdg = True
+        sys.stderr.write(f"shellper: warning: $XDG_RUNTIME_DIR ({missing}) is not a directory; using {chosen}\n")
+    return chosen
+
+
+_warned_xdg = False
 
 
 def _check_dir_stat(path: str, st: os.stat_result) -> None:
