@@ -41,6 +41,7 @@ from shellper.host.paths import (
     session_files,
 )
 from shellper.host.record import LockError, SessionLock
+from shellper.host.terminfo import session_term
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
 if TYPE_CHECKING:  # imported where used: `shellper run` starts faster without the codec and client
@@ -157,7 +158,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="start the child with only --env variables (plus TERM)")
     run.add_argument("--cols", type=int, default=DEFAULT_COLS)
     run.add_argument("--rows", type=int, default=DEFAULT_ROWS)
-    run.add_argument("--term", default=DEFAULT_TERM)
+    run.add_argument("--term", default=None,
+                     help=f"TERM for the program (default: yours when this machine knows it, else {DEFAULT_TERM})")
     run.add_argument("--ring-bytes", type=_size, default=DEFAULT_RING_BYTES, help="scrollback kept (default 8M)")
     run.add_argument("--stderr", choices=STDERR_REQUESTS, default="merged",
                      help="merged (default; auto is the same): one terminal for stdout and stderr; pty or pipe: "
@@ -344,8 +346,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     env.update(dict(args.env))
     config = SessionConfig(
         name=args.name, argv=command, dir=_dir(args), cwd=os.path.abspath(args.cwd or os.getcwd()), env=env,
-        cols=args.cols, rows=args.rows, term=args.term, ring_bytes=args.ring_bytes, stderr_mode=args.stderr,
-        grace=args.grace, husk_ttl=args.husk_ttl, policy=_policy(args), owner=_owner(args),
+        cols=args.cols, rows=args.rows, term=args.term or session_term(os.environ), ring_bytes=args.ring_bytes,
+        stderr_mode=args.stderr, grace=args.grace, husk_ttl=args.husk_ttl, policy=_policy(args), owner=_owner(args),
         containment=args.containment, cgroup_parent=_cgroup_parent(args))
     if not os.path.isdir(config.cwd):
         raise CliError(f"run: --cwd {config.cwd} is not a directory")
@@ -557,7 +559,8 @@ def _create_for_attach(args: argparse.Namespace) -> None:
     except OSError:
         cols, rows = DEFAULT_COLS, DEFAULT_ROWS
     config = SessionConfig(name=args.name, argv=list(args.command) or _default_command(), dir=_dir(args),
-                           cwd=os.getcwd(), env=dict(os.environ), cols=cols, rows=rows)
+                           cwd=os.getcwd(), env=dict(os.environ), cols=cols, rows=rows,
+                           term=session_term(os.environ), husk_ttl=DEFAULT_HUSK_TTL)
     try:
         launch(config, fork=True)
     except LaunchError:
