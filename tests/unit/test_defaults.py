@@ -54,13 +54,15 @@ def test_a_terminal_size_is_clamped_into_what_a_resize_may_carry(size: tuple[int
 def test_the_command_lines_default_to_the_same_grace_size_term_and_ring() -> None:
     from shellper.cli.main import _parser
     from shellper.host.reaper import terminate_tree
+    from shellper.host.terminfo import session_term
     from tower_client.cli import _parser as tower_parser
     from tower_client.survivors import reap_survivors
 
     run = _parser().parse_args(["run", "s", "true"])
     config = SessionConfig(name="s", argv=["true"], dir="/tmp", cwd="/", env={})
-    assert (run.grace, run.cols, run.rows, run.term, run.ring_bytes, run.stderr) == (
-        config.grace, config.cols, config.rows, config.term, config.ring_bytes, config.stderr_mode)
+    assert (run.grace, run.cols, run.rows, run.ring_bytes, run.stderr) == (
+        config.grace, config.cols, config.rows, config.ring_bytes, config.stderr_mode)
+    assert run.term is None and config.term == session_term({}) == defaults.DEFAULT_TERM  # no TERM: the default
     assert config.grace == defaults.DEFAULT_GRACE
     assert tower_parser().parse_args(["reap", "s"]).grace == defaults.DEFAULT_GRACE
     assert tower_parser().parse_args(["reconcile", "--registry", "r"]).grace == defaults.DEFAULT_GRACE
