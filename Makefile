@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench soak clean compile
+.PHONY: demo test lint typecheck unit bench soak clean compile test-versions completions
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -46,5 +46,22 @@ bench: compile
 soak: $(STAMP)
 	$(BIN)/python -m pytest -q -s -m slow -p no:cacheprovider
 
+# The unit tests on each supported Python, one venv per version (.venv-3.X), from pyenv's installs or
+# python3.X on PATH; VERSIONS picks them, SUITE=tests runs the whole suite instead. 3.13's new REPL
+# reads keys its own way: PYTHON_BASIC_REPL=1 keeps the plain one the tests drive.
+VERSIONS ?= 3.11 3.12 3.13
+SUITE ?= tests/unit
+test-versions:
+	@set -e; for v in $(VERSIONS); do \
+		py=$$(ls -d $${PYENV_ROOT:-$$HOME/.pyenv}/versions/$$v.*/bin/python3 2>/dev/null | sort -V | tail -1); \
+		test -n "$$py" || py=$$(command -v python$$v) || { echo "python$$v: not found"; exit 1; }; \
+		venv=.venv-$$v; \
+		test -x $$venv/bin/python || $$py -m venv $$venv; \
+		test $$venv/.installed -nt pyproject.toml || { $$venv/bin/python -m pip install --quiet -e '.[test]' \
+			--config-settings editable_mode=compat && touch $$venv/.installed; }; \
+		echo "== $$($$venv/bin/python --version) ($$py): $(SUITE)"; \
+		PYTHON_BASIC_REPL=1 $$venv/bin/python -m pytest -q -m "not slow" -p no:cacheprovider $(SUITE); \
+	done
+
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) .venv-3.* build *.egg-info
