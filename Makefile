@@ -12,8 +12,8 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,lint]' --config-settings editable_mode=compat \
-		|| $(BIN)/python -m pip install --quiet -e '.[test,lint]'
+	$(BIN)/python -m pip install --quiet -e '.[test,lint,build]' --config-settings editable_mode=compat \
+		|| $(BIN)/python -m pip install --quiet -e '.[test,lint,build]'
 	touch $(STAMP)
 
 # Bytecode ahead of time: with PYTHONDONTWRITEBYTECODE set, every shellper start would otherwise
@@ -62,6 +62,28 @@ test-versions:
 		echo "== $$($$venv/bin/python --version) ($$py): $(SUITE)"; \
 		PYTHON_BASIC_REPL=1 $$venv/bin/python -m pytest -q -m "not slow" -p no:cacheprovider $(SUITE); \
 	done
+
+# Shell completion (bash, zsh, fish; shtab) and man pages (argparse-manpage), generated from the argparse
+# parsers into build/: nothing of this runs, or is imported, when shellper does.
+COMPLETIONS := build/completions
+MAN := build/man
+completions: $(STAMP)
+	mkdir -p $(COMPLETIONS) $(MAN)
+	$(BIN)/shtab --shell=bash --prog shellper shellper.cli.main._parser > $(COMPLETIONS)/shellper.bash
+	$(BIN)/shtab --shell=zsh --prog shellper shellper.cli.main._parser > $(COMPLETIONS)/_shellper
+	$(BIN)/shtab --shell=fish --prog shellper shellper.cli.main._parser > $(COMPLETIONS)/shellper.fish
+	$(BIN)/shtab --shell=bash --prog tower-client tower_client.cli._parser > $(COMPLETIONS)/tower-client.bash
+	$(BIN)/shtab --shell=zsh --prog tower-client tower_client.cli._parser > $(COMPLETIONS)/_tower-client
+	$(BIN)/shtab --shell=fish --prog tower-client tower_client.cli._parser > $(COMPLETIONS)/tower-client.fish
+	$(BIN)/argparse-manpage --module shellper.cli.main --function _parser --prog shellper --project-name shellper \
+		--version "$$($(BIN)/python -c 'import shellper; print(shellper.__version__)')" \
+		--description "keep a terminal session alive in a process of its own" \
+		--manual-title "shellper manual" --output $(MAN)/shellper.1
+	$(BIN)/argparse-manpage --module tower_client.cli --function _parser --prog tower-client --project-name shellper \
+		--version "$$($(BIN)/python -c 'import shellper; print(shellper.__version__)')" \
+		--description "adopt or terminate shellper sessions" \
+		--manual-title "shellper manual" --output $(MAN)/tower-client.1
+	@echo "completions in $(COMPLETIONS), man pages in $(MAN); see README.md (Shell completion)"
 
 clean:
 	rm -rf $(VENV) .venv-3.* build *.egg-info
