@@ -130,9 +130,11 @@ def main(argv: list[str] | None = None) -> int:
         _cli(directory, "ls")
         _cli(directory, "tail", "crashy", "--plain")
         _cli(directory, "stop", "crashy")
-        left = sorted(p.name for p in Path(directory).iterdir())
+        left = sorted(p.name for p in Path(directory).iterdir() if p.name != "logs")
         _say(f"ls {directory}")
-        print("(empty: nothing left behind)" if not left else "\n".join(left))
+        kept = sorted(p.name for p in Path(directory, "logs").iterdir())
+        print(f"logs/ (the stopped sessions' logs: {', '.join(kept)}); nothing else left behind" if not left
+              else "\n".join(left))
         if left:
             return 1
     finally:

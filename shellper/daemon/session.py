@@ -160,7 +160,7 @@ class Session:
         self.files.close()
         self.log.write("stopped")
         self.tree.release()  # before the record that names it
-        self.files.remove(keep_log=False)
+        self.files.remove(keep_log=False, retire_log=True)
         self.loop.stop()
 
     # ----------------------------------------------------------------------------------- the record
