@@ -7,13 +7,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench soak clean compile
+.PHONY: demo test lint typecheck unit bench soak clean compile test-versions completions
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]' --config-settings editable_mode=compat \
-		|| $(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[test,lint,build]' --config-settings editable_mode=compat \
+		|| $(BIN)/python -m pip install --quiet -e '.[test,lint,build]'
 	touch $(STAMP)
 
 # Bytecode ahead of time: with PYTHONDONTWRITEBYTECODE set, every shellper start would otherwise
@@ -46,5 +46,44 @@ bench: compile
 soak: $(STAMP)
 	$(BIN)/python -m pytest -q -s -m slow -p no:cacheprovider
 
+# The unit tests on each supported Python, one venv per version (.venv-3.X), from pyenv's installs or
+# python3.X on PATH; VERSIONS picks them, SUITE=tests runs the whole suite instead. 3.13's new REPL
+# reads keys its own way: PYTHON_BASIC_REPL=1 keeps the plain one the tests drive.
+VERSIONS ?= 3.11 3.12 3.13
+SUITE ?= tests/unit
+test-versions:
+	@set -e; for v in $(VERSIONS); do \
+		py=$$(ls -d $${PYENV_ROOT:-$$HOME/.pyenv}/versions/$$v.*/bin/python3 2>/dev/null | sort -V | tail -1); \
+		test -n "$$py" || py=$$(command -v python$$v) || { echo "python$$v: not found"; exit 1; }; \
+		venv=.venv-$$v; \
+		test -x $$venv/bin/python || $$py -m venv $$venv; \
+		test $$venv/.installed -nt pyproject.toml || { $$venv/bin/python -m pip install --quiet -e '.[test]' \
+			--config-settings editable_mode=compat && touch $$venv/.installed; }; \
+		echo "== $$($$venv/bin/python --version) ($$py): $(SUITE)"; \
+		PYTHON_BASIC_REPL=1 $$venv/bin/python -m pytest -q -m "not slow" -p no:cacheprovider $(SUITE); \
+	done
+
+# Shell completion (bash, zsh, fish; shtab) and man pages (argparse-manpage), generated from the argparse
+# parsers into build/: nothing of this runs, or is imported, when shellper does.
+COMPLETIONS := build/completions
+MAN := build/man
+completions: $(STAMP)
+	mkdir -p $(COMPLETIONS) $(MAN)
+	$(BIN)/shtab --shell=bash --prog shellper shellper.cli.main._parser > $(COMPLETIONS)/shellper.bash
+	$(BIN)/shtab --shell=zsh --prog shellper shellper.cli.main._parser > $(COMPLETIONS)/_shellper
+	$(BIN)/shtab --shell=fish --prog shellper shellper.cli.main._parser > $(COMPLETIONS)/shellper.fish
+	$(BIN)/shtab --shell=bash --prog tower-client tower_client.cli._parser > $(COMPLETIONS)/tower-client.bash
+	$(BIN)/shtab --shell=zsh --prog tower-client tower_client.cli._parser > $(COMPLETIONS)/_tower-client
+	$(BIN)/shtab --shell=fish --prog tower-client tower_client.cli._parser > $(COMPLETIONS)/tower-client.fish
+	$(BIN)/argparse-manpage --module shellper.cli.main --function _parser --prog shellper --project-name shellper \
+		--version "$$($(BIN)/python -c 'import shellper; print(shellper.__version__)')" \
+		--description "keep a terminal session alive in a process of its own" \
+		--manual-title "shellper manual" --output $(MAN)/shellper.1
+	$(BIN)/argparse-manpage --module tower_client.cli --function _parser --prog tower-client --project-name shellper \
+		--version "$$($(BIN)/python -c 'import shellper; print(shellper.__version__)')" \
+		--description "adopt or terminate shellper sessions" \
+		--manual-title "shellper manual" --output $(MAN)/tower-client.1
+	@echo "completions in $(COMPLETIONS), man pages in $(MAN); see README.md (Shell completion)"
+
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) .venv-3.* build *.egg-info

@@ -169,6 +169,11 @@ def runtime_dir() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
+def left_in(directory: str | Path) -> list[str]:
+    """What a runtime directory holds besides ``logs/``, where a stopped session's log is kept by design."""
+    return sorted(p.name for p in Path(directory).iterdir() if p.name != "logs")
+
+
 @dataclass
 class Sessions:
     """Starts real shellpers in one runtime directory and guarantees they are gone afterwards."""
@@ -209,7 +214,7 @@ class Sessions:
                 if not wait_gone(info.pid, 10):
                     os.kill(info.pid, signal.SIGKILL)
                     wait_gone(info.pid, 10)
-        leftovers = sorted(p.name for p in self.dir.iterdir()) if self.dir.exists() else []
+        leftovers = left_in(self.dir) if self.dir.exists() else []
         if leftovers:
             problems.append(f"files left in the runtime directory: {leftovers}")
         return problems

@@ -696,7 +696,7 @@ class Trial:
             del survivors[pid]
         r.survivors = [why for _p, why in survivors.values()]
         r.signalled += self.bystander_damage()
-        keep = {BYSTANDER + suffix for suffix in SESSION_FILES}
+        keep = {BYSTANDER + suffix for suffix in SESSION_FILES} | {"logs"}  # logs/: stopped sessions' logs, kept
         r.files_left = sorted(set(os.listdir(self.run)) - keep) if os.path.isdir(self.run) else []
         r.cgroups_left = [_short_leaf(p) for p in self.victim_cgroups()]
         r.zombies = harness_zombies() + self.unreaped()

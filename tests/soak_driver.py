@@ -522,7 +522,8 @@ class Soak:
         assert not left, f"processes left after stopping every session: {left}"
         stray = [p for n in self.names for p in marked(self.info[n].instance_id)]
         assert not stray, f"marked processes left: {stray}"
-        assert list(self.dir.iterdir()) == [], f"files left: {list(self.dir.iterdir())}"
+        left = [p.name for p in self.dir.iterdir() if p.name != "logs"]  # logs/: stopped sessions' logs, kept
+        assert left == [], f"files left: {left}"
         for name, samples in self.rss.items():
             third = max(1, len(samples) // 3)
             early, late = max(samples[:third]), max(samples[-third:])

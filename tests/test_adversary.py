@@ -1,7 +1,7 @@
 """Adversary probes of issue 15 (containment by construction): ways in which a path of shellper or tower_client
 could signal a process, or remove a cgroup, that is not verifiably the session's, let a session's process
 survive, or leave files or cgroups behind, found by trying. Each failed on the code it was found against; the
-one xfail is a limit the README names. Real processes; everything started is cleaned up.
+one xfail is a limit docs/CONTAINMENT.md names. Real processes; everything started is cleaned up.
 """
 
 from __future__ import annotations
@@ -199,7 +199,7 @@ MIGRATOR = ("(setsid sh -c 'trap \"\" HUP TERM; echo $$ > {mount}/cgroup.procs; 
 
 
 @needs_cgroup
-@pytest.mark.xfail(strict=True, reason="the documented limit (README, Containment): a session process allowed to "
+@pytest.mark.xfail(strict=True, reason="the documented limit (docs/CONTAINMENT.md): a session process allowed to "
                    "write a cgroup.procs above its cgroup (root, or the user a parent was delegated to) can move "
                    "itself out")
 def test_a_session_process_that_migrates_itself_out_of_the_cgroup_does_not_survive_stop(sessions: Sessions) -> None:

@@ -152,7 +152,7 @@ class Sessions:
                 for pid in pids:  # by pid only, and only what this test started
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)
-        leftovers = sorted(os.listdir(self.dir))
+        leftovers = sorted(n for n in os.listdir(self.dir) if n != "logs")  # logs/: kept by design
         shutil.rmtree(self.dir, ignore_errors=True)
         assert not problems, problems
         assert not leftovers, f"files left in the runtime dir: {leftovers}"
@@ -384,6 +384,32 @@ def test_attach_replays_forwards_input_and_detaches(shared: Sessions) -> None:
     again.send(DETACH)
     again.expect(re.escape(b"[detached]"))
     assert _finish(again) == 0
+
+
+def _log_has(path: str, pattern: str, timeout: float = TIMEOUT) -> str:
+    """The session log's text once ``pattern`` (a regex) is in it; polled with a deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        text = Path(path).read_text(errors="replace")
+        if re.search(pattern, text) or time.monotonic() > deadline:
+            return text
+        time.sleep(0.02)
+
+
+def test_the_log_records_attach_and_detach_with_role_and_pid(shared: Sessions) -> None:
+    term = shared.attach("sh")
+    term.expect(re.escape(PROMPT))
+    log = os.path.join(shared.dir, "sh.log")
+    attached = rf"client (\d+) attached: terminal, pid {term.pid} "
+    assert re.search(attached, _log_has(log, attached))
+    term.send(DETACH)
+    term.expect(re.escape(b"[detached]"))
+    assert _finish(term) == 0
+    detached = rf"client (\d+) detached: terminal, pid {term.pid} \("
+    text = _log_has(log, detached)
+    assert re.search(detached, text), text[-2000:]
+    ids = {m.group(1) for m in re.finditer(rf"client (\d+) (?:at|de)tached: terminal, pid {term.pid} ", text)}
+    assert len(ids) == 1  # one client id in both lines
 
 
 def test_detach_key_is_never_forwarded(shared: Sessions) -> None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import PY, ROOT, SHELLPER_CLI, Sessions, wait_gone
+from conftest import PY, ROOT, SHELLPER_CLI, Sessions, left_in, wait_gone
 from test_server_lifecycle import _UNDER_SUBREAPER, daemons_for
 
 from shellper.core.config import ConfigError, SessionConfig
@@ -258,7 +258,7 @@ def test_containment_cgroup_with_an_unusable_parent_does_not_start(shell: Shell,
     # the daemon that reported the failure is one of them (it exits after its report, after the CLI may have).
     assert orphans.startswith("orphans: [") and (orphans == "orphans: []" or not foreground), orphans
     assert daemons_for(shell.dir) == []
-    assert not shell.dir.exists() or list(shell.dir.iterdir()) == []
+    assert not shell.dir.exists() or left_in(shell.dir) == []
     assert list(tmp_path.iterdir()) == []
     mount = find_mount()
     if mount is not None:  # no cgroup of this runtime directory anywhere a shellper could have made one
@@ -285,7 +285,7 @@ def test_a_bad_option_is_refused_in_one_line_before_anything_starts(shell: Shell
     assert done.returncode == 1 and done.stdout == "", done
     assert done.stderr.splitlines() == [says, "orphans: []"]
     assert daemons_for(shell.dir) == []
-    assert not shell.dir.exists() or list(shell.dir.iterdir()) == []
+    assert not shell.dir.exists() or left_in(shell.dir) == []
 
 
 # --------------------------------------------------------------------------------------------- owner
@@ -328,7 +328,7 @@ def test_launch_names_the_default_owner_and_leaves_the_config_alone(sessions: Se
         launch(config)
     with pytest.raises(ConfigError, match=r"^--owner: contains white space"):
         launch(SessionConfig(name="api", argv=["cat"], dir=str(sessions.dir), cwd=str(ROOT), env={}, owner="a b"))
-    assert list(sessions.dir.iterdir()) == []
+    assert left_in(sessions.dir) == []
 
 
 def test_launch_with_containment_cgroup_reports_it(contained: Shell) -> None:

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import CGROUP_PARENT, SHELLPER_CLI, poll_until
+from conftest import CGROUP_PARENT, SHELLPER_CLI, left_in, poll_until
 from test_tower_support import Sessions, alive, identity, is_dead, other, sessions, tree
 
 from shellper.client.blocking import Client
@@ -103,7 +103,7 @@ def test_containment_cgroup_fails_to_start_without_a_usable_parent(sessions: Ses
 
     with pytest.raises(LaunchError, match="cgroup"):
         sessions.launch("c", ["cat"], containment="cgroup", cgroup_parent=str(tmp_path))
-    assert sorted(p.name for p in sessions.dir.iterdir()) == []
+    assert left_in(sessions.dir) == []
 
 
 def test_containment_none_is_recorded_and_marks_the_tree(sessions: Sessions) -> None:
@@ -138,7 +138,7 @@ def test_a_shellper_killed_in_backoff_leaves_nothing_running_after_reconcile(ses
     report = apply(found, grace=0.3)
     assert report.ok, report.to_dict()
     assert is_dead(daemon)
-    assert sorted(p.name for p in sessions.dir.iterdir()) == []
+    assert left_in(sessions.dir) == []
 
 
 # --------------------------------------------------------------------------------------------- 1: a reused sid
@@ -333,7 +333,7 @@ def test_a_live_shellper_whose_lock_file_alone_was_removed_is_stopped_over_its_s
     assert done.returncode == 0, done.stderr
     assert "lock file was missing; via stop" in done.stdout
     poll_until(lambda: is_dead(shellper), what="the shellper to be stopped")
-    assert sorted(p.name for p in sessions.dir.iterdir()) == []
+    assert left_in(sessions.dir) == []
 
 
 def test_stop_without_a_lock_file_sends_nothing_to_a_socket_answering_as_another_instance(
@@ -524,6 +524,6 @@ def test_reap_of_a_killed_session_ends_what_it_left_and_removes_its_files(sessio
     assert done.returncode == 0, done.stdout + done.stderr
     assert "already dead" in done.stdout
     assert is_dead(grandchild)
-    assert sorted(p.name for p in sessions.dir.iterdir()) == []
+    assert left_in(sessions.dir) == []
     if mode == "cgroup":
         assert session_cgroups(sessions.dir) == []

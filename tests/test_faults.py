@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import SHELLPER_CLI, Sessions, poll_until, read_until, recv_until, wait_gone
+from conftest import SHELLPER_CLI, Sessions, left_in, poll_until, read_until, recv_until, wait_gone
 from soak_support import (
     PatternStream,
     RawConn,
@@ -118,7 +118,7 @@ def test_kill9_mid_flood_leaves_no_process_and_reconcile_respawns(sessions: Sess
     assert cleaned.result == "cleaned" and sorted(cleaned.survivors) == sorted(survivors)
     assert all(is_dead(g) for g in grandchildren)
     assert marked(info.instance_id) == []
-    assert list(sessions.dir.iterdir()) == []
+    assert left_in(sessions.dir) == []
     print(f"\nkill -9 mid-flood: child gone by PDEATHSIG; {len(survivors)} grandchildren immune to the hang-up "
           f"ended by apply(): {cleaned.detail}")
 
@@ -137,7 +137,7 @@ def test_kill9_child_group_dies_with_the_shellper_without_help(sessions: Session
     poll_until(lambda: all(is_dead(m) for m in group), 10, what="the child's group to die with the shellper")
     assert marked(info.instance_id) == []
     report = apply(reconcile(Registry(), discover(sessions.dir), now=time.time()), grace=0.3)
-    assert report.ok and report.outcomes[0].survivors == () and list(sessions.dir.iterdir()) == []
+    assert report.ok and report.outcomes[0].survivors == () and left_in(sessions.dir) == []
 
 
 def _pgid(pid: int) -> int | None:
@@ -175,7 +175,7 @@ def test_survivor_reap_spares_a_recycled_session_id(sessions: Sessions, reaper: 
         stranger.kill()
         stranger.wait()
     report = apply(reconcile(Registry(), discover(sessions.dir), now=time.time()), grace=0.3)
-    assert report.ok and list(sessions.dir.iterdir()) == []
+    assert report.ok and left_in(sessions.dir) == []
 
 
 # --------------------------------------------------------------------------------------------- killed clients

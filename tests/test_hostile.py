@@ -32,7 +32,7 @@ from typing import Any
 
 import msgpack  # type: ignore[import-untyped]
 import pytest
-from conftest import ROOT, Sessions, poll_until, wait_gone
+from conftest import ROOT, Sessions, left_in, poll_until, wait_gone
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
@@ -667,7 +667,7 @@ def test_runtime_dir_with_unsafe_permissions_is_refused(sessions: Sessions, mode
                 discover(sessions.dir)
     finally:
         os.chmod(sessions.dir, 0o700)
-    assert list(sessions.dir.iterdir()) == []
+    assert left_in(sessions.dir) == []
 
 
 def test_runtime_dir_owned_by_someone_else_is_refused(sessions: Sessions) -> None:
@@ -679,7 +679,7 @@ def test_runtime_dir_owned_by_someone_else_is_refused(sessions: Sessions) -> Non
             discover(sessions.dir)
     finally:
         os.chown(sessions.dir, 0, 0)
-    assert list(sessions.dir.iterdir()) == []
+    assert left_in(sessions.dir) == []
 
 
 # --------------------------------------------------------------------------------------------- symlinks
@@ -706,7 +706,7 @@ def test_symlink_planted_before_launch_is_never_followed(sessions: Sessions, vic
     assert str(caught.value)
     assert planted.is_symlink() and _untouched(victim)
     planted.unlink()
-    assert list(sessions.dir.iterdir()) == []
+    assert left_in(sessions.dir) == []
 
 
 def test_symlinked_record_is_replaced_never_followed(sessions: Sessions, victim: Path) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import PY, ROOT, SHELLPER_CLI, Sessions, poll_until, recv_until, wait_gone
+from conftest import PY, ROOT, SHELLPER_CLI, Sessions, left_in, poll_until, recv_until, wait_gone
 from test_server import NO_RESTART, TREE_CHILD, echo_roundtrip, expect_closed, status, tree_pids
 
 from shellper.daemon.launch import LaunchError, LaunchInfo
@@ -178,7 +178,7 @@ def test_a_run_that_does_not_launch_leaves_no_process(sessions: Sessions, args: 
     assert says in done.stdout + done.stderr
     assert "orphans: []" in done.stderr
     assert daemons_for(sessions.dir) == []
-    assert not sessions.dir.exists() or list(sessions.dir.iterdir()) == []
+    assert not sessions.dir.exists() or left_in(sessions.dir) == []
 
 
 def test_a_command_that_cannot_start_fails_the_launch_cleanly(sessions: Sessions) -> None:
@@ -188,7 +188,7 @@ def test_a_command_that_cannot_start_fails_the_launch_cleanly(sessions: Sessions
     done = cli("--dir", str(sessions.dir), "run", "bad", "--", "/nonexistent")
     assert done.returncode == 1 and done.stderr.startswith("shellper: ") and "/nonexistent" in done.stderr
     poll_until(lambda: not daemons_for(sessions.dir), what="the failed shellpers to exit")
-    assert sorted(p.name for p in sessions.dir.iterdir()) == []
+    assert left_in(sessions.dir) == []
 
 
 @pytest.mark.parametrize("how", ["mode 0755", "owner nobody"])
@@ -210,7 +210,7 @@ def test_an_unsafe_runtime_dir_is_refused(sessions: Sessions, how: str) -> None:
         os.chown(sessions.dir, os.geteuid(), os.getegid())
         os.chmod(sessions.dir, 0o700)
     assert not daemons_for(sessions.dir)
-    assert list(sessions.dir.iterdir()) == []
+    assert left_in(sessions.dir) == []
 
 
 # ------------------------------------------------------------------------------------------- stop
@@ -229,7 +229,7 @@ def test_stop_leaves_no_process_zombie_or_file(sessions: Sessions) -> None:
     assert wait_gone(info.pid, 10), "the shellper survived STOP"
     for pid in (shell, grandchild):  # the shellper (their subreaper) reaped them before it exited
         assert not os.path.exists(f"/proc/{pid}"), f"pid {pid} survived STOP or was left a zombie"
-    assert list(sessions.dir.iterdir()) == []
+    assert left_in(sessions.dir) == []
 
 
 def test_sigterm_to_the_shellper_stops_the_session(sessions: Sessions) -> None:
@@ -242,7 +242,7 @@ def test_sigterm_to_the_shellper_stops_the_session(sessions: Sessions) -> None:
         expect_closed(tower)
     for pid in (info.pid, shell, grandchild):
         assert wait_gone(pid, 10), f"pid {pid} survived SIGTERM to the shellper"
-    assert list(sessions.dir.iterdir()) == []
+    assert left_in(sessions.dir) == []
 
 
 @contextlib.contextmanager
@@ -357,7 +357,7 @@ def test_a_restart_or_spawn_that_fails_makes_the_session_fatal_and_says_why(sess
             proc.kill()
             proc.wait()
         proc.stdout.close()  # type: ignore[union-attr]
-    assert wait_gone(info.pid, 10) and list(sessions.dir.iterdir()) == []
+    assert wait_gone(info.pid, 10) and left_in(sessions.dir) == []
 
 
 # ------------------------------------------------------------------------------------------- repair
@@ -382,7 +382,7 @@ def test_sigusr1_recreates_a_removed_socket(sessions: Sessions) -> None:
 def test_an_exited_session_stops_itself_after_its_husk_ttl(sessions: Sessions) -> None:
     info = sessions.start("husk", ["true"], husk_ttl=0.3)
     assert wait_gone(info.pid, 10), "the husk did not stop itself"
-    assert list(sessions.dir.iterdir()) == []
+    assert left_in(sessions.dir) == []
 
 
 @pytest.mark.parametrize(("words", "child"), [
@@ -531,7 +531,7 @@ def test_restart_policy_errors_name_the_option_typed(sessions: Sessions, option:
     """They named the policy's field (backoff_initial=-1.0) and called 1e20 'not a number'."""
     done = cli("--dir", str(sessions.dir), "run", "x", option, value, "--", "cat")
     assert done.returncode == 1 and f"shellper: run: {says}" in done.stderr, done.stderr
-    assert list(sessions.dir.iterdir()) == []
+    assert left_in(sessions.dir) == []
 
 
 def test_timers_beyond_epoll_s_limit_neither_crash_nor_fire_early(sessions: Sessions) -> None:
@@ -544,7 +544,7 @@ def test_timers_beyond_epoll_s_limit_neither_crash_nor_fire_early(sessions: Sess
         assert status(viewer).state == "exited"  # the loop still serves with the 30-day timer armed
     assert os.path.exists(f"/proc/{info.pid}")
     sessions.stop("month")
-    assert list(sessions.dir.iterdir()) == []
+    assert left_in(sessions.dir) == []
 
 
 def test_fds_do_not_grow_with_spawns_and_clients(sessions: Sessions) -> None:

@@ -52,7 +52,8 @@ def full_tree(pid: int) -> list[ProcessIdentity] | None:
 
 
 def files(d: Path) -> set[str]:
-    return set(os.listdir(d))
+    """The runtime directory's entries but ``logs/`` (where a stopped session's log is kept by design)."""
+    return set(os.listdir(d)) - {"logs"}
 
 
 # --------------------------------------------------------------------------------------------- adopt / terminate

@@ -57,6 +57,9 @@ def test_ls_reconcile_apply(sessions: Sessions, tmp_path: Path, capsys: pytest.C
     assert code == 0 and not dry["applied"]
     assert [(d["name"], d["action"]) for d in dry["decisions"]] == [("drop", "terminate"), ("keep", "adopt")]
     assert alive(drop_id)  # a dry run changes nothing
+    code, out, _ = run(capsys, "--dir", str(sessions.dir), "reconcile", "--registry", str(reg))
+    assert code == 0 and out.splitlines()[-1].startswith("dry run: nothing was done")
+    assert "terminate" in out and alive(drop_id)
     code, out, _ = run(capsys, "--dir", str(sessions.dir), "reconcile", "--registry", str(reg), "--apply",
                        "--grace", "0.5")
     assert code == 0 and "terminated" in out and "adopted" in out

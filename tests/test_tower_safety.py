@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import CGROUP_PARENT, SHELLPER_CLI, poll_until
+from conftest import CGROUP_PARENT, SHELLPER_CLI, left_in, poll_until
 from test_tower_support import REPO, Sessions, alive, hand_made_record, identity, is_dead, other, sessions, tree
 
 from shellper.core.structs import replace
@@ -146,7 +146,7 @@ def test_real_shellper_records_pass_the_cmdline_check(sessions: Sessions, how: s
     assert report.ok and outcome.result == "terminated", outcome
     assert outcome.termination is not None and outcome.termination.method == "stop"
     assert is_dead(shellper) and all(is_dead(m) for m in members)
-    assert os.listdir(sessions.dir) == []
+    assert left_in(sessions.dir) == []
 
 
 # --------------------------------------------------------------------------------------------- 2: clean

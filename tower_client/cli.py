@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from shellper import __version__
 from shellper.core.defaults import DEFAULT_GRACE
 from shellper.core.owner import BadOwner, default_owner, validate_owner
 from shellper.host.identity import IdentityError, ProcessGone
@@ -27,10 +28,12 @@ from tower_client.holders import BadSessionId, find_holders
 from tower_client.reconcile import RegistryError, load_registry, name_mismatch, reconcile
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+DRY_RUN_NOTE = "dry run: nothing was done; --apply carries out terminate and clean"
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tower-client", description="Adopt or terminate shellper sessions.")
+    p.add_argument("--version", action="version", version=f"tower-client (shellper) {__version__}")
     p.add_argument("--dir", help="runtime directory (default: $SHELLPER_DIR, $XDG_RUNTIME_DIR/shellper, "
                    "/tmp/shellper-UID)")
     p.add_argument("--owner", help="the owner this Tower acts for (default: $SHELLPER_OWNER, else the user "
@@ -95,7 +98,7 @@ def _reconcile(args: argparse.Namespace, directory: Path) -> int:
     lines = [f"{d.action:9} {d.name:20} {d.reason:22} [{(d.observed.containment if d.observed else None) or '-'}] "
              f"{d.detail}" for d in decisions] or ["nothing to do"]
     if not args.apply:
-        _emit(args, {"applied": False, "decisions": [d.to_dict() for d in decisions]}, lines)
+        _emit(args, {"applied": False, "decisions": [d.to_dict() for d in decisions]}, [*lines, DRY_RUN_NOTE])
         return EXIT_OK
     report = apply(decisions, grace=args.grace, owner=args.owner)
     lines = [f"{o.decision.action:9} {o.decision.name:20} {o.result:12} {o.error or o.detail}"

@@ -1,4 +1,7 @@
-"""``make demo``: a real session, shown working, then stopped with nothing left behind."""
+"""``make demo``: a real session, shown working and stopped, then one left running for you to attach to.
+
+``python -m shellper.cli.demo --protocol`` shows the wire protocol's frames encoded and decoded instead.
+"""
 
 from __future__ import annotations
 
@@ -59,8 +62,53 @@ def show_protocol() -> None:
         print(f"  {frame.TYPE.name:<8} {len(raw):>4} bytes  {hexed[:60]}{'…' if len(hexed) > 60 else ''}")
 
 
-def main() -> int:
-    show_protocol()
+def _shellper_command() -> str:
+    """How the person who ran the demo starts ``shellper``: the script beside this interpreter, else ``-m``."""
+    script = Path(sys.executable).with_name("shellper")
+    if not script.exists():
+        return f"{sys.executable} -m shellper"
+    relative = os.path.relpath(script)
+    return relative if not relative.startswith("..") else str(script)
+
+
+def _free_name(directory: str) -> str:
+    """``demo``, or ``demo-2``, ... when an earlier demo's session (or anyone's) holds the name."""
+    for n in range(1, 100):
+        name = "demo" if n == 1 else f"demo-{n}"
+        if not any(os.path.lexists(os.path.join(directory, f"{name}.{kind}")) for kind in ("sock", "json", "lock")):
+            return name
+    raise SystemExit(f"demo: demo .. demo-99 are all taken in {directory}")
+
+
+def leave_one_running() -> str:
+    """Start a shell in the user's own runtime directory and say how to attach to it and stop it."""
+    from shellper.host.paths import runtime_dir
+
+    directory = runtime_dir()
+    name = _free_name(directory)
+    shell = os.environ.get("SHELL") or "/bin/sh"
+    cmd = [sys.executable, "-m", "shellper", "run", name, "--", shell]
+    _say("shellper " + " ".join(cmd[3:]))
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    print((done.stdout + done.stderr).rstrip())
+    if done.returncode != 0:
+        raise SystemExit(f"demo: could not leave a session running (status {done.returncode})")
+    shellper = _shellper_command()
+    print(f"\n\033[1mA session named {name} is left running for you ({shell}). Attach to it with:\033[0m\n"
+          f"\n    {shellper} attach {name}\n\n"
+          f"Ctrl-\\ detaches (the shell keeps running; attach again to come back).\n"
+          f"When you are done:  {shellper} stop {name}", flush=True)
+    return name
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args == ["--protocol"]:
+        show_protocol()
+        return 0
+    if args:
+        print("usage: python -m shellper.cli.demo [--protocol]", file=sys.stderr)
+        return 2
     directory = tempfile.mkdtemp(prefix="shellper-demo-", dir="/tmp")
     os.chmod(directory, 0o700)
     name = "demo"
@@ -82,15 +130,20 @@ def main() -> int:
         _cli(directory, "ls")
         _cli(directory, "tail", "crashy", "--plain")
         _cli(directory, "stop", "crashy")
-        left = sorted(p.name for p in Path(directory).iterdir())
+        left = sorted(p.name for p in Path(directory).iterdir() if p.name != "logs")
         _say(f"ls {directory}")
-        print("(empty: nothing left behind)" if not left else "\n".join(left))
-        return 0 if not left else 1
+        kept = sorted(p.name for p in Path(directory, "logs").iterdir())
+        print(f"logs/ (the stopped sessions' logs: {', '.join(kept)}); nothing else left behind" if not left
+              else "\n".join(left))
+        if left:
+            return 1
     finally:
         if Path(directory).exists() and any(Path(directory).iterdir()):
             subprocess.run([sys.executable, "-m", "shellper.cli", "--dir", directory, "stop", name],
                            capture_output=True, timeout=60)
         shutil.rmtree(directory, ignore_errors=True)
+    leave_one_running()
+    return 0
 
 
 if __name__ == "__main__":

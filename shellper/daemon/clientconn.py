@@ -102,6 +102,8 @@ class ClientConn:
         self.wants_events = False
         self.paused = False
         self.pos = 0
+        self.peer_pid = -1
+        """The connecting process (SO_PEERCRED, as of connect()): the log names it."""
         self.connected_at = time.time()
         self._control: deque[tuple[int, bytes, Callable[[], None] | None]] = deque()
         self.terminal: Terminal | None = None
@@ -122,7 +124,7 @@ class ClientConn:
         self.transport = transport
         self.transport.set_write_buffer_limits(high=HIGH_WATER)
         sock = transport.get_extra_info("socket")
-        uid = peer_uid(sock) if sock is not None else -1
+        self.peer_pid, uid = peer_credentials(sock) if sock is not None else (-1, -1)
         if uid not in (os.getuid(), 0):
             self.session.log.write(f"refused client {self.client_id}: peer uid {uid}")
             self.send_error("forbidden", f"peer uid {uid} may not use this session", None, fatal=True)
@@ -549,7 +551,8 @@ class NotHello(wire.ProtocolError):
     code = "not_hello"
 
 
-def peer_uid(sock: socket.socket) -> int:
-    """The uid of the process at the other end of a Unix socket (SO_PEERCRED)."""
+def peer_credentials(sock: socket.socket) -> tuple[int, int]:
+    """(pid, uid) of the process at the other end of a Unix socket (SO_PEERCRED)."""
     creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return int(struct.unpack("3i", creds)[1])
+    pid, uid, _gid = struct.unpack("3i", creds)
+    return int(pid), int(uid)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 from shellper.daemon.transport import close_listener, listen_unix
+from shellper.host.logfile import keep_stopped_log
 from shellper.host.paths import (
     PathError,
     ensure_runtime_dir,
@@ -85,8 +86,9 @@ class SessionFiles:
         except (OSError, PathError, LockError) as exc:
             self.log.write(f"could not recreate socket: {exc}")
 
-    def remove(self, keep_log: bool) -> None:
-        """Remove the socket, the record (and temps a killed writer left), the lock and, unless kept, the log."""
+    def remove(self, keep_log: bool, *, retire_log: bool = False) -> None:
+        """Remove the socket, the record (and temps a killed writer left), the lock and, unless kept, the log:
+        with ``retire_log`` (a stop) it moves to logs/NAME.log instead."""
         # Displaced (our files were removed and another shellper took the name): its files, not ours.
         displaced = os.path.lexists(self.paths.lock) and not self.journal.lock_is_ours()
         if displaced:
@@ -96,9 +98,25 @@ class SessionFiles:
             unlink_if_regular(self.paths.record)
         if self.journal.lock_is_ours():  # then nobody else writes this record: the temps are a killed writer's
             remove_record_temps(self.paths)
-        self.journal.release_lock()
-        if not keep_log:
+        if not keep_log:  # before the lock goes: then the name's next shellper cannot have a log here yet
             self.log.close()
-            if not displaced:
+            if displaced:
+                pass
+            elif retire_log:
+                self._keep_stopped_log()
+            else:
                 unlink_if_regular(self.paths.log)
                 unlink_if_regular(self.paths.log + ".1")
+        self.journal.release_lock()
+
+    def _keep_stopped_log(self) -> None:
+        """The log moves to logs/NAME.log (shellper.host.logfile.keep_stopped_log); where it cannot, it goes."""
+        try:
+            kept = keep_stopped_log(self.paths.dir, self.paths.name)
+        except OSError as exc:
+            self.log.write(f"could not keep the log in logs/: {exc}")
+            self.log.close()
+            unlink_if_regular(self.paths.log)
+            unlink_if_regular(self.paths.log + ".1")
+            return
+        self.log.path = kept  # a late line goes to the kept log, not to a new NAME.log

@@ -160,7 +160,7 @@ class Session:
         self.files.close()
         self.log.write("stopped")
         self.tree.release()  # before the record that names it
-        self.files.remove(keep_log=False)
+        self.files.remove(keep_log=False, retire_log=True)
         self.loop.stop()
 
     # ----------------------------------------------------------------------------------- the record
@@ -205,11 +205,13 @@ class Session:
 
     def register(self, client: ClientConn) -> None:
         self.registry.register(client)
+        self.log.write(f"client {client.client_id} attached: {client.role}, pid {client.peer_pid} ({client.name!r})")
         self.journal.event("client_attached", {"client_id": client.client_id, "role": client.role,
                                                "client": client.name})
 
     def disconnect(self, client: ClientConn, reason: str) -> None:
         if self.registry.remove(client):
+            self.log.write(f"client {client.client_id} detached: {client.role}, pid {client.peer_pid} ({reason})")
             self.journal.event("client_detached", {"client_id": client.client_id, "role": client.role,
                                                    "reason": reason})
 

@@ -190,3 +190,49 @@ def remove_created_log(log_path: str | os.PathLike[str], created: tuple[int, int
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
     return True
+
+
+LOGS_DIR = "logs"
+"""Where a stopped session's log goes, inside the runtime directory: ``logs/NAME.log``."""
+STOPPED_LOG_DAYS = 7
+"""Logs of sessions stopped longer ago than this are removed by the next stop in the directory."""
+
+
+def keep_stopped_log(directory: str, name: str, now: float | None = None) -> str:
+    """Move ``NAME.log`` to ``logs/NAME.log`` when its session stops (the one before to ``logs/NAME.log.1``;
+    the live rotation ``NAME.log.1`` goes), and remove kept logs older than :data:`STOPPED_LOG_DAYS`.
+
+    The session's name stays free of files, and what it said on the way out can still be read. Only a
+    ``logs`` directory that is ours and private is used; the moves happen inside directory fds, so no
+    symlink is followed. Returns the kept log's path; raises OSError (the caller then removes the log)."""
+    logs = os.path.join(directory, LOGS_DIR)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(logs, 0o700)
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        logs_fd = os.open(LOGS_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+        try:
+            st = os.fstat(logs_fd)
+            if st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) & 0o077:
+                raise OSError(errno.EPERM, "not a private directory of ours", logs)
+            log = f"{name}.log"
+            with contextlib.suppress(FileNotFoundError):
+                os.rename(log, f"{log}.1", src_dir_fd=logs_fd, dst_dir_fd=logs_fd)
+            os.rename(log, log, src_dir_fd=dir_fd, dst_dir_fd=logs_fd)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{log}.1", dir_fd=dir_fd)
+            _prune(logs_fd, (time.time() if now is None else now) - STOPPED_LOG_DAYS * 86400)
+        finally:
+            os.close(logs_fd)
+    finally:
+        os.close(dir_fd)
+    return os.path.join(logs, f"{name}.log")
+
+
+def _prune(logs_fd: int, older_than: float) -> None:
+    with os.scandir(logs_fd) as entries:
+        for entry in entries:
+            with contextlib.suppress(OSError):
+                st = entry.stat(follow_symlinks=False)
+                if stat.S_ISREG(st.st_mode) and st.st_mtime < older_than:
+                    os.unlink(entry.name, dir_fd=logs_fd)

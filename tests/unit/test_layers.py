@@ -3,7 +3,7 @@
 Read from the source (ast), so imports inside functions and under ``if TYPE_CHECKING:`` count as well as
 those at the top: a function-level import is still a dependency, only a later one.
 
-    shellper (the package root: its version)
+    shellper (the package root: its version; its __main__ is the CLI's)
     core                  pure rules and records
     protocol              the wire; may import core (its errors, its records), never the other way
     host                  the operating system
@@ -32,6 +32,8 @@ def layer(module: str) -> str | None:
         return "tower_client"
     if top != "shellper":
         return None
+    if rest == "__main__":  # `python -m shellper`: the CLI's entry, which nothing imports
+        return "cli"
     sub = rest.partition(".")[0]
     return sub if sub in RANK else "shellper"  # `from shellper import __version__` is the root's
 

@@ -1,0 +1,97 @@
+"""Shell completion and man pages, generated from the argparse parsers by ``make completions``, used
+as a person would: Tab in a real bash and zsh, fish's completer, ``man -l``."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pexpect
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+TIMEOUT = 20.0
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("shtab") is None, reason="the build extra is not installed")
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    out = tmp_path_factory.mktemp("completions")
+    bin_dir = Path(sys.executable).parent
+    done = subprocess.run(["make", "-s", "completions", f"COMPLETIONS={out}", f"MAN={out}", f"BIN={bin_dir}",
+                           f"STAMP={REPO / 'pyproject.toml'}"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    yield out
+    shutil.rmtree(out)
+
+
+def _env() -> dict[str, str]:
+    return dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", PYTHONPATH=str(REPO))
+
+
+def test_every_file_is_made(generated: Path) -> None:
+    assert sorted(p.name for p in generated.iterdir()) == sorted([
+        "shellper.bash", "_shellper", "shellper.fish", "shellper.1",
+        "tower-client.bash", "_tower-client", "tower-client.fish", "tower-client.1"])
+
+
+def test_bash_completes_commands_and_options_on_tab(generated: Path) -> None:
+    term = pexpect.spawn("bash", ["--norc", "--noprofile"], env=dict(_env(), PS1="b$ "), timeout=TIMEOUT)
+    try:
+        term.sendline(f"source {generated}/shellper.bash; source {generated}/tower-client.bash; echo ready-$((1+1))")
+        term.expect("ready-2")
+        term.send("shellper att\t")
+        term.expect("attach ")
+        term.send("\x15shellper stop --gr\t")
+        term.expect("--grace ")
+        term.send("\x15tower-client reco\t")
+        term.expect("reconcile ")
+    finally:
+        term.close(force=True)
+
+
+@pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed")
+def test_zsh_completes_commands_on_tab(generated: Path) -> None:
+    term = pexpect.spawn("zsh", ["-f"], env=dict(_env(), PS1="z$ "), timeout=TIMEOUT)
+    try:
+        term.sendline(f"fpath=({generated} $fpath); autoload -U compinit; compinit -u -D; echo ready-$((1+1))")
+        term.expect("ready-2")
+        term.send("shellper att\t")
+        term.expect("attach")  # typed "att": the rest is the completion's (zsh draws the space in bold)
+    finally:
+        term.close(force=True)
+
+
+@pytest.mark.skipif(shutil.which("fish") is None, reason="fish is not installed")
+def test_fish_completes_commands_and_options(generated: Path) -> None:
+    done = subprocess.run(["fish", "--no-config", "-c", f"source {generated}/shellper.fish; complete -C 'shellper att';"
+                           " complete -C 'shellper stop --gr'"], capture_output=True, text=True, timeout=60, env=_env())
+    assert done.returncode == 0, done.stderr
+    assert [line.split("\t")[0] for line in done.stdout.splitlines()] == ["attach", "--grace"]
+
+
+def test_the_man_pages_render_with_every_command(generated: Path) -> None:
+    env = dict(_env(), MANWIDTH="100")
+    page = subprocess.run(["man", "-l", str(generated / "shellper.1")], capture_output=True, text=True, env=env,
+                          timeout=60).stdout
+    for command in ("run", "ls", "attach", "send", "tail", "signal", "resize", "stop", "status"):
+        assert f"shellper {command}" in page, command
+    assert "--detach-key" in page
+    page = subprocess.run(["man", "-l", str(generated / "tower-client.1")], capture_output=True, text=True, env=env,
+                          timeout=60).stdout
+    assert "tower-client reconcile" in page and "--apply" in page
+
+
+def test_the_generators_are_build_time_only() -> None:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert not any(dep.startswith(("shtab", "argparse-manpage")) for dep in project["dependencies"])
+    assert {dep.split(">")[0] for dep in project["optional-dependencies"]["build"]} == {"shtab", "argparse-manpage"}
+    sources = [*REPO.joinpath("shellper").rglob("*.py"), *REPO.joinpath("tower_client").rglob("*.py")]
+    assert not [p for p in sources if "shtab" in p.read_text() or "argparse_manpage" in p.read_text()]
