@@ -74,7 +74,7 @@ def test_the_quick_start_is_ten_lines_and_works_as_written(runtime_dir: Path) ->
         done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
         assert done.returncode == 0, (command, done.stderr)
         if argv[1] == "ls":
-            assert re.search(r"^work\s+running", done.stdout, re.M), done.stdout
+            assert re.search(r"^[ +] *work\s+running", done.stdout, re.M), done.stdout
     assert attached == 2
     assert not list(runtime_dir.glob("work.sock"))  # stopped
 

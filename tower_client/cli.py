@@ -42,26 +42,27 @@ def _parser() -> argparse.ArgumentParser:
                    "$SHELLPER_CGROUP_PARENT, else detected)")
     sub = p.add_subparsers(dest="command", required=True)
     ls = sub.add_parser("ls", help="what is in the runtime directory, verified")
-    ls.add_argument("--json", action="store_true")
+    ls.add_argument("--json", action="store_true", help="JSON, for programs")
     rc = sub.add_parser("reconcile", help="decide adopt/terminate/respawn/clean/leave against a registry")
     rc.add_argument("--registry", required=True,
                     help='JSON file: {"sessions": [{"name": ..., "instance_id": ... or null}]}')
     rc.add_argument("--apply", action="store_true", help="carry out terminate and clean (default: dry run)")
-    rc.add_argument("--json", action="store_true")
+    rc.add_argument("--json", action="store_true", help="JSON, for programs")
     rc.add_argument("--husk-max-age", type=float, metavar="S",
                     help="terminate registered husks whose child exited more than S s ago")
     rc.add_argument("--grace", type=float, default=DEFAULT_GRACE, metavar="S",
                     help=f"SIGTERM-to-SIGKILL grace ({DEFAULT_GRACE:g})")
     ho = sub.add_parser("holders", help="live processes carrying a conversation/session id")
-    ho.add_argument("session_id")
+    ho.add_argument("session_id", help="the conversation/session id to look for in processes' argv")
     ho.add_argument("--reclaimable", action="append", default=[], metavar="NAME",
                     help="a session of the directory that may be ended to free the id (repeatable; default: "
                     "none, so every holder is foreign)")
-    ho.add_argument("--json", action="store_true")
+    ho.add_argument("--json", action="store_true", help="JSON, for programs")
     rp = sub.add_parser("reap", help="identity-checked terminate of one session and its whole tree")
-    rp.add_argument("name")
-    rp.add_argument("--grace", type=float, default=DEFAULT_GRACE, metavar="S")
-    rp.add_argument("--json", action="store_true")
+    rp.add_argument("name", help="the dead session to reap")
+    rp.add_argument("--grace", type=float, default=DEFAULT_GRACE, metavar="S",
+                    help=f"seconds between SIGTERM and SIGKILL (default {DEFAULT_GRACE:g})")
+    rp.add_argument("--json", action="store_true", help="JSON, for programs")
     return p
 
 

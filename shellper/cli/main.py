@@ -145,7 +145,7 @@ def _parser() -> argparse.ArgumentParser:
         return parser
 
     run = command("run", "start a session: shellper run NAME [options] -- COMMAND [ARGS...]")
-    run.add_argument("name")
+    run.add_argument("name", help="the session\'s name")
     run.add_argument("command", nargs="*", help="the program to run and its arguments, after --")
     run.add_argument("--foreground", action="store_true", help="run in this process instead of detaching")
     run.add_argument("--json", action="store_true", help="print the session's info as one JSON line, for programs")
@@ -156,8 +156,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="set a variable for the child (repeatable)")
     run.add_argument("--no-inherit-env", dest="inherit_env", action="store_false",
                      help="start the child with only --env variables (plus TERM)")
-    run.add_argument("--cols", type=int, default=DEFAULT_COLS)
-    run.add_argument("--rows", type=int, default=DEFAULT_ROWS)
+    run.add_argument("--cols", type=int, default=DEFAULT_COLS,
+                     help=f"the terminal's width until a client resizes it (default {DEFAULT_COLS})")
+    run.add_argument("--rows", type=int, default=DEFAULT_ROWS, help=f"its height (default {DEFAULT_ROWS})")
     run.add_argument("--term", default=None,
                      help=f"TERM for the program (default: yours when this machine knows it, else {DEFAULT_TERM})")
     run.add_argument("--ring-bytes", type=_size, default=DEFAULT_RING_BYTES, help="scrollback kept (default 8M)")
@@ -182,10 +183,10 @@ def _parser() -> argparse.ArgumentParser:
     RestartPolicy.add_arguments(run)
 
     ls = command("ls", "list sessions")
-    ls.add_argument("--json", action="store_true")
+    ls.add_argument("--json", action="store_true", help="one JSON array, for programs")
 
     att = command("attach", "attach this terminal to a session: shellper attach [-c] NAME [-- COMMAND [ARGS...]]")
-    att.add_argument("name")
+    att.add_argument("name", help="the session\'s name")
     att.add_argument("command", nargs="*", help="with -c, the program to start if NAME is not running "
                      "(default $SHELL), after --")
     att.add_argument("-c", "--create", action="store_true",
@@ -198,12 +199,12 @@ def _parser() -> argparse.ArgumentParser:
                      help="pass every byte through this process instead of handing the terminal to the shellper")
 
     send = command("send", "type text into a session")
-    send.add_argument("name")
+    send.add_argument("name", help="the session\'s name")
     send.add_argument("text", help="what to type; - reads it from stdin")
     send.add_argument("--enter", action="store_true", help="press Enter after the text")
 
     tail = command("tail", "print a session's recent output")
-    tail.add_argument("name")
+    tail.add_argument("name", help="the session\'s name")
     tail.add_argument("--bytes", type=_size, default=None, help="at most this much of the end (default: all held)")
     tail.add_argument("--lines", "-n", type=int, default=None, metavar="N", help="only the last N lines")
     tail.add_argument("--follow", "-f", action="store_true",
@@ -211,25 +212,26 @@ def _parser() -> argparse.ArgumentParser:
     tail.add_argument("--plain", action="store_true", help="strip escape sequences and carriage returns")
 
     sig = command("signal", "send a signal to the session's child process group")
-    sig.add_argument("name")
+    sig.add_argument("name", help="the session\'s name")
     sig.add_argument("signal", help="a signal name or number: HUP, INT, TERM, KILL, 9, ... (SIG prefix optional)")
 
     rs = command("resize", "set the session's terminal size")
-    rs.add_argument("name")
-    rs.add_argument("cols", type=int)
-    rs.add_argument("rows", type=int)
+    rs.add_argument("name", help="the session\'s name")
+    rs.add_argument("cols", type=int, help="columns, 1-65535")
+    rs.add_argument("rows", type=int, help="rows, 1-65535")
 
     rst = command("restart", "run a session's command again (also one that has exited or given up)")
-    rst.add_argument("name")
+    rst.add_argument("name", help="the session\'s name")
 
     st = command("stop", "stop a session: its whole process tree, then the shellper")
     st.add_argument("name", nargs="*", metavar="NAME", help="the sessions to stop")
     st.add_argument("--all", action="store_true", help="stop every session in the runtime directory")
-    st.add_argument("--grace", type=_seconds, default=None)
+    st.add_argument("--grace", type=_seconds, default=None,
+                    help=f"seconds between SIGTERM and SIGKILL (default: the session's own, else {DEFAULT_GRACE:g})")
 
     status = command("status", "a session's state, exits and clients")
-    status.add_argument("name")
-    status.add_argument("--json", action="store_true")
+    status.add_argument("name", help="the session\'s name")
+    status.add_argument("--json", action="store_true", help="the full status as JSON, for programs")
     return p
 
 
