@@ -12,6 +12,7 @@ import os
 import select
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -167,6 +168,21 @@ def runtime_dir() -> Iterator[Path]:
     os.chmod(path, 0o700)
     yield path
     shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def cli_runtime_dir() -> Iterator[Path]:
+    """A private runtime directory for tests that drive the ``shellper`` command as a person does: a session
+    a failed test left running is stopped by name before the directory goes."""
+    directory = Path(tempfile.mkdtemp(prefix="spc-", dir="/tmp"))
+    os.chmod(directory, 0o700)
+    try:
+        yield directory
+    finally:
+        for sock in directory.glob("*.sock"):
+            subprocess.run([sys.executable, "-m", "shellper", "--dir", str(directory), "stop", sock.stem],
+                           capture_output=True, timeout=60)
+        shutil.rmtree(directory)
 
 
 def left_in(directory: str | Path) -> list[str]:

@@ -6,31 +6,14 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pexpect
-import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 TIMEOUT = 20.0
-
-
-@pytest.fixture
-def runtime_dir() -> Iterator[Path]:
-    directory = Path(tempfile.mkdtemp(prefix="spd-", dir="/tmp"))
-    os.chmod(directory, 0o700)
-    try:
-        yield directory
-    finally:
-        for sock in directory.glob("*.sock"):  # a session a failed test left: stop it by name
-            subprocess.run([sys.executable, "-m", "shellper", "--dir", str(directory), "stop", sock.stem],
-                           capture_output=True, timeout=60)
-        shutil.rmtree(directory)
 
 
 def _env(directory: Path) -> dict[str, str]:
@@ -39,8 +22,8 @@ def _env(directory: Path) -> dict[str, str]:
     return env
 
 
-def test_demo_leaves_one_session_and_says_how_to_attach_and_stop(runtime_dir: Path) -> None:
-    env = _env(runtime_dir)
+def test_demo_leaves_one_session_and_says_how_to_attach_and_stop(cli_runtime_dir: Path) -> None:
+    env = _env(cli_runtime_dir)
     done = subprocess.run([sys.executable, "-m", "shellper.cli.demo"], capture_output=True, text=True,
                           timeout=120, env=env, cwd=REPO)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -49,7 +32,7 @@ def test_demo_leaves_one_session_and_says_how_to_attach_and_stop(runtime_dir: Pa
     attach = re.search(r"^    (\S.*) attach (demo)$", done.stdout, re.M)
     stop = re.search(r"When you are done:  (.*) stop (demo)$", done.stdout, re.M)
     assert attach and stop, done.stdout
-    assert sorted(p.name for p in runtime_dir.iterdir()) == ["demo.json", "demo.lock", "demo.log", "demo.sock"]
+    assert sorted(p.name for p in cli_runtime_dir.iterdir()) == ["demo.json", "demo.lock", "demo.log", "demo.sock"]
 
     # The advice, followed in a real terminal: attach, type, Ctrl-\ detaches, attach again, stop.
     argv = shlex.split(attach.group(1))
@@ -64,17 +47,17 @@ def test_demo_leaves_one_session_and_says_how_to_attach_and_stop(runtime_dir: Pa
     stopped = subprocess.run([*shlex.split(stop.group(1)), "stop", "demo"], capture_output=True, text=True,
                              timeout=60, env=env, cwd=REPO)
     assert stopped.returncode == 0, stopped.stderr
-    assert not list(runtime_dir.glob("demo.sock"))
+    assert not list(cli_runtime_dir.glob("demo.sock"))
 
 
-def test_a_second_demo_takes_the_next_free_name(runtime_dir: Path) -> None:
-    env = _env(runtime_dir)
-    (runtime_dir / "demo.json").write_text("{}")  # someone's session holds the name
+def test_a_second_demo_takes_the_next_free_name(cli_runtime_dir: Path) -> None:
+    env = _env(cli_runtime_dir)
+    (cli_runtime_dir / "demo.json").write_text("{}")  # someone's session holds the name
     done = subprocess.run([sys.executable, "-m", "shellper.cli.demo"], capture_output=True, text=True,
                           timeout=120, env=env, cwd=REPO)
     assert done.returncode == 0, done.stdout + done.stderr
     assert re.search(r"attach demo-2$", done.stdout, re.M), done.stdout
-    assert (runtime_dir / "demo-2.sock").exists()
+    assert (cli_runtime_dir / "demo-2.sock").exists()
 
 
 def test_the_protocol_demo_shows_every_frame_encoded_and_decoded() -> None:

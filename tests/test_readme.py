@@ -5,15 +5,11 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pexpect
-import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
@@ -27,31 +23,18 @@ def _block(heading: str, language: str) -> str:
     return found.group(1)
 
 
-@pytest.fixture
-def runtime_dir() -> Iterator[Path]:
-    directory = Path(tempfile.mkdtemp(prefix="spr-", dir="/tmp"))
-    os.chmod(directory, 0o700)
-    try:
-        yield directory
-    finally:
-        for sock in directory.glob("*.sock"):  # a session a failed test left: stop it by name
-            subprocess.run([sys.executable, "-m", "shellper", "--dir", str(directory), "stop", sock.stem],
-                           capture_output=True, timeout=60)
-        shutil.rmtree(directory)
-
-
 def _env(directory: Path) -> dict[str, str]:
     bin_dir = str(Path(sys.executable).parent)  # where `pip install .` put the shellper command
     return dict(os.environ, SHELLPER_DIR=str(directory), PATH=f"{bin_dir}:{os.environ['PATH']}",
                 PYTHONPATH=str(REPO))
 
 
-def test_the_quick_start_is_ten_lines_and_works_as_written(runtime_dir: Path) -> None:
+def test_the_quick_start_is_ten_lines_and_works_as_written(cli_runtime_dir: Path) -> None:
     lines = _block("Quick start", "sh").splitlines()
     assert len(lines) <= 10
     commands = [line.split("#", 1)[0].strip() for line in lines]
     assert commands[0].startswith("pip install .")
-    env = _env(runtime_dir)
+    env = _env(cli_runtime_dir)
     attached = 0
     for command, line in zip(commands[1:], lines[1:], strict=True):
         if not command:
@@ -76,12 +59,12 @@ def test_the_quick_start_is_ten_lines_and_works_as_written(runtime_dir: Path) ->
         if argv[1] == "ls":
             assert re.search(r"^[ +] *work\s+running", done.stdout, re.M), done.stdout
     assert attached == 2
-    assert not list(runtime_dir.glob("work.sock"))  # stopped
+    assert not list(cli_runtime_dir.glob("work.sock"))  # stopped
 
 
-def test_the_python_example_runs(runtime_dir: Path) -> None:
+def test_the_python_example_runs(cli_runtime_dir: Path) -> None:
     done = subprocess.run([sys.executable, "-c", _block("From Python", "python")], capture_output=True, text=True,
-                          env=_env(runtime_dir), timeout=60, cwd="/")
+                          env=_env(cli_runtime_dir), timeout=60, cwd="/")
     assert done.returncode == 0, done.stderr
     assert re.search(r"^hello\r?$", done.stdout, re.M), done.stdout
-    assert sorted(p.name for p in runtime_dir.iterdir()) == ["logs"]  # stopped: only its log is kept
+    assert sorted(p.name for p in cli_runtime_dir.iterdir()) == ["logs"]  # stopped: only its log is kept
