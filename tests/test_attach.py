@@ -30,7 +30,7 @@ from typing import Any
 import pexpect
 import psutil
 import pytest
-from conftest import SHELLPER_CLI
+from conftest import SHELLPER_CLI, poll_until
 
 from shellper.cli.attach import DetachKeyError, attach, describe, exit_status, parse_detach_key
 from shellper.protocol import wire
@@ -388,12 +388,9 @@ def test_attach_replays_forwards_input_and_detaches(shared: Sessions) -> None:
 
 def _log_has(path: str, pattern: str, timeout: float = TIMEOUT) -> str:
     """The session log's text once ``pattern`` (a regex) is in it; polled with a deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        text = Path(path).read_text(errors="replace")
-        if re.search(pattern, text) or time.monotonic() > deadline:
-            return text
-        time.sleep(0.02)
+    poll_until(lambda: re.search(pattern, Path(path).read_text(errors="replace")), timeout,
+               what=f"{pattern!r} in {path}")
+    return Path(path).read_text(errors="replace")
 
 
 def test_the_log_records_attach_and_detach_with_role_and_pid(shared: Sessions) -> None:

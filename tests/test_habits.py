@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import SHELLPER_CLI, left_in
+from conftest import SHELLPER_CLI, left_in, poll_until
 from test_attach import BASH, DETACH, PROMPT, TIMEOUT, Sessions, _env, _finish, _wait_gone
 
 
@@ -80,13 +79,12 @@ def test_a_command_without_c_is_refused_with_the_line_that_would_work(sessions: 
 
 
 def _wait_state(sessions: Sessions, name: str, states: tuple[str, ...]) -> dict[str, Any]:
-    deadline = time.monotonic() + TIMEOUT
-    while True:
+    def reached() -> dict[str, Any] | None:
         status: dict[str, Any] = json.loads(sessions.cli("status", name, "--json").stdout)
-        if status["state"] in states:
-            return status
-        assert time.monotonic() < deadline, f"{name} still {status['state']}, not {states}"
-        time.sleep(0.05)
+        return status if status["state"] in states else None
+
+    found: dict[str, Any] = poll_until(reached, TIMEOUT, interval=0.05, what=f"{name} in {states}")
+    return found
 
 
 def test_run_over_a_finished_session_says_so_and_replace_starts_anew(sessions: Sessions) -> None:
@@ -109,10 +107,8 @@ def test_restart_runs_the_command_again(sessions: Sessions) -> None:
     term = sessions.spawn(sessions.cli_args("restart", "again"))
     term.expect(b"restarted again")
     assert _finish(term) == 0
-    deadline = time.monotonic() + TIMEOUT
-    while sessions.cli("tail", "again", "--plain").stdout.count("ran-42") < 2:
-        assert time.monotonic() < deadline, "the command did not run a second time"
-        time.sleep(0.05)
+    poll_until(lambda: sessions.cli("tail", "again", "--plain").stdout.count("ran-42") >= 2, TIMEOUT,
+               interval=0.05, what="the command's second run")
     _adopt(sessions, "again")
 
 
@@ -176,10 +172,8 @@ def test_send_dash_reads_stdin(sessions: Sessions) -> None:
     term.send(b"from-stdin\n")
     term.sendeof()
     assert _finish(term) == 0
-    deadline = time.monotonic() + TIMEOUT
-    while "from-stdin" not in sessions.cli("tail", "in", "--plain").stdout:
-        assert time.monotonic() < deadline, "what send read from stdin did not arrive"
-        time.sleep(0.05)
+    poll_until(lambda: "from-stdin" in sessions.cli("tail", "in", "--plain").stdout, TIMEOUT, interval=0.05,
+               what="what send read from stdin")
 
 
 # ------------------------------------------------------------------------------------ run's line
