@@ -522,6 +522,22 @@ def bare_signal(name: object) -> str | None:
     return bare if bare in SIGNALS else None
 
 
+def check_fields(frame: Frame) -> None:
+    """Raise BadField unless every field of ``frame`` has a value its wire kind allows: what the peer's decoder
+    checks, applied before sending, so a client's mistake is its own error and not a fatal ERROR that costs the
+    connection. DATA is raw bytes and not checked here."""
+    if isinstance(frame, Data):
+        return
+    for f in structs.fields(frame):
+        value = getattr(frame, f.name)
+        if value is None and f.metadata["nullable"]:
+            continue
+        if not _check_kind(f.metadata["kind"], value):
+            key = f.metadata["key"] or f.name
+            want = _KIND_WORDS[f.metadata["kind"]] + (" or nil" if f.metadata["nullable"] else "")
+            raise BadField(f"field {key!r} must be {want}, got {value!r:.60}", frame.TYPE, key)
+
+
 def check_request(frame: Frame) -> None:
     """The ranges a shellper holds RESIZE and STOP to (a violation is a fatal bad_field). Pure, so a
     client can apply the same rules before it sends, and keep its connection."""
