@@ -112,3 +112,16 @@ def test_every_frame_only_the_shellper_sends_is_refused_release_too(sessions: Se
             assert not any(isinstance(e, wire.Pong) for e in before)  # a PONG from a client is ignored
             assert (err.code, err.fatal, err.frame_type) == ("protocol", False, f.TYPE), f
     sessions.stop("s2c")
+
+
+def test_status_reply_carries_the_defined_info_keys_with_their_types(sessions: Sessions) -> None:
+    """PROTOCOL.md 5, STATUS_REPLY: the keys a client may act on are there, of the types the table gives."""
+    sessions.start("info", ["cat"], owner="tower-a")
+    with sessions.connect("info", replay_bytes=0) as tower:
+        reply = tower.request(wire.Status(), wire.StatusReply)
+        assert isinstance(reply, wire.StatusReply)
+        info = reply.info
+        assert isinstance(info["output_held"], bool)
+        assert all(type(info[k]) is int and info[k] >= 0 for k in ("ring_start", "ring_end", "event_seq"))
+        assert type(info["child_pid"]) is int and info["last_exit"] is None and info["owner"] == "tower-a"
+    sessions.stop("info")
