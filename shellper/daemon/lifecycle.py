@@ -113,9 +113,10 @@ class Lifecycle:
         self.child = child
         self.input.attach(child)
         self.output.attach(child)
-        self.journal.set_state(SessionState.RUNNING, "")
+        self.journal.set_state(SessionState.RUNNING, "", announce=False)
         self.log.write(f"spawned pid={child.pid} argv={argv!r}")
         self.journal.event("spawned", {"child_pid": child.pid, "argv": argv})
+        self.journal.announce_state()
         return True
 
     def close_child(self) -> None:
@@ -165,10 +166,13 @@ class Lifecycle:
                        f"{decision.reason}")
         if state is SessionState.BACKOFF:
             self.next_restart_at = time.time() + decision.delay
-        self.journal.set_state(state, decision.reason)  # the exit is on disk before anyone hears of it
+        details = {"restart_at": self.next_restart_at} if state is SessionState.BACKOFF else None
+        # the exit is on disk before anyone hears of it; its state event follows the exit's
+        self.journal.set_state(state, decision.reason, announce=False, details=details)
         exit_frame = wire.Exit.of(record)
         self.registry.send_exit(wire.encode(exit_frame), exit_frame)
         self.journal.event("exited", record.to_wire())
+        self.journal.announce_state()
         if state is SessionState.BACKOFF:
             self.output.notice(f"child {describe_exit(evidence)}; restarting in {decision.delay:.2g} s "
                                f"(restart {decision.restart_count})")
