@@ -176,3 +176,32 @@ def test_a_dead_shellper_is_noticed_at_once(sessions: Sessions, driver: str) -> 
     took = asyncio.run(run_async()) if driver == "async" else run_blocking()
     print(f"stale socket noticed after {took * 1000:.0f} ms ({driver})")
     assert took < 1.0, f"the dead shellper was noticed after {took:.2f} s"
+
+
+def test_a_spawned_child_that_fails_on_its_own_is_a_crash(sessions: Sessions) -> None:
+    """A SPAWN ends the old child on request; the new one that then exits 3 on its own, seconds later,
+    is a crash and is restarted under on-failure (it used to be classed `requested`, and left exited)."""
+    info = sessions.launch("respawn", CAT, policy=RestartPolicy(backoff_initial=0.1, jitter=0.0))
+
+    async def main() -> None:
+        async with AsyncClient(info.socket) as tower:
+            await tower.connect(replay_bytes=0)
+            pid = await tower.spawn(["sh", "-c", "read line; exit 3"])
+            exits: list[wire.Exit] = []
+            async with asyncio.timeout(20):
+                while not any(e.child_pid == pid for e in exits):
+                    frame = await tower.recv()
+                    if isinstance(frame, wire.Exit):
+                        exits.append(frame)
+                    if tower.session_state == "running" and frame is not None and \
+                            isinstance(frame, wire.Event) and frame.kind == "state":
+                        await tower.write(b"go\n")
+            replaced, own = exits
+            assert (replaced.child_pid, replaced.exit_class) == (info.child_pid, "requested")
+            assert (own.code, own.exit_class, own.state) == (3, "crash", "backoff")
+            async with asyncio.timeout(20):  # and it is restarted
+                while not (isinstance(frame := await tower.recv(), wire.Event) and frame.kind == "spawned"):
+                    pass
+            await tower.stop(grace=1.0)
+
+    asyncio.run(main())
