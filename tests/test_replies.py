@@ -3,6 +3,7 @@ what it did or why not, also for bad requests and while the session stops; a ver
 
 from __future__ import annotations
 
+import select
 import time
 from typing import Any
 
@@ -159,3 +160,31 @@ def test_a_reply_is_not_sent_before_the_exit_it_caused(sessions: Sessions) -> No
                 break
         assert kinds == ["exit", "spawned", "reply"]
     sessions.stop("order")
+
+
+def test_a_client_still_writing_reads_the_fatal_error(sessions: Sessions) -> None:
+    """The shellper closes a connection after a fatal ERROR; a client that goes on writing meanwhile must
+    not be cut off by EPIPE before it reads that ERROR: the shellper shuts its side and drains the peer's
+    bytes for a moment (CLOSE_DRAIN) instead of closing at once."""
+    sessions.start("epipe", ["cat"])
+    with raw_socket(sessions.dir / "epipe.sock") as sock:
+        sock.sendall(wire.encode(wire.Hello(version=2, role="tower", replay_bytes=0))
+                     + wire.encode(wire.Resize(cols=0, rows=24)))  # version 2: a fatal bad_field
+        decoder = wire.Decoder()
+        keystroke = wire.encode_data(b"x" * 1024)  # input the client keeps typing meanwhile
+        deadline = time.monotonic() + 10
+        eof = False
+        while not eof:
+            assert time.monotonic() < deadline, "the shellper did not close the connection"
+            sock.sendall(keystroke)  # BrokenPipeError here is the defect
+            while select.select([sock], [], [], 0.005)[0]:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    eof = True
+                    break
+                decoder.feed(chunk)
+        for _ in range(50):  # and right after the end of the stream, too
+            sock.sendall(keystroke)
+        errors = [e for e in decoder.events() if isinstance(e, wire.Error)]
+    assert [(e.code, e.fatal) for e in errors] == [("bad_field", True)]
+    sessions.stop("epipe")
