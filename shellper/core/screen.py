@@ -836,6 +836,17 @@ class Screen:
         lines = list(self.scrollback)
         return lines if count is None else lines[max(0, len(lines) - count):] if count else []
 
+    def behind(self, count: int) -> list[str]:
+        """What lies above the screen a person sees, the last ``count`` lines: the scrollback, and on the
+        alternate screen, the main screen's rows after it (its empty rows at the bottom left out)."""
+        lines = list(self.scrollback)
+        if self.alternate:
+            rows = [_render_row(c, a) for c, a in zip(self.main.chars, self.main.attrs, strict=True)]
+            while rows and not rows[-1]:
+                rows.pop()
+            lines += rows
+        return lines[max(0, len(lines) - count):] if count else []
+
     def render(self, scrollback: int = 0, input_modes: bytes = b"") -> bytes:
         """Bytes that take a terminal of this size, in any state, to this screen.
 
@@ -846,18 +857,19 @@ class Screen:
         """
         out = ["\x1b[r\x1b[?6l\x1b[?7h\x1b[4l\x1b[20l\x1b(B\x1b)B\x0f\x1b[0m\x1b[?1049l\x1b[H\x1b[2J"]
         history = self.history(scrollback)
-        main_rows = [_render_row(c, a) for c, a in zip(self.main.chars, self.main.attrs, strict=True)]
+        main_cursor = self.saved[False] if self.alternate else self.cursor
+        main_rows = [_render_row(c, a, main_cursor.x if y == main_cursor.y else 0)
+                     for y, (c, a) in enumerate(zip(self.main.chars, self.main.attrs, strict=True))]
         if history:
             out.append("\r\n".join(history + main_rows))
         else:
             for y, row in enumerate(main_rows):
                 if row:
                     out.append(f"\x1b[{y + 1}H{row}")
-        main_cursor = self.saved[False] if self.alternate else self.cursor
         if self.alternate:
             out.append(f"\x1b[{main_cursor.y + 1};{main_cursor.x + 1}H\x1b[?1049h\x1b[H\x1b[2J")
             for y, (c, a) in enumerate(zip(self.alt.chars, self.alt.attrs, strict=True)):
-                row = _render_row(c, a)
+                row = _render_row(c, a, self.cursor.x if y == self.cursor.y else 0)
                 if row:
                     out.append(f"\x1b[{y + 1}H{row}")
         cur = self.cursor
@@ -894,12 +906,14 @@ def _width(ch: str) -> int:
     return 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
 
 
-def _render_row(chars: list[str], attrs: list[str]) -> str:
-    """One row as text with SGR sequences; trailing default blanks dropped."""
+def _render_row(chars: list[str], attrs: list[str], keep: int = 0) -> str:
+    """One row as text with SGR sequences; trailing default blanks dropped, except the first ``keep`` cells
+    (the cursor's row keeps the blanks before the cursor: a prompt's "$ " stays as the shell wrote it)."""
     if not any(attrs):
-        return "".join(chars).rstrip(" ")
+        text = "".join(chars).rstrip(" ")
+        return text + " " * (keep - len(text)) if keep > len(text) else text
     end = len(chars)
-    while end and chars[end - 1] == _BLANK and not attrs[end - 1]:
+    while end > keep and chars[end - 1] == _BLANK and not attrs[end - 1]:
         end -= 1
     out, current = [], ""
     for ch, attr in zip(chars[:end], attrs[:end], strict=True):

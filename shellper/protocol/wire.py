@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
     _T = TypeVar("_T")
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 """Version spoken by this codec. Version 1 was the original's JSON framing, which we do not serve."""
 MIN_PROTOCOL_VERSION = 2
 HEADER = struct.Struct(">BI")
@@ -59,6 +59,8 @@ class FrameType(IntEnum):
     STOP = 0x0F
     GAP = 0x10
     RELEASE = 0x11
+    SCREEN = 0x13
+    SCREEN_REPLY = 0x14
 
 
 # --------------------------------------------------------------------------------------------- errors
@@ -322,6 +324,9 @@ class Hello(Frame):
     """True: this HELLO's bytes carry the client's terminal (one fd, SCM_RIGHTS) for the shellper to use."""
     detach_byte: int | None = wfield("uint", nullable=True, default=None)
     """With ``terminal``: the byte that, typed, ends the attach (the shellper watches the input for it)."""
+    rendered: int | None = wfield("uint", nullable=True, default=None)
+    """Version 3, a terminal or viewer: replay the rendered screen instead of bytes, after up to this many
+    lines of the main screen's scrollback (protocol/PROTOCOL.md, 8.5)."""
 
 
 @_frame
@@ -398,6 +403,40 @@ class Status(Frame):
 
 
 @_frame
+class Screen(Frame):
+    """Version 3: a request for the rendered screen (a SCREEN_REPLY echoing ``id``)."""
+
+    TYPE = FrameType.SCREEN
+    id: int | None = wfield("uint", nullable=True, default=None)
+    format: str = wfield("str", default="text")
+    """``text``: plain rows; ``ansi``: rows with SGR sequences (colours, bold...)."""
+    scrollback: int = wfield("uint", default=0)
+    """How many of the main screen's scrollback lines to add, at most."""
+
+
+SCREEN_FORMATS = ("text", "ansi")
+
+
+@_frame
+class ScreenReply(Frame):
+    """The screen of the moment: what a terminal attached now would show, at output ``offset``."""
+
+    TYPE = FrameType.SCREEN_REPLY
+    offset: int = wfield("uint")
+    cols: int = wfield("uint")
+    rows: int = wfield("uint")
+    lines: list[str] = wfield("str_list", default=[])
+    cursor_x: int = wfield("uint", default=0)
+    cursor_y: int = wfield("uint", default=0)
+    cursor_visible: bool = wfield("bool", default=True)
+    alternate: bool = wfield("bool", default=False)
+    title: str = wfield("str", default="")
+    scrollback: list[str] = wfield("str_list", default=[])
+    format: str = wfield("str", default="text")
+    id: int | None = wfield("uint", nullable=True, default=None)
+
+
+@_frame
 class StatusReply(Frame):
     """The answer to STATUS: the session state and a map of details (pids, ring, clients, exits)."""
 
@@ -448,7 +487,7 @@ _DATA_TYPE = int(FrameType.DATA)
 FRAME_CLASSES: dict[int, type[Frame]] = {
     cls.TYPE: cls
     for cls in (Data, Resize, Signal, Exit, Replay, Ping, Pong, Hello, Welcome, Spawn, Error, Event, Status,
-                StatusReply, Stop, Gap, Release)
+                StatusReply, Stop, Gap, Release, Screen, ScreenReply)
 }
 
 
@@ -491,6 +530,8 @@ def check_request(frame: Frame) -> None:
             if not terminal_size_in_range(value, 1):
                 raise BadField(f"{name}: size {frame.cols}x{frame.rows} is outside {TERMINAL_SIZE_RANGE}", frame.TYPE,
                                name)
+    elif isinstance(frame, Screen) and frame.format not in SCREEN_FORMATS:
+        raise BadField(f"format {frame.format!r} is not one of {', '.join(SCREEN_FORMATS)}", frame.TYPE, "format")
     elif isinstance(frame, Stop) and frame.grace is not None:
         grace = frame.grace
         if isinstance(grace, bool) or not isinstance(grace, int | float) or not (math.isfinite(grace) and grace >= 0):

@@ -75,6 +75,12 @@ def test_scrollback_keeps_main_screen_lines_only_and_is_bounded() -> None:
     assert s.history(3) == ["23", "24", "25"] and s.history(0) == []
 
 
+def test_behind_adds_the_main_screen_under_an_alternate_one() -> None:
+    s = fed(b"".join(b"%d\r\n" % i for i in range(8)) + b"\x1b[?1049hfull screen")
+    assert [plain_line(line) for line in s.behind(5)] == ["3", "4", "5", "6", "7"]
+    assert s.behind(0) == [] and "full screen" in s.lines()
+
+
 def test_sgr_is_kept_per_cell_and_rendered() -> None:
     s = fed(b"\x1b[1;31mred\x1b[0m \x1b[38;5;200mX\x1b[48;2;1;2;3mY\x1b[m z")
     assert s.ansi_lines()[0] == "\x1b[0;1;31mred\x1b[0m \x1b[0;38;5;200mX\x1b[0;38;5;200;48;2;1;2;3mY\x1b[0m z"
