@@ -76,7 +76,7 @@ def _source_bytes() -> bytes:
 
 
 class Emulator:
-    def __init__(self, lib: str) -> None:
+    def __init__(self, lib: str, scrollback: bool = True) -> None:
         self.lib = lib
         if lib == "shellper":
             from shellper.core.screen import Screen
@@ -93,7 +93,8 @@ class Emulator:
             self.feed = self.t.process
         elif lib == "evp":
             import evp
-            self.t = evp.Terminal(COLS, ROWS, max_scrollback_bytes=200_000)
+            # Its plain formatter writes the scrollback too: the screen alone needs none.
+            self.t = evp.Terminal(COLS, ROWS, max_scrollback_bytes=200_000 if scrollback else 0)
             self.feed = self.t.feed
         else:
             raise SystemExit(f"unknown emulator {lib}")
@@ -124,7 +125,7 @@ def _rss_kib() -> int:
 def run_lib(lib: str) -> dict[str, Any]:
     out: dict[str, Any] = {"lib": lib, "python": sys.version.split()[0], "cases": {}, "mib_s": {}}
     for name, data in CASES.items():
-        emu = Emulator(lib)
+        emu = Emulator(lib, scrollback=False)
         try:
             for i in range(0, len(data), 4096):
                 emu.feed(data[i:i + 4096])

@@ -50,9 +50,10 @@ _TOKEN = re.compile(
     re.S,
 )
 _PARTIAL = re.compile(r"\x1b(?:\[[\x20-\x3f]*|\][^\x07\x1b]*\x1b?|[P_^X][^\x1b]*\x1b?|[\x20-\x2f]*)\Z")
-_NOT_PLAIN = re.compile(r"[^\x20-\x7e\n]")
-"""What stops fast-forwarding: anything but printable ASCII and line feeds (see _fast_forward)."""
 _SGR_ONLY = re.compile(r"\x1b\[[0-9;:]*m")
+_PLAIN_BYTES = bytes(range(0x20, 0x7F)) + b"\r\n"
+_SGR_BYTES = re.compile(rb"\x1b\[[0-9;:]*m")
+"""What a batch of plain text is made of (a carriage return only before a line feed)."""
 
 _DEC_GRAPHICS = str.maketrans(dict(zip(
     "`abcdefghijklmnopqrstuvwxyz{|}~_",
@@ -261,6 +262,8 @@ class Screen:
 
     def feed(self, data: bytes) -> None:
         """Take output bytes (any split: escape sequences and UTF-8 characters may straddle feeds)."""
+        if len(data) >= FAST_FORWARD_MIN and not self._carry and not self._decoder.getstate()[0]:
+            data = self._fast_forward_bytes(data)
         text = self._carry + self._decoder.decode(data)
         self._carry = ""
         esc = text.rfind("\x1b")
@@ -291,6 +294,63 @@ class Screen:
             elif m.group(5) is not None:
                 self._osc(m.group(5))
 
+    def _fast_forward_bytes(self, data: bytes) -> bytes:
+        """:meth:`_fast_forward` for a batch of plain ASCII text, line feeds and SGR sequences (the usual
+        flood, a coloured log), done on the bytes: the skipped part is never decoded, only counted."""
+        if self.top != 0 or self.bottom != self.rows - 1 or data.count(b"\r") != data.count(b"\r\n"):
+            return data
+        escapes = data.translate(None, _PLAIN_BYTES)  # what is left of plain text and SGR: ESC alone
+        if escapes and (escapes.count(b"\x1b") != len(escapes)
+                        or len(_SGR_BYTES.findall(data)) != len(escapes)):
+            return data
+        cut = len(data)
+        for _ in range(self.rows + self.scrollback_lines + 1):
+            cut = data.rfind(b"\n", 0, cut)
+            if cut < 0:
+                return data
+        if data.count(b"\n", 0, cut) < self.rows:
+            return data
+        crlf = data.rfind(b"\r\n", 0, cut + 1)
+        x, pending = (0, False) if crlf >= 0 else (self.cursor.x, self.cursor.pending)
+        start = crlf + 2 if crlf >= 0 else 0
+        written = (cut + 1 - start) - data.count(b"\n", start, cut + 1)
+        attr = self.cursor.attr
+        if escapes:
+            written -= sum(map(len, _SGR_BYTES.findall(data, start, cut + 1)))
+            attr = self._sgr_at(data, cut + 1, attr)
+        self._jump(x, pending, written, attr)
+        return data[cut + 1:]
+
+    def _sgr_at(self, data: bytes, end: int, attr: str) -> str:
+        """The SGR in effect at ``end`` of plain text with SGR sequences that started with ``attr``: only
+        the sequences after the last full reset count."""
+        reset = max(data.rfind(b"\x1b[0m", 0, end), data.rfind(b"\x1b[m", 0, end))
+        if reset >= 0:
+            attr, start = "", reset
+        else:
+            start = 0
+        for sgr in _SGR_BYTES.findall(data, start, end):
+            attr = self._sgr(attr, sgr[2:-1].decode("ascii"))
+        return attr
+
+    def _jump(self, x: int, pending: bool, written: int, attr: str) -> None:
+        """Fast-forwarding's end: the cursor at the bottom row, ``written`` characters after (x, pending)
+        without a carriage return, and a screen and scrollback of nothing from before."""
+        # A line feed leaves the column and a pending wrap as they are, so the cursor's place depends only on
+        # how many characters were written since the last carriage return: no need to step line by line.
+        cols = self.cols
+        if self.autowrap:
+            p = (cols if pending else x) + written  # a pending wrap is the column just past the last one
+            x, pending = (cols - 1, True) if p and p % cols == 0 else (p % cols, False)
+        else:
+            x = min(cols - 1, x + written)
+        self.cursor.x, self.cursor.y, self.cursor.pending, self.cursor.attr = x, self.rows - 1, pending, attr
+        grid = self.grid
+        for r in range(self.rows):
+            grid.chars[r], grid.attrs[r] = grid.blank_row(self._erase_attr())
+        if grid is self.main:
+            self.scrollback.clear()
+
     def _fast_forward(self, text: str) -> str:
         """Skip the part of a long plain-text tail whose effect cannot be seen any more.
 
@@ -320,7 +380,8 @@ class Screen:
             return text
         # \r is common (onlcr): it may stand only in \r\n, which leaves column 0.
         stripped = _SGR_ONLY.sub("", plain) if "\x1b" in plain else plain
-        if _NOT_PLAIN.search(stripped.replace("\r\n", "\n")) is not None:
+        bare = stripped.replace("\r\n", "").replace("\n", "")
+        if not (bare.isascii() and bare.isprintable()):  # C loops: a regex search is several times slower
             return text
         # The cut: after the K-th line feed from the end, with the cursor surely at the bottom before it.
         keep = self.rows + self.scrollback_lines + 1
@@ -337,34 +398,12 @@ class Screen:
             for sgr in _SGR_ONLY.findall(skipped):
                 attr = self._sgr(attr, sgr[2:-1])
             skipped = _SGR_ONLY.sub("", skipped)
-        # Column at the cut: from the last \r\n before it (column 0), else by stepping every line.
+        # Column at the cut: from the last \r\n before it (column 0), else from where the cursor was.
         x, pending = self.cursor.x, self.cursor.pending
         crlf = skipped.rfind("\r\n")
         if crlf >= 0:
             x, pending, skipped = 0, False, skipped[crlf + 2:]
-        cols, wrap = self.cols, self.autowrap
-        for n in map(len, skipped.split("\n")[:-1]):  # a line feed leaves the column and a pending wrap
-            if n:
-                if pending and wrap:
-                    x, pending = 0, False
-                if wrap:
-                    total = x + n
-                    if total >= cols:
-                        x = (total - 1) % cols
-                        pending = x == cols - 1
-                        if not pending:
-                            x += 1
-                    else:
-                        x = total
-                else:
-                    x = min(cols - 1, x + n)
-        # Jump: the screen and scrollback are gone, the cursor at the bottom row.
-        grid = self.grid
-        self.cursor.x, self.cursor.y, self.cursor.pending, self.cursor.attr = x, self.rows - 1, pending, attr
-        for r in range(self.rows):
-            grid.chars[r], grid.attrs[r] = grid.blank_row(self._erase_attr())
-        if grid is self.main:
-            self.scrollback.clear()
+        self._jump(x, pending, len(skipped) - skipped.count("\n"), attr)
         return plain[cut + 1:]
 
     # --------------------------------------------------------------------------------------- drawing

@@ -1,8 +1,8 @@
 """The session's screen model, fed from the ring off the hot path (shellper.core.screen does the emulation).
 
 Output is not fed as it arrives: the model reads the ring in batches, when a terminal attaches or a
-SCREEN request or a resize needs it, and before the ring would overwrite bytes it has not seen (at half
-the ring, so a batch is large and fast-forwarding a flood to its last screens pays). A keystroke's echo
+SCREEN request or a resize needs it, and before the ring would overwrite bytes it has not seen (at three
+quarters of the ring, so a batch is large and fast-forwarding a flood to its last screens pays). A keystroke's echo
 costs one comparison; an idle session costs nothing. The figures: bench/NOTES.md, "A screen model".
 """
 
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from shellper.core.ring import Scrollback
     from shellper.core.screen import Screen
 
-FEED_CHUNK = 4 * 1024 * 1024
+FEED_CHUNK = 8 * 1024 * 1024
 """Bytes given to the emulator at once while catching up (larger batches fast-forward floods better)."""
 
 
@@ -29,8 +29,9 @@ class ScreenModel:
         self.ring = ring
         self.fed = ring.end
         """The output offset the model has seen up to."""
-        self.limit = max(1, capacity // 2)
-        """Backlog at which output is fed before more is appended (well before the ring trims it)."""
+        self.limit = max(1, capacity - capacity // 4)
+        """Backlog at which output is fed before more is appended: a quarter of the ring before it trims
+        (the ring may trim up to 4 KiB early, and an append is at most 64 KiB)."""
         self.cols, self.rows = cols, rows
         self._screen: Screen | None = None
         """Made on first use: a session nobody looks at never pays for the emulator's import."""
