@@ -157,3 +157,22 @@ def test_screen_and_tail_plain_show_what_a_person_sees(sessions: Sessions) -> No
     tail = sessions.cli("tail", "scr", "--plain").stdout
     assert tail == "".join(f"row {i}\n" for i in range(40)) + "red plain\n"
     assert sessions.cli("tail", "scr", "--plain", "-n", "2").stdout == "row 39\nred plain\n"
+
+
+def test_a_bigger_terminal_gets_the_screen_drawn_at_its_size(sessions: Sessions) -> None:
+    program = ("import sys\nsys.stdout.write('\\x1b[2;10r' + ''.join('row %d\\r\\n' % i for i in range(30)) + 'end')\n"
+               "sys.stdout.flush()\nsys.stdin.readline()\n")
+    sessions.run("big", sys.executable, "-c", program)
+    watch = sessions.follow("big")
+    watch.expect("end")
+    term = sessions.attach("big", dimensions=(30, 100))
+    received = io.BytesIO()
+    term.logfile_read = received
+    term.expect(re.escape(b"\x1b[?25h"))
+    info = json.loads(sessions.cli("screen", "big", "--json").stdout)
+    if "--relay" not in sessions.attach_opts:  # handed over: the size is the terminal's before the drawing
+        assert (info["cols"], info["rows"]) == (100, 30)
+        shown = render(received.getvalue(), 100, 30)
+        assert shown == info["lines"]
+        assert "end" in shown
+    detach(term)

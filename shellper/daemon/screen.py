@@ -23,7 +23,7 @@ FEED_CHUNK = 8 * 1024 * 1024
 class ScreenModel:
     """The screen of the session's output up to ``fed``, caught up on demand."""
 
-    __slots__ = ("_screen", "cols", "fed", "limit", "ring", "rows")
+    __slots__ = ("_fed_size", "_resizes", "_screen", "cols", "fed", "limit", "ring", "rows")
 
     def __init__(self, ring: Scrollback, capacity: int, cols: int = 80, rows: int = 24) -> None:
         self.ring = ring
@@ -33,8 +33,13 @@ class ScreenModel:
         """Backlog at which output is fed before more is appended: a quarter of the ring before it trims
         (the ring may trim up to 4 KiB early, and an append is at most 64 KiB)."""
         self.cols, self.rows = cols, rows
+        """The session's size now."""
+        self._fed_size = (cols, rows)
+        """The size the output up to ``fed`` was drawn at (the emulator's, once it exists)."""
         self._screen: Screen | None = None
         """Made on first use: a session nobody looks at never pays for the emulator's import."""
+        self._resizes: list[tuple[int, int, int]] = []
+        """(offset, cols, rows) of size changes not applied yet: output before each is drawn at the old size."""
 
     def before_append(self, size: int) -> None:
         """``size`` bytes are about to be appended to the ring: catch up first if they could push unseen
@@ -52,7 +57,7 @@ class ScreenModel:
         """The emulator, without catching up."""
         if self._screen is None:
             from shellper.core.screen import Screen
-            self._screen = Screen(self.cols, self.rows)
+            self._screen = Screen(*self._fed_size)
         return self._screen
 
     def catch_up(self) -> Screen:
@@ -63,21 +68,37 @@ class ScreenModel:
             self._screen = None
             screen = self.screen_now()
             self.fed = ring.start
-        while self.fed < ring.end:
-            chunk = ring.read(self.fed, FEED_CHUNK)
+        resizes, self._resizes = self._resizes, []
+        for offset, cols, rows in resizes:
+            self._feed_to(screen, offset)
+            screen.resize(cols, rows)
+            self._fed_size = (cols, rows)
+        self._feed_to(screen, ring.end)
+        return screen
+
+    def _feed_to(self, screen: Screen, end: int) -> None:
+        ring = self.ring
+        while self.fed < end:
+            chunk = ring.read(self.fed, min(FEED_CHUNK, end - self.fed))
             if not chunk.data:
                 break
             screen.feed(chunk.data)
             self.fed = chunk.offset + len(chunk.data)
-        return screen
 
     def resize(self, cols: int, rows: int) -> None:
-        """The session's terminal changed size: what came before is drawn at the old size first."""
+        """The session's terminal changed size: output before now is drawn at the old size, at the next
+        catch-up (a window being dragged costs a tuple per SIGWINCH, not an emulation of the backlog)."""
         if (cols, rows) == (self.cols, self.rows):
             return
-        if self._screen is not None or self.fed < self.ring.end:
-            self.catch_up().resize(cols, rows)
         self.cols, self.rows = cols, rows
+        if self.fed == self.ring.end and not self._resizes:
+            if self._screen is not None:
+                self._screen.resize(cols, rows)
+            self._fed_size = (cols, rows)
+            return
+        self._resizes.append((self.ring.end, cols, rows))
+        if len(self._resizes) > 64:
+            self.catch_up()
 
     def input_modes(self) -> bytes:
         """The input modes in effect now (mouse, bracketed paste, focus, keypad), from the ring's tracker:

@@ -148,3 +148,39 @@ def test_resize_keeps_the_bottom_and_moves_rows_to_the_scrollback() -> None:
     assert [plain_line(line) for line in s.history()][-3:] == ["0", "1", "2"]
     s.resize(30, 6)
     assert s.lines() == ["3", "4", "5", "", "", ""] and (s.cols, s.rows, s.bottom) == (30, 6, 5)
+
+
+def _model_and_direct(steps: list[tuple[str, object]], capacity: int = 64 * 1024) -> tuple[Screen, Screen]:
+    """The same output and resizes through the daemon's ScreenModel (fed from a ring, late) and straight."""
+    from shellper.core.ring import Scrollback
+    from shellper.daemon.screen import ScreenModel
+
+    ring = Scrollback(capacity)
+    model = ScreenModel(ring, capacity, 20, 5)
+    direct = Screen(20, 5)
+    for kind, value in steps:
+        if kind == "out":
+            assert isinstance(value, bytes)
+            model.before_append(len(value))
+            ring.append(value)
+            model.after_append(ring.end - len(value), value)
+            direct.feed(value)
+            assert model.fed >= ring.start, "the ring dropped bytes the model had not seen"
+        else:
+            assert isinstance(value, tuple)
+            model.resize(*value)
+            direct.resize(*value)
+    return model.catch_up(), direct
+
+
+@pytest.mark.parametrize("steps", [
+    [("out", b"abc\r\n" * 3), ("size", (10, 3)), ("out", b"0123456789xy"), ("size", (30, 6)), ("out", b"!")],
+    [("size", (12, 4)), ("out", b"before any output is seen"), ("size", (12, 4)), ("size", (8, 2))],
+    [("out", b"".join(b"\x1b[3%dmline %d\x1b[0m\r\n" % (i % 8, i) for i in range(20000))), ("size", (15, 5)),
+     ("out", b"\x1b[?1049h" + b"frame\r\n" * 5000), ("out", b"x" * 100_000)],
+], ids=["resizes between output", "resizes with no output yet", "more than the ring, and one huge append"])
+def test_the_daemon_model_sees_every_byte_at_the_size_it_was_drawn(steps: list[tuple[str, object]]) -> None:
+    model, direct = _model_and_direct(steps)
+    assert model.ansi_lines() == direct.ansi_lines() and (model.cols, model.rows) == (direct.cols, direct.rows)
+    assert (model.cursor.x, model.cursor.y) == (direct.cursor.x, direct.cursor.y)
+    assert model.history() == direct.history()
