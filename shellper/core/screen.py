@@ -27,6 +27,12 @@ from collections import deque
 
 from shellper.core.defaults import SCREEN_SCROLLBACK_LINES
 
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
+if TYPE_CHECKING:
+    from typing import TypeVar
+
+    _Text = TypeVar("_Text", str, bytes)
+
 __all__ = ["SCROLLBACK_LINES", "Screen", "plain_line"]
 
 SCROLLBACK_LINES = SCREEN_SCROLLBACK_LINES
@@ -303,23 +309,46 @@ class Screen:
         if escapes and (escapes.count(b"\x1b") != len(escapes)
                         or len(_SGR_BYTES.findall(data)) != len(escapes)):
             return data
-        cut = len(data)
-        for _ in range(self.rows + self.scrollback_lines + 1):
-            cut = data.rfind(b"\n", 0, cut)
-            if cut < 0:
-                return data
-        if data.count(b"\n", 0, cut) < self.rows:
+        cut = self._cut(data, b"\n", b"\x1b", b"\r")
+        if cut < 0:
             return data
-        crlf = data.rfind(b"\r\n", 0, cut + 1)
+        crlf = data.rfind(b"\r\n", 0, cut)
         x, pending = (0, False) if crlf >= 0 else (self.cursor.x, self.cursor.pending)
         start = crlf + 2 if crlf >= 0 else 0
-        written = (cut + 1 - start) - data.count(b"\n", start, cut + 1)
+        written = (cut - start) - data.count(b"\n", start, cut)
         attr = self.cursor.attr
         if escapes:
-            written -= sum(map(len, _SGR_BYTES.findall(data, start, cut + 1)))
-            attr = self._sgr_at(data, cut + 1, attr)
+            written -= sum(map(len, _SGR_BYTES.findall(data, start, cut)))
+            attr = self._sgr_at(data, cut, attr)
         self._jump(x, pending, written, attr)
-        return data[cut + 1:]
+        return data[cut:]
+
+    def _cut(self, buf: _Text, lf: _Text, esc: _Text, cr: _Text) -> int:
+        """Where a tail of plain text begins that surely scrolls all that came before it out of the screen
+        and the scrollback (-1: the text has no such tail). It must advance the cursor by a row at least
+        ``2 * rows + scrollback`` times (a row for the stale rows below the cursor, a row for the screen,
+        the scrollback): each line feed does, and each ``cols`` characters of a line without escape
+        sequences wrap at least once more. A pattern without any line feed is cut inside its line."""
+        need = 2 * self.rows + self.scrollback_lines + 1
+        cols, advances, end = self.cols, 0, len(buf)
+        while True:
+            lf_at = buf.rfind(lf, 0, end)
+            length = end - lf_at - 1
+            if length and buf[end - 1:end] == cr:
+                length -= 1
+            wraps = 0
+            if self.autowrap and length > cols and buf.find(esc, lf_at + 1, end) < 0:
+                wraps = (length - 1) // cols
+                left = need - advances
+                if wraps >= left:  # within this line: a tail of left * cols + 1 characters wraps left times
+                    return end - (end - lf_at - 1 - length) - (left * cols + 1)
+            advances += wraps
+            if lf_at < 0:
+                return -1
+            advances += 1
+            if advances >= need:  # the tail starts with this line feed (and the CR before it, if any)
+                return lf_at - 1 if lf_at and buf[lf_at - 1:lf_at] == cr else lf_at
+            end = lf_at
 
     def _sgr_at(self, data: bytes, end: int, attr: str) -> str:
         """The SGR in effect at ``end`` of plain text with SGR sequences that started with ``attr``: only
@@ -383,16 +412,10 @@ class Screen:
         bare = stripped.replace("\r\n", "").replace("\n", "")
         if not (bare.isascii() and bare.isprintable()):  # C loops: a regex search is several times slower
             return text
-        # The cut: after the K-th line feed from the end, with the cursor surely at the bottom before it.
-        keep = self.rows + self.scrollback_lines + 1
-        cut = len(plain)
-        for _ in range(keep):
-            cut = plain.rfind("\n", 0, cut)
-            if cut < 0:
-                return text
-        if plain.count("\n", 0, cut) < self.rows:
+        cut = self._cut(plain, "\n", "\x1b", "\r")
+        if cut < 0:
             return text
-        skipped = plain[:cut + 1]
+        skipped = plain[:cut]
         attr = self.cursor.attr
         if "\x1b" in skipped:
             for sgr in _SGR_ONLY.findall(skipped):
@@ -404,7 +427,7 @@ class Screen:
         if crlf >= 0:
             x, pending, skipped = 0, False, skipped[crlf + 2:]
         self._jump(x, pending, len(skipped) - skipped.count("\n"), attr)
-        return plain[cut + 1:]
+        return plain[cut:]
 
     # --------------------------------------------------------------------------------------- drawing
 
