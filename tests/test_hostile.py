@@ -56,7 +56,8 @@ from tower_client.reconcile import (
 
 VECTORS = ROOT / "protocol" / "vectors"
 CLIENT_FRAMES = {wire.FrameType.DATA, wire.FrameType.RESIZE, wire.FrameType.SIGNAL, wire.FrameType.SPAWN,
-                 wire.FrameType.STOP, wire.FrameType.STATUS, wire.FrameType.PING, wire.FrameType.PONG}
+                 wire.FrameType.STOP, wire.FrameType.STATUS, wire.FrameType.PING, wire.FrameType.PONG,
+                 wire.FrameType.SCREEN}
 TOWER_ONLY = {wire.FrameType.SIGNAL, wire.FrameType.SPAWN, wire.FrameType.STOP}
 
 
@@ -86,7 +87,7 @@ def judge(stream: bytes, ring_low: int, ring_high: int) -> Verdict:
     v = Verdict()
     dec = wire.Decoder()
     dec.feed(stream)
-    role = ""
+    role, version = "", 0
     try:
         while (ev := dec.next_event()) is not None:
             if isinstance(ev, wire.Skipped):
@@ -108,7 +109,7 @@ def judge(stream: bytes, ring_low: int, ring_high: int) -> Verdict:
                 elif ev.resume_from is not None and ev.resume_from > ring_low:
                     v.skip = "resume_from near the ring end"
                 else:
-                    v.registered, role = True, ev.role
+                    v.registered, role, version = True, ev.role, min(ev.version, wire.PROTOCOL_VERSION)
                 if v.fatal or v.skip:
                     return v
                 continue
@@ -127,6 +128,14 @@ def judge(stream: bytes, ring_low: int, ring_high: int) -> Verdict:
                 v.answers.append(("pong", ev.nonce))
             elif isinstance(ev, wire.Status):
                 v.answers.append(("status",))
+            elif isinstance(ev, wire.Screen):  # version 3 (PROTOCOL.md 0x13)
+                if version < 3:
+                    v.answers.append(("error", "protocol", int(kind)))
+                elif ev.format not in wire.SCREEN_FORMATS:
+                    v.fatal = "bad_field"
+                    return v
+                else:
+                    v.answers.append(("screen", ev.id))
     except wire.ProtocolError as exc:
         v.fatal = exc.code
         return v
@@ -141,6 +150,8 @@ def answers_of(frames: list[wire.DecodedEvent]) -> list[tuple[Any, ...]]:
             out.append(("pong", f.nonce))
         elif isinstance(f, wire.StatusReply):
             out.append(("status",))
+        elif isinstance(f, wire.ScreenReply):
+            out.append(("screen", f.id))
         elif isinstance(f, wire.Error) and not f.fatal:
             out.append(("error", f.code, f.frame_type))
     return out

@@ -39,6 +39,10 @@ SCROLLBACK_LINES = SCREEN_SCROLLBACK_LINES
 """Main-screen lines kept above the screen (tmux keeps 2000 by default); each is kept rendered, as
 ANSI text, so it costs about its visible length."""
 
+MAX_COLS, MAX_ROWS = 1000, 500
+"""The largest screen modelled: a PTY may be 65535 x 65535, but a model of that would need billions of
+cells. A bigger terminal is drawn this much of the screen (its top left); 2 x 500,000 cells at most."""
+
 CARRY_MAX = 4096
 """Longest unfinished escape sequence kept between feeds; a longer one (a huge OSC) is dropped."""
 
@@ -239,6 +243,7 @@ class Screen:
     """The screen a terminal of ``cols`` x ``rows`` shows after the bytes given to :meth:`feed`."""
 
     def __init__(self, cols: int = 80, rows: int = 24, scrollback_lines: int = SCROLLBACK_LINES) -> None:
+        cols, rows = max(1, min(cols, MAX_COLS)), max(1, min(rows, MAX_ROWS))
         self.cols, self.rows = cols, rows
         self.main = _Grid(cols, rows)
         self.alt = _Grid(cols, rows)
@@ -865,6 +870,7 @@ class Screen:
 
     def resize(self, cols: int, rows: int) -> None:
         """The terminal was resized (no reflow: rows are cut or padded, as tmux without reflow)."""
+        cols, rows = max(1, min(cols, MAX_COLS)), max(1, min(rows, MAX_ROWS))
         if (cols, rows) == (self.cols, self.rows):
             return
         cur = self.cursor

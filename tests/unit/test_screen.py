@@ -146,6 +146,13 @@ def test_render_redraws_the_same_screen(data: bytes) -> None:
     assert (screen.cursor.x, screen.cursor.y) == (original.cursor.x, original.cursor.y)
 
 
+def test_a_huge_terminal_is_modelled_up_to_a_bound() -> None:
+    s = Screen(65535, 65535)
+    s.feed(b"x")
+    s.resize(65535, 3)
+    assert (s.cols, s.rows) == (screen_module.MAX_COLS, 3) and s.lines()[0] == "x"
+
+
 def test_resize_keeps_the_bottom_and_moves_rows_to_the_scrollback() -> None:
     s = fed(b"".join(b"%d\r\n" % i for i in range(5)) + b"5")
     s.resize(10, 3)
