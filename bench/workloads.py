@@ -47,6 +47,9 @@ DTACH_CLEAR = b"\x1b[H\x1b[J"
 """What ``dtach -a`` writes once it is in raw mode, just before it asks the master to attach it."""
 KINDS = ("raw", "dtach", "shellper")
 
+BANNER_TEXT = BANNER.rstrip(b"\n")
+"""What an attach shows of the banner: a rendered replay draws its text, not its newline."""
+
 
 @dataclass
 class Settings:
@@ -115,7 +118,9 @@ def attach(lab: Lab, kind: str, mode: list[str]) -> Attached:
         return Attached(kind, term, name, pid, proc.pid)
     info = lab.shellpers.start(name, child_argv(*mode, "--banner"))
     proc = term.spawn(lab.shellpers.attach_argv(name))
-    term.read_until(BANNER, timeout=30)  # replayed or live: the client shows output, so it is attached
+    # Replayed (drawn from the screen model: the banner's text, then the cursor placed) or live: the client
+    # shows output, so it is attached.
+    term.read_until(BANNER_TEXT, timeout=30)
     return Attached(kind, term, name, info.pid, proc.pid)
 
 
@@ -307,7 +312,7 @@ def replay(lab: Lab, s: Settings) -> dict[str, Any]:
         try:
             t0 = time.perf_counter()
             term.spawn(lab.shellpers.attach_argv(name))
-            startup.append(term.read_until(BANNER, timeout=30).done_at - t0)
+            startup.append(term.read_until(BANNER_TEXT, timeout=30).done_at - t0)
         finally:
             lab.release(term)
             lab.shellpers.stop(name)

@@ -88,8 +88,9 @@ def test_tail_into_a_pipe_adds_nothing_to_the_output(screen: Sessions) -> None:
 def test_tail_lines(screen: Sessions) -> None:
     term = terminal(screen.dir, "tail", "-n", "3", "--plain", "scr")
     term.expect(pexpect.EOF)
-    assert term.before.replace(b"\r\n", b"\n") == b"row 49\nrow 50\nSCREEN-UP"
-    assert cli(screen.dir, "tail", "--lines", "2", "--plain", "scr").stdout == "row 50\nSCREEN-UP"
+    # --plain: the text a person sees, line by line (the main screen's, then the full-screen program's)
+    assert term.before.replace(b"\r\n", b"\n") == b"row 49\nrow 50\nSCREEN-UP\n"
+    assert cli(screen.dir, "tail", "--lines", "2", "--plain", "scr").stdout == "row 50\nSCREEN-UP\n"
     assert cli(screen.dir, "tail", "-n", "0", "scr").stdout == ""
     bad = cli(screen.dir, "tail", "-n", "-1", "scr")
     assert bad.returncode == 1 and "--lines -1" in bad.stderr and "Traceback" not in bad.stderr

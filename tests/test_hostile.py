@@ -57,7 +57,8 @@ from tower_client.reconcile import (
 
 VECTORS = ROOT / "protocol" / "vectors"
 CLIENT_FRAMES = {wire.FrameType.DATA, wire.FrameType.RESIZE, wire.FrameType.SIGNAL, wire.FrameType.SPAWN,
-                 wire.FrameType.STOP, wire.FrameType.STATUS, wire.FrameType.PING, wire.FrameType.PONG}
+                 wire.FrameType.STOP, wire.FrameType.STATUS, wire.FrameType.PING, wire.FrameType.PONG,
+                 wire.FrameType.SCREEN}
 TOWER_ONLY = {wire.FrameType.SIGNAL, wire.FrameType.SPAWN, wire.FrameType.STOP}
 
 
@@ -147,6 +148,17 @@ def judge(stream: bytes, ring_low: int, ring_high: int) -> Verdict:
             v.answers.append(("pong", ev.nonce))
         elif isinstance(ev, wire.Status):
             v.answers.append(("status",))
+        elif isinstance(ev, wire.Screen):  # version 3 (PROTOCOL.md 0x13)
+            if version < wire.SCREEN_VERSION:
+                v.answers.append(("error", "protocol", int(kind)))
+            elif ev.format not in wire.SCREEN_FORMATS:
+                if rid is not None:
+                    v.answers.append(("reply", rid, "bad_field"))
+                    continue
+                v.fatal = "bad_field"
+                return v
+            else:
+                v.answers.append(("screen", ev.id))
     v.truncated = dec.buffered > 0
     return v
 
@@ -160,6 +172,8 @@ def answers_of(frames: list[wire.DecodedEvent]) -> list[tuple[Any, ...]]:
             out.append(("status",))
         elif isinstance(f, wire.Reply):
             out.append(("reply", f.id, f.code))
+        elif isinstance(f, wire.ScreenReply):
+            out.append(("screen", f.id))
         elif isinstance(f, wire.Error) and not f.fatal:
             out.append(("error", f.code, f.frame_type))
     return out

@@ -90,8 +90,8 @@ def test_the_first_failing_check_in_the_spec_order_answers(sessions: Sessions) -
 
 
 def test_every_frame_only_the_shellper_sends_is_refused_release_too(sessions: Sessions) -> None:
-    """PROTOCOL.md 7.2: WELCOME, REPLAY, EXIT, ERROR, EVENT, STATUS_REPLY, GAP, RELEASE and REPLY from a client are
-    `protocol`, non-fatal; PONG is ignored."""
+    """PROTOCOL.md 7.2: WELCOME, REPLAY, EXIT, ERROR, EVENT, STATUS_REPLY, GAP, RELEASE, REPLY and
+    SCREEN_REPLY from a client are `protocol`, non-fatal; PONG is ignored."""
     sessions.start("s2c", ["cat"])
     shellper_only = [
         wire.Welcome(version=2, name="s", shellper_pid=1, shellper_start_time=0, boot_id=BOOT_ID,
@@ -99,10 +99,10 @@ def test_every_frame_only_the_shellper_sends_is_refused_release_too(sessions: Se
         wire.Replay(offset=0), wire.Exit(code=0, signal=None, exit_class="clean", state="exited"),
         wire.Error(code="x", message="y"), wire.Event(seq=1, kind="resized"), wire.StatusReply(state="running"),
         wire.Gap(offset=0, missed=0), wire.Release(reason="detach"),
-        wire.Reply(id=1, frame_type=wire.FrameType.STATUS, ok=True),
+        wire.Reply(id=1, frame_type=wire.FrameType.STATUS, ok=True), wire.ScreenReply(offset=0, cols=80, rows=24),
     ]
     assert {type(f) for f in shellper_only} | {wire.Pong} == set(wire.FRAME_CLASSES.values()) - {
-        wire.Data, wire.Resize, wire.Signal, wire.Ping, wire.Hello, wire.Spawn, wire.Status, wire.Stop}
+        wire.Data, wire.Resize, wire.Signal, wire.Ping, wire.Hello, wire.Spawn, wire.Status, wire.Stop, wire.Screen}
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     with contextlib.closing(sock):
         sock.connect(str(sessions.dir / "s2c.sock"))

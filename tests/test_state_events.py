@@ -42,12 +42,14 @@ def test_every_change_of_state_is_an_event_after_its_cause(sessions: Sessions) -
         first_pid = history[0].data["child_pid"]
         tower.write(b"go\n")
         crash = events_until(tower, "running")
-        assert said(crash) == ["EXIT", "exited", "state:backoff", "restart_scheduled", "spawned", "state:running"]
+        # (the note is the shellper's line in the output saying so, PROTOCOL.md 8.5)
+        assert said(crash) == ["EXIT", "exited", "state:backoff", "note", "restart_scheduled", "spawned",
+                               "state:running"]
         backoff = crash[2]
         assert backoff.data["previous"] == "running" and backoff.data["reason"]
-        assert backoff.data["restart_at"] == crash[3].data["at"]
-        assert [e.seq for e in crash[1:]] == list(range(crash[1].seq, crash[1].seq + 5))  # numbered, no holes
-        assert crash[4].data["child_pid"] != first_pid
+        assert backoff.data["restart_at"] == crash[4].data["at"]
+        assert [e.seq for e in crash[1:]] == list(range(crash[1].seq, crash[1].seq + 6))  # numbered, no holes
+        assert crash[5].data["child_pid"] != first_pid
         tower.send(wire.Stop(grace=1.0))
         stopping = events_until(tower, "stopping")
         assert said(stopping) == ["state:stopping"]

@@ -47,6 +47,8 @@ from shellper.protocol.wire import (  # noqa: E402
     Replay,
     Reply,
     Resize,
+    Screen,
+    ScreenReply,
     Signal,
     Skipped,
     Spawn,
@@ -197,6 +199,8 @@ FRAME_CASES: list[tuple[str, Frame]] = [
     ("HELLO viewer, unicode client",
      Hello(version=2, role="viewer", events_after=0, client="\u89c2\u5bdf\u8005 \U0001f440")),
     ("HELLO newer client version", Hello(version=3, role="tower", replay_bytes=0)),
+    ("HELLO asking for the rendered screen (version 3)",
+     Hello(version=3, role="terminal", client="shellper-attach", terminal=True, detach_byte=0x1C, rendered=1000)),
     ("HELLO handing over a terminal (the fd rides as SCM_RIGHTS)",
      Hello(version=2, role="terminal", replay_bytes=1048576, client="shellper-attach", terminal=True,
            detach_byte=0x1C)),
@@ -255,6 +259,14 @@ FRAME_CASES: list[tuple[str, Frame]] = [
     ("GAP large offsets", Gap(offset=BIG, missed=BIG - 1)),
     ("RELEASE minimal", Release(reason="closing")),
     ("RELEASE after detach", Release(reason="detach", reset=b"\x1b[?1049l\x1b[?25h", offset=BIG)),
+    ("SCREEN minimal", Screen()),
+    ("SCREEN with id, ansi, scrollback", Screen(id=7, format="ansi", scrollback=100)),
+    ("SCREEN_REPLY minimal", ScreenReply(offset=0, cols=80, rows=24)),
+    ("SCREEN_REPLY text", ScreenReply(offset=BIG, cols=20, rows=3, lines=["$ vim notes", "", "日本"], cursor_x=2,
+                                      cursor_y=2, title="notes", scrollback=["earlier line"], id=7)),
+    ("SCREEN_REPLY ansi, alternate screen, cursor hidden",
+     ScreenReply(offset=42, cols=10, rows=2, lines=["\x1b[0;1;31mred\x1b[0m", ""], cursor_visible=False,
+                 alternate=True, format="ansi")),
 ]
 
 REPLY_FRAME_CASES: list[tuple[str, Frame]] = [
@@ -379,6 +391,8 @@ STREAM_CASES: list[StreamCase] = [
     StreamCase("nil map key", raw(6, b"\x81\xc0\x01"), "bad_payload", 6),
     # --- missing required fields
     StreamCase("RESIZE missing rows", raw(R, pk({"cols": 80})), "missing_field", 2, "rows"),
+    StreamCase("SCREEN format not a string", raw(0x13, pk({"format": 1})), "bad_field", 0x13, "format"),
+    StreamCase("SCREEN id negative", raw(0x13, pk({"id": -1})), "bad_field", 0x13, "id"),
     StreamCase("HELLO empty payload", raw(H, b""), "missing_field", 8, "version"),
     StreamCase("HELLO missing role", raw(H, pk({"version": 2})), "missing_field", 8, "role"),
     StreamCase("SIGNAL empty map", raw(3, pk({})), "missing_field", 3, "signal"),

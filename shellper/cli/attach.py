@@ -30,7 +30,7 @@ import tty
 from types import FrameType
 
 from shellper.client.blocking import Client
-from shellper.core.defaults import clamp_terminal_size
+from shellper.core.defaults import SCREEN_SCROLLBACK_LINES, clamp_terminal_size
 from shellper.core.detachkeys import DOUBLE_KEY_WINDOW, KeysEnd, read_keys
 from shellper.core.errors import ShellperError
 from shellper.core.names import BadName, runtime_dir_name, socket_path, validate_name
@@ -505,13 +505,14 @@ class _Attachment:
 
 def attach(socket_path: str | os.PathLike[str], *, name: str | None = None,
            detach_key: str = DEFAULT_DETACH_KEY, read_only: bool = False, replay: bool = True,
-           stdin_fd: int = 0, stdout_fd: int = 1, handoff: bool = True) -> int:
+           stdin_fd: int = 0, stdout_fd: int = 1, handoff: bool = True, raw: bool = False) -> int:
     """Attach the terminal on ``stdin_fd``/``stdout_fd`` to a session until detach or exit.
 
     ``handoff``: hand the terminal to the shellper when it is one (the default); False relays every
-    byte through this process. Returns 0 on detach, the child's status (code, or 128 + signal) when it
-    exits, 1 when the session goes away or the connection fails, 2 for a bad detach key, 128 + signal
-    on SIGTERM/SIGHUP.
+    byte through this process. ``raw``: replay the output's bytes instead of the screen drawn from the
+    session's screen model (protocol/PROTOCOL.md, 8.6). Returns 0 on detach, the child's status (code,
+    or 128 + signal) when it exits, 1 when the session goes away or the connection fails, 2 for a bad
+    detach key, 128 + signal on SIGTERM/SIGHUP.
     """
     label = f"session {name!r}" if name else str(socket_path)
     try:
@@ -531,7 +532,8 @@ def attach(socket_path: str | os.PathLike[str], *, name: str | None = None,
         tty_fd = _own_terminal(stdin_fd, stdout_fd) if handoff else None
         try:
             welcome = client.connect(replay_bytes=REPLAY_BYTES if replay else 0, terminal_fd=tty_fd,
-                                     detach_byte=detach_byte)
+                                     detach_byte=detach_byte,
+                                     rendered=SCREEN_SCROLLBACK_LINES if replay and not raw else None)
         except ClientError as exc:  # connect() has closed what it opened; nothing was shown
             reset, bare = False, True
             message = exc.error.message if isinstance(exc, RemoteError) else str(exc)  # str: with the path
@@ -591,7 +593,7 @@ def sessions_hint(directory: str, name: str) -> str:
 
 
 def attach_session(directory: str | None, name: str, *, detach_key: str = DEFAULT_DETACH_KEY,
-                   read_only: bool = False, no_replay: bool = False, relay: bool = False) -> int:
+                   read_only: bool = False, no_replay: bool = False, relay: bool = False, raw: bool = False) -> int:
     """``shellper [--dir DIR] attach NAME ...``: the session's socket found, then :func:`attach`.
 
     Raises :class:`~shellper.core.names.BadName` for a name that is not one. Refuses (status 1) to attach a
@@ -608,16 +610,16 @@ def attach_session(directory: str | None, name: str, *, detach_key: str = DEFAUL
               f"detach key ({detach_key}), it takes the key first: type it twice to detach from {name!r}, "
               "or choose another key with -e", file=sys.stderr)
     return attach(socket_path(runtime_dir_name(directory), name), name=name,
-                  detach_key=detach_key, read_only=read_only, replay=not no_replay, handoff=not relay)
+                  detach_key=detach_key, read_only=read_only, replay=not no_replay, handoff=not relay, raw=raw)
 
 
 _QUICK_OPTIONS = {"--dir": "dir", "--detach-key": "detach_key", "-e": "detach_key", "--read-only": "read_only",
-                  "-r": "read_only", "--no-replay": "no_replay", "--relay": "relay"}
+                  "-r": "read_only", "--no-replay": "no_replay", "--relay": "relay", "--raw": "raw"}
 
 
 def quick_args(line: Scan) -> dict[str, Any] | None:
     """The arguments of a plain ``[--dir DIR] attach NAME [--detach-key K] [--read-only] [--no-replay]
-    [--relay]``, read by shellper.cli.argscan; None for anything else (help, abbreviations, mistakes,
+    [--relay] [--raw]``, read by shellper.cli.argscan; None for anything else (help, abbreviations, mistakes,
     an empty --dir), which the full CLI then parses and reports. Why: argparse and what the CLI imports
     with it cost every attach more than the interpreter's own start-up, and attach is the command people
     wait on."""
@@ -626,7 +628,7 @@ def quick_args(line: Scan) -> dict[str, Any] | None:
             or len({_QUICK_OPTIONS[option] for option in line.options}) != len(line.options)):
         return None  # (the last: both spellings of one option, whose order the scan does not keep)
     args: dict[str, Any] = {"dir": None, "name": line.operands[0], "detach_key": DEFAULT_DETACH_KEY,
-                            "read_only": False, "no_replay": False, "relay": False}
+                            "read_only": False, "no_replay": False, "relay": False, "raw": False}
     for option, value in line.options.items():
         args[_QUICK_OPTIONS[option]] = value
     return args

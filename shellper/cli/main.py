@@ -24,6 +24,7 @@ from shellper.core.defaults import (
     DEFAULT_RING_BYTES,
     DEFAULT_ROWS,
     DEFAULT_TERM,
+    SCREEN_SCROLLBACK_LINES,
     TERMINAL_SIZE_RANGE,
     terminal_size_in_range,
 )
@@ -198,6 +199,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="key that detaches: ^X, one character, or none (default ^\\, i.e. Ctrl-\\)")
     att.add_argument("--read-only", "-r", action="store_true", help="attach as a viewer: no input, no resize")
     att.add_argument("--no-replay", action="store_true", help="show only new output")
+    att.add_argument("--raw", action="store_true",
+                     help="replay the recent output's bytes instead of drawing the screen as it is now")
     att.add_argument("--relay", action="store_true",
                      help="pass every byte through this process instead of handing the terminal to the shellper")
 
@@ -212,7 +215,18 @@ def _parser() -> argparse.ArgumentParser:
     tail.add_argument("--lines", "-n", type=int, default=None, metavar="N", help="only the last N lines")
     tail.add_argument("--follow", "-f", action="store_true",
                       help="keep printing new output until the session ends for good (exited or fatal) or Ctrl-C")
-    tail.add_argument("--plain", action="store_true", help="strip escape sequences and carriage returns")
+    tail.add_argument("--plain", action="store_true",
+                      help="the text as a person sees it, from the session's screen model: its scrollback and "
+                      "screen (with -f, then new output without escape sequences)")
+
+    scr = command("screen", "print a session's screen as it is now (as tmux capture-pane -p)")
+    scr.add_argument("name", help="the session\'s name")
+    scr.add_argument("--ansi", action="store_true", help="with colours and attributes (SGR sequences)")
+    scr.add_argument("--json", action="store_true",
+                     help="the screen, cursor, title and output offset as JSON, for programs")
+    scr.add_argument("--scrollback", type=int, default=0, metavar="N",
+                     help="also the last N lines that scrolled off the main screen (a session keeps "
+                     f"{SCREEN_SCROLLBACK_LINES})")
 
     sig = command("signal", "send a signal to the session's child process group")
     sig.add_argument("name", help="the session\'s name")
@@ -560,7 +574,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
     if args.create:
         _create_for_attach(args)
     return attach_session(args.dir, args.name, detach_key=args.detach_key, read_only=args.read_only,
-                          no_replay=args.no_replay, relay=args.relay)
+                          no_replay=args.no_replay, relay=args.relay, raw=args.raw)
 
 
 def _create_for_attach(args: argparse.Namespace) -> None:
@@ -600,6 +614,18 @@ def cmd_send(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_screen(args: argparse.Namespace) -> int:
+    from shellper.cli import screen
+
+    if args.scrollback < 0:
+        raise CliError(f"screen: --scrollback {args.scrollback}: must be >= 0")
+    with _connect(args, "viewer", replay_bytes=0) as client:
+        try:
+            return screen.cmd_screen(client, ansi=args.ansi, as_json=args.json, scrollback=args.scrollback)
+        except screen.NoScreenModel as exc:
+            raise CliError(f"screen: session {args.name!r}: {exc}") from None
+
+
 def cmd_tail(args: argparse.Namespace) -> int:
     """The ring's end, then (with -f) new output until the session ends for good. To a terminal, the modes the
     printed output switched on (alternate screen, hidden cursor, mouse reporting) are switched off at the end, as
@@ -612,10 +638,27 @@ def cmd_tail(args: argparse.Namespace) -> int:
         raise CliError(f"tail: --lines {args.lines}: must be >= 0")
     out = sys.stdout.buffer
     modes = _TailModes(out) if not args.plain and _is_terminal(out) else None
-    with _connect(args, "viewer", replay_bytes=args.bytes) as client:
+    from_model = args.plain and args.bytes is None  # the text a person sees: from the screen model
+    with contextlib.ExitStack() as stack:
+        client = stack.enter_context(_connect(args, "viewer", replay_bytes=0 if from_model else args.bytes))
+        if from_model and client.welcome is not None and client.welcome.version < 3:
+            # A shellper of protocol version 2 keeps no screen model: its whole ring, stripped, as before.
+            client.close()
+            client = stack.enter_context(_connect(args, "viewer", replay_bytes=None))
+            from_model = False
         welcome, replay = client.welcome, client.replay
         assert welcome is not None and replay is not None
         end = welcome.ring_end
+        seen = 0  # with the screen: the offset it was drawn at (DATA before it is in it already)
+        if from_model and welcome.version >= 3:
+            from shellper.cli.screen import plain_text, request_screen
+
+            shown = request_screen(client, scrollback=SCREEN_SCROLLBACK_LINES)
+            seen = shown.offset
+            lines = plain_text(shown)
+            if args.lines is not None:
+                lines = lines[len(lines) - args.lines:] if args.lines else []
+            replay = wire.Replay(offset=end, data="".join(line + "\n" for line in lines).encode())
 
         def emit(data: bytes) -> None:
             if modes is not None:
@@ -636,7 +679,8 @@ def cmd_tail(args: argparse.Namespace) -> int:
                 except SessionGone:
                     break
                 if isinstance(frame, wire.Data):
-                    emit(frame.data)
+                    start = client.output.next_offset - len(frame.data)
+                    emit(frame.data if start >= seen else frame.data[seen - start:])
                 elif isinstance(frame, wire.Exit) and args.follow and frame.state in _ENDED and not final:
                     # The shellper appends its exit notice to the output right after the EXIT: a PING's PONG
                     # comes after it, so the notice is shown (once, as any output) before tail ends.
@@ -1092,4 +1136,5 @@ def _status_of_dead(args: argparse.Namespace, paths: SessionPaths) -> int:
 _COMMANDS = {
     "run": cmd_run, "ls": cmd_ls, "attach": cmd_attach, "send": cmd_send, "tail": cmd_tail,
     "signal": cmd_signal, "resize": cmd_resize, "stop": cmd_stop, "status": cmd_status, "restart": cmd_restart,
+    "screen": cmd_screen,
 }

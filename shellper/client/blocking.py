@@ -130,7 +130,8 @@ class Client(ConnectionView):
 
     def connect(self, *, resume_from: int | None = None, replay_bytes: int | None = None,
                 events_after: int | None = None, terminal_fd: int | None = None,
-                detach_byte: int | None = None, expect_instance_id: str | None = None) -> wire.Welcome:
+                detach_byte: int | None = None, expect_instance_id: str | None = None,
+                rendered: int | None = None) -> wire.Welcome:
         """Connect, send HELLO, and wait for WELCOME and REPLAY (both always come). On any failure the
         socket is closed again: the caller has nothing to clean up.
 
@@ -153,7 +154,7 @@ class Client(ConnectionView):
         try:
             hello = conn.hello(resume_from=resume_from, replay_bytes=replay_bytes, events_after=events_after,
                                terminal=terminal_fd is not None, detach_byte=detach_byte,
-                               expect_instance_id=expect_instance_id)
+                               expect_instance_id=expect_instance_id, rendered=rendered)
             if terminal_fd is not None:
                 self._send_with_fd(hello, terminal_fd)
             else:

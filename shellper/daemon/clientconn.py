@@ -72,6 +72,8 @@ if TYPE_CHECKING:
         def stop_for(self, client: ClientConn, rid: int | None, grace: float | None) -> None: ...
         @property
         def stopping(self) -> bool: ...
+        def screen_reply(self, request: wire.Screen) -> wire.ScreenReply: ...
+        def rendered_replay(self, scrollback: int) -> bytes: ...
 
 REPLAY_CHUNK = 1024 * 1024
 """Most output bytes in REPLAY or in one catch-up DATA frame."""
@@ -90,7 +92,8 @@ it never reads can pile up past this. Then it is too slow: closed at once, its b
 CLOSE_LINGER = 5.0
 """Seconds a closed connection may keep unsent frames while its peer does not read; then it is dropped."""
 
-_CLIENT_FRAMES = (wire.Data, wire.Resize, wire.Signal, wire.Spawn, wire.Stop, wire.Status, wire.Ping, wire.Pong)
+_CLIENT_FRAMES = (wire.Data, wire.Resize, wire.Signal, wire.Spawn, wire.Stop, wire.Status, wire.Ping, wire.Pong,
+                  wire.Screen)
 _TOWER_ONLY = (wire.Signal, wire.Spawn, wire.Stop)
 
 
@@ -500,6 +503,18 @@ class ClientConn:
             self.send_frame(wire.Pong(nonce=event.nonce))
         elif isinstance(event, wire.Pong):
             return
+        elif isinstance(event, wire.Screen):
+            if self.version < wire.SCREEN_VERSION:
+                self.send_error("protocol", "SCREEN needs protocol version 3", event.TYPE)
+                return
+            try:
+                wire.check_request(event)
+            except wire.BadField as exc:
+                if rid is None:
+                    raise
+                self.refuse(event.TYPE, rid, exc.code, str(exc))
+                return
+            self.send_frame(session.screen_reply(event))
         elif isinstance(event, wire.Resize) and self.role == "viewer":
             self.refuse(event.TYPE, rid, "forbidden", "a viewer may not resize")
         elif rid is not None and session.stopping and not isinstance(event, wire.Stop):
@@ -552,12 +567,15 @@ class ClientConn:
             raise wire.BadField(f"detach_byte {hello.detach_byte} is not a byte (0..255)", hello.TYPE, "detach_byte")
         self.role, self.name = hello.role, hello.client[:200]
         self.version = min(hello.version, wire.PROTOCOL_VERSION)
+        # Version 3: the screen drawn from the screen model instead of the bytes (PROTOCOL.md, 8.6).
+        rendered = (hello.rendered if self.version >= 3 and hello.resume_from is None
+                    and hello.role in ("terminal", "viewer") else None)
         self.wants_events = hello.role == "tower" or hello.events_after is not None
         self._take_terminal(hello)
         welcome = session.welcome(self.role, terminal=self.terminal is not None)
-        if welcome.version != self.version:
-            welcome = structs.replace(welcome, version=self.version)
-        self.send_frame(welcome)
+        self.send_frame(welcome if welcome.version == self.version else structs.replace(welcome, version=self.version))
+        if rendered is not None:
+            start = ring.end  # no bytes: the screen is drawn instead
         try:
             replay = session.scrollback.replay(start, REPLAY_CHUNK)
         except OffsetError as exc:  # pragma: no cover - checked above
@@ -569,11 +587,20 @@ class ClientConn:
                 self._follow_size()  # before the first key, not on it: a SIGWINCH amid typing confuses shells
             # REPLAY leaves first: once a person sees output, the client has its whole handshake, so a
             # shellper killed an instant later reads as "[session closed]", not as a failed attach.
-            self.send_frame(wire.Replay(offset=self.pos, gap=replay.gap))
-            self.terminal.write(replay.preamble + replay.data)
-            if replay.gap:
-                self.terminal.write(note(f"[shellper: {replay.gap} bytes skipped]"))
+            if rendered is not None:
+                self.pos = ring.end
+                screen = session.rendered_replay(rendered)
+                self.send_frame(wire.Replay(offset=self.pos))
+                self.terminal.write(screen)
+            else:
+                self.send_frame(wire.Replay(offset=self.pos, gap=replay.gap))
+                self.terminal.write(replay.preamble + replay.data)
+                if replay.gap:
+                    self.terminal.write(note(f"[shellper: {replay.gap} bytes skipped]"))
             self.terminal.start_reading()
+        elif rendered is not None:  # the drawing is the preamble: it has no offset, live output follows
+            self.pos = ring.end
+            self.send_frame(wire.Replay(offset=self.pos, preamble=session.rendered_replay(rendered)))
         else:
             self.send_frame(wire.Replay(offset=replay.offset, data=replay.data, gap=replay.gap,
                                         preamble=replay.preamble))

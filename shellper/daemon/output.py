@@ -19,6 +19,7 @@ from shellper.core.merge import StreamMerger
 from shellper.core.ring import Scrollback
 from shellper.core.text import strip_escapes
 from shellper.daemon.pacing import OutputPacer
+from shellper.daemon.screen import ScreenModel
 from shellper.daemon.starved import Starvation
 from shellper.protocol import wire
 
@@ -56,6 +57,8 @@ class Output:
     def __init__(self, loop: Reactor, log: LogFile, ring_bytes: int, clients: dict[int, ClientConn]) -> None:
         self.loop = loop
         self.scrollback = Scrollback(ring_bytes)
+        self.screen = ScreenModel(self.scrollback, ring_bytes)
+        """The screen of the output (shellper.daemon.screen), fed from the ring in batches."""
         self.last_output_at: float | None = None
         self.stderr_tail = bytearray()
         """The end of what the child wrote to a stderr of its own: evidence for classifying its exit."""
@@ -202,7 +205,11 @@ class Output:
     def append(self, data: bytes) -> None:
         """Append to the ring and hand to every client that is caught up."""
         old_end = self.scrollback.end
+        screen = self.screen
+        screen.before_append(len(data))
         self.scrollback.append(data)
+        if len(data) > screen.limit:
+            screen.after_append(old_end, data)
         self.last_output_at = time.time()
         if self._clients:
             frame = b""  # the DATA frame, built once and only for a client that takes frames

@@ -79,6 +79,7 @@ class Session:
                                    registry=self.registry, journal=self.journal, tree=self.tree,
                                    request_stop=self.request_stop)
         self.files = SessionFiles(loop, log, paths, config.name, self.journal, lambda: ClientConn(self))
+        self.output.screen.resize(self.lifecycle.cols, self.lifecycle.rows)
         self.stop_error: str | None = None
         """Why the stop failed, if it did: the session was ended anyway, and serve() returns 1."""
         self._stop_waiters: list[tuple[ClientConn, int]] = []
@@ -284,7 +285,14 @@ class Session:
     def write_input(self, data: bytes, client: ClientConn) -> None:
         self.input.write(data, client)
 
+    def screen_reply(self, request: wire.Screen) -> wire.ScreenReply:
+        return self.output.screen.reply(request)
+
+    def rendered_replay(self, scrollback: int) -> bytes:
+        return self.output.screen.rendered(scrollback)
+
     def resize(self, cols: int, rows: int) -> None:
+        self.output.screen.resize(cols, rows)
         self.lifecycle.resize(cols, rows)
 
     def send_signal(self, name: str, client: ClientConn, rid: int | None = None) -> None:

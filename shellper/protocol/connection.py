@@ -282,6 +282,7 @@ ID_REPLIES: dict[wire.FrameType, wire.FrameType] = {
     wire.FrameType.SPAWN: wire.FrameType.REPLY,
     wire.FrameType.STOP: wire.FrameType.REPLY,
     wire.FrameType.STATUS: wire.FrameType.STATUS_REPLY,
+    wire.FrameType.SCREEN: wire.FrameType.SCREEN_REPLY,
 }
 """Version 3: the requests that carry an ``id``, and the frame that answers one that went well (any of
 them may be answered by a REPLY that is not ok)."""
@@ -359,7 +360,7 @@ class Connection(Position):
     def hello(self, *, resume_from: int | None = None, replay_bytes: int | None = None,
               events_after: int | None = None, terminal: bool = False, detach_byte: int | None = None,
               expect_instance_id: str | None = None, expect_pid: int | None = None,
-              peer_pid: int | None = None) -> bytes:
+              peer_pid: int | None = None, rendered: int | None = None) -> bytes:
         """The HELLO that opens the connection. ``terminal``: these bytes carry the client's terminal
         (protocol 7.4), and typing ``detach_byte`` ends the attach. WELCOME must then name the instance
         ``expect_instance_id`` and, with ``expect_pid``, that pid, which ``peer_pid`` (what the socket
@@ -369,7 +370,7 @@ class Connection(Position):
         data = wire.encode(wire.Hello(
             version=wire.PROTOCOL_VERSION, role=self.role, resume_from=resume_from, replay_bytes=replay_bytes,
             events_after=events_after, client=self.client_name, terminal=True if terminal else None,
-            detach_byte=detach_byte if terminal else None))
+            detach_byte=detach_byte if terminal else None, rendered=rendered))
         self._expect_instance, self._expect_pid, self._peer_pid = expect_instance_id, expect_pid, peer_pid
         self._events_after = events_after
         self.state = ConnState.AWAIT_WELCOME

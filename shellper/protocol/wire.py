@@ -29,11 +29,13 @@ if TYPE_CHECKING:
     _T = TypeVar("_T")
 
 PROTOCOL_VERSION = 3
-"""Version spoken by this codec. Version 3 adds request ids and REPLY; version 1 was the original's JSON
-framing, which we do not serve."""
+"""Version spoken by this codec. Version 3 adds request ids and REPLY, and SCREEN; version 1, the original's
+JSON framing, is served by shellper.protocol.legacy, not by this codec."""
 MIN_PROTOCOL_VERSION = 2
 REPLY_VERSION = 3
 """The first version in which requests carry an ``id`` and are answered by REPLY (or an STATUS_REPLY with it)."""
+SCREEN_VERSION = 3
+"""The first version with SCREEN / SCREEN_REPLY and HELLO's ``rendered``."""
 HEADER = struct.Struct(">BI")
 HEADER_SIZE = HEADER.size
 MAX_FRAME_SIZE = 16 * 1024 * 1024
@@ -63,6 +65,8 @@ class FrameType(IntEnum):
     GAP = 0x10
     RELEASE = 0x11
     REPLY = 0x12
+    SCREEN = 0x13
+    SCREEN_REPLY = 0x14
 
 
 # --------------------------------------------------------------------------------------------- errors
@@ -349,6 +353,9 @@ class Hello(Frame):
     """True: this HELLO's bytes carry the client's terminal (one fd, SCM_RIGHTS) for the shellper to use."""
     detach_byte: int | None = wfield("uint", nullable=True, default=None)
     """With ``terminal``: the byte that, typed, ends the attach (the shellper watches the input for it)."""
+    rendered: int | None = wfield("uint", nullable=True, default=None)
+    """Version 3, a terminal or viewer: replay the rendered screen instead of bytes, after up to this many
+    lines of the main screen's scrollback (protocol/PROTOCOL.md, 8.6)."""
 
 
 @_frame
@@ -459,6 +466,40 @@ class Status(Frame):
 
 
 @_frame
+class Screen(Frame):
+    """Version 3: a request for the rendered screen (a SCREEN_REPLY echoing ``id``)."""
+
+    TYPE = FrameType.SCREEN
+    id: int | None = wfield("uint", nullable=True, default=None)
+    format: str = wfield("str", default="text")
+    """``text``: plain rows; ``ansi``: rows with SGR sequences (colours, bold...)."""
+    scrollback: int = wfield("uint", default=0)
+    """How many of the main screen's scrollback lines to add, at most."""
+
+
+SCREEN_FORMATS = ("text", "ansi")
+
+
+@_frame
+class ScreenReply(Frame):
+    """The screen of the moment: what a terminal attached now would show, at output ``offset``."""
+
+    TYPE = FrameType.SCREEN_REPLY
+    offset: int = wfield("uint")
+    cols: int = wfield("uint")
+    rows: int = wfield("uint")
+    lines: list[str] = wfield("str_list", default=[])
+    cursor_x: int = wfield("uint", default=0)
+    cursor_y: int = wfield("uint", default=0)
+    cursor_visible: bool = wfield("bool", default=True)
+    alternate: bool = wfield("bool", default=False)
+    title: str = wfield("str", default="")
+    scrollback: list[str] = wfield("str_list", default=[])
+    format: str = wfield("str", default="text")
+    id: int | None = wfield("uint", nullable=True, default=None)
+
+
+@_frame
 class StatusReply(Frame):
     """The answer to STATUS: the session state and a map of details (pids, ring, clients, exits)."""
 
@@ -524,7 +565,8 @@ class Reply(Frame):
 REPLY_CODES = ("bad_field", "missing_field", "bad_signal", "forbidden", "not_running", "spawn_failed", "stopping",
                "internal")
 """The error codes a REPLY carries (PROTOCOL.md 5, REPLY): a client may meet others from a newer shellper."""
-ID_REQUESTS = frozenset({FrameType.RESIZE, FrameType.SIGNAL, FrameType.SPAWN, FrameType.STOP, FrameType.STATUS})
+ID_REQUESTS = frozenset({FrameType.RESIZE, FrameType.SIGNAL, FrameType.SPAWN, FrameType.STOP, FrameType.STATUS,
+                         FrameType.SCREEN})
 """The requests that may carry an ``id`` (version 3) and are then answered exactly once."""
 
 _DATA_TYPE = int(FrameType.DATA)
@@ -532,7 +574,7 @@ _DATA_TYPE = int(FrameType.DATA)
 FRAME_CLASSES: dict[int, type[Frame]] = {
     cls.TYPE: cls
     for cls in (Data, Resize, Signal, Exit, Replay, Ping, Pong, Hello, Welcome, Spawn, Error, Event, Status,
-                StatusReply, Stop, Gap, Release, Reply)
+                StatusReply, Stop, Gap, Release, Reply, Screen, ScreenReply)
 }
 
 
@@ -591,6 +633,8 @@ def check_request(frame: Frame) -> None:
             if not terminal_size_in_range(value, 1):
                 raise BadField(f"{name}: size {frame.cols}x{frame.rows} is outside {TERMINAL_SIZE_RANGE}", frame.TYPE,
                                name)
+    elif isinstance(frame, Screen) and frame.format not in SCREEN_FORMATS:
+        raise BadField(f"format {frame.format!r} is not one of {', '.join(SCREEN_FORMATS)}", frame.TYPE, "format")
     elif isinstance(frame, Stop) and frame.grace is not None:
         grace = frame.grace
         if isinstance(grace, bool) or not isinstance(grace, int | float) or not (math.isfinite(grace) and grace >= 0):

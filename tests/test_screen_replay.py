@@ -1,0 +1,178 @@
+"""The rendered replay, ``shellper screen`` and ``tail --plain``, driven as a person would: a real session, a
+real terminal (pexpect's PTY), and what that terminal received rendered by pyte, an emulator independent of
+the shellper's own screen model, and compared cell by cell with the program's output rendered directly."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import sys
+import tempfile
+from collections.abc import Iterator
+
+import pexpect
+import pyte
+import pytest
+from test_attach import DETACH, PROMPT, Sessions, _env, _finish
+
+# Draws a status row once, scrolls far more than the ring keeps below it, then waits: the header is
+# only on the screen, no longer in any byte window.
+HEADER_PROGRAM = r"""
+import sys
+w = sys.stdout.write
+w("\x1b[H\x1b[2J\x1b[7mSTATUS drawn once\x1b[0m\x1b[2;24r\x1b[24;1H")
+for i in range(4000):
+    w("\r\nline %05d %s" % (i, "y" * 50))
+w("\r\nREADY")
+sys.stdout.flush()
+sys.stdin.readline()
+"""
+
+# Asks the terminal where its cursor is, then waits: a terminal that received the query would answer it
+# into the program's input.
+QUERY_PROGRAM = r"""
+import sys
+sys.stdout.write("before the query\r\n\x1b[6nafter the query\r\n")
+sys.stdout.flush()
+line = sys.stdin.readline()
+sys.stdout.write("GOT %r\r\n" % line)
+sys.stdout.flush()
+sys.stdin.readline()
+"""
+
+
+def header_program_screen() -> list[str]:
+    """What the header program leaves on a terminal of 80x24, rendered by pyte from its own bytes."""
+    out = ["\x1b[H\x1b[2J\x1b[7mSTATUS drawn once\x1b[0m\x1b[2;24r\x1b[24;1H"]
+    out += [f"\r\nline {i:05d} {'y' * 50}" for i in range(4000)]
+    out.append("\r\nREADY")
+    return render("".join(out).encode())
+
+
+def render(data: bytes, cols: int = 80, rows: int = 24) -> list[str]:
+    screen = pyte.Screen(cols, rows)
+    pyte.ByteStream(screen).feed(data)
+    return [line.rstrip() for line in screen.display]
+
+
+@pytest.fixture(params=["handoff", "relay"])
+def sessions(request: pytest.FixtureRequest) -> Iterator[Sessions]:
+    s = Sessions(tempfile.mkdtemp(prefix="shsr-", dir="/tmp"), _env())
+    s.attach_opts = ("--relay",) if request.param == "relay" else ()
+    try:
+        yield s
+    finally:
+        s.teardown()
+
+
+def attach_and_capture(sessions: Sessions, name: str, until: bytes, *opts: str) -> tuple[pexpect.spawn, bytes]:
+    """Attach; every byte the terminal received once the drawing ends with ``until``."""
+    term = sessions.attach(name, *opts)
+    received = io.BytesIO()
+    term.logfile_read = received
+    term.expect(re.escape(until))
+    return term, received.getvalue()
+
+
+def detach(term: pexpect.spawn) -> None:
+    term.send(DETACH)
+    term.expect(re.escape(b"[detached]"))
+    assert _finish(term) == 0
+
+
+def test_header_drawn_once_comes_back_cell_by_cell(sessions: Sessions) -> None:
+    sessions.run("hdr", sys.executable, "-c", HEADER_PROGRAM, opts=("--ring-bytes", "64K"))
+    watch = sessions.follow("hdr")
+    watch.expect("READY")
+    for _ in range(2):  # attach, detach, attach again: the same screen both times
+        term, received = attach_and_capture(sessions, "hdr", b"\x1b[?25h")
+        assert render(received) == header_program_screen()
+        detach(term)
+
+
+def test_main_screen_text_comes_back_after_vim_quits(sessions: Sessions) -> None:
+    sessions.shell("vi")
+    term = sessions.attach("vi")
+    term.expect(re.escape(PROMPT))
+    term.send(b"for i in 1 2 3; do echo shell-line-$((i*11)); done\r")
+    term.expect("shell-line-33")
+    term.send(b"seq 1 3000 > /tmp/shsr-vim-$$.txt; vim -u NONE -N -n /tmp/shsr-vim-$$.txt\r")
+    term.expect(b"3000L")  # vim's status line: the file is shown
+    for _ in range(40):
+        term.send(b"\x06")  # Ctrl-F: a page down, many scrolls
+    term.send(b"G")
+    term.expect(b"3000")
+    term.send(b":q!\r")
+    term.expect(re.escape(b"\x1b[?1049l"))
+    term.expect(re.escape(PROMPT))
+    term.send(b"rm -f /tmp/shsr-vim-$$.txt; echo done-$((6*7))\r")
+    term.expect("done-42")
+    detach(term)
+    term, received = attach_and_capture(sessions, "vi", b"\x1b[?25h")
+    shown = render(received)
+    text = "\n".join(shown)
+    assert [line for line in shown if line.startswith("shell-line-")] == ["shell-line-11", "shell-line-22",
+                                                                         "shell-line-33"], text
+    assert "done-42" in text and shown.index("done-42") > shown.index("shell-line-33"), text
+    detach(term)
+
+
+def test_a_query_in_the_output_is_not_sent_again(sessions: Sessions) -> None:
+    sessions.run("q", sys.executable, "-c", QUERY_PROGRAM)
+    watch = sessions.follow("q")
+    watch.expect("after the query")
+    term, received = attach_and_capture(sessions, "q", b"\x1b[?25h")
+    assert b"\x1b[6n" not in received
+    assert render(received)[:2] == ["before the query", "after the query"]
+    term.send(b"typed\r")
+    term.expect(re.escape(b"GOT 'typed\\n'"))  # the program read what was typed, and nothing before it
+    detach(term)
+
+
+def test_raw_replays_the_bytes(sessions: Sessions) -> None:
+    sessions.run("raw", sys.executable, "-c", HEADER_PROGRAM, opts=("--ring-bytes", "64K"))
+    watch = sessions.follow("raw")
+    watch.expect("READY")
+    term, received = attach_and_capture(sessions, "raw", b"READY", "--raw")
+    assert b"line 03999" in received and b"STATUS drawn once" not in received  # the header was never replayed
+    detach(term)
+
+
+def test_screen_and_tail_plain_show_what_a_person_sees(sessions: Sessions) -> None:
+    program = ("import sys\nfor i in range(40): sys.stdout.write('row %d\\r\\n' % i)\n"
+               "sys.stdout.write('\\x1b[1;31mred\\x1b[0m \\x1b]2;the title\\x07\\x1b[6nplain')\n"
+               "sys.stdout.flush()\nsys.stdin.readline()\n")
+    sessions.run("scr", sys.executable, "-c", program)
+    watch = sessions.follow("scr")
+    watch.expect("plain")
+    lines = sessions.cli("screen", "scr").stdout.split("\n")
+    assert lines[:23] == [f"row {i}" for i in range(17, 40)] and lines[23] == "red plain"
+    ansi = sessions.cli("screen", "scr", "--ansi").stdout
+    assert "\x1b[0;1;31mred\x1b[0m plain" in ansi
+    info = json.loads(sessions.cli("screen", "scr", "--json", "--scrollback", "2").stdout)
+    assert info["scrollback"] == ["row 15", "row 16"] and info["title"] == "the title"
+    assert (info["cursor_x"], info["cursor_y"], info["cols"], info["rows"]) == (9, 23, 80, 24)
+    assert not info["alternate"] and info["offset"] > 0
+    tail = sessions.cli("tail", "scr", "--plain").stdout
+    assert tail == "".join(f"row {i}\n" for i in range(40)) + "red plain\n"
+    assert sessions.cli("tail", "scr", "--plain", "-n", "2").stdout == "row 39\nred plain\n"
+
+
+def test_a_bigger_terminal_gets_the_screen_drawn_at_its_size(sessions: Sessions) -> None:
+    program = ("import sys\nsys.stdout.write('\\x1b[2;10r' + ''.join('row %d\\r\\n' % i for i in range(30)) + 'end')\n"
+               "sys.stdout.flush()\nsys.stdin.readline()\n")
+    sessions.run("big", sys.executable, "-c", program)
+    watch = sessions.follow("big")
+    watch.expect("end")
+    term = sessions.attach("big", dimensions=(30, 100))
+    received = io.BytesIO()
+    term.logfile_read = received
+    term.expect(re.escape(b"\x1b[?25h"))
+    info = json.loads(sessions.cli("screen", "big", "--json").stdout)
+    if "--relay" not in sessions.attach_opts:  # handed over: the size is the terminal's before the drawing
+        assert (info["cols"], info["rows"]) == (100, 30)
+        shown = render(received.getvalue(), 100, 30)
+        assert shown == info["lines"]
+        assert "end" in shown
+    detach(term)
