@@ -32,7 +32,7 @@ COMMAND_OPTIONS: dict[str, dict[str, bool]] = {
             "--cgroup-parent": True, **_RESTART_POLICY},
     "ls": {**_HELP, "--json": False},
     "attach": {**_HELP, "-c": False, "--create": False, "--detach-key": True, "-e": True, "--read-only": False,
-               "-r": False, "--no-replay": False, "--relay": False},
+               "-r": False, "--no-replay": False, "--relay": False, "--raw": False},
     "send": {**_HELP, "--enter": False},
     "tail": {**_HELP, "--bytes": True, "--lines": True, "-n": True, "--follow": False, "-f": False, "--plain": False},
     "signal": _HELP,

@@ -195,6 +195,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="key that detaches: ^X, one character, or none (default ^\\, i.e. Ctrl-\\)")
     att.add_argument("--read-only", "-r", action="store_true", help="attach as a viewer: no input, no resize")
     att.add_argument("--no-replay", action="store_true", help="show only new output")
+    att.add_argument("--raw", action="store_true", dest="raw",
+                     help="replay the session's recent output bytes as they were written (queries taken out)")
     att.add_argument("--relay", action="store_true",
                      help="pass every byte through this process instead of handing the terminal to the shellper")
 
@@ -544,7 +546,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
     if args.create:
         _create_for_attach(args)
     return attach_session(args.dir, args.name, detach_key=args.detach_key, read_only=args.read_only,
-                          no_replay=args.no_replay, relay=args.relay)
+                          no_replay=args.no_replay, relay=args.relay, raw=args.raw)
 
 
 def _create_for_attach(args: argparse.Namespace) -> None:
