@@ -693,6 +693,7 @@ def test_attach_in_a_terminal_to_unknown_session(sessions: Sessions) -> None:
     (["--di", "/tmp/d", "attach", "s"], False),
     (["attach", "s", "--relay=yes"], False),
     (["attach", "s", "-r", "-e", "^Q"], True),
+    (["attach", "s", "--raw"], True),
     (["attach", "s", "--dir", "/tmp/e"], True),  # global options after the command too
     (["--dir", "/tmp/a", "attach", "s", "--dir", "/tmp/b"], True),
     (["attach", "s", "-e", "q", "--detach-key", "^A"], False),  # two spellings: their order decides
@@ -709,7 +710,7 @@ def test_quick_attach_arguments_mean_what_the_full_cli_makes_of_them(argv: list[
     full = _parser().parse_args(argv)
     assert full.cmd == "attach"
     assert quick == {"dir": full.dir, "name": full.name, "detach_key": full.detach_key,
-                     "read_only": full.read_only, "no_replay": full.no_replay, "relay": full.relay}
+                     "read_only": full.read_only, "no_replay": full.no_replay, "relay": full.relay, "raw": full.raw}
 
 
 def test_a_bad_name_on_the_quick_path_gets_the_full_cli_message(tmp_path: Path) -> None:

@@ -203,7 +203,7 @@ _MODE_RE = re.compile(
     rb"|(\[!p)"  # 3: DECSTR soft reset
     rb"|([=>c])"  # 4: DECKPAM / DECKPNM / RIS
     rb"|\][02];([^\x07\x1b]{0,%d})(?:\x07|\x1b\\)" % TITLE_MAX  # 5: OSC 0/2 title
-    + rb"|(\[2[23](?:;[0-9]{0,8})?t|\[[<>=][0-9;]{0,16}u)"  # 6: title push/pop, kitty keyboard stack
+    + rb"|(\[2[23](?:;[0-9;]{0,16})?t|\[[<>=][0-9;]{0,16}u)"  # 6: title push/pop, kitty keyboard stack
     rb"|(\[>[0-9;]{0,16}m|\[>4n|\[[0-9]{0,2} q|\[[0-9;]{0,16}r)"  # 7: modifyOtherKeys, DECSCUSR, DECSTBM
     rb")"
 )

@@ -67,6 +67,7 @@ MODE_TABLE: list[tuple[bytes, TerminalModes]] = [
     (b"\x1b[>4;2m\x1b[>m", D),
     (b"\x1b[>4;2m\x1b[>1;2m\x1b[>0m", replace(D, modify_other_keys=2)),  # other resources: not followed
     (b"\x1b[22;0t\x1b[22;2t\x1b[22t", replace(D, title_stack=3)),
+    (b"\x1b[22;0;0t\x1b[22;2t\x1b[22;1t", replace(D, title_stack=3)),  # what vim 9 pushes
     (b"\x1b[22;0t\x1b[23;0t\x1b[23;0t", D),  # a pop of an empty stack does nothing
     (b"\x1b[>1u", replace(D, kitty_keyboard=1, kitty_flags=1)),
     (b"\x1b[>1u\x1b[>3u\x1b[<u", replace(D, kitty_keyboard=1, kitty_flags=3)),
