@@ -196,16 +196,16 @@ titles are not popped: how many is unknown.
 For a client that cannot know the state, e.g. after an uncontrolled disconnect. Note that
 ``?1049l`` also restores the cursor position saved when the alternate screen was entered."""
 
-# One pass over the data finds every sequence that changes a tracked mode.
+# One pass over the data finds every sequence that changes a tracked mode. The CSIs share one path, and a
+# lookahead lets the common ones (cursor moves, SGR, erases: no prefix, another final byte) fail after one
+# scan of their parameters: a branch per sequence kind made the scan of a TUI's output twice as slow
+# (bench/NOTES.md, "Mode tracking for the detach reset").
 _MODE_RE = re.compile(
     rb"\x1b(?:"
-    rb"\[\?([0-9;]{0,64})([hl])"  # 1, 2: DEC private mode set/reset (combined params)
-    rb"|(\[!p)"  # 3: DECSTR soft reset
-    rb"|([=>c])"  # 4: DECKPAM / DECKPNM / RIS
-    rb"|\][02];([^\x07\x1b]{0,%d})(?:\x07|\x1b\\)" % TITLE_MAX  # 5: OSC 0/2 title
-    + rb"|(\[2[23](?:;[0-9;]{0,16})?t|\[[<>=][0-9;]{0,16}u)"  # 6: title push/pop, kitty keyboard stack
-    rb"|(\[>[0-9;]{0,16}m|\[>4n|\[[0-9]{0,2} q|\[[0-9;]{0,16}r)"  # 7: modifyOtherKeys, DECSCUSR, DECSTBM
-    rb")"
+    rb"(\[(?=[?!<>=]|[0-9;]*+[ hlprtun])[?!<>=]?[0-9;]{0,64}+(?: q|[hlprtunm]))"  # 1: DEC modes, DECSTR, ...
+    rb"|([=>c])"  # 2: DECKPAM / DECKPNM / RIS
+    rb"|\][02];([^\x07\x1b]{0,%d})(?:\x07|\x1b\\)" % TITLE_MAX  # 3: OSC 0/2 title
+    + rb")"
 )
 # An unfinished sequence at the end of the data that could still become one of the above.
 _PARTIAL_RE = re.compile(rb"\x1b(?:\[[\x20-\x3f]*|\][^\x07\x1b]*\x1b?)?")
@@ -275,38 +275,62 @@ def _params(text: bytes) -> list[int]:
     return [min(int(p), 0xFFF) if p else 0 for p in text.split(b";")]
 
 
-@functools.lru_cache(maxsize=512)
-def _effect(seq: bytes) -> tuple[int, int]:
-    """(mask, value) of a matched non-title, non-stack sequence: flags become (flags & ~mask) | value.
+_RELATIVE = (0, 0, True)
 
-    Every such sequence sets modes to fixed values whatever the previous state, which is
-    what makes this cacheable per distinct sequence.
+
+@functools.lru_cache(maxsize=512)
+def _effect(seq: bytes) -> tuple[int, int, bool]:
+    """(mask, value, relative) of a matched non-title sequence: flags become (flags & ~mask) | value, or, for
+    a relative one (a title or kitty keyboard push or pop), what :func:`_stack` makes of them.
+
+    Every other sequence sets modes to fixed values whatever the previous state, which is
+    what makes this cacheable per distinct sequence. A match that changes nothing is (0, 0, False).
     """
     if seq == b"\x1bc":
-        return _RIS, 0
+        return _RIS, 0, False
     if seq == b"\x1b=":
-        return _APP_KEYPAD, _APP_KEYPAD
+        return _APP_KEYPAD, _APP_KEYPAD, False
     if seq == b"\x1b>":
-        return _APP_KEYPAD, 0
-    if seq == b"\x1b[!p":  # DECSTR resets DECTCEM, DECCKM, DECNKM, DECOM and the margins
-        return _HIDDEN | _APP_CURSOR | _APP_KEYPAD | _ORIGIN | _REGION_MASK | _REGION_SET, 0
-    if seq.startswith(b"\x1b[>"):  # XTMODKEYS: only modifyOtherKeys (resource 4) is followed
-        params = _params(seq[3:-1])
-        if seq.endswith(b"n") or seq == b"\x1b[>m":
-            return _MOK_MASK, 0  # CSI > 4 n disables it; CSI > m resets every resource
+        return _APP_KEYPAD, 0, False
+    prefix, final = seq[2:3], seq[-1:]
+    if prefix in (b"?", b"!", b"<", b">", b"="):
+        body = seq[3:-1]
+    else:
+        prefix, body = b"", seq[2:-1]
+    if final == b"q":  # DECSCUSR (CSI Ps SP q)
+        if prefix:
+            return 0, 0, False
+        return _STYLE_MASK, min(_params(body[:-1])[0], 6) << _STYLE_SHIFT, False
+    if prefix == b"!":  # DECSTR resets DECTCEM, DECCKM, DECNKM, DECOM and the margins
+        if seq != b"\x1b[!p":
+            return 0, 0, False
+        return _HIDDEN | _APP_CURSOR | _APP_KEYPAD | _ORIGIN | _REGION_MASK | _REGION_SET, 0, False
+    if final == b"u":  # kitty keyboard: push, pop, set
+        return _RELATIVE if prefix in (b"<", b">", b"=") else (0, 0, False)
+    if final == b"t":  # XTWINOPS: only the title stack is followed
+        return _RELATIVE if not prefix and body[:2] in (b"22", b"23") and body[2:3] in (b"", b";") else (0, 0, False)
+    if final == b"m" or final == b"n":  # XTMODKEYS: only modifyOtherKeys (resource 4) is followed
+        if prefix != b">":
+            return 0, 0, False
+        params = _params(body)
+        if final == b"n" or seq == b"\x1b[>m":  # CSI > 4 n disables it; CSI > m resets every resource
+            return (_MOK_MASK, 0, False) if final == b"m" or params[0] == 4 else (0, 0, False)
         if params[0] != 4:
-            return 0, 0
-        return _MOK_MASK, min(params[1] if len(params) > 1 else 0, 3) << _MOK_SHIFT
-    if seq.endswith(b" q"):  # DECSCUSR
-        return _STYLE_MASK, min(_params(seq[2:-2])[0], 6) << _STYLE_SHIFT
-    if seq.endswith(b"r"):  # DECSTBM: no parameters (or 0s) is the whole screen
-        params = [*_params(seq[2:-1]), 0, 0][:2]
+            return 0, 0, False
+        return _MOK_MASK, min(params[1] if len(params) > 1 else 0, 3) << _MOK_SHIFT, False
+    if final == b"r":  # DECSTBM: no parameters (or 0s) is the whole screen
+        if prefix:
+            return 0, 0, False  # CSI ? Pm r: XTRESTORE, not followed
+        params = [*_params(body), 0, 0][:2]
         if params[0] <= 1 and params[1] == 0:
-            return _REGION_MASK | _REGION_SET, 0
-        return _REGION_MASK | _REGION_SET, (_REGION_SET | params[0] << _TOP_SHIFT | params[1] << _BOTTOM_SHIFT)
-    on = seq.endswith(b"h")
+            return _REGION_MASK | _REGION_SET, 0, False
+        return (_REGION_MASK | _REGION_SET,
+                _REGION_SET | params[0] << _TOP_SHIFT | params[1] << _BOTTOM_SHIFT, False)
+    if prefix != b"?" or final not in (b"h", b"l"):
+        return 0, 0, False
+    on = final == b"h"
     mask = value = 0
-    for param in seq[3:-1].split(b";"):
+    for param in body.split(b";"):
         if not param:
             continue
         mode = int(param)
@@ -326,7 +350,7 @@ def _effect(seq: bytes) -> tuple[int, int]:
             continue
         mask |= field
         value = (value & ~field) | bits
-    return mask, value
+    return mask, value, False
 
 
 def _stack(flags: int, seq: bytes) -> int:
@@ -352,12 +376,12 @@ def _stack(flags: int, seq: bytes) -> int:
 
 def _apply(flags: int, title: bytes | None, m: re.Match[bytes]) -> _State:
     """The state after one matched sequence."""
-    last = m.lastindex
-    if last == 5:  # OSC 0/2 title
-        return flags, m.group(5)
-    if last == 6:
-        return _stack(flags, m.group()), title
-    mask, value = _effect(m.group())
+    if m.lastindex == 3:  # OSC 0/2 title
+        return flags, m.group(3)
+    seq = m.group()
+    mask, value, relative = _effect(seq)
+    if relative:
+        return _stack(flags, seq), title
     return (flags & ~mask) | value, None if mask == _RIS else title
 
 

@@ -20,8 +20,8 @@ import re
 
 __all__ = ["strip_queries"]
 
-_CSI_QUERY = (
-    rb"\x1b\[(?:"
+_CSI_QUERY = (  # after ESC [; the lookahead: the common CSIs (cursor moves, SGR, erases) fail at once
+    rb"\[(?=[?>=&]|[0-9;]*+[nctx$*])(?:"
     rb"\??[0-9;]*n"  # DSR, CPR, DECXCPR, the private status reports (not CSI > Ps n: XTMODKEYS reset)
     rb"|[>=]?[0-9;]*c"  # DA1, DA2, DA3
     rb"|\??[0-9;]*\$p"  # DECRQM, ANSI and DEC private
@@ -34,15 +34,17 @@ _CSI_QUERY = (
     rb"|\?[0-9;]*S"  # XTSMGRAPHICS
     rb")"
 )
-# Every string sequence is matched whole (so a query-like text inside one is left alone); a match in a group
-# is a query, any other is kept as it is.
+# Every string sequence is matched whole (so a query-like text inside one is left alone); a match in the
+# group is a query, any other is kept as it is. One ESC, then a branch on the byte after it: the scan finds
+# each ESC with a fast search and most sequences fail on their second byte.
 _RE = re.compile(
-    rb"(" + _CSI_QUERY + rb"|\x05"  # a CSI query, ENQ
-    rb"|\x1b\](?:[0-9]*;)+\?(?:;[^\x07\x1b]*)?(?:\x07|\x1b\\)"  # an OSC query: a field that is ?
-    rb"|\x1b\]52;[^;\x07\x1b]*;\?(?:\x07|\x1b\\)"  # OSC 52 clipboard read
-    rb"|\x1bP[$+]q[^\x1b\x07]*(?:\x1b\\|\x07)"  # DECRQSS, XTGETTCAP
-    rb"|\x1b_G[^\x1b;]*a=q[^\x1b]*\x1b\\"  # kitty graphics query
-    rb")|\x1b[\]P_^X][^\x07\x1b]*(?:\x07|\x1b\\)?"  # any other string sequence
+    rb"\x1b(?:(" + _CSI_QUERY
+    + rb"|\](?:[0-9]*;)+\?(?:;[^\x07\x1b]*)?(?:\x07|\x1b\\)"  # an OSC query: a field that is ?
+    rb"|\]52;[^;\x07\x1b]*;\?(?:\x07|\x1b\\)"  # OSC 52 clipboard read
+    rb"|P[$+]q[^\x1b\x07]*(?:\x1b\\|\x07)"  # DECRQSS, XTGETTCAP
+    rb"|_G[^\x1b;]*a=q[^\x1b]*\x1b\\"  # kitty graphics query
+    rb")|[\]P_^X][^\x07\x1b]*(?:\x07|\x1b\\)?)"  # any other string sequence
+    rb"|(\x05)"  # ENQ
 )
 
 
