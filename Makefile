@@ -14,6 +14,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test,lint,build]' --config-settings editable_mode=compat \
 		|| $(BIN)/python -m pip install --quiet -e '.[test,lint,build]'
+	@# The full-screen programs tests/test_screens.py reattaches; as root, apt installs the missing ones
+	@# (the tests skip, saying why, where they are still missing).
+	-@command -v vim >/dev/null && command -v less >/dev/null && command -v htop >/dev/null \
+		|| { test "$$(id -u)" = 0 && command -v apt-get >/dev/null \
+		     && apt-get install -y -qq vim less htop >/dev/null 2>&1; } || true
 	touch $(STAMP)
 
 # Bytecode ahead of time: with PYTHONDONTWRITEBYTECODE set, every shellper start would otherwise

@@ -281,11 +281,19 @@ class _Attachment:
         _write_all(self.stdout_fd, note(text))
 
     def start_output(self) -> None:
-        replay = self.client.conn.replay
-        assert replay is not None
+        """The replay: its queries taken out (this terminal would answer them again, into the session's
+        input), and, when this terminal's size is not the one the output was drawn for, the scroll region
+        reset as a terminal does on a resize (shellper.core.ring.Scrollback.shown, for a handed-over one)."""
+        from shellper.core.queries import strip_queries
+
+        replay, welcome = self.client.conn.replay, self.client.conn.welcome
+        assert replay is not None and self.modes is not None
         if replay.gap:
             self.modes_known = False
-        self.show(replay.preamble + replay.data)
+        self.show(replay.preamble + strip_queries(replay.data))
+        size = window_size(self.stdin_fd) if self.stdin_is_tty else None
+        if welcome is not None and size is not None and size != (welcome.cols, welcome.rows):
+            self.show(self.modes.current().resize_sequence())
         if replay.gap:
             self.note(f"[shellper: {replay.gap} bytes skipped]")
 
@@ -595,6 +603,9 @@ def sessions_hint(directory: str, name: str) -> str:
 def attach_session(directory: str | None, name: str, *, detach_key: str = DEFAULT_DETACH_KEY,
                    read_only: bool = False, no_replay: bool = False, relay: bool = False, raw: bool = False) -> int:
     """``shellper [--dir DIR] attach NAME ...``: the session's socket found, then :func:`attach`.
+
+    ``raw`` (``--raw``): the replay is the session's recent output bytes (with the mode preamble, queries
+    taken out); today every replay is (issue 18 adds a rendered one as the default).
 
     Raises :class:`~shellper.core.names.BadName` for a name that is not one. Refuses (status 1) to attach a
     session from inside itself: its output would be fed back to it as input without end.

@@ -11,9 +11,14 @@ precompiled regex) and keeps a bounded history of mode changes with their offset
 say which modes were in effect at any offset still in the ring (:meth:`ModeTracker.preamble`)
 and how to switch them off (:meth:`ModeTracker.reset_sequence`).
 
-Not tracked (documented limits): kitty keyboard flags, modifyOtherKeys, OSC 7 cwd, colours,
-scroll regions, charsets, SGR; the title is not restored on detach (the terminal's own title
-is unknown; an attach client can push/pop it with ``CSI 22;0 t`` / ``CSI 23;0 t``).
+Also tracked, so that a detach leaves nothing on (as tmux): modifyOtherKeys, the kitty keyboard
+stack, pushed titles (``CSI 22 t``, popped again at detach), synchronized output, the cursor style,
+the scroll region and origin mode, and every mouse mode on its own (terminals differ on whether
+setting one mouse mode replaces another).
+
+Not tracked (documented limits): OSC 7 cwd, colours, charsets, SGR, ``CSI ? Pm r`` (XTRESTORE); the
+title is not restored on detach (the terminal's own title is unknown; pushed titles are popped).
+The flags of kitty keyboard entries below the top are not known: a preamble pushes the top's.
 """
 
 from __future__ import annotations
@@ -25,8 +30,13 @@ import re
 from shellper.core.errors import ShellperError
 from shellper.core.structs import record
 
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 __all__ = [
     "CARRY_MAX",
+    "CHECKPOINT_BYTES",
     "FULL_RESET_SEQUENCE",
     "MAX_HISTORY",
     "TITLE_MAX",
@@ -43,9 +53,16 @@ CARRY_MAX = TITLE_MAX + 16
 
 MAX_HISTORY = 1024
 """Most mode changes remembered after a :meth:`ModeTracker.feed`. Beyond it the oldest are
-folded into the base state (down to half), so a preamble for an offset older than the fold is
-approximated by the state at the fold. A TUI toggling the cursor twice per frame keeps exact
-history for its last ~256-512 frames."""
+folded into the base state (down to half). An offset older than the fold is then answered by
+scanning the output again from the checkpoint before it (:meth:`ModeTracker.state_at` with a
+``read``), or, without the bytes, approximated by the state at the fold."""
+
+CHECKPOINT_BYTES = 256 * 1024
+"""Output between two checkpoints (states at known offsets) of a tracker that keeps them: the most
+output :meth:`ModeTracker.state_at` scans again to answer an offset older than its history."""
+
+STACK_MAX = 255
+"""Deepest title or kitty keyboard stack counted (a program pushing without end is not followed)."""
 
 
 @record(frozen=True, slots=True)
@@ -55,6 +72,10 @@ class TerminalModes:
     ``mouse_tracking`` is the active protocol (0 = off, else 9/1000/1002/1003) and
     ``mouse_encoding`` the coordinate encoding (0 = default, else 1005/1006/1015): like xterm
     and xterm.js, setting one replaces the previous and resetting any of them turns it off.
+    ``mouse_modes`` is every mouse mode set and not reset by its own number, for terminals
+    that keep each on its own (a detach switches all of them off). ``scroll_region`` is the
+    DECSTBM parameters (0 = the default) or None for the whole screen; ``title_stack`` and
+    ``kitty_keyboard`` count the entries pushed and not popped; ``kitty_flags`` are the top's.
     """
 
     alt_screen: bool = False
@@ -66,18 +87,74 @@ class TerminalModes:
     app_cursor_keys: bool = False
     app_keypad: bool = False
     title: bytes | None = None
+    mouse_modes: tuple[int, ...] = ()
+    sync_output: bool = False
+    modify_other_keys: int = 0
+    kitty_keyboard: int = 0
+    kitty_flags: int = 0
+    title_stack: int = 0
+    cursor_style: int = 0
+    scroll_region: tuple[int, int] | None = None
+    origin_mode: bool = False
 
     def enable_sequence(self) -> bytes:
-        """Sequences that take a default terminal to this state (non-default modes only)."""
-        out = [] if self.title is None else [b"\x1b]2;" + self.title + b"\x07"]
+        """Sequences that take a default terminal to this state (non-default modes only).
+
+        Synchronized output is not switched on: the replay that follows ends the frame, and a
+        terminal left waiting for that end would show nothing."""
+        out = []
+        if self.scroll_region is not None:  # first: setting it moves the cursor home
+            out.append(b"\x1b[%d;%dr" % self.scroll_region)
+        if self.origin_mode:
+            out.append(b"\x1b[?6h")
+        out += [b"\x1b[22;0t"] * self.title_stack  # pushed before the current title was set
+        if self.title is not None:
+            out.append(b"\x1b]2;" + self.title + b"\x07")
+        # Every mouse mode on its own first, then the active ones, so a terminal where the last set wins
+        # ends with the active protocol and encoding.
+        out += (b"\x1b[?%dh" % mode for mode in self.mouse_modes
+                if mode not in (self.mouse_tracking, self.mouse_encoding))
         out += (_switch(on, getattr(self, name)) for name, (on, _) in _SWITCHES.items()
                 if getattr(self, name) != getattr(_DEFAULT_MODES, name))
+        if self.modify_other_keys:
+            out.append(b"\x1b[>4;%dm" % self.modify_other_keys)
+        if self.kitty_keyboard:
+            out += [b"\x1b[>%du" % self.kitty_flags] * self.kitty_keyboard
+        elif self.kitty_flags:
+            out.append(b"\x1b[=%d;1u" % self.kitty_flags)
+        if self.cursor_style:
+            out.append(b"\x1b[%d q" % self.cursor_style)
         return b"".join(out)
 
     def disable_sequence(self) -> bytes:
-        """Sequences that take a terminal in this state back to defaults (title excepted)."""
-        return b"".join(_switch(_SWITCHES[name][1], getattr(self, name)) for name in _DISABLE_ORDER
-                        if getattr(self, name) != getattr(_DEFAULT_MODES, name))
+        """Sequences that take a terminal in this state back to defaults (the title excepted; pushed
+        titles are popped)."""
+        out = []
+        if self.origin_mode:
+            out.append(b"\x1b[?6l")
+        if self.scroll_region is not None:  # the cursor kept: resetting the region moves it home
+            out.append(b"\x1b7\x1b[r\x1b8")
+        out += (b"\x1b[?%dl" % mode for mode in self.mouse_modes
+                if mode not in (self.mouse_tracking, self.mouse_encoding))
+        out += (_switch(_SWITCHES[name][1], getattr(self, name)) for name in _DISABLE_ORDER
+                if getattr(self, name) != getattr(_DEFAULT_MODES, name))
+        if self.modify_other_keys:
+            out.append(b"\x1b[>4m")
+        if self.kitty_keyboard:
+            out.append(b"\x1b[<%du" % self.kitty_keyboard)
+        if self.kitty_flags and not self.kitty_keyboard:
+            out.append(b"\x1b[=0;1u")
+        if self.sync_output:
+            out.append(b"\x1b[?2026l")
+        if self.cursor_style:
+            out.append(b"\x1b[0 q")
+        out += [b"\x1b[23;0t"] * self.title_stack
+        return b"".join(out)
+
+    def resize_sequence(self) -> bytes:
+        """What a terminal does itself when resized, for one that is shown this state's output drawn for
+        another size: the scroll region back to the whole screen, the cursor kept (as xterm)."""
+        return b"\x1b7\x1b[r\x1b8" if self.scroll_region is not None else b""
 
 
 _DEFAULT_MODES = TerminalModes()
@@ -104,24 +181,30 @@ def _switch(sequence: bytes, value: object) -> bytes:
 
 
 FULL_RESET_SEQUENCE = (
-    b"\x1b[?9l\x1b[?1000l\x1b[?1002l\x1b[?1003l"  # mouse tracking off
-    b"\x1b[?1005l\x1b[?1006l\x1b[?1015l"  # mouse encodings off
+    b"\x1b[?6l\x1b7\x1b[r\x1b8"  # origin mode off, whole-screen scroll region (cursor kept)
+    b"\x1b[?9l\x1b[?1000l\x1b[?1001l\x1b[?1002l\x1b[?1003l"  # mouse tracking off
+    b"\x1b[?1005l\x1b[?1006l\x1b[?1015l\x1b[?1016l"  # mouse encodings off
     b"\x1b[?1004l\x1b[?2004l"  # focus reporting, bracketed paste off
     b"\x1b[?1l\x1b>"  # normal cursor keys, numeric keypad
-    b"\x1b[?1049l\x1b[?25h"  # main screen (restores the cursor saved by ?1049h), cursor shown
+    b"\x1b[>4m\x1b[<%du\x1b[=0;1u" % STACK_MAX  # modifyOtherKeys off, kitty keyboard stack emptied
+    + b"\x1b[?2026l"  # synchronized output ended
+    b"\x1b[?1049l\x1b[?25h\x1b[0 q"  # main screen (restores the cursor saved by ?1049h), cursor shown
 )
-"""Switches every tracked mode to its default whatever the state (not RIS: keeps the screen).
+"""Switches every tracked mode to its default whatever the state (not RIS: keeps the screen). Pushed
+titles are not popped: how many is unknown.
 
 For a client that cannot know the state, e.g. after an uncontrolled disconnect. Note that
 ``?1049l`` also restores the cursor position saved when the alternate screen was entered."""
 
-# One pass over the data finds every sequence that changes a tracked mode.
+# One pass over the data finds every sequence that changes a tracked mode. The CSIs share one path, and a
+# lookahead lets the common ones (cursor moves, SGR, erases: no prefix, another final byte) fail after one
+# scan of their parameters: a branch per sequence kind made the scan of a TUI's output twice as slow
+# (bench/NOTES.md, "Mode tracking for the detach reset").
 _MODE_RE = re.compile(
     rb"\x1b(?:"
-    rb"\[\?([0-9;]{0,64})([hl])"  # 1, 2: DEC private mode set/reset (combined params)
-    rb"|(\[!p)"  # 3: DECSTR soft reset
-    rb"|([=>c])"  # 4: DECKPAM / DECKPNM / RIS
-    rb"|\][02];([^\x07\x1b]{0,%d})(?:\x07|\x1b\\)" % TITLE_MAX  # 5: OSC 0/2 title
+    rb"(\[(?=[?!<>=]|[0-9;]*+[ hlprtun])[?!<>=]?[0-9;]{0,64}+(?: q|[hlprtunm]))"  # 1: DEC modes, DECSTR, ...
+    rb"|([=>c])"  # 2: DECKPAM / DECKPNM / RIS
+    rb"|\][02];([^\x07\x1b]{0,%d})(?:\x07|\x1b\\)" % TITLE_MAX  # 3: OSC 0/2 title
     + rb")"
 )
 # An unfinished sequence at the end of the data that could still become one of the above.
@@ -139,18 +222,32 @@ class ModeOffsetError(ShellperError, ValueError):
 
 # Internally a state is (flags, title): flags packs every mode into one int, so applying a
 # sequence is two bit operations and the hot path never builds dataclasses.
-_ALT, _HIDDEN, _PASTE, _FOCUS, _APP_CURSOR, _APP_KEYPAD = 1, 2, 4, 8, 16, 32
+_ALT, _HIDDEN, _PASTE, _FOCUS, _APP_CURSOR, _APP_KEYPAD, _SYNC, _ORIGIN = 1, 2, 4, 8, 16, 32, 64, 128
 _TRACKING_SHIFT, _TRACKING_MASK = 8, 0x700
 _ENCODING_SHIFT, _ENCODING_MASK = 12, 0x3000
 _TRACKING = (0, 9, 1000, 1002, 1003)
 _ENCODING = (0, 1005, 1006, 1015)
+_MOK_SHIFT, _MOK_MASK = 16, 0x3 << 16  # modifyOtherKeys 0..3
+_MOUSE_MODES = (9, 1000, 1001, 1002, 1003, 1005, 1006, 1015, 1016)
+_MOUSE_SHIFT = 18  # one bit per mouse mode, in _MOUSE_MODES order (bits 18..26)
+_MOUSE_BIT = {mode: 1 << (_MOUSE_SHIFT + i) for i, mode in enumerate(_MOUSE_MODES)}
+_STYLE_SHIFT, _STYLE_MASK = 28, 0x7 << 28  # DECSCUSR 0..6
+_TITLES_SHIFT, _TITLES_MASK = 32, 0xFF << 32  # title stack depth
+_KITTY_SHIFT, _KITTY_MASK = 40, 0xFF << 40  # kitty keyboard stack depth
+_KFLAGS_SHIFT, _KFLAGS_MASK = 48, 0x1F << 48  # kitty keyboard flags of the top entry
+_TOP_SHIFT, _BOTTOM_SHIFT, _MARGIN_MASK = 56, 68, 0xFFF  # DECSTBM parameters (0: default)
+_REGION_MASK = (_MARGIN_MASK << _TOP_SHIFT) | (_MARGIN_MASK << _BOTTOM_SHIFT)
+_REGION_SET = 1 << 80  # a region is set (its parameters may both be defaults, as in CSI ;24r)
 _RIS = -1  # the mask of a full reset: clears every flag (and, specially, the title)
 
 _FLAG_OF_MODE = {47: _ALT, 1047: _ALT, 1049: _ALT, 2004: _PASTE, 1004: _FOCUS, 1: _APP_CURSOR,
-                 66: _APP_KEYPAD}  # 66 = DECNKM, the same switch as DECKPAM/DECKPNM
+                 66: _APP_KEYPAD, 2026: _SYNC, 6: _ORIGIN}  # 66 = DECNKM, the same switch as DECKPAM/DECKPNM
+
+_State = tuple[int, "bytes | None"]
 
 
 def _to_modes(flags: int, title: bytes | None) -> TerminalModes:
+    top, bottom = (flags >> _TOP_SHIFT) & _MARGIN_MASK, (flags >> _BOTTOM_SHIFT) & _MARGIN_MASK
     return TerminalModes(
         alt_screen=bool(flags & _ALT),
         cursor_visible=not flags & _HIDDEN,
@@ -161,30 +258,86 @@ def _to_modes(flags: int, title: bytes | None) -> TerminalModes:
         app_cursor_keys=bool(flags & _APP_CURSOR),
         app_keypad=bool(flags & _APP_KEYPAD),
         title=title,
+        mouse_modes=tuple(mode for mode, bit in _MOUSE_BIT.items() if flags & bit),
+        sync_output=bool(flags & _SYNC),
+        modify_other_keys=(flags & _MOK_MASK) >> _MOK_SHIFT,
+        kitty_keyboard=(flags & _KITTY_MASK) >> _KITTY_SHIFT,
+        kitty_flags=(flags & _KFLAGS_MASK) >> _KFLAGS_SHIFT,
+        title_stack=(flags & _TITLES_MASK) >> _TITLES_SHIFT,
+        cursor_style=(flags & _STYLE_MASK) >> _STYLE_SHIFT,
+        scroll_region=(top, bottom) if flags & _REGION_SET else None,
+        origin_mode=bool(flags & _ORIGIN),
     )
 
 
-@functools.lru_cache(maxsize=512)
-def _effect(seq: bytes) -> tuple[int, int]:
-    """(mask, value) of a matched non-title sequence: flags become (flags & ~mask) | value.
+def _params(text: bytes) -> list[int]:
+    """CSI parameters, an empty one as 0 (each capped, so a hostile number costs nothing)."""
+    return [min(int(p), 0xFFF) if p else 0 for p in text.split(b";")]
 
-    Every tracked sequence sets modes to fixed values whatever the previous state, which is
-    what makes this cacheable per distinct sequence.
+
+_RELATIVE = (0, 0, True)
+
+
+@functools.lru_cache(maxsize=512)
+def _effect(seq: bytes) -> tuple[int, int, bool]:
+    """(mask, value, relative) of a matched non-title sequence: flags become (flags & ~mask) | value, or, for
+    a relative one (a title or kitty keyboard push or pop), what :func:`_stack` makes of them.
+
+    Every other sequence sets modes to fixed values whatever the previous state, which is
+    what makes this cacheable per distinct sequence. A match that changes nothing is (0, 0, False).
     """
     if seq == b"\x1bc":
-        return _RIS, 0
+        return _RIS, 0, False
     if seq == b"\x1b=":
-        return _APP_KEYPAD, _APP_KEYPAD
+        return _APP_KEYPAD, _APP_KEYPAD, False
     if seq == b"\x1b>":
-        return _APP_KEYPAD, 0
-    if seq == b"\x1b[!p":  # DECSTR resets DECTCEM, DECCKM and DECNKM
-        return _HIDDEN | _APP_CURSOR | _APP_KEYPAD, 0
-    on = seq.endswith(b"h")
+        return _APP_KEYPAD, 0, False
+    prefix, final = seq[2:3], seq[-1:]
+    if prefix in (b"?", b"!", b"<", b">", b"="):
+        body = seq[3:-1]
+    else:
+        prefix, body = b"", seq[2:-1]
+    if final == b"q":  # DECSCUSR (CSI Ps SP q)
+        if prefix:
+            return 0, 0, False
+        return _STYLE_MASK, min(_params(body[:-1])[0], 6) << _STYLE_SHIFT, False
+    if prefix == b"!":  # DECSTR resets DECTCEM, DECCKM, DECNKM, DECOM and the margins
+        if seq != b"\x1b[!p":
+            return 0, 0, False
+        return _HIDDEN | _APP_CURSOR | _APP_KEYPAD | _ORIGIN | _REGION_MASK | _REGION_SET, 0, False
+    if final == b"u":  # kitty keyboard: push, pop, set
+        return _RELATIVE if prefix in (b"<", b">", b"=") else (0, 0, False)
+    if final == b"t":  # XTWINOPS: only the title stack is followed
+        return _RELATIVE if not prefix and body[:2] in (b"22", b"23") and body[2:3] in (b"", b";") else (0, 0, False)
+    if final == b"m" or final == b"n":  # XTMODKEYS: only modifyOtherKeys (resource 4) is followed
+        if prefix != b">":
+            return 0, 0, False
+        params = _params(body)
+        if final == b"n" or seq == b"\x1b[>m":  # CSI > 4 n disables it; CSI > m resets every resource
+            return (_MOK_MASK, 0, False) if final == b"m" or params[0] == 4 else (0, 0, False)
+        if params[0] != 4:
+            return 0, 0, False
+        return _MOK_MASK, min(params[1] if len(params) > 1 else 0, 3) << _MOK_SHIFT, False
+    if final == b"r":  # DECSTBM: no parameters (or 0s) is the whole screen
+        if prefix:
+            return 0, 0, False  # CSI ? Pm r: XTRESTORE, not followed
+        params = [*_params(body), 0, 0][:2]
+        if params[0] <= 1 and params[1] == 0:
+            return _REGION_MASK | _REGION_SET, 0, False
+        return (_REGION_MASK | _REGION_SET,
+                _REGION_SET | params[0] << _TOP_SHIFT | params[1] << _BOTTOM_SHIFT, False)
+    if prefix != b"?" or final not in (b"h", b"l"):
+        return 0, 0, False
+    on = final == b"h"
     mask = value = 0
-    for param in seq[3:-1].split(b";"):
+    for param in body.split(b";"):
         if not param:
             continue
         mode = int(param)
+        if mode in _MOUSE_BIT:  # each on its own, besides the active protocol and encoding below
+            bit = _MOUSE_BIT[mode]
+            mask |= bit
+            value = (value & ~bit) | (bit * on)
         if mode in _FLAG_OF_MODE:
             field, bits = _FLAG_OF_MODE[mode], _FLAG_OF_MODE[mode] * on
         elif mode == 25:
@@ -197,7 +350,39 @@ def _effect(seq: bytes) -> tuple[int, int]:
             continue
         mask |= field
         value = (value & ~field) | bits
-    return mask, value
+    return mask, value, False
+
+
+def _stack(flags: int, seq: bytes) -> int:
+    """Flags after a title push/pop or a kitty keyboard stack change (relative: not cacheable)."""
+    if seq.endswith(b"t"):
+        depth = (flags & _TITLES_MASK) >> _TITLES_SHIFT
+        depth = min(depth + 1, STACK_MAX) if seq[2:4] == b"22" else max(depth - 1, 0)
+        return (flags & ~_TITLES_MASK) | depth << _TITLES_SHIFT
+    kind, params = seq[2:3], _params(seq[3:-1])
+    depth = (flags & _KITTY_MASK) >> _KITTY_SHIFT
+    kflags = (flags & _KFLAGS_MASK) >> _KFLAGS_SHIFT
+    if kind == b">":  # push
+        depth, kflags = min(depth + 1, STACK_MAX), params[0] & 0x1F
+    elif kind == b"<":  # pop n (default 1)
+        depth = max(depth - max(params[0], 1), 0)
+        kflags = kflags if depth else 0  # the flags below the top are not known
+    else:  # = flags ; mode: 1 set, 2 add, 3 remove
+        how = params[1] if len(params) > 1 else 1
+        value = params[0] & 0x1F
+        kflags = value if how <= 1 else kflags | value if how == 2 else kflags & ~value
+    return (flags & ~(_KITTY_MASK | _KFLAGS_MASK)) | depth << _KITTY_SHIFT | kflags << _KFLAGS_SHIFT
+
+
+def _apply(flags: int, title: bytes | None, m: re.Match[bytes]) -> _State:
+    """The state after one matched sequence."""
+    if m.lastindex == 3:  # OSC 0/2 title
+        return flags, m.group(3)
+    seq = m.group()
+    mask, value, relative = _effect(seq)
+    if relative:
+        return _stack(flags, seq), title
+    return (flags & ~mask) | value, None if mask == _RIS else title
 
 
 class ModeTracker:
@@ -205,18 +390,24 @@ class ModeTracker:
 
     A change takes effect at the offset just past its sequence. History is a base state
     (valid at ``base_offset``) plus up to :data:`MAX_HISTORY` ``(offset, state)`` entries;
-    :meth:`forget_before` folds entries the ring no longer needs into the base.
+    :meth:`forget_before` folds entries the ring no longer needs into the base. With
+    ``checkpoints``, the state is also kept every :data:`CHECKPOINT_BYTES` of output, so that
+    :meth:`state_at` can answer an offset older than the history exactly from the output itself.
     """
 
-    __slots__ = ("_base", "_base_offset", "_carry", "_fed_end", "_offsets", "_states")
+    __slots__ = ("_base", "_base_offset", "_carry", "_checkpoint_due", "_cp_offsets", "_cp_states",
+                 "_fed_end", "_offsets", "_states")
 
-    def __init__(self) -> None:
-        self._base: tuple[int, bytes | None] = (0, None)  # (flags, title)
+    def __init__(self, checkpoints: bool = False) -> None:
+        self._base: _State = (0, None)  # (flags, title)
         self._base_offset = 0
         self._offsets: list[int] = []
-        self._states: list[tuple[int, bytes | None]] = []
+        self._states: list[_State] = []
         self._carry = b""
         self._fed_end: int | None = None
+        self._cp_offsets: list[int] = []
+        self._cp_states: list[_State] = []
+        self._checkpoint_due = 0 if checkpoints else -1  # -1: no checkpoints kept
 
     def __len__(self) -> int:
         """Number of changes held in the history (excluding the base)."""
@@ -224,7 +415,7 @@ class ModeTracker:
 
     @property
     def base_offset(self) -> int:
-        """Offsets before this are answered approximately (with the base state)."""
+        """Offsets before this are answered approximately (with the base state) without a ``read``."""
         return self._base_offset
 
     def feed(self, offset: int, data: bytes) -> None:
@@ -234,7 +425,11 @@ class ModeTracker:
             if offset < fed_end:
                 raise ModeOffsetError(offset, fed_end)
             self._carry = b""  # discontinuity: an unfinished sequence cannot continue
+            if self._checkpoint_due >= 0:  # the output in between is not known: no scan may cross it
+                self._checkpoint(offset)
         self._fed_end = offset + len(data)
+        if 0 <= self._checkpoint_due <= offset and not self._carry:
+            self._checkpoint(offset)
         if not self._carry:
             if b"\x1b" not in data:
                 return
@@ -245,45 +440,75 @@ class ModeTracker:
         offsets, states = self._offsets, self._states
         flags, title = states[-1] if states else self._base
         for m in _MODE_RE.finditer(buf):
-            if m.lastindex == 5:  # OSC 0/2 title
-                new_flags, new_title = flags, m.group(5)
-            else:
-                mask, value = _effect(m.group())
-                new_flags = (flags & ~mask) | value
-                new_title = None if mask == _RIS else title
+            new_flags, new_title = _apply(flags, title, m)
             if new_flags != flags or new_title != title:
                 flags, title = new_flags, new_title
                 offsets.append(buf_offset + m.end())
                 states.append((flags, title))
         if len(offsets) > MAX_HISTORY:  # fold the oldest entries: amortised O(1) per change
-            self.forget_before(offsets[len(offsets) - MAX_HISTORY // 2 - 1])
+            self._fold(offsets[len(offsets) - MAX_HISTORY // 2 - 1])
         self._carry = self._unfinished_tail(buf)
+
+    def _checkpoint(self, offset: int) -> None:
+        """Note the state at ``offset``, where no sequence is unfinished (the carry is empty)."""
+        self._cp_offsets.append(offset)
+        self._cp_states.append(self._state_before(offset))
+        self._checkpoint_due = offset + CHECKPOINT_BYTES
 
     def current(self) -> TerminalModes:
         """Modes in effect after everything fed so far."""
         return _to_modes(*(self._states[-1] if self._states else self._base))
 
-    def state_at(self, offset: int) -> TerminalModes:
-        """Modes in effect at ``offset`` (the base state for offsets before ``base_offset``)."""
+    def _state_before(self, offset: int) -> _State:
+        """The state from the history for ``offset`` (the base for offsets before ``base_offset``)."""
         i = bisect.bisect_right(self._offsets, offset)
-        return _to_modes(*(self._states[i - 1] if i else self._base))
+        return self._states[i - 1] if i else self._base
 
-    def preamble(self, offset: int) -> bytes:
-        """Sequences establishing the modes in effect at ``offset``, for a default terminal."""
-        return self.state_at(offset).enable_sequence()
+    def state_at(self, offset: int, read: Callable[[int, int], bytes | None] | None = None) -> TerminalModes:
+        """Modes in effect at ``offset``.
+
+        For an offset before ``base_offset``, ``read(first, last)`` (the output between two offsets,
+        or None where it is no longer held) lets the tracker scan the output again from its last
+        checkpoint before ``offset``: exact. Without it, or without the bytes: the base state.
+        """
+        if offset < self._base_offset and read is not None:
+            i = bisect.bisect_right(self._cp_offsets, offset)
+            if i:
+                first = self._cp_offsets[i - 1]
+                data = read(first, offset)
+                if data is not None:
+                    flags, title = self._cp_states[i - 1]
+                    for m in _MODE_RE.finditer(data):
+                        flags, title = _apply(flags, title, m)
+                    return _to_modes(flags, title)
+        return _to_modes(*self._state_before(offset))
+
+    def preamble(self, offset: int, read: Callable[[int, int], bytes | None] | None = None) -> bytes:
+        """Sequences establishing the modes in effect at ``offset``, for a default terminal
+        (``read``: see :meth:`state_at`)."""
+        return self.state_at(offset, read).enable_sequence()
 
     def reset_sequence(self) -> bytes:
         """Sequences returning a terminal that saw all output so far to default modes."""
         return self.current().disable_sequence()
 
-    def forget_before(self, offset: int) -> None:
-        """Fold changes at or before ``offset`` into the base: replays start no earlier."""
+    def _fold(self, offset: int) -> None:
+        """Fold history at or before ``offset`` into the base."""
         i = bisect.bisect_right(self._offsets, offset)
         if i:
             self._base = self._states[i - 1]
             del self._offsets[:i]
             del self._states[:i]
         self._base_offset = max(self._base_offset, offset)
+
+    def forget_before(self, offset: int) -> None:
+        """Fold changes at or before ``offset`` into the base: replays start no earlier. Checkpoints
+        before the last one at or before ``offset`` go too (nothing is read before ``offset`` again)."""
+        self._fold(offset)
+        i = bisect.bisect_right(self._cp_offsets, offset)
+        if i > 1:
+            del self._cp_offsets[:i - 1]
+            del self._cp_states[:i - 1]
 
     def clear(self, offset: int) -> None:
         """Forget everything: from ``offset`` on, a new program starts at default modes."""
@@ -293,6 +518,10 @@ class ModeTracker:
         self._states.clear()
         self._carry = b""
         self._fed_end = offset
+        self._cp_offsets.clear()
+        self._cp_states.clear()
+        if self._checkpoint_due >= 0:
+            self._checkpoint(offset)
 
     @staticmethod
     def _unfinished_tail(buf: bytes) -> bytes:

@@ -268,7 +268,7 @@ class Scrollback:
 
     def __init__(self, capacity: int = DEFAULT_RING_BYTES) -> None:
         self.ring = RingBuffer(capacity)
-        self.modes = ModeTracker()
+        self.modes = ModeTracker(checkpoints=True)
 
     @property
     def start(self) -> int:
@@ -316,12 +316,32 @@ class Scrollback:
         ring = self.ring
         chunk = ring.read(ring.start if from_offset is None else from_offset, max_bytes)
         if not resume:
-            preamble = self.modes.preamble(chunk.offset)
+            preamble = self.modes.preamble(chunk.offset, self._held)
         elif chunk.gap:
-            preamble = FULL_RESET_SEQUENCE + self.modes.preamble(chunk.offset)
+            preamble = FULL_RESET_SEQUENCE + self.modes.preamble(chunk.offset, self._held)
         else:
             preamble = b""
         return Replay(chunk.offset, chunk.gap, preamble, chunk.data, ring.end)
+
+    def shown(self, replay: Replay, resized: bool) -> bytes:
+        """What a terminal is shown for ``replay`` (shellper attach's raw replay): the preamble, the output
+        with its queries taken out (a terminal would answer them again, into the session's input), and,
+        for a terminal of another size than the output was drawn for, what a terminal does itself on a
+        resize (the scroll region reset: a stale one from the replayed bytes would cut the program's
+        redraw short)."""
+        from shellper.core.queries import strip_queries  # here: a Tower's session never loads it
+
+        shown = replay.preamble + strip_queries(replay.data)
+        if resized:
+            shown += self.modes.state_at(replay.offset + len(replay.data), self._held).resize_sequence()
+        return shown
+
+    def _held(self, first: int, last: int) -> bytes | None:
+        """The output between two offsets, or None where the ring no longer holds it (for
+        :meth:`ModeTracker.state_at`: a replay's preamble is exact however many modes changed since)."""
+        if first < self.ring.start or last > self.ring.end:
+            return None
+        return self.ring.read(first, last - first).data
 
     def clear(self) -> bytes:
         """Drop content and mode history (a new child starts at terminal defaults).

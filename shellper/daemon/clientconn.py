@@ -583,6 +583,7 @@ class ClientConn:
             return
         self.pos = replay.offset + len(replay.data)
         if self.terminal is not None:  # the history goes to the terminal; REPLAY says where it ends
+            resized = window_size(self.terminal.fd) not in (None, (session.cols, session.rows))
             if self.role != "viewer":
                 self._follow_size()  # before the first key, not on it: a SIGWINCH amid typing confuses shells
             # REPLAY leaves first: once a person sees output, the client has its whole handshake, so a
@@ -594,7 +595,7 @@ class ClientConn:
                 self.terminal.write(screen)
             else:
                 self.send_frame(wire.Replay(offset=self.pos, gap=replay.gap))
-                self.terminal.write(replay.preamble + replay.data)
+                self.terminal.write(session.scrollback.shown(replay, resized))
                 if replay.gap:
                     self.terminal.write(note(f"[shellper: {replay.gap} bytes skipped]"))
             self.terminal.start_reading()

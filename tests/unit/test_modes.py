@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from shellper.core.modes import (
     CARRY_MAX,
+    CHECKPOINT_BYTES,
     FULL_RESET_SEQUENCE,
     MAX_HISTORY,
     TITLE_MAX,
@@ -43,18 +44,43 @@ MODE_TABLE: list[tuple[bytes, TerminalModes]] = [
     (b"\x1b[?1049h\x1b[?47l", D),
     (b"\x1b[?1049;2004h", replace(D, alt_screen=True, bracketed_paste=True)),
     (b"\x1b[?1;1004;1006;1002h", replace(D, app_cursor_keys=True, focus_reporting=True,
-                                         mouse_encoding=1006, mouse_tracking=1002)),
+                                         mouse_encoding=1006, mouse_tracking=1002, mouse_modes=(1002, 1006))),
     (b"\x1b[?25l", replace(D, cursor_visible=False)),
     (b"\x1b[?25l\x1b[?25h", D),
     (b"\x1b[?2004h", replace(D, bracketed_paste=True)),
     (b"\x1b[?1004h", replace(D, focus_reporting=True)),
     (b"\x1b[?1h", replace(D, app_cursor_keys=True)),
-    (b"\x1b[?9h", replace(D, mouse_tracking=9)),
-    (b"\x1b[?1000h\x1b[?1003h", replace(D, mouse_tracking=1003)),  # last protocol wins
-    (b"\x1b[?1003h\x1b[?1000l", D),  # resetting any protocol switches tracking off
-    (b"\x1b[?1006h\x1b[?1015h", replace(D, mouse_encoding=1015)),
-    (b"\x1b[?1006h\x1b[?1005l", D),
-    (b"\x1b[?1000;1006h\x1b[?1000l", replace(D, mouse_encoding=1006)),  # encoding is separate
+    (b"\x1b[?9h", replace(D, mouse_tracking=9, mouse_modes=(9,))),
+    # last protocol wins (xterm); each stays on by its own number (terminals that keep them apart)
+    (b"\x1b[?1000h\x1b[?1003h", replace(D, mouse_tracking=1003, mouse_modes=(1000, 1003))),
+    (b"\x1b[?1003h\x1b[?1000l", replace(D, mouse_modes=(1003,))),  # any reset switches tracking off
+    (b"\x1b[?1003h\x1b[?1000h\x1b[?1000l\x1b[?1003l", D),
+    (b"\x1b[?1006h\x1b[?1015h", replace(D, mouse_encoding=1015, mouse_modes=(1006, 1015))),
+    (b"\x1b[?1006h\x1b[?1005l", replace(D, mouse_modes=(1006,))),
+    (b"\x1b[?1000;1006h\x1b[?1000l", replace(D, mouse_encoding=1006, mouse_modes=(1006,))),  # encoding apart
+    (b"\x1b[?1001h\x1b[?1016h", replace(D, mouse_modes=(1001, 1016))),
+    (b"\x1b[?2026h", replace(D, sync_output=True)),
+    (b"\x1b[?6h", replace(D, origin_mode=True)),
+    (b"\x1b[>4;2m", replace(D, modify_other_keys=2)),
+    (b"\x1b[>4;1m\x1b[>4m", D),
+    (b"\x1b[>4;2m\x1b[>4n", D),
+    (b"\x1b[>4;2m\x1b[>m", D),
+    (b"\x1b[>4;2m\x1b[>1;2m\x1b[>0m", replace(D, modify_other_keys=2)),  # other resources: not followed
+    (b"\x1b[22;0t\x1b[22;2t\x1b[22t", replace(D, title_stack=3)),
+    (b"\x1b[22;0;0t\x1b[22;2t\x1b[22;1t", replace(D, title_stack=3)),  # what vim 9 pushes
+    (b"\x1b[22;0t\x1b[23;0t\x1b[23;0t", D),  # a pop of an empty stack does nothing
+    (b"\x1b[>1u", replace(D, kitty_keyboard=1, kitty_flags=1)),
+    (b"\x1b[>1u\x1b[>3u\x1b[<u", replace(D, kitty_keyboard=1, kitty_flags=3)),
+    (b"\x1b[>1u\x1b[>3u\x1b[<5u", D),
+    (b"\x1b[=5;1u", replace(D, kitty_flags=5)),
+    (b"\x1b[=5;1u\x1b[=2;2u\x1b[=4;3u", replace(D, kitty_flags=3)),
+    (b"\x1b[2 q", replace(D, cursor_style=2)),
+    (b"\x1b[2 q\x1b[ q", D),
+    (b"\x1b[5;20r", replace(D, scroll_region=(5, 20))),
+    (b"\x1b[5;20r\x1b[r", D),
+    (b"\x1b[5;20r\x1b[;r", D),
+    (b"\x1b[;24r", replace(D, scroll_region=(0, 24))),
+    (b"\x1b[5;20r\x1b[?6h\x1b[!p", D),  # DECSTR: margins and origin mode too
     (b"\x1b=", replace(D, app_keypad=True)),
     (b"\x1b=\x1b>", D),
     (b"\x1b[?66h", replace(D, app_keypad=True)),
@@ -72,7 +98,7 @@ MODE_TABLE: list[tuple[bytes, TerminalModes]] = [
     (b"\x1b[1h\x1b[4h", D),  # ANSI (non-private) modes
     (b"\x1b[?1049$p", D),  # DECRQM query
     (b"\x1b[?12h\x1b[?7l", D),  # blink, autowrap: untracked
-    (b"\x1b[>1u\x1b[>4;2m", D),  # kitty keyboard, modifyOtherKeys: untracked
+    (b"\x1b[?1r", D),  # XTRESTORE: untracked
     (b"\x1b[?;h", D),
     (b"\x1b[31m\x1b[2J\x1b[H\x1b(B\x1b7\x1b8", D),
 ]
@@ -195,17 +221,39 @@ def test_reset_sequence_table(data: bytes, reset: bytes) -> None:
     assert fed(data).reset_sequence() == reset
 
 
+_MOUSE_ORDER = (9, 1000, 1001, 1002, 1003, 1005, 1006, 1015, 1016)
+
+
+def _modes(tracking: int, encoding: int, extra: set[int], **fields: Any) -> TerminalModes:
+    """A state a preamble can re-create: every active mouse mode is also among those on by number, and
+    a protocol (encoding) is on by number only while one is active (after ``?9h?1000l`` 9 is on by number
+    and tracking off: no sequence of sets re-creates that)."""
+    extra = {m for m in extra if (tracking if m in (9, 1000, 1001, 1002, 1003) else encoding)}
+    on = (extra | {tracking, encoding}) - {0}
+    return TerminalModes(mouse_tracking=tracking, mouse_encoding=encoding,
+                         mouse_modes=tuple(m for m in _MOUSE_ORDER if m in on), **fields)
+
+
 MODES = st.builds(
-    TerminalModes,
+    _modes,
+    tracking=st.sampled_from([0, 9, 1000, 1002, 1003]),
+    encoding=st.sampled_from([0, 1005, 1006, 1015]),
+    extra=st.sets(st.sampled_from(_MOUSE_ORDER)),
     alt_screen=st.booleans(),
     cursor_visible=st.booleans(),
     bracketed_paste=st.booleans(),
-    mouse_tracking=st.sampled_from([0, 9, 1000, 1002, 1003]),
-    mouse_encoding=st.sampled_from([0, 1005, 1006, 1015]),
     focus_reporting=st.booleans(),
     app_cursor_keys=st.booleans(),
     app_keypad=st.booleans(),
     title=st.none() | st.binary(max_size=20).filter(lambda b: b"\x07" not in b and b"\x1b" not in b),
+    modify_other_keys=st.integers(0, 3),
+    kitty_keyboard=st.integers(0, 3),
+    kitty_flags=st.integers(0, 31),
+    title_stack=st.integers(0, 4),
+    cursor_style=st.integers(0, 6),
+    scroll_region=st.none() | st.tuples(st.integers(0, 60), st.integers(0, 60)).filter(
+        lambda r: r[0] > 1 or r[1] > 0),
+    origin_mode=st.booleans(),
 )
 
 
@@ -220,7 +268,7 @@ def test_enable_then_disable_round_trips(modes: TerminalModes) -> None:
 @given(MODES)
 def test_full_reset_sequence_resets_any_state(modes: TerminalModes) -> None:
     tracker = fed(modes.enable_sequence(), FULL_RESET_SEQUENCE)
-    assert tracker.current() == replace(D, title=modes.title)
+    assert tracker.current() == replace(D, title=modes.title, title_stack=modes.title_stack)  # count unknown
 
 
 # ------------------------------------------------------------------ bounded history
@@ -272,19 +320,29 @@ _MODE_TOKENS: list[tuple[bytes, dict[str, Any]]] = [
     (b"\x1b[?25h", {"cursor_visible": True}),
     (b"\x1b[?2004h", {"bracketed_paste": True}),
     (b"\x1b[?2004l", {"bracketed_paste": False}),
-    (b"\x1b[?1000h", {"mouse_tracking": 1000}),
-    (b"\x1b[?1002h", {"mouse_tracking": 1002}),
-    (b"\x1b[?1003l", {"mouse_tracking": 0}),
-    (b"\x1b[?1006h", {"mouse_encoding": 1006}),
-    (b"\x1b[?1006l", {"mouse_encoding": 0}),
+    (b"\x1b[?1000h", {"mouse_tracking": 1000, "_mouse": [(1000, True)]}),
+    (b"\x1b[?1002h", {"mouse_tracking": 1002, "_mouse": [(1002, True)]}),
+    (b"\x1b[?1003l", {"mouse_tracking": 0, "_mouse": [(1003, False)]}),
+    (b"\x1b[?1006h", {"mouse_encoding": 1006, "_mouse": [(1006, True)]}),
+    (b"\x1b[?1006l", {"mouse_encoding": 0, "_mouse": [(1006, False)]}),
+    (b"\x1b[?2026h", {"sync_output": True}),
+    (b"\x1b[?2026l", {"sync_output": False}),
+    (b"\x1b[>4;2m", {"modify_other_keys": 2}),
+    (b"\x1b[>4m", {"modify_other_keys": 0}),
+    (b"\x1b[3;9r", {"scroll_region": (3, 9)}),
+    (b"\x1b[r", {"scroll_region": None}),
+    (b"\x1b[22;0t", {"_titles": 1}),
+    (b"\x1b[23;0t", {"_titles": -1}),
     (b"\x1b[?1004h", {"focus_reporting": True}),
     (b"\x1b[?1004l", {"focus_reporting": False}),
     (b"\x1b[?1h", {"app_cursor_keys": True}),
     (b"\x1b[?1l", {"app_cursor_keys": False}),
     (b"\x1b=", {"app_keypad": True}),
     (b"\x1b>", {"app_keypad": False}),
-    (b"\x1b[?1049;2004;1000h", {"alt_screen": True, "bracketed_paste": True, "mouse_tracking": 1000}),
-    (b"\x1b[!p", {"cursor_visible": True, "app_cursor_keys": False, "app_keypad": False}),
+    (b"\x1b[?1049;2004;1000h", {"alt_screen": True, "bracketed_paste": True, "mouse_tracking": 1000,
+                                "_mouse": [(1000, True)]}),
+    (b"\x1b[!p", {"cursor_visible": True, "app_cursor_keys": False, "app_keypad": False, "scroll_region": None,
+                  "origin_mode": False}),
     (b"\x1bc", {"reset": True}),
 ]
 _NOISE = st.sampled_from([b"\x1b[31m", b"\x1b[2J", b"\x1b[10;20H", b"\x1b(B", b"\x1b]8;;http://x\x07",
@@ -303,6 +361,16 @@ TOKENS = st.one_of(
 )
 
 
+def _model(state: TerminalModes, effect: dict[str, Any]) -> TerminalModes:
+    """The state after a token: fields set, mouse modes on or off by number, titles pushed or popped."""
+    fields = {k: v for k, v in effect.items() if not k.startswith("_")}
+    on = set(state.mouse_modes)
+    for mode, is_on in effect.get("_mouse", ()):
+        (on.add if is_on else on.discard)(mode)
+    titles = max(0, state.title_stack + effect.get("_titles", 0))
+    return replace(state, **fields, mouse_modes=tuple(m for m in _MOUSE_ORDER if m in on), title_stack=titles)
+
+
 @settings(max_examples=300, deadline=None)
 @given(tokens=st.lists(TOKENS, max_size=40), splits=st.lists(st.integers(1, 16), max_size=60))
 def test_tracker_matches_model_for_any_chunking(
@@ -312,7 +380,7 @@ def test_tracker_matches_model_for_any_chunking(
     state, offset = D, 0
     for data, effect in tokens:
         offset += len(data)
-        state = D if effect.get("reset") else replace(state, **effect)
+        state = D if effect.get("reset") else _model(state, effect)
         expected.append((offset, state))
     stream = b"".join(data for data, _ in tokens)
 
@@ -332,3 +400,77 @@ def test_title_of_max_length_split_in_the_middle_is_tracked() -> None:
     assert tracker.current() == replace(D, title=body)
     assert tracker.state_at(4 + TITLE_MAX + 1) == D
     assert tracker.state_at(4 + TITLE_MAX + 2) == replace(D, title=body)
+
+
+# ----------------------------------------------- exact states before the history (checkpoints)
+
+
+def _toggling_stream(toggles: int) -> bytes:
+    """Main-screen text, then a program entering and leaving the alternate screen many times."""
+    return b"main screen text\r\n" + b"\x1b[?1049hframe\x1b[?1049l" * toggles + b"back\r\n"
+
+
+@pytest.mark.parametrize("chunk", [7, 4096, 10**6])
+def test_state_before_the_history_is_exact_with_the_output(chunk: int) -> None:
+    stream = _toggling_stream(3 * MAX_HISTORY)
+    tracker = ModeTracker(checkpoints=True)
+    for i in range(0, len(stream), chunk):
+        tracker.feed(i, stream[i : i + chunk])
+    assert tracker.base_offset > 0  # folded: offset 0 is before the history
+
+    def read(first: int, last: int) -> bytes:
+        return stream[first:last]
+
+    assert tracker.state_at(0, read) == D
+    assert tracker.preamble(0, read) == b""
+    inside = len(b"main screen text\r\n") + len(b"\x1b[?1049h")
+    assert tracker.state_at(inside, read) == replace(D, alt_screen=True)
+    for offset in range(0, len(stream), 997):  # anywhere: the same as a tracker that kept everything
+        whole = ModeTracker()
+        whole.feed(0, stream[:offset])
+        assert tracker.state_at(offset, read) == whole.current(), offset
+
+
+def test_without_the_output_a_state_before_the_history_is_the_base() -> None:
+    stream = _toggling_stream(3 * MAX_HISTORY)
+    tracker = ModeTracker(checkpoints=True)
+    tracker.feed(0, stream)
+    assert tracker.state_at(0, lambda first, last: None) == tracker.state_at(0)
+    tracker.forget_before(tracker.base_offset)  # the ring trimmed: the checkpoints before it go
+    assert len(tracker._cp_offsets) == 1
+
+
+def test_checkpoints_every_so_many_bytes_and_only_when_asked() -> None:
+    data = b"x" * 1000
+    kept, plain = ModeTracker(checkpoints=True), ModeTracker()
+    for i in range(0, 3 * CHECKPOINT_BYTES, len(data)):
+        kept.feed(i, data)
+        plain.feed(i, data)
+    assert len(kept._cp_offsets) == 3
+    assert plain._cp_offsets == []
+
+
+# ----------------------------------------------------------------- a replay for another size
+
+
+@pytest.mark.parametrize(("data", "sequence"), [
+    (b"", b""),
+    (b"\x1b[?1049h\x1b[?6h", b""),  # origin mode: kept on resize, as xterm does
+    (b"\x1b[1;23r", b"\x1b7\x1b[r\x1b8"),
+    (b"\x1b[1;23r\x1b[r", b""),
+])
+def test_resize_sequence(data: bytes, sequence: bytes) -> None:
+    assert fed(data).current().resize_sequence() == sequence
+
+
+def test_reset_switches_off_everything_vim_switches_on() -> None:
+    """What vim 9 writes to an xterm-like terminal, switched off in full, titles popped (issue 18 case 6)."""
+    vim = (b"\x1b[22;2t\x1b[22;1t\x1b[22;2t\x1b[?1049h\x1b[>4;2m\x1b[?1h\x1b=\x1b[?2004h\x1b[?1004h"
+           b"\x1b[?1000h\x1b[?1006h\x1b[?1002h\x1b[2 q\x1b[1;23r\x1b]2;vim\x07")
+    reset = fed(vim).reset_sequence()
+    after = fed(vim, reset).current()
+    assert after == replace(D, title=b"vim")
+    assert reset.count(b"\x1b[23;0t") == 3
+    for off in (b"\x1b[?1000l", b"\x1b[?1002l", b"\x1b[?1006l", b"\x1b[>4m", b"\x1b[?2004l", b"\x1b[?1004l",
+                b"\x1b[?1l", b"\x1b>", b"\x1b[?1049l", b"\x1b[0 q", b"\x1b7\x1b[r\x1b8"):
+        assert off in reset, off

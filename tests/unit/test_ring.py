@@ -422,3 +422,33 @@ def test_scrollback_oversized_append_folds_modes_inside_it() -> None:
     sb.append(b"\x1b[?2004h" + b"y" * 100 + b"\x1b[?2004l\x1b[?25l" + b"z" * 40)
     assert sb.modes.state_at(sb.ring.start) == TerminalModes(cursor_visible=False)
     assert len(sb.modes) == 0
+
+
+# ------------------------------------------------------------- what a terminal is shown (issue 18)
+
+
+@pytest.mark.parametrize(("output", "resized", "shown"), [
+    (b"text\x1b[6n more", False, b"text more"),  # the query is not asked again
+    (b"\x1b[?1049h\x1b[1;23rvim\x1b[c", False, b"\x1b[?1049h\x1b[1;23rvim"),
+    (b"\x1b[?1049h\x1b[1;23rvim\x1b[c", True, b"\x1b[?1049h\x1b[1;23rvim\x1b7\x1b[r\x1b8"),  # the stale region reset
+    (b"\x1b[1;23rvim\x1b[r$ ", True, b"\x1b[1;23rvim\x1b[r$ "),  # none set at the end: nothing to reset
+])
+def test_shown_to_a_terminal(output: bytes, resized: bool, shown: bytes) -> None:
+    scrollback = Scrollback(1024)
+    scrollback.append(output)
+    replay = scrollback.replay(0)
+    assert replay.data == output  # a tower's replay is the output as it was
+    assert scrollback.shown(replay, resized) == shown
+
+
+def test_shown_replay_starts_in_the_modes_of_its_start_after_many_toggles() -> None:
+    """Issue 18 case 3: main-screen text, then more alternate-screen toggles than the tracker's history holds."""
+    scrollback = Scrollback(1024 * 1024)
+    scrollback.append(b"main text\r\n")
+    for _ in range(3000):
+        scrollback.append(b"\x1b[?1049hframe\x1b[?1049l")
+    assert scrollback.modes.base_offset > 0
+    replay = scrollback.replay(0)
+    assert replay.preamble == b""  # the main screen, as at offset 0
+    middle = 11 + 8  # just after the first ?1049h
+    assert scrollback.replay(middle).preamble == b"\x1b[?1049h"
