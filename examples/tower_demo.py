@@ -78,7 +78,7 @@ def _run(cmd: list[str], log: Any, sessions: int, kill_after: float, run_dir: st
         first.send_signal(signal.SIGKILL)
         first.wait()
         killed = time.monotonic()
-        second = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=log, timeout=120)
+        second = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=log, timeout=90)
         if second.returncode != 0:
             raise SystemExit(f"the restarted Tower failed (see {root}/tower.log)")
         tower = json.loads(second.stdout.decode().strip().splitlines()[-1])
@@ -97,9 +97,13 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--kill-after", type=float, default=1.5)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--keep", metavar="DIR", help="work in DIR (new) and keep it: the Tower's log and state")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory(prefix="tower-demo-", dir="/tmp") as root:
-        figures = run(args.sessions, args.seconds, args.kill_after, root)
+    if args.keep:
+        figures = run(args.sessions, args.seconds, args.kill_after, args.keep)
+    else:
+        with tempfile.TemporaryDirectory(prefix="tower-demo-", dir="/tmp") as root:
+            figures = run(args.sessions, args.seconds, args.kill_after, root)
     if args.json:
         print(json.dumps(figures))
     else:

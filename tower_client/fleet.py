@@ -176,6 +176,9 @@ class _Member:
         self.room = asyncio.Event()
         self.room.set()
         self.spawns: list[asyncio.Future[int]] = []
+        self.welcome_state: tuple[FleetState, str, int | None] | None = None
+        """The state WELCOME named, said once the held events (up to ``held_until``) have come."""
+        self.held_until = 0
 
     def close_pidfd(self) -> None:
         if not self.pidfd.closed:
@@ -478,10 +481,21 @@ class Fleet:
             raise
         m.client = client
         self.members[name] = m
-        if welcome.event_seq <= pos.event_seq:  # no held event will bring the state: say it now
-            self._emit(m.tracker.change(FleetState.of(welcome.state), "adopted" if adopted else "launched",
-                                        time.time(), child_pid=welcome.child_pid))
+        m.welcome_state = (FleetState.of(welcome.state), "adopted" if adopted else "launched", welcome.child_pid)
+        m.held_until = welcome.event_seq
+        if welcome.event_seq <= pos.event_seq:  # no held event comes: say the state now
+            self._announce(m)
         m.task = asyncio.get_running_loop().create_task(self._read(m), name=f"fleet {name}")
+
+    def _announce(self, m: _Member) -> None:
+        """The state WELCOME named, unless the events handed out already ended on it: a Tower adopting a
+        session learns its state even when the held events are only attaches and detaches."""
+        if m.welcome_state is None:
+            return
+        state, reason, child_pid = m.welcome_state
+        m.welcome_state = None
+        if m.tracker.state is not state:
+            self._emit(m.tracker.change(state, reason, time.time(), child_pid=child_pid))
 
     async def _detach(self, m: _Member) -> None:
         task, m.task = m.task, None
@@ -533,6 +547,10 @@ class Fleet:
             if frame.seq == 0:  # events_missed: made for this connection, not part of the sequence
                 return SessionEvent(m.name, m.instance_id, 0, frame.kind, frame.time, dict(frame.data))
             item = m.tracker.take(frame)
+            if frame.seq >= m.held_until and m.welcome_state is not None:
+                self._emit(item)  # the last held event, then the state now if the history did not end on it
+                self._announce(m)
+                return None
             if isinstance(item, StateChange) and item.child_pid is not None and m.spawns:
                 fut = m.spawns.pop(0)
                 if not fut.done():
