@@ -335,3 +335,58 @@ def test_an_agent_resumes_a_free_id_and_mints_when_a_persons_cli_holds_it(tmp_pa
         if holder.poll() is None:
             holder.kill()
             holder.wait()
+
+
+FAKE_AGENT = """
+import os, sys
+flag = os.environ["IN_USE_FLAG"]
+if "--resume" in sys.argv and os.path.exists(flag):
+    print("Error: Session ID " + sys.argv[-1] + " is already in use", file=sys.stderr, flush=True)
+    sys.exit(1)
+print("agent", *sys.argv[1:], flush=True)
+sys.stdin.readline()  # a line of input makes it crash
+sys.exit(1)
+"""
+
+
+def test_an_agent_that_finds_its_id_in_use_is_relaunched_once_with_a_fresh_id(
+        tmp_path: Path, runtime_dir: Path) -> None:
+    """The incident: the id is free at launch, a person's CLI takes it, the agent restarts and dies with
+    "already in use". The shellper's fatal pattern stops the loop at once; the Fleet relaunches through
+    the verdict, which mints: one round, no loop."""
+    conversation = "deadbeef-1111-2222-3333-444455556666"
+    flag = tmp_path / "in-use"
+    env = {**os.environ, "IN_USE_FLAG": str(flag)}
+    holder: subprocess.Popen[bytes] | None = None
+
+    async def main() -> None:
+        nonlocal holder
+        async with make_fleet(tmp_path, runtime_dir) as fleet:
+            try:
+                agent = AgentCommand((sys.executable, "-c", FAKE_AGENT), conversation)
+                await fleet.launch(SessionSpec("arch", agent=agent, cwd=str(ROOT), env=env))
+                assert read_record(runtime_dir / "arch.json").command[-2:] == ["--resume", conversation]
+                await wait_for(fleet, lambda i: isinstance(i, OutputChunk) and b"agent" in i.data)
+                holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", "--resume",
+                                           conversation])
+                flag.touch()
+                await fleet.client("arch").write(b"crash\n")  # the shellper restarts it with the same id
+                seen: list[FleetItem] = []
+                fatal = await wait_for(fleet, lambda i: isinstance(i, StateChange) and i.state is FleetState.FATAL,
+                                       seen=seen)
+                assert isinstance(fatal, StateChange) and fatal.exit is not None
+                assert "already in use" in fatal.exit.reason
+                await wait_for(fleet, lambda i: isinstance(i, Notice) and i.what == "relaunched", seen=seen)
+                command = read_record(runtime_dir / "arch.json").command
+                assert command[-2] == "--session-id" and command[-1] != conversation
+                assert holder.poll() is None  # the person's CLI was never touched
+                assert sum(1 for i in seen if isinstance(i, StateChange) and i.state is FleetState.FATAL) == 1
+            finally:
+                await fleet.stop_all()
+
+    try:
+        asyncio.run(main())
+    finally:
+        if holder is not None:
+            holder.kill()
+            holder.wait()

@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -69,6 +70,10 @@ session's reader waits: its client stops reading, and the shellper holds the chi
 that does not keep up) instead of the Tower's memory growing."""
 STOP_MARGIN = 5.0
 """Seconds past the grace period a STOP gets before the Fleet ends the shellper with signals."""
+AGENT_RELAUNCHES = 3
+"""Automatic relaunches of an agent whose conversation id was in use, per session and Fleet life."""
+IN_USE = re.compile(r"already in use", re.IGNORECASE)
+"""What an agent CLI says when its conversation id is held (shellper's default fatal pattern too)."""
 LAUNCH_COLUMN = "launch"
 AGENT_COLUMN = "agent"
 
@@ -209,6 +214,7 @@ class Fleet:
         self._registry_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closed = False
+        self._agent_relaunches: dict[str, int] = {}
         self._launching: set[str] = set()
         """Names being launched now: their record appears before their registry row."""
 
@@ -368,7 +374,7 @@ class Fleet:
     async def _relaunch(self, name: str, why: str) -> None:
         try:
             info = await self._relaunch_row(name)
-        except (ShellperError, OSError, ValueError) as exc:
+        except (ShellperError, OSError, ValueError, TypeError, KeyError) as exc:  # a hand-edited row too
             self._emit(Notice(name, "failed", why, f"{type(exc).__name__}: {exc}"))
         else:
             self._emit(Notice(name, "relaunched", why, f"pid {info.pid}, instance {info.instance_id}"))
@@ -529,6 +535,8 @@ class Fleet:
                     if m.pending >= MAX_PENDING_BYTES:
                         m.room.clear()
                 self._emit(item)
+                if isinstance(item, StateChange) and item.state is FleetState.FATAL:
+                    self._id_in_use(m, item)
                 if not m.room.is_set():
                     await m.room.wait()
         except ClientError as exc:
@@ -557,6 +565,31 @@ class Fleet:
                     fut.set_result(item.child_pid)
             return item
         return None  # EXIT (its event carries it), Reconnected, replies
+
+    def _id_in_use(self, m: _Member, change: StateChange) -> None:
+        """An agent that gave up because its conversation id is in use (the shellper's fatal pattern) is
+        launched again through the verdict, which mints a fresh id while somebody else holds it: the
+        "already in use" loop ends after one round. At most AGENT_RELAUNCHES per session and Fleet life."""
+        ex = change.exit
+        row = self.registry.rows.get(m.name)
+        if ex is None or row is None or AGENT_COLUMN not in row or m.stopping:
+            return
+        if not IN_USE.search(f"{ex.reason}\n{ex.stderr_tail}"):
+            return
+        count = self._agent_relaunches.get(m.name, 0)
+        if count >= AGENT_RELAUNCHES:
+            self._emit(Notice(m.name, "failed", "id in use", f"relaunched {count} times already: left fatal"))
+            return
+        self._agent_relaunches[m.name] = count + 1
+        self._later(self._relaunch_in_use(m.name))
+
+    async def _relaunch_in_use(self, name: str) -> None:
+        try:
+            info = await self.relaunch(name)
+        except (ShellperError, OSError, ValueError, TypeError, KeyError) as exc:
+            self._emit(Notice(name, "failed", "id in use", f"{type(exc).__name__}: {exc}"))
+        else:
+            self._emit(Notice(name, "relaunched", "id in use", f"pid {info.pid}, instance {info.instance_id}"))
 
     async def _ended(self, m: _Member, error: BaseException | None) -> None:
         """The session's stream ended: stopped, died, or the connection was refused for good."""
