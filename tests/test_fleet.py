@@ -390,3 +390,39 @@ def test_an_agent_that_finds_its_id_in_use_is_relaunched_once_with_a_fresh_id(
         if holder is not None:
             holder.kill()
             holder.wait()
+
+
+COMMITTER = """
+import asyncio, sys
+from tower_client.progress import ProgressJournal
+
+async def main():
+    j = ProgressJournal.load(sys.argv[1])
+    j.start("a", "inst")
+    offset = j.get("a").offset
+    print("ready", flush=True)
+    while True:
+        for _ in range(50):
+            offset += 7
+            j.ack_output("a", "inst", offset)
+        await j.sync()
+        print(offset, flush=True)  # on disk now
+
+asyncio.run(main())
+"""
+
+
+def test_what_sync_said_is_on_disk_survives_a_kill(tmp_path: Path) -> None:
+    path = tmp_path / "journal.json"
+    durable = 0
+    for trial in range(8):
+        proc = subprocess.Popen([sys.executable, "-c", COMMITTER, str(path)], stdout=subprocess.PIPE, cwd=ROOT)
+        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+        for _ in range(3 + trial * 5):  # a different number of commits each time
+            durable = int(proc.stdout.readline())
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        proc.stdout.close()
+        pos = ProgressJournal.load(path).get("a")  # never torn: it loads
+        assert pos is not None and pos.offset >= durable and pos.offset % 7 == 0
+        durable = pos.offset
