@@ -94,7 +94,8 @@ def test_a_dead_shellper_is_noticed_at_once_and_handled_by_policy(
                 gone = await wait_for(fleet, lambda i: isinstance(i, StateChange) and i.state is FleetState.GONE)
                 noticed = time.monotonic() - killed
                 assert isinstance(gone, StateChange) and "died" in gone.reason
-                assert noticed < 1.0, f"death noticed after {noticed:.2f} s"  # a pidfd, not a timed check
+                # A pidfd wakes the Fleet at once; retrying the stale socket through the backoff takes 7 s.
+                assert noticed < 2.0, f"death noticed after {noticed:.2f} s"
                 if on_death is OnDeath.REPORT:
                     assert fleet.registry.get("a") is not None and (runtime_dir / "a.json").exists()
                     assert fleet.sessions == []
@@ -155,14 +156,29 @@ def test_groups_start_and_stop_with_bounded_concurrency_off_the_loop(
                     await asyncio.sleep(0.01)
                     lag = max(lag, time.monotonic() - t - 0.01)
 
+            stopping, most = 0, 0
+            real_stop = fleet.stop
+
+            async def counting_stop(name: str, grace: float | None = None, **kw: Any) -> None:
+                nonlocal stopping, most
+                stopping += 1
+                most = max(most, stopping)
+                try:
+                    await real_stop(name, grace, **kw)
+                finally:
+                    stopping -= 1
+
+            fleet.stop = counting_stop  # type: ignore[method-assign]
             tick = asyncio.create_task(ticker())
             t0 = time.monotonic()
             await fleet.stop_many([f"g{i}" for i in range(4)], grace=1.0)  # 2 waves of 2 x (1 s grace)
             took = time.monotonic() - t0
             ticking = False
             await tick
-            assert 1.8 < took < 4.5, f"4 stops of 1 s grace, 2 at once, took {took:.2f} s"
-            assert lag < 0.25, f"the event loop stalled {lag:.2f} s during the stops"
+            assert most == 2
+            assert took > 1.8, f"4 stops of 1 s grace, 2 at once, took {took:.2f} s"
+            # A termination waited for on the loop would stall it for its whole grace period (1 s).
+            assert lag < 0.8, f"the event loop stalled {lag:.2f} s during the stops"
             assert fleet.sessions == ["g4"]
             assert [r["name"] for r in json.loads((tmp_path / "registry.json").read_text())["sessions"]] == ["g4"]
             await fleet.stop_all(grace=0.2)
