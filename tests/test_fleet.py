@@ -142,46 +142,48 @@ def test_groups_start_and_stop_with_bounded_concurrency_off_the_loop(
 
     async def main() -> None:
         async with make_fleet(tmp_path, runtime_dir, concurrency=2) as fleet:
-            results = await fleet.launch_many([SessionSpec(f"g{i}", stubborn, cwd=str(ROOT)) for i in range(5)])
-            assert not [r for r in results if isinstance(r, BaseException)], results
-            assert peak == 2
-            assert fleet.sessions == [f"g{i}" for i in range(5)]
-            lag = 0.0
-            ticking = True
+            try:
+                results = await fleet.launch_many([SessionSpec(f"g{i}", stubborn, cwd=str(ROOT)) for i in range(5)])
+                assert not [r for r in results if isinstance(r, BaseException)], results
+                assert peak == 2
+                assert fleet.sessions == [f"g{i}" for i in range(5)]
+                lag = 0.0
+                ticking = True
 
-            async def ticker() -> None:
-                nonlocal lag
-                while ticking:
-                    t = time.monotonic()
-                    await asyncio.sleep(0.01)
-                    lag = max(lag, time.monotonic() - t - 0.01)
+                async def ticker() -> None:
+                    nonlocal lag
+                    while ticking:
+                        t = time.monotonic()
+                        await asyncio.sleep(0.01)
+                        lag = max(lag, time.monotonic() - t - 0.01)
 
-            stopping, most = 0, 0
-            real_stop = fleet.stop
+                stopping, most = 0, 0
+                real_stop = fleet.stop
 
-            async def counting_stop(name: str, grace: float | None = None, **kw: Any) -> None:
-                nonlocal stopping, most
-                stopping += 1
-                most = max(most, stopping)
-                try:
-                    await real_stop(name, grace, **kw)
-                finally:
-                    stopping -= 1
+                async def counting_stop(name: str, grace: float | None = None, **kw: Any) -> None:
+                    nonlocal stopping, most
+                    stopping += 1
+                    most = max(most, stopping)
+                    try:
+                        await real_stop(name, grace, **kw)
+                    finally:
+                        stopping -= 1
 
-            fleet.stop = counting_stop  # type: ignore[method-assign]
-            tick = asyncio.create_task(ticker())
-            t0 = time.monotonic()
-            await fleet.stop_many([f"g{i}" for i in range(4)], grace=1.0)  # 2 waves of 2 x (1 s grace)
-            took = time.monotonic() - t0
-            ticking = False
-            await tick
-            assert most == 2
-            assert took > 1.8, f"4 stops of 1 s grace, 2 at once, took {took:.2f} s"
-            # A termination waited for on the loop would stall it for its whole grace period (1 s).
-            assert lag < 0.8, f"the event loop stalled {lag:.2f} s during the stops"
-            assert fleet.sessions == ["g4"]
-            assert [r["name"] for r in json.loads((tmp_path / "registry.json").read_text())["sessions"]] == ["g4"]
-            await fleet.stop_all(grace=0.2)
+                fleet.stop = counting_stop  # type: ignore[method-assign]
+                tick = asyncio.create_task(ticker())
+                t0 = time.monotonic()
+                await fleet.stop_many([f"g{i}" for i in range(4)], grace=1.0)  # 2 waves of 2 x (1 s grace)
+                took = time.monotonic() - t0
+                ticking = False
+                await tick
+                assert most == 2
+                assert took > 1.8, f"4 stops of 1 s grace, 2 at once, took {took:.2f} s"
+                # A termination waited for on the loop would stall it for its whole grace period (1 s).
+                assert lag < 0.8, f"the event loop stalled {lag:.2f} s during the stops"
+                assert fleet.sessions == ["g4"]
+                assert [r["name"] for r in json.loads((tmp_path / "registry.json").read_text())["sessions"]] == ["g4"]
+            finally:
+                await fleet.stop_all(grace=0.2)
 
     asyncio.run(main())
 
