@@ -207,8 +207,21 @@ def test_spawn_returns_the_new_childs_pid(tmp_path: Path, runtime_dir: Path) -> 
 
 
 def test_a_new_fleet_adopts_and_resumes_at_the_acknowledged_offset(tmp_path: Path, runtime_dir: Path) -> None:
-    talker = [sys.executable, "-c", "import sys, time\nfor i in range(1000000):\n"
-              "    line = sys.stdin.readline()\n    print('got', line.strip(), flush=True)"]
+    talker = [sys.executable, "-c", "import sys\nfor line in sys.stdin:\n    print('got', line.strip(), flush=True)"]
+
+    async def output_until(fleet: Fleet, needle: bytes) -> tuple[int, bytes]:
+        """The stream's output from its first chunk until ``needle`` has come: (first offset, bytes)."""
+        first: int | None = None
+        data = b""
+        while needle not in data:
+            chunk = await wait_for(fleet, lambda i: isinstance(i, OutputChunk))
+            assert isinstance(chunk, OutputChunk)
+            if first is None:
+                first = chunk.offset
+            assert chunk.offset == first + len(data)  # contiguous
+            data += chunk.data
+        assert first is not None
+        return first, data
 
     async def main() -> None:
         fleet = make_fleet(tmp_path, runtime_dir, on_death=OnDeath.REPORT)
@@ -216,20 +229,20 @@ def test_a_new_fleet_adopts_and_resumes_at_the_acknowledged_offset(tmp_path: Pat
         try:
             await fleet.launch(SessionSpec("t", talker, cwd=str(ROOT), columns={"team": "blue"}))
             await fleet.client("t").write(b"one\n")
-            first = await wait_for(fleet, lambda i: isinstance(i, OutputChunk) and b"got one" in i.data)
+            start, before = await output_until(fleet, b"got one\r\n")
             await fleet.sync()
             await fleet.client("t").write(b"two\n")  # consumed by nobody before the "crash"
-            await asyncio.sleep(0)
         finally:
             await fleet.close()  # the sessions run on
         again = make_fleet(tmp_path, runtime_dir, on_death=OnDeath.REPORT)
         async with again:
             try:
                 assert again.sessions == ["t"]
-                assert again.registry.get("t")["team"] == "blue"  # the Tower's column kept
-                chunk = await wait_for(again, lambda i: isinstance(i, OutputChunk) and b"two" in i.data)
-                assert isinstance(chunk, OutputChunk) and isinstance(first, OutputChunk)
-                assert chunk.offset == first.end and b"one" not in chunk.data
+                row = again.registry.get("t")
+                assert row is not None and row["team"] == "blue"  # the Tower's column kept
+                resumed, after = await output_until(again, b"got two")
+                assert resumed == start + len(before)  # exactly where the acknowledged output ended
+                assert b"one" not in after
             finally:
                 await again.stop_all()
 
