@@ -52,6 +52,7 @@ from tower_client.reconcile import Action, Decision, reconcile
 from tower_client.registry_file import RegistryFile
 from tower_client.resume import Backoff
 from tower_client.stream import (
+    STATE_EVENTS_VERSION,
     FleetItem,
     FleetState,
     Missed,
@@ -486,6 +487,7 @@ class Fleet:
             await client.close()
             raise
         m.client = client
+        m.tracker.state_events = welcome.version >= STATE_EVENTS_VERSION
         self.members[name] = m
         m.welcome_state = (FleetState.of(welcome.state), "adopted" if adopted else "launched", welcome.child_pid)
         m.held_until = welcome.event_seq

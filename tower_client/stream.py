@@ -18,8 +18,11 @@ from shellper.core.exitrecord import ExitRecord, ExitRecordError
 from shellper.core.states import SessionState
 from shellper.protocol import wire
 
-__all__ = ["FleetItem", "FleetState", "Missed", "Notice", "OutputChunk", "SessionEvent", "StateChange",
-           "StateTracker"]
+__all__ = ["STATE_EVENTS_VERSION", "FleetItem", "FleetState", "Missed", "Notice", "OutputChunk", "SessionEvent",
+           "StateChange", "StateTracker"]
+
+STATE_EVENTS_VERSION = 3
+"""The protocol version from which a shellper announces every change of state with a ``state`` event."""
 
 
 class FleetState(StrEnum):
@@ -113,10 +116,16 @@ class StateTracker:
     """One session's state from its EVENTs: each numbered event becomes exactly one item (a StateChange,
     or a SessionEvent), so acknowledging items acknowledges every event once."""
 
-    def __init__(self, session: str, instance_id: str, state: FleetState | None = None) -> None:
+    def __init__(self, session: str, instance_id: str, state: FleetState | None = None, *,
+                 state_events: bool = False) -> None:
         self.session = session
         self.instance_id = instance_id
         self.state = state
+        self.state_events = state_events
+        """The shellper announces every change of state with a ``state`` event (protocol 3): only those
+        change the state; ``spawned`` and ``exited`` lend it the child's pid and exit record."""
+        self._exit: ExitRecord | None = None
+        self._child_pid: int | None = None
 
     def change(self, state: FleetState, reason: str, time: float, **more: Any) -> StateChange:
         self.state = state
@@ -124,12 +133,9 @@ class StateTracker:
 
     def take(self, event: wire.Event) -> StateChange | SessionEvent:
         data = event.data if isinstance(event.data, Mapping) else {}
+        if self.state_events:
+            return self._take_announced(event, data)
         seq = event.seq
-        if event.kind == "state" and isinstance(data.get("state"), str):  # protocol 3: a state change named
-            at = data.get("restart_at")
-            return self.change(FleetState.of(data["state"]), str(data.get("reason", "")),
-                               float(data.get("time", event.time)), seq=seq,
-                               restart_at=float(at) if isinstance(at, int | float) else None)
         if event.kind == "spawned":
             pid = data.get("child_pid")
             return self.change(FleetState.RUNNING, "spawned", event.time, seq=seq,
@@ -151,3 +157,22 @@ class StateTracker:
         if event.kind == "gave_up" and self.state is not FleetState.FATAL:
             return self.change(FleetState.FATAL, str(data.get("reason", "gave up")), event.time, seq=seq)
         return SessionEvent(self.session, self.instance_id, seq, event.kind, event.time, dict(data))
+
+    def _take_announced(self, event: wire.Event, data: Mapping[str, Any]) -> StateChange | SessionEvent:
+        if event.kind == "state" and isinstance(data.get("state"), str):
+            state = FleetState.of(data["state"])
+            at = data.get("restart_at")
+            ex = self._exit if state in (FleetState.BACKOFF, FleetState.EXITED, FleetState.FATAL,
+                                         FleetState.STARTING, FleetState.STOPPING) else None
+            pid = self._child_pid if state is FleetState.RUNNING else None
+            self._exit = self._child_pid = None
+            return self.change(state, str(data.get("reason", "")), event.time, seq=event.seq,
+                               restart_at=float(at) if isinstance(at, int | float) else None, exit=ex, child_pid=pid)
+        if event.kind == "spawned" and isinstance(data.get("child_pid"), int):
+            self._child_pid = data["child_pid"]
+        elif event.kind == "exited":
+            try:
+                self._exit = ExitRecord.from_wire(dict(data))
+            except ExitRecordError:
+                self._exit = None
+        return SessionEvent(self.session, self.instance_id, event.seq, event.kind, event.time, dict(data))

@@ -19,12 +19,12 @@ from tower_client.registry_file import RegistryFile
 from tower_client.stream import FleetState, SessionEvent, StateChange, StateTracker
 
 EXIT = {"code": 3, "signal": None, "core": False, "uptime": 1.0, "class": "crash", "reason": "exit 3",
-        "state": "backoff", "restart_in": 2.0, "time": 100.0}
+        "state": "backoff", "restart_in": 2.0, "time": 100.0, "stderr_tail": ""}
 
 
 @pytest.mark.parametrize(("before", "kind", "data", "state", "reason", "extra"), [
     (None, "spawned", {"child_pid": 42, "argv": ["x"]}, FleetState.RUNNING, "spawned", {"child_pid": 42}),
-    (FleetState.RUNNING, "exited", EXIT, FleetState.BACKOFF, "exit 3", {"restart_at": 102.0}),
+    (FleetState.RUNNING, "exited", EXIT, FleetState.BACKOFF, "exit 3", {"restart_at": 102.0, "exit.code": 3}),
     (FleetState.RUNNING, "exited", {**EXIT, "state": "fatal", "restart_in": None}, FleetState.FATAL, "exit 3", {}),
     (FleetState.RUNNING, "exited", {**EXIT, "state": "stopping", "class": "requested"}, FleetState.STOPPING,
      "exit 3", {}),
@@ -32,8 +32,6 @@ EXIT = {"code": 3, "signal": None, "core": False, "uptime": 1.0, "class": "crash
     (FleetState.RUNNING, "restart_scheduled", {"delay": 1.0, "at": 101.0}, FleetState.BACKOFF, "restart scheduled",
      {"restart_at": 101.0}),
     (FleetState.RUNNING, "gave_up", {"reason": "5 crashes in 60 s"}, FleetState.FATAL, "5 crashes in 60 s", {}),
-    (None, "state", {"state": "backoff", "reason": "crash", "time": 5.0, "restart_at": 7.0}, FleetState.BACKOFF,
-     "crash", {"restart_at": 7.0}),
 ])
 def test_events_that_change_the_state(before: FleetState | None, kind: str, data: dict[str, Any],
                                       state: FleetState, reason: str, extra: dict[str, Any]) -> None:
@@ -42,14 +40,42 @@ def test_events_that_change_the_state(before: FleetState | None, kind: str, data
     assert isinstance(item, StateChange)
     assert (item.session, item.instance_id, item.state, item.reason, item.seq) == ("s", "i", state, reason, 4)
     for key, value in extra.items():
-        assert getattr(item, key) == value
+        got: Any = item
+        for part in key.split("."):
+            got = getattr(got, part)
+        assert got == value
     assert tracker.state is state
+
+
+def test_announced_states_protocol_3() -> None:
+    """With ``state`` events only they change the state; spawned and exited lend it the pid and the exit."""
+    tracker = StateTracker("s", "i", FleetState.STARTING, state_events=True)
+    kinds = []
+    for seq, kind, data in [
+        (1, "spawned", {"child_pid": 42, "argv": ["x"]}),
+        (2, "state", {"state": "running", "previous": "starting", "reason": ""}),
+        (3, "exited", EXIT),
+        (4, "state", {"state": "backoff", "previous": "running", "reason": "exit 3", "restart_at": 102.0}),
+        (5, "restart_scheduled", {"delay": 2.0, "at": 102.0}),
+        (6, "gave_up", {"reason": "x"}),
+        (7, "state", {"state": "fatal", "previous": "backoff", "reason": "gave up"}),
+    ]:
+        kinds.append(tracker.take(wire.Event(seq=seq, kind=kind, time=float(seq), data=data)))
+    changes = [k for k in kinds if isinstance(k, StateChange)]
+    assert [(c.seq, c.state, c.reason) for c in changes] == [
+        (2, FleetState.RUNNING, ""), (4, FleetState.BACKOFF, "exit 3"), (7, FleetState.FATAL, "gave up")]
+    assert changes[0].child_pid == 42 and changes[0].exit is None
+    assert changes[1].exit is not None and changes[1].exit.code == 3 and changes[1].restart_at == 102.0
+    assert changes[2].exit is None  # the exit was lent to the state it caused, once
+    assert [k.seq for k in kinds if isinstance(k, SessionEvent)] == [1, 3, 5, 6]
+    assert tracker.state is FleetState.FATAL
 
 
 @pytest.mark.parametrize(("before", "kind"), [
     (FleetState.RUNNING, "resized"), (FleetState.RUNNING, "client_attached"),
     (FleetState.BACKOFF, "restart_scheduled"),  # the exit said backoff already: one state change, not two
     (FleetState.FATAL, "gave_up"), (None, "a_kind_from_the_future"),
+    (None, "state"),  # a version-2 shellper never sends one: not trusted as a state there
 ])
 def test_events_that_do_not(before: FleetState | None, kind: str) -> None:
     item = StateTracker("s", "i", before).take(wire.Event(seq=9, kind=kind, time=1.0, data={"reason": "x"}))
