@@ -457,3 +457,33 @@ def test_what_sync_said_is_on_disk_survives_a_kill(tmp_path: Path) -> None:
         pos = ProgressJournal.load(path).get("a")  # never torn: it loads
         assert pos is not None and pos.offset >= durable and pos.offset % 7 == 0
         durable = pos.offset
+
+
+def test_a_row_that_cannot_be_started_is_reported_and_kept(tmp_path: Path, runtime_dir: Path) -> None:
+    """start() respawns registered sessions that are not running from their launch column; one that cannot
+    start is a Notice, and its row stays for the Tower to fix (a Tower must not forget a session)."""
+    rows = [{"name": "ghost", "instance_id": None, "team": "red",
+             "launch": {"argv": ["/bin/true"], "cwd": "/no/such/directory", "env": {}}},
+            {"name": "back", "instance_id": None,
+             "launch": {"argv": SLEEPER, "cwd": str(ROOT), "env": dict(os.environ)}}]
+    (tmp_path / "registry.json").write_text(json.dumps({"sessions": rows}))
+
+    async def main() -> None:
+        async with make_fleet(tmp_path, runtime_dir) as fleet:
+            try:
+                seen: list[FleetItem] = []
+
+                def both(_: FleetItem) -> bool:  # in either order: the respawns run concurrently
+                    return (any(isinstance(i, Notice) and i.what == "failed" for i in seen)
+                            and any(isinstance(i, OutputChunk) and b"up" in i.data for i in seen))
+
+                await wait_for(fleet, both, seen=seen)
+                assert fleet.sessions == ["back"]
+                notices = {(i.session, i.what) for i in seen if isinstance(i, Notice)}
+                assert {("ghost", "respawn"), ("ghost", "failed"), ("back", "relaunched")} <= notices
+                row = fleet.registry.get("ghost")
+                assert row is not None and row["team"] == "red"
+            finally:
+                await fleet.stop_all()
+
+    asyncio.run(main())

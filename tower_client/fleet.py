@@ -390,7 +390,6 @@ class Fleet:
         config = SessionConfig.from_json(json.dumps({**column, "name": name, "dir": self.dir, "argv": argv or ["-"]}))
         options = {k: getattr(config, k) for k in column if k not in ("cwd", "env", "owner")}
         columns = {k: v for k, v in row.items() if k not in ("name", "instance_id", LAUNCH_COLUMN, AGENT_COLUMN)}
-        self.registry.remove(name)
         return await self.launch(SessionSpec(name, argv, agent, config.cwd, config.env, options, columns))
 
     # ----------------------------------------------------------------------------------- requests
