@@ -20,9 +20,11 @@ from typing import Any
 import pytest
 
 import tower_client.fleet as fleet_module
+from shellper.client.blocking import Client
 from shellper.host.identity import ProcessIdentity, boot_id
 from shellper.host.record import read_record
-from tests.conftest import ROOT
+from shellper.protocol import wire
+from tests.conftest import ROOT, poll_until
 from tests.test_tower_support import kill_verified
 from tower_client import apply, discover, reconcile
 from tower_client.agent import AgentCommand
@@ -30,7 +32,7 @@ from tower_client.atomicfile import write_atomic
 from tower_client.fleet import Fleet, FleetPolicy, OnDeath, SessionSpec
 from tower_client.progress import ProgressError, ProgressJournal
 from tower_client.reconcile import Registry, RegistryDuplicate, RegistryNotJSON
-from tower_client.stream import FleetItem, FleetState, Notice, OutputChunk, StateChange
+from tower_client.stream import FleetItem, FleetState, Missed, Notice, OutputChunk, StateChange
 
 SLEEPER = [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(300)"]
 
@@ -485,5 +487,43 @@ def test_a_row_that_cannot_be_started_is_reported_and_kept(tmp_path: Path, runti
                 assert row is not None and row["team"] == "red"
             finally:
                 await fleet.stop_all()
+
+    asyncio.run(main())
+
+
+def held(sock: Path) -> bool:
+    with Client(sock, "viewer", client_name="test") as viewer:
+        viewer.connect(replay_bytes=0)
+        reply = viewer.request(wire.Status(), wire.StatusReply, timeout=5)
+        assert isinstance(reply, wire.StatusReply)
+        return bool(reply.info.get("output_held"))
+
+
+def test_a_tower_that_does_not_read_holds_its_sessions_back_not_its_memory(tmp_path: Path, runtime_dir: Path) -> None:
+    """Output waits in the Fleet up to MAX_PENDING_BYTES per session; past that the shellper holds the child
+    (output_held), and when the Tower reads again nothing is missing."""
+    flood = [sys.executable, "-c", "import os\nn = 0\nwhile True:\n"
+             "    os.write(1, b''.join(b'%09d\\n' % (n + i) for i in range(6000)))\n    n += 6000"]
+
+    async def main() -> None:
+        async with make_fleet(tmp_path, runtime_dir) as fleet:
+            try:
+                await fleet.launch(SessionSpec("f", flood, cwd=str(ROOT)))
+                member = fleet.members["f"]
+                # The Tower is "busy elsewhere": nothing is read meanwhile. Its own connection is full, so a
+                # viewer asks the shellper (now and then, with a deadline) whether it holds the child back.
+                await asyncio.to_thread(poll_until, lambda: held(runtime_dir / "f.sock"), 20.0, 0.05,
+                                        "the shellper to hold its child back")
+                assert member.pending <= fleet_module.MAX_PENDING_BYTES + 1024 * 1024
+                expected, got = 0, 0
+                while got < 4 * 1024 * 1024:
+                    item = await fleet.next(10)
+                    assert item is not None and not isinstance(item, Missed)
+                    if isinstance(item, OutputChunk):
+                        assert item.offset == expected
+                        expected, got = item.end, got + len(item.data)
+                    fleet.ack(item)
+            finally:
+                await fleet.stop_all(grace=0.2)
 
     asyncio.run(main())

@@ -430,6 +430,7 @@ class Fleet:
         within grace + STOP_MARGIN) and, with ``forget``, drop its registry row and journal entry."""
         m = self._member(name)
         m.stopping = True
+        m.room.set()
         grace = self.policy.grace if grace is None else grace
         if not m.died.is_set() and m.client is not None:
             with contextlib.suppress(ClientError):
@@ -538,7 +539,7 @@ class Fleet:
                 self._emit(item)
                 if isinstance(item, StateChange) and item.state is FleetState.FATAL:
                     self._id_in_use(m, item)
-                if not m.room.is_set():
+                if not m.room.is_set() and not m.stopping:  # a stop must not wait for the Tower to read
                     await m.room.wait()
         except ClientError as exc:
             end = exc
