@@ -52,7 +52,6 @@ from tower_client.reconcile import Action, Decision, reconcile
 from tower_client.registry_file import RegistryFile
 from tower_client.resume import Backoff
 from tower_client.stream import (
-    STATE_EVENTS_VERSION,
     FleetItem,
     FleetState,
     Missed,
@@ -402,14 +401,18 @@ class Fleet:
 
     async def spawn(self, name: str, argv: list[str] | None = None, *, cwd: str | None = None,
                     env: dict[str, str] | None = None, timeout: float = 10.0) -> int:
-        """Start the session's child again (SPAWN); the new child's pid once its ``spawned`` event came.
-        Timeout if none comes; the errors of the request otherwise."""
+        """Start the session's child again (SPAWN) and return the new child's pid: the shellper's REPLY
+        says it (protocol 3, with a client that awaits replies; a refusal raises its typed error, e.g.
+        SpawnFailed), else the ``spawned`` event that follows. Timeout if neither comes in time."""
         m = self._member(name)
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         m.spawns.append(fut)
         try:
-            await self.client(name).spawn(argv, cwd=cwd, env=env)
             async with asyncio.timeout(timeout):
+                # gather: a client that does not await replies returns None, one that does the pid
+                answered: list[object] = list(await asyncio.gather(self.client(name).spawn(argv, cwd=cwd, env=env)))
+                if isinstance(answered[0], int):
+                    return answered[0]
                 return await fut
         except TimeoutError:
             raise Timeout(m.paths.socket, f"no spawned event within {timeout:g} s") from None
@@ -487,7 +490,6 @@ class Fleet:
             await client.close()
             raise
         m.client = client
-        m.tracker.state_events = welcome.version >= STATE_EVENTS_VERSION
         self.members[name] = m
         m.welcome_state = (FleetState.of(welcome.state), "adopted" if adopted else "launched", welcome.child_pid)
         m.held_until = welcome.event_seq

@@ -18,12 +18,8 @@ from shellper.core.exitrecord import ExitRecord, ExitRecordError
 from shellper.core.states import SessionState
 from shellper.protocol import wire
 
-__all__ = ["STATE_EVENTS_VERSION", "FleetItem", "FleetState", "Missed", "Notice", "OutputChunk", "SessionEvent",
+__all__ = ["FleetItem", "FleetState", "Missed", "Notice", "OutputChunk", "SessionEvent",
            "StateChange", "StateTracker"]
-
-STATE_EVENTS_VERSION = 3
-"""The protocol version from which a shellper announces every change of state with a ``state`` event."""
-
 
 class FleetState(StrEnum):
     """A session's state as the Tower sees it: the shellper's states, and ``gone`` (no shellper any more)."""
@@ -122,8 +118,9 @@ class StateTracker:
         self.instance_id = instance_id
         self.state = state
         self.state_events = state_events
-        """The shellper announces every change of state with a ``state`` event (protocol 3): only those
-        change the state; ``spawned`` and ``exited`` lend it the child's pid and exit record."""
+        """The shellper announces every change of state with a ``state`` event: only those change the
+        state; ``spawned`` and ``exited`` lend it the child's pid and exit record. Set by the first
+        ``state`` event seen (a shellper without them gets its state derived from the other events)."""
         self._exit: ExitRecord | None = None
         self._child_pid: int | None = None
 
@@ -134,6 +131,13 @@ class StateTracker:
     def take(self, event: wire.Event) -> StateChange | SessionEvent:
         data = event.data if isinstance(event.data, Mapping) else {}
         if self.state_events:
+            return self._take_announced(event, data)
+        if event.kind == "state" and isinstance(data.get("state"), str):
+            # The first `state` event: this shellper announces its states; from now on only they count. The
+            # one it announces now was derived already from the event before it.
+            self.state_events = True
+            if FleetState.of(data["state"]) is self.state:
+                return SessionEvent(self.session, self.instance_id, event.seq, event.kind, event.time, dict(data))
             return self._take_announced(event, data)
         seq = event.seq
         if event.kind == "spawned":

@@ -47,6 +47,17 @@ def test_events_that_change_the_state(before: FleetState | None, kind: str, data
     assert tracker.state is state
 
 
+def test_the_first_state_event_switches_to_announced_states() -> None:
+    tracker = StateTracker("s", "i", None)
+    assert isinstance(tracker.take(wire.Event(seq=1, kind="spawned", time=1.0, data={"child_pid": 5})), StateChange)
+    again = tracker.take(wire.Event(seq=2, kind="state", time=1.0, data={"state": "running", "reason": ""}))
+    assert isinstance(again, SessionEvent) and tracker.state_events  # said already: not twice
+    exited = tracker.take(wire.Event(seq=3, kind="exited", time=2.0, data=EXIT))
+    assert isinstance(exited, SessionEvent)  # from now on only state events change the state
+    change = tracker.take(wire.Event(seq=4, kind="state", time=2.0, data={"state": "backoff", "reason": "exit 3"}))
+    assert isinstance(change, StateChange) and change.state is FleetState.BACKOFF and change.exit is not None
+
+
 def test_announced_states_protocol_3() -> None:
     """With ``state`` events only they change the state; spawned and exited lend it the pid and the exit."""
     tracker = StateTracker("s", "i", FleetState.STARTING, state_events=True)
@@ -75,7 +86,6 @@ def test_announced_states_protocol_3() -> None:
     (FleetState.RUNNING, "resized"), (FleetState.RUNNING, "client_attached"),
     (FleetState.BACKOFF, "restart_scheduled"),  # the exit said backoff already: one state change, not two
     (FleetState.FATAL, "gave_up"), (None, "a_kind_from_the_future"),
-    (None, "state"),  # a version-2 shellper never sends one: not trusted as a state there
 ])
 def test_events_that_do_not(before: FleetState | None, kind: str) -> None:
     item = StateTracker("s", "i", before).take(wire.Event(seq=9, kind=kind, time=1.0, data={"reason": "x"}))
