@@ -24,6 +24,7 @@ from shellper.client.blocking import Client
 from shellper.host.identity import ProcessIdentity, boot_id
 from shellper.host.record import read_record
 from shellper.protocol import wire
+from shellper.protocol.connection import SpawnFailed
 from tests.conftest import ROOT, poll_until
 from tests.test_tower_support import kill_verified
 from tower_client import apply, discover, reconcile
@@ -199,6 +200,8 @@ def test_spawn_returns_the_new_childs_pid(tmp_path: Path, runtime_dir: Path) -> 
                 pid = await fleet.spawn("sp")
                 assert isinstance(first, StateChange) and pid != first.child_pid
                 assert read_record(runtime_dir / "sp.json").child_pid == pid
+                with pytest.raises(SpawnFailed):  # the shellper's refusal, typed
+                    await fleet.spawn("sp", ["/no/such/program"])
             finally:
                 await fleet.stop_all()
 

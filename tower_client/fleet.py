@@ -44,7 +44,14 @@ from shellper.protocol import wire
 from tower_client.agent import AgentCommand, resolve
 from tower_client.apply import Report, apply, terminate_session
 from tower_client.atomicfile import write_atomic
-from tower_client.client import AsyncResumingClient, ClientError, SessionGone, Timeout, socket_path
+from tower_client.client import (
+    AsyncResumingClient,
+    ClientError,
+    SessionGone,
+    Timeout,
+    checked_request,
+    socket_path,
+)
 from tower_client.discover import discover_async, observe_async
 from tower_client.inotify import Change, DirWatch
 from tower_client.progress import ProgressJournal
@@ -401,18 +408,27 @@ class Fleet:
 
     async def spawn(self, name: str, argv: list[str] | None = None, *, cwd: str | None = None,
                     env: dict[str, str] | None = None, timeout: float = 10.0) -> int:
-        """Start the session's child again (SPAWN) and return the new child's pid: the shellper's REPLY
-        says it (protocol 3, with a client that awaits replies; a refusal raises its typed error, e.g.
-        SpawnFailed), else the ``spawned`` event that follows. Timeout if neither comes in time."""
+        """Start the session's child again (SPAWN) and return the new child's pid. A version-3 shellper
+        answers with a REPLY carrying it, or a refusal raised as its typed error (SpawnFailed,
+        SessionStopping, Forbidden...); from a version-2 shellper the pid comes from the ``spawned`` event
+        that follows. Timeout if no answer comes within ``timeout`` seconds (the old child's tree is ended
+        first: allow for its grace period)."""
         m = self._member(name)
+        live = self.client(name).client
+        if live is None:
+            raise SessionGone(m.paths.socket, "not connected (reconnecting or ended)")
+        frame = checked_request(wire.Spawn(argv=argv, cwd=cwd, env=env))
+        if live.conn.replies:  # matched by its id; a refusal raises its typed error
+            reply = await live._request(frame, timeout)
+            pid = reply.result.get("child_pid") if isinstance(reply, wire.Reply) else None
+            if isinstance(pid, int) and not isinstance(pid, bool):
+                return pid
+            raise FleetError(name, f"the shellper's answer to SPAWN carries no child pid: {reply!r:.200}")
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         m.spawns.append(fut)
         try:
+            await live.send(frame)
             async with asyncio.timeout(timeout):
-                # gather: a client that does not await replies returns None, one that does the pid
-                answered: list[object] = list(await asyncio.gather(self.client(name).spawn(argv, cwd=cwd, env=env)))
-                if isinstance(answered[0], int):
-                    return answered[0]
                 return await fut
         except TimeoutError:
             raise Timeout(m.paths.socket, f"no spawned event within {timeout:g} s") from None
