@@ -153,20 +153,23 @@ class _FleetClient(AsyncResumingClient):
         self.died = died
 
     async def _reconnect(self) -> None:
-        st = self.state
-        while True:
-            delay = st.next_delay()
-            if self.died.is_set():
-                raise SessionGone(self.path, "the shellper died")
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(delay):
-                    await self.died.wait()
-                raise SessionGone(self.path, "the shellper died")
-            try:
-                await self._open(st.output.next_offset, None, st.last_event_seq)
-                return
-            except ClientError as exc:
-                st.failed(exc)
+        if self.died.is_set():
+            raise SessionGone(self.path, "the shellper died")
+        loop = asyncio.get_running_loop()
+        reconnect = loop.create_task(super()._reconnect())
+        died = loop.create_task(self.died.wait())
+        try:
+            await asyncio.wait({reconnect, died}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (reconnect, died):
+                if not task.done():
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+        if not reconnect.cancelled() and reconnect.done():
+            reconnect.result()  # reconnected, or its error
+            return
+        raise SessionGone(self.path, "the shellper died")
 
 
 class _Member:
