@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench soak clean compile test-versions completions
+.PHONY: demo tower-demo test lint typecheck unit bench soak clean compile test-versions completions
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -31,8 +31,12 @@ compile: $(STAMP)
 demo: compile
 	$(BIN)/python -m shellper.cli.demo
 
+# The example Tower (examples/tower.py): 10 sessions, a kill -9 of the Tower mid-flood, a restart, the figures.
+tower-demo: compile
+	$(BIN)/python examples/tower_demo.py
+
 lint: $(STAMP)
-	$(BIN)/ruff check shellper tower_client tests bench
+	$(BIN)/ruff check shellper tower_client tests bench examples
 	$(BIN)/mypy
 
 unit: compile

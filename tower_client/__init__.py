@@ -7,6 +7,11 @@
 * :mod:`~tower_client.holders` - who holds a conversation id; mint-or-reclaim, foreign wins.
 * :mod:`~tower_client.identity` - process identity (boot id, pid, kernel start ticks) and pidfds.
 * :mod:`~tower_client.survivors` - what a killed shellper left running, found by its marks and ended.
+* :mod:`~tower_client.fleet` - the supervisor layer: registry, launch, one merged stream (:mod:`~tower_client.stream`),
+  a journal of what was consumed (:mod:`~tower_client.progress`), adopt after a restart, inotify
+  (:mod:`~tower_client.inotify`), an agent's command line from the mint-or-reclaim verdict
+  (:mod:`~tower_client.agent`). Imported on its own (``from tower_client.fleet import Fleet``), so the CLI does
+  not pay for it.
 """
 
 from shellper.core.exitrecord import ExitRecord, ExitRecordError

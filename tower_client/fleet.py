@@ -1,0 +1,718 @@
+"""The supervisor layer a Tower holds for its whole life: one object for every session it runs.
+
+A :class:`Fleet` owns the Tower's registry file (:mod:`tower_client.registry_file`) and its journal of
+consumed positions (:mod:`tower_client.progress`). ``await fleet.start()`` reconciles the runtime
+directory against the registry and applies the decisions for the Tower's owner (reconcile + apply:
+adopt, terminate, clean, respawn), attaches one resuming client per session at the position the
+journal says the Tower consumed, and starts watching: the runtime directory through inotify, each
+shellper through a pidfd (readable the moment it exits), each stream through its connection. No timer
+runs while nothing happens.
+
+``async for item in fleet`` is one stream of everything across sessions (:mod:`tower_client.stream`);
+``fleet.ack(item)`` records that the Tower consumed it, and the journal commits acknowledgements in the
+background (``await fleet.sync()`` waits for that). A Tower killed with -9 and started again resumes
+every stream at the last committed acknowledgement: nothing the ring still holds is lost, nothing before
+that point comes twice.
+
+Blocking work (launching a shellper, apply, mint-or-reclaim, terminations with grace periods, fsync)
+runs in threads, never on the event loop; groups of sessions start and stop with bounded concurrency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import time
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from shellper.core.config import SessionConfig
+from shellper.core.defaults import DEFAULT_GRACE
+from shellper.core.errors import ShellperError
+from shellper.core.names import validate_name
+from shellper.core.owner import default_owner
+from shellper.daemon.launch import LaunchInfo, launch
+from shellper.host.identity import IdentityError, PidFd, ProcessIdentity, open_verified
+from shellper.host.paths import SessionPaths, ensure_runtime_dir
+from shellper.host.record import RecordError, SessionRecord, read_record
+from shellper.protocol import wire
+from tower_client.agent import AgentCommand, resolve
+from tower_client.apply import Report, apply, terminate_session
+from tower_client.atomicfile import write_atomic
+from tower_client.client import (
+    AsyncResumingClient,
+    ClientError,
+    SessionGone,
+    Timeout,
+    checked_request,
+    socket_path,
+)
+from tower_client.discover import discover_async, observe_async
+from tower_client.inotify import Change, DirWatch
+from tower_client.progress import ProgressJournal
+from tower_client.reconcile import Action, Decision, reconcile
+from tower_client.registry_file import RegistryFile
+from tower_client.resume import Backoff
+from tower_client.stream import (
+    FleetItem,
+    FleetState,
+    Missed,
+    Notice,
+    OutputChunk,
+    SessionEvent,
+    StateChange,
+    StateTracker,
+)
+
+__all__ = ["Fleet", "FleetError", "FleetPolicy", "OnDeath", "SessionSpec", "UnknownSession"]
+
+MAX_PENDING_BYTES = 1024 * 1024
+"""Output of one session handed to the merged stream and not yet taken by the Tower. Past it, that
+session's reader waits: its client stops reading, and the shellper holds the child (as for any tower
+that does not keep up) instead of the Tower's memory growing."""
+STOP_MARGIN = 5.0
+"""Seconds past the grace period a STOP gets before the Fleet ends the shellper with signals."""
+AGENT_RELAUNCHES = 3
+"""Automatic relaunches of an agent whose conversation id was in use, per session and Fleet life."""
+IN_USE = re.compile(r"already in use", re.IGNORECASE)
+"""What an agent CLI says when its conversation id is held (shellper's default fatal pattern too)."""
+LAUNCH_COLUMN = "launch"
+AGENT_COLUMN = "agent"
+
+
+class FleetError(ShellperError):
+    """A Fleet operation that cannot be done; ``session`` names the session when there is one."""
+
+    def __init__(self, session: str | None, message: str) -> None:
+        self.session = session
+        super().__init__(message)
+
+
+class UnknownSession(FleetError, KeyError):
+    """No session of that name is in the Fleet."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class OnDeath(StrEnum):
+    """What the Fleet does when a shellper dies while the Tower runs (not stopped: died)."""
+
+    RESPAWN = "respawn"
+    """End what its tree left, remove its files, and start it again from its registry row."""
+    REAP = "reap"
+    """End what its tree left, remove its files, drop its row."""
+    REPORT = "report"
+    """Only report it (StateChange gone + Notice died); files and row stay for the Tower to decide."""
+
+
+@dataclass(frozen=True)
+class FleetPolicy:
+    on_death: OnDeath = OnDeath.RESPAWN
+    concurrency: int = 4
+    """Sessions started or stopped at once by launch_many / stop_many / the start's respawns."""
+    grace: float = DEFAULT_GRACE
+    """Seconds a stopping session's tree gets between SIGTERM and SIGKILL."""
+    husk_max_age: float | None = None
+    """Passed to reconcile: a husk older than this is terminated on start (None: kept)."""
+    backoff: Backoff = field(default_factory=Backoff)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int) or self.concurrency < 1:
+            raise ValueError(f"concurrency must be an integer >= 1, not {self.concurrency!r}")
+        if not isinstance(self.grace, int | float) or not self.grace >= 0:
+            raise ValueError(f"grace must be a number of seconds >= 0, not {self.grace!r}")
+
+
+@dataclass(frozen=True)
+class SessionSpec:
+    """A session to launch: its command (``argv``, or ``agent`` for an agent CLI whose conversation id
+    the Fleet resolves), ``cwd`` and ``env`` (default: the Tower's), other SessionConfig fields in
+    ``options`` (cols, rows, ring_bytes, policy, husk_ttl, ...) and the Tower's own registry columns."""
+
+    name: str
+    argv: Sequence[str] = ()
+    agent: AgentCommand | None = None
+    cwd: str | None = None
+    env: Mapping[str, str] | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+    columns: Mapping[str, Any] = field(default_factory=dict)
+
+
+class _FleetClient(AsyncResumingClient):
+    """A resuming client that stops reconnecting the moment its shellper is known dead (its pidfd said so),
+    instead of trying a stale socket through its whole backoff."""
+
+    def __init__(self, path: str, died: asyncio.Event, **kwargs: Any) -> None:
+        super().__init__(path, **kwargs)
+        self.died = died
+
+    async def _reconnect(self) -> None:
+        if self.died.is_set():
+            raise SessionGone(self.path, "the shellper died")
+        loop = asyncio.get_running_loop()
+        reconnect = loop.create_task(super()._reconnect())
+        died = loop.create_task(self.died.wait())
+        try:
+            await asyncio.wait({reconnect, died}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (reconnect, died):
+                if not task.done():
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+        if not reconnect.cancelled() and reconnect.done():
+            reconnect.result()  # reconnected, or its error
+            return
+        raise SessionGone(self.path, "the shellper died")
+
+
+class _Member:
+    """One session the Fleet runs: its record, pidfd, resuming client and reader."""
+
+    def __init__(self, name: str, record: SessionRecord, paths: SessionPaths, pidfd: PidFd) -> None:
+        self.name = name
+        self.record = record
+        self.paths = paths
+        self.pidfd = pidfd
+        self.instance_id = record.instance_id
+        self.died = asyncio.Event()
+        """The shellper process has exited (its pidfd became readable)."""
+        self.stopping = False
+        self.client: _FleetClient | None = None
+        self.task: asyncio.Task[None] | None = None
+        self.tracker = StateTracker(name, record.instance_id)
+        self.pending = 0
+        self.room = asyncio.Event()
+        self.room.set()
+        self.spawns: list[asyncio.Future[int]] = []
+        self.welcome_state: tuple[FleetState, str, int | None] | None = None
+        """The state WELCOME named, said once the held events (up to ``held_until``) have come."""
+        self.held_until = 0
+
+    def close_pidfd(self) -> None:
+        if not self.pidfd.closed:
+            with contextlib.suppress(ValueError, RuntimeError):
+                asyncio.get_running_loop().remove_reader(self.pidfd.fileno())
+            self.pidfd.close()
+
+
+_END = object()
+
+
+class Fleet:
+    """Every session of one Tower (one owner) in one runtime directory. See the module docstring."""
+
+    def __init__(self, runtime_dir: str | os.PathLike[str], registry: str | os.PathLike[str],
+                 journal: str | os.PathLike[str], *, owner: str | None = None,
+                 policy: FleetPolicy | None = None) -> None:
+        self.dir = os.fspath(runtime_dir)
+        self.owner = default_owner() if owner is None else owner
+        self.policy = policy or FleetPolicy()
+        self.registry = RegistryFile.load(registry)  # a bad file is refused here, before anything is done
+        self.journal = ProgressJournal.load(journal)
+        self.members: dict[str, _Member] = {}
+        self.report: Report | None = None
+        """What the start's apply did."""
+        self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._watch: DirWatch | None = None
+        self._registry_lock = asyncio.Lock()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._closed = False
+        self._agent_relaunches: dict[str, int] = {}
+        self._launching: set[str] = set()
+        """Names being launched now: their record appears before their registry row."""
+
+    # ----------------------------------------------------------------------------------- life
+
+    async def start(self) -> None:
+        """Reconcile and apply for this owner, adopt and respawn, then watch. RegistryError / ProgressError
+        were raised by the constructor already; OwnerBusy if another Tower of this owner is applying."""
+        ensure_runtime_dir(self.dir)
+        self._watch = DirWatch(self.dir, self._changed)  # first: nothing that happens from now on is missed
+        self._watch.start()
+        observed = await discover_async(self.dir)
+        decisions = reconcile(self.registry.registry(), observed, now=time.time(),
+                              husk_max_age=self.policy.husk_max_age, owner=self.owner)
+        report = self.report = await asyncio.to_thread(apply, decisions, grace=self.policy.grace, owner=self.owner)
+        respawn: list[str] = []
+        for outcome in report.outcomes:
+            d = outcome.decision
+            self._emit(Notice(d.name, str(d.action), d.reason, outcome.error or outcome.detail))
+            if not outcome.ok or d.cgroup is not None:
+                continue
+            if d.action is Action.ADOPT and d.observed is not None and d.observed.record is not None:
+                try:
+                    await self._attach(d.observed.record, adopted=True)
+                except (ClientError, IdentityError, FleetError) as exc:
+                    self._emit(Notice(d.name, "failed", "adopt", str(exc)))
+            elif d.action is Action.RESPAWN:
+                respawn.append(d.name)
+            elif d.action is Action.TERMINATE and d.reason == "husk_expired":
+                self.registry.remove(d.name)
+                self.journal.forget(d.name)
+        for name in list(self.journal):
+            if name not in self.registry.rows:
+                self.journal.forget(name)
+        await self._save_registry()
+        await self._bounded([self._relaunch(name, "respawn") for name in respawn])
+
+    async def close(self) -> None:
+        """Stop watching and reading and commit the journal; the sessions run on (a Tower restarting must
+        not end them). ``stop_all`` first to end them."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._watch is not None:
+            self._watch.close()
+        for task in list(self._tasks):
+            task.cancel()
+        for m in list(self.members.values()):
+            await self._detach(m)
+        self.members.clear()
+        with contextlib.suppress(ShellperError):
+            await self.journal.close()
+        self._queue.put_nowait(_END)
+
+    async def __aenter__(self) -> Fleet:
+        try:
+            await self.start()
+        except BaseException:
+            await self.close()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # ----------------------------------------------------------------------------------- the stream
+
+    def __aiter__(self) -> AsyncIterator[FleetItem]:
+        return self
+
+    async def __anext__(self) -> FleetItem:
+        item = await self._queue.get()
+        if item is _END:
+            self._queue.put_nowait(_END)
+            raise StopAsyncIteration
+        if isinstance(item, OutputChunk):
+            m = self.members.get(item.session)
+            if m is not None and m.instance_id == item.instance_id:
+                m.pending -= len(item.data)
+                if m.pending < MAX_PENDING_BYTES:
+                    m.room.set()
+        return item  # type: ignore[no-any-return]
+
+    async def next(self, timeout: float | None = None) -> FleetItem | None:
+        """The next item, or None after ``timeout`` seconds with none."""
+        try:
+            async with asyncio.timeout(timeout):
+                return await self.__anext__()
+        except TimeoutError:
+            return None
+
+    def ack(self, item: FleetItem) -> None:
+        """The Tower has consumed ``item`` (and everything of its session before it). Committed in the
+        background; ``await sync()`` to wait until it is on disk."""
+        if isinstance(item, OutputChunk):
+            self.journal.ack_output(item.session, item.instance_id, item.end)
+        elif isinstance(item, Missed):
+            self.journal.ack_output(item.session, item.instance_id, item.offset)
+        elif isinstance(item, StateChange | SessionEvent) and item.seq:
+            self.journal.ack_event(item.session, item.instance_id, item.seq)
+
+    async def sync(self) -> None:
+        await self.journal.sync()
+
+    def _emit(self, item: FleetItem) -> None:
+        self._queue.put_nowait(item)
+
+    # ----------------------------------------------------------------------------------- launching
+
+    async def launch(self, spec: SessionSpec) -> LaunchInfo:
+        """Start a session (the agent's command line from the mint-or-reclaim verdict), record it in the
+        registry, and attach its stream from offset 0. LaunchError / ConfigError / FleetError."""
+        validate_name(spec.name)
+        if spec.name in self.members or spec.name in self._launching:
+            raise FleetError(spec.name, f"session {spec.name!r} is already in this fleet")
+        self._launching.add(spec.name)
+        try:
+            return await self._launch(spec)
+        finally:
+            self._launching.discard(spec.name)
+
+    async def _launch(self, spec: SessionSpec) -> LaunchInfo:
+        argv, agent = list(spec.argv), spec.agent
+        if agent is not None:
+            resolved = await resolve(agent, self.dir, spec.name, owner=self.owner, grace=self.policy.grace)
+            argv = resolved.argv
+            agent = AgentCommand(agent.argv, resolved.conversation_id, agent.resume_flag, agent.mint_flag)
+            self._emit(Notice(spec.name, resolved.action, resolved.reason, resolved.conversation_id))
+        config = SessionConfig(name=spec.name, argv=argv, dir=self.dir, cwd=spec.cwd or os.getcwd(),
+                               env=dict(os.environ if spec.env is None else spec.env), owner=self.owner,
+                               **dict(spec.options))
+        info = await asyncio.to_thread(launch, config)
+        launch_column = {k: v for k, v in json.loads(config.to_json()).items() if k not in ("name", "dir", "argv")}
+        launch_column["argv"] = list(spec.argv) if agent is None else []
+        columns: dict[str, Any] = {**spec.columns, LAUNCH_COLUMN: launch_column}
+        if agent is not None:
+            columns[AGENT_COLUMN] = agent.to_column()
+        self.registry.put(spec.name, info.instance_id, **columns)
+        await self._save_registry()
+        record = await asyncio.to_thread(read_record, info.record)
+        self.journal.start(spec.name, info.instance_id)
+        await self._attach(record, adopted=False)
+        self._emit(Notice(spec.name, "launched", "launch", f"pid {info.pid}, instance {info.instance_id}"))
+        return info
+
+    async def launch_many(self, specs: Iterable[SessionSpec]) -> list[LaunchInfo | BaseException]:
+        """Launch with at most ``policy.concurrency`` starting at once; each result or its error, in order."""
+        return await self._bounded([self.launch(s) for s in specs])
+
+    async def relaunch(self, name: str) -> LaunchInfo:
+        """Start ``name`` again from its registry row (after a fatal crash loop, say): its shellper, if any,
+        is stopped first; an agent's conversation goes through mint-or-reclaim again."""
+        if name in self.members:
+            await self.stop(name, forget=False)
+        return await self._relaunch_row(name)
+
+    async def _relaunch(self, name: str, why: str) -> None:
+        try:
+            info = await self._relaunch_row(name)
+        except (ShellperError, OSError, ValueError, TypeError, KeyError) as exc:  # a hand-edited row too
+            self._emit(Notice(name, "failed", why, f"{type(exc).__name__}: {exc}"))
+        else:
+            self._emit(Notice(name, "relaunched", why, f"pid {info.pid}, instance {info.instance_id}"))
+
+    async def _relaunch_row(self, name: str) -> LaunchInfo:
+        row = self.registry.get(name)
+        if row is None or not isinstance(row.get(LAUNCH_COLUMN), dict):
+            raise FleetError(name, f"session {name!r} has no {LAUNCH_COLUMN!r} column in the registry to start it from")
+        column = dict(row[LAUNCH_COLUMN])
+        agent = AgentCommand.from_column(row[AGENT_COLUMN]) if AGENT_COLUMN in row else None
+        argv = column.pop("argv", [])
+        config = SessionConfig.from_json(json.dumps({**column, "name": name, "dir": self.dir, "argv": argv or ["-"]}))
+        options = {k: getattr(config, k) for k in column if k not in ("cwd", "env", "owner")}
+        columns = {k: v for k, v in row.items() if k not in ("name", "instance_id", LAUNCH_COLUMN, AGENT_COLUMN)}
+        return await self.launch(SessionSpec(name, argv, agent, config.cwd, config.env, options, columns))
+
+    # ----------------------------------------------------------------------------------- requests
+
+    def client(self, name: str) -> AsyncResumingClient:
+        """The session's resuming client, for requests the Fleet does not wrap (write, resize, signal)."""
+        m = self._member(name)
+        assert m.client is not None
+        return m.client
+
+    async def spawn(self, name: str, argv: list[str] | None = None, *, cwd: str | None = None,
+                    env: dict[str, str] | None = None, timeout: float = 10.0) -> int:
+        """Start the session's child again (SPAWN) and return the new child's pid. A version-3 shellper
+        answers with a REPLY carrying it, or a refusal raised as its typed error (SpawnFailed,
+        SessionStopping, Forbidden...); from a version-2 shellper the pid comes from the ``spawned`` event
+        that follows. Timeout if no answer comes within ``timeout`` seconds (the old child's tree is ended
+        first: allow for its grace period)."""
+        m = self._member(name)
+        live = self.client(name).client
+        if live is None:
+            raise SessionGone(m.paths.socket, "not connected (reconnecting or ended)")
+        frame = checked_request(wire.Spawn(argv=argv, cwd=cwd, env=env))
+        if live.conn.replies:  # matched by its id; a refusal raises its typed error
+            pid = await live.spawn(argv, cwd=cwd, env=env, timeout=timeout)
+            if pid is None:
+                raise FleetError(name, "the shellper's answer to SPAWN carries no child pid")
+            return pid
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        m.spawns.append(fut)
+        try:
+            await live.send(frame)
+            async with asyncio.timeout(timeout):
+                return await fut
+        except TimeoutError:
+            raise Timeout(m.paths.socket, f"no spawned event within {timeout:g} s") from None
+        finally:
+            if fut in m.spawns:
+                m.spawns.remove(fut)
+
+    def _member(self, name: str) -> _Member:
+        m = self.members.get(name)
+        if m is None:
+            raise UnknownSession(name, f"no session {name!r} in this fleet")
+        return m
+
+    # ----------------------------------------------------------------------------------- stopping
+
+    async def stop(self, name: str, grace: float | None = None, *, forget: bool = True) -> None:
+        """End the session (STOP over its socket; signals through pidfds, in a thread, if it does not go
+        within grace + STOP_MARGIN) and, with ``forget``, drop its registry row and journal entry."""
+        m = self._member(name)
+        m.stopping = True
+        m.room.set()
+        grace = self.policy.grace if grace is None else grace
+        if not m.died.is_set() and m.client is not None:
+            with contextlib.suppress(ClientError):
+                await m.client.stop(grace)
+        try:
+            async with asyncio.timeout(grace + STOP_MARGIN):
+                await m.died.wait()
+        except TimeoutError:
+            with contextlib.suppress(IdentityError):
+                await asyncio.to_thread(terminate_session, m.record, m.paths, grace=grace)
+        if m.task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await m.task
+        if forget:
+            self.registry.remove(name)
+            self.journal.forget(name)
+            await self._save_registry()
+
+    async def stop_many(self, names: Iterable[str], grace: float | None = None) -> list[BaseException | None]:
+        """Stop with at most ``policy.concurrency`` at once (the grace periods run concurrently)."""
+        return await self._bounded([self.stop(n, grace) for n in names])
+
+    async def stop_all(self, grace: float | None = None) -> list[BaseException | None]:
+        return await self.stop_many(list(self.members), grace)
+
+    async def _bounded(self, jobs: Sequence[Any]) -> list[Any]:
+        limit = asyncio.Semaphore(self.policy.concurrency)
+
+        async def one(job: Any) -> Any:
+            async with limit:
+                return await job
+
+        return list(await asyncio.gather(*(one(j) for j in jobs), return_exceptions=True))
+
+    # ----------------------------------------------------------------------------------- attaching
+
+    async def _attach(self, record: SessionRecord, *, adopted: bool) -> None:
+        name = record.name
+        paths = SessionPaths.for_name(self.dir, name)
+        pidfd = open_verified(ProcessIdentity(record.boot_id, record.shellper_pid, record.shellper_start_time))
+        m = _Member(name, record, paths, pidfd)
+        asyncio.get_running_loop().add_reader(pidfd.fileno(), self._died, m)
+        pos = self.journal.get(name)
+        if pos is None or pos.instance_id != record.instance_id:
+            self.journal.start(name, record.instance_id)
+            pos = self.journal.get(name)
+        assert pos is not None
+        client = _FleetClient(str(socket_path(self.dir, name)), m.died, backoff=self.policy.backoff,
+                              expect_instance_id=record.instance_id, client_name="tower-fleet")
+        try:
+            welcome = await client.connect(resume_from=pos.offset, events_after=pos.event_seq)
+        except BaseException:
+            m.close_pidfd()
+            await client.close()
+            raise
+        m.client = client
+        self.members[name] = m
+        m.welcome_state = (FleetState.of(welcome.state), "adopted" if adopted else "launched", welcome.child_pid)
+        m.held_until = welcome.event_seq
+        if welcome.event_seq <= pos.event_seq:  # no held event comes: say the state now
+            self._announce(m)
+        m.task = asyncio.get_running_loop().create_task(self._read(m), name=f"fleet {name}")
+
+    def _announce(self, m: _Member) -> None:
+        """The state WELCOME named, unless the events handed out already ended on it: a Tower adopting a
+        session learns its state even when the held events are only attaches and detaches."""
+        if m.welcome_state is None:
+            return
+        state, reason, child_pid = m.welcome_state
+        m.welcome_state = None
+        if m.tracker.state is not state:
+            self._emit(m.tracker.change(state, reason, time.time(), child_pid=child_pid))
+
+    async def _detach(self, m: _Member) -> None:
+        task, m.task = m.task, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if m.client is not None:
+            await m.client.close()
+        m.close_pidfd()
+
+    def _died(self, m: _Member) -> None:
+        """The shellper's pidfd is readable: it has exited (the reader finishes what it had sent)."""
+        m.close_pidfd()
+        m.died.set()
+
+    async def _read(self, m: _Member) -> None:
+        client = m.client
+        assert client is not None
+        end: BaseException | None = None
+        try:
+            while True:
+                frame = await client.recv()
+                if frame is None:
+                    continue
+                item = self._item(m, client, frame)
+                if item is None:
+                    continue
+                if isinstance(item, OutputChunk):
+                    m.pending += len(item.data)
+                    if m.pending >= MAX_PENDING_BYTES:
+                        m.room.clear()
+                self._emit(item)
+                if isinstance(item, StateChange) and item.state is FleetState.FATAL:
+                    self._id_in_use(m, item)
+                if not m.room.is_set() and not m.stopping:  # a stop must not wait for the Tower to read
+                    await m.room.wait()
+        except ClientError as exc:
+            end = exc
+        except asyncio.CancelledError:
+            raise
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._ended(m, end)
+
+    def _item(self, m: _Member, client: AsyncResumingClient, frame: object) -> FleetItem | None:
+        if type(frame) is wire.Data:
+            return OutputChunk(m.name, m.instance_id, client.output.next_offset - len(frame.data), frame.data)
+        if isinstance(frame, wire.Gap):
+            return Missed(m.name, m.instance_id, frame.offset, frame.missed)
+        if isinstance(frame, wire.Event):
+            if frame.seq == 0:  # events_missed: made for this connection, not part of the sequence
+                return SessionEvent(m.name, m.instance_id, 0, frame.kind, frame.time, dict(frame.data))
+            item = m.tracker.take(frame)
+            if frame.seq >= m.held_until and m.welcome_state is not None:
+                self._emit(item)  # the last held event, then the state now if the history did not end on it
+                self._announce(m)
+                return None
+            if isinstance(item, StateChange) and item.child_pid is not None and m.spawns:
+                fut = m.spawns.pop(0)
+                if not fut.done():
+                    fut.set_result(item.child_pid)
+            return item
+        return None  # EXIT (its event carries it), Reconnected, replies
+
+    def _id_in_use(self, m: _Member, change: StateChange) -> None:
+        """An agent that gave up because its conversation id is in use (the shellper's fatal pattern) is
+        launched again through the verdict, which mints a fresh id while somebody else holds it: the
+        "already in use" loop ends after one round. At most AGENT_RELAUNCHES per session and Fleet life."""
+        ex = change.exit
+        row = self.registry.rows.get(m.name)
+        if ex is None or row is None or AGENT_COLUMN not in row or m.stopping:
+            return
+        if not IN_USE.search(f"{ex.reason}\n{ex.stderr_tail}"):
+            return
+        count = self._agent_relaunches.get(m.name, 0)
+        if count >= AGENT_RELAUNCHES:
+            self._emit(Notice(m.name, "failed", "id in use", f"relaunched {count} times already: left fatal"))
+            return
+        self._agent_relaunches[m.name] = count + 1
+        self._later(self._relaunch_in_use(m.name))
+
+    async def _relaunch_in_use(self, name: str) -> None:
+        try:
+            info = await self.relaunch(name)
+        except (ShellperError, OSError, ValueError, TypeError, KeyError) as exc:
+            self._emit(Notice(name, "failed", "id in use", f"{type(exc).__name__}: {exc}"))
+        else:
+            self._emit(Notice(name, "relaunched", "id in use", f"pid {info.pid}, instance {info.instance_id}"))
+
+    async def _ended(self, m: _Member, error: BaseException | None) -> None:
+        """The session's stream ended: stopped, died, or the connection was refused for good."""
+        if m.client is not None:
+            await m.client.close()
+        if self.members.get(m.name) is m:
+            del self.members[m.name]
+        for fut in m.spawns:
+            if not fut.done():
+                fut.set_exception(SessionGone(m.paths.socket, "the session ended"))
+        stopped_state = m.client is not None and m.client.exit is not None and m.client.exit.state == "stopping"
+        if m.stopping or stopped_state:
+            if not m.died.is_set():  # give the exiting shellper its moment: its pidfd says when
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(STOP_MARGIN):
+                        await m.died.wait()
+            m.close_pidfd()
+            self._emit(m.tracker.change(FleetState.GONE, "stopped", time.time()))
+            if not m.stopping:  # stopped from outside the Fleet (shellper stop, husk TTL): drop its row too
+                self.registry.remove(m.name)
+                self.journal.forget(m.name)
+                await self._save_registry()
+            return
+        if not m.died.is_set():
+            m.close_pidfd()
+            self._emit(m.tracker.change(FleetState.GONE, f"connection ended: {error}", time.time()))
+            self._emit(Notice(m.name, "failed", "stream", str(error)))
+            return
+        self._emit(m.tracker.change(FleetState.GONE, f"shellper {m.record.shellper_pid} died", time.time()))
+        self._emit(Notice(m.name, "died", str(self.policy.on_death), f"pid {m.record.shellper_pid}"))
+        if self.policy.on_death is OnDeath.REPORT:
+            return
+        await self._clean_dead(m.name)
+        if self.policy.on_death is OnDeath.RESPAWN:
+            await self._relaunch(m.name, "died")
+        else:
+            self.registry.remove(m.name)
+            self.journal.forget(m.name)
+            await self._save_registry()
+
+    async def _clean_dead(self, name: str) -> None:
+        """What reconcile would do for a dead shellper (end its tree's leftovers, remove its files), now."""
+        observed = await observe_async(self.dir, name)
+        decisions = [d for d in reconcile(self.registry.registry(), [observed], now=time.time(), owner=self.owner)
+                     if d.action is Action.CLEAN and d.name == name]
+        report = await asyncio.to_thread(apply, decisions, grace=self.policy.grace, owner=self.owner)
+        for o in report.outcomes:
+            self._emit(Notice(name, "reaped" if o.ok else "failed", o.decision.reason, o.error or o.detail))
+
+    # ----------------------------------------------------------------------------------- watching
+
+    def _changed(self, changes: list[Change]) -> None:
+        for change in changes:
+            if change.overflow:
+                self._emit(Notice("", "overflow", "inotify", "the kernel dropped directory events"))
+            elif change.directory_gone:
+                self._emit(Notice("", "files_removed", "directory", f"{self.dir} was removed or moved"))
+            elif change.name.endswith(".sock") and change.removed:
+                m = self.members.get(change.name[:-5])
+                if m is not None and not m.stopping and not m.died.is_set():
+                    self._later(self._socket_removed(m))
+            elif change.name.endswith(".json") and change.written and not change.name.startswith("."):
+                name = change.name[:-5]
+                if name not in self.members and name not in self.registry.rows and name not in self._launching:
+                    self._later(self._appeared(name))
+
+    def _later(self, job: Any) -> None:
+        task = asyncio.get_running_loop().create_task(job)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _socket_removed(self, m: _Member) -> None:
+        await asyncio.sleep(0)  # a dying shellper removes its socket first: let its pidfd speak before
+        if not m.died.is_set() and not m.stopping:
+            self._emit(Notice(m.name, "files_removed", "socket", f"{m.paths.socket} was removed while shellper "
+                              f"{m.record.shellper_pid} runs (kill -USR1 it to recreate its files)"))
+
+    async def _appeared(self, name: str) -> None:
+        try:
+            record = await asyncio.to_thread(read_record, SessionPaths.for_name(self.dir, name).record)
+        except (OSError, RecordError, ValueError):
+            return
+        if record.owner == self.owner and name not in self.members and name not in self._launching \
+                and name not in self.registry.rows:
+            self._emit(Notice(name, "appeared", "unregistered", f"shellper {record.shellper_pid} of this owner, not "
+                              "launched by this Tower: the next start terminates it unless it is registered"))
+
+    async def _save_registry(self) -> None:
+        async with self._registry_lock:
+            data = self.registry.encode()
+            await asyncio.to_thread(write_atomic, self.registry.path, data)
+
+    # ----------------------------------------------------------------------------------- views
+
+    @property
+    def sessions(self) -> list[str]:
+        """Names of the sessions the Fleet is attached to now."""
+        return sorted(self.members)
+
+    def state(self, name: str) -> FleetState | None:
+        return self._member(name).tracker.state
+
+    def decisions(self) -> list[Decision]:
+        return [o.decision for o in self.report.outcomes] if self.report is not None else []
