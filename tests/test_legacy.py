@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import poll_until, read_until, wait_gone
+from legacy_support import Launched, V1Client, config, launch
 
 from shellper.client.blocking import Client
 from shellper.protocol import wire
 from shellper.protocol.legacy import LegacyType
-from conftest import poll_until, read_until, wait_gone
-from legacy_support import Launched, V1Client, config, launch
 
 LOG_LINE = re.compile(r"^\[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\] \S")
 
