@@ -87,7 +87,7 @@ def legacy_main(argv: list[str]) -> int:
         config = SessionConfig(
             name=name, argv=launch.argv, dir=directory, cwd=launch.cwd, env=launch.env, cols=launch.cols,
             rows=launch.rows, ring_bytes=max(MIN_RING_BYTES, min(MAX_RING_BYTES, ring)), husk_ttl=None,
-            policy=RestartPolicy(mode="no"))
+            grace=legacy.GRACE, policy=RestartPolicy(mode="no"))
         from shellper.daemon.launch import prepare
 
         config, paths = prepare(config)

@@ -37,6 +37,10 @@ REPLAY_PAYLOAD_MAX = 8 * 1024 * 1024
 """The most output bytes one REPLAY carries: the newest ones."""
 SPAWN_FAILED_CODE = -1
 """EXIT's ``code`` for a SPAWN whose command never ran (the original sent no EXIT at all then)."""
+GRACE = 2.0
+"""Seconds a legacy session's child has between SIGTERM and SIGKILL (on SPAWN and on the shellper's SIGTERM):
+the original's Tower SIGKILLs the shellper 5 s after its SIGTERM, and the session must be cleaned up by then
+even when the child ignores SIGTERM, as an interactive shell does."""
 MARKER = "shellper-main.js"
 """What a Tower's process scanners look for in a shellper's command line (original.md section 8)."""
 
