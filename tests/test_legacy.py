@@ -235,10 +235,13 @@ def test_terminal_signal_and_spawn_are_ignored(legacy_env: Legacy) -> None:
 
 
 def test_exit_is_sent_and_replayed_to_a_late_connection_and_the_shellper_stays(legacy_env: Legacy) -> None:
-    s = legacy_env.start(*_sh("echo bye; exit 3"))
+    s = legacy_env.start(*_sh("read x; echo bye; exit 3"))
     with legacy_env.client(s) as c:
         welcome, _ = c.hello()
+        c.send(LegacyType.DATA, b"go\n")
         assert c.exit_frame() == {"code": 3, "signal": "0"}
+        # nothing after it: a Tower that saw output after an EXIT would take the child for running again
+        assert [f.frame_type for f in c.quiet_for(0.3)] == []
     with legacy_env.client(s) as late:
         welcome, replay = late.hello()  # WELCOME, REPLAY, then the retained EXIT (#905)
         assert welcome["pid"] == -1 and b"bye" in replay

@@ -117,6 +117,9 @@ def _serve(config: SessionConfig, paths: SessionPaths, log: LogFile) -> int:
     session: Session | None = None
     try:
         session = Session(config, paths, log, loop)
+        # No "[shellper] child exited" lines in the output: the original's Tower takes any output after an EXIT
+        # for the child running again (PtySession's restart wait, #418).
+        session.output.notices = False
         session.start()
         child = session.lifecycle.child
         log.write(f"PTY spawned: pid={child.pid if child else -1}, cols={config.cols}, rows={config.rows}")

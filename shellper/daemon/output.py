@@ -57,6 +57,8 @@ class Output:
         self.loop = loop
         self.scrollback = Scrollback(ring_bytes)
         self.last_output_at: float | None = None
+        self.notices = True
+        """Whether :meth:`notice` writes anything (off for legacy-main: shellper.daemon.legacymain)."""
         self.stderr_tail = bytearray()
         """The end of what the child wrote to a stderr of its own: evidence for classifying its exit."""
         read_buffer = bytearray(READ_CHUNK)  # see READ_CHUNK
@@ -215,6 +217,8 @@ class Output:
 
     def notice(self, text: str) -> None:
         """A one-line notice for people attached; it is part of the output stream (and the ring)."""
+        if not self.notices:
+            return
         self.append(b"\r\n\x1b[7m[shellper] " + text.encode() + b"\x1b[0m\r\n")
 
     def _hold(self) -> None:
