@@ -466,3 +466,18 @@ def test_the_session_underneath_is_seen_by_shellper_ls_and_status(legacy_env: Le
     assert status["last_exit"]["class"] == "crash"  # exit classification underneath
     record = json.loads((legacy_env.dir / "shellper-t1.json").read_text())
     assert record["shellper_pid"] == s.pid
+
+
+def test_tower_client_sees_and_verifies_a_legacy_session_without_displacing_its_tower(legacy_env: Legacy) -> None:
+    s = legacy_env.start("cat")
+    with legacy_env.client(s) as tower:
+        welcome, _ = tower.hello()
+        done = subprocess.run([sys.executable, "-m", "tower_client.cli", "--dir", str(legacy_env.dir), "ls", "--json"],
+                              capture_output=True, timeout=60, check=True)
+        (entry,) = json.loads(done.stdout)
+        assert (entry["name"], entry["state"], entry["identity"], entry["probe"]) == \
+            ("shellper-t1", "running", "verified", "answered")
+        assert entry["record"]["pid"] == s.pid and entry["child_pid"] == welcome["pid"]
+        tower.ping()  # its probe was a viewer: the version-1 tower is still the tower
+        tower.send(LegacyType.DATA, b"still-tower\n")
+        tower.output_until(b"still-tower\r\n")
