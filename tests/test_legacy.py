@@ -187,11 +187,11 @@ def test_data_both_ways_and_broadcast_to_every_client(legacy_env: Legacy) -> Non
 
 
 def test_resize_resizes_the_pty(legacy_env: Legacy) -> None:
-    s = legacy_env.start("/bin/sh")
+    s = legacy_env.start(*_sh("while read line; do stty size; done"))  # not interactive: SIGTERM ends it
     with legacy_env.client(s) as c:
         c.hello("terminal")
         c.send(LegacyType.RESIZE, {"cols": 132, "rows": 43})
-        c.send(LegacyType.DATA, b"stty size\n")
+        c.send(LegacyType.DATA, b"size?\n")
         c.output_until(b"43 132")
     with legacy_env.client(s) as c:
         welcome, _ = c.hello()

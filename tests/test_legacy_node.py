@@ -28,7 +28,7 @@ def test_version_1_javascript_client_end_to_end() -> None:
                               capture_output=True, text=True, timeout=180, env=env, cwd=ROOT)
         report = done.stdout + done.stderr
         assert done.returncode == 0, report
-        assert "# pass 2" in report and "# fail 0" in report, report
+        assert "# pass 3" in report and "# fail 0" in report, report
         assert not [p for p in (base / "run").iterdir() if p.name != "logs"], "files left behind"
     finally:
         shutil.rmtree(base)

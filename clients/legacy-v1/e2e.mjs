@@ -173,3 +173,52 @@ test('frames before HELLO are ignored and a raw frame round-trips', async (t) =>
   assert.equal(got[0], FrameType.WELCOME);
   sock.destroy();
 });
+
+// The original's client catalogue (shellper-client.test.ts) where it meets the real legacy mode.
+test('client lifecycle against legacy-main: refused, already connected, replay, close, disconnect', async (t) => {
+  const socketPath = path.join(dir, 'shellper-client.sock');
+  const refused = new ShellperClient(socketPath, 'tower');
+  await assert.rejects(refused.connect(), /ENOENT|ECONNREFUSED/);
+
+  const shell = await launchShellper(command, {
+    command: '/bin/cat', args: [], cwd: '/', env: { PATH: process.env.PATH }, cols: 80, rows: 24, socketPath,
+  });
+  t.after(async () => { if (alive(shell.pid)) process.kill(shell.pid, 'SIGTERM'); await gone(shell.pid); });
+
+  const client = new ShellperClient(socketPath, 'tower');
+  let warned = false;
+  client.on('version-warning', () => { warned = true; });
+  const welcome = await client.connect();
+  assert.equal(welcome.version, 1);
+  assert.equal(warned, false, 'equal versions: no warning');
+  await assert.rejects(client.connect(), /Already connected/);
+  assert.deepEqual(await client.waitForReplay(), Buffer.alloc(0)); // empty, and at once
+  assert.equal(client.replay.length, 0);
+
+  // sending: every frame type a Tower sends is accepted and answered as the original did
+  const out = output(client);
+  assert.equal(client.write('abc\n'), true);
+  await out.waitFor('abc');
+  assert.equal(client.resize(81, 25), true);
+  client.ping();
+  await until(client, 'pong');
+
+  // an intentional disconnect emits no close, and writes are refused afterwards
+  const second = new ShellperClient(socketPath, 'terminal');
+  await second.connect();
+  let secondClosed = false;
+  second.on('close', () => { secondClosed = true; });
+  second.disconnect();
+  assert.equal(second.write('x'), false);
+
+  // the server going away (SIGTERM) emits close exactly once on a live connection
+  let closes = 0;
+  client.on('close', () => { closes += 1; });
+  const closed = until(client, 'close');
+  process.kill(shell.pid, 'SIGTERM');
+  await closed;
+  assert.equal(closes, 1);
+  assert.equal(client.connected, false);
+  assert.equal(client.write('late'), false);
+  assert.equal(secondClosed, false);
+});
