@@ -92,6 +92,8 @@ def test_launch_contract_stdout_line_socket_modes_and_command_line(legacy_env: L
         welcome, _ = c.hello()
         assert welcome["startTime"] == s.start_ms
     lines = s.log_text().splitlines()
+    assert any(f"WELCOME sent: pid={welcome['pid']}, version=1" in line for line in lines)
+    assert any("HELLO: version=1, clientType=tower" in line for line in lines)
     assert lines and all(LOG_LINE.match(line) or line.startswith("  ") for line in lines), lines
     assert any("Shellper started: pid=" in line for line in lines)
     assert any("Socket listening: " in line for line in lines)
@@ -275,6 +277,7 @@ def test_spawn_replaces_the_child_clears_the_replay_and_hides_the_old_exit(legac
         frames = c.quiet_for(0.2)
         assert not [f for f in frames if f.frame_type == LegacyType.EXIT]  # the replaced child's exit is not told
     assert wait_gone(old_pid, 10)
+    assert f"SPAWN: command=/bin/sh, killing old PTY pid={old_pid}" in s.log_text()
     with legacy_env.client(s) as c:
         welcome, replay = c.hello()
         assert welcome["pid"] not in (old_pid, -1)
@@ -296,8 +299,12 @@ def test_spawn_of_a_missing_command_keeps_the_child(legacy_env: Legacy) -> None:
     with legacy_env.client(s) as c:
         welcome, _ = c.hello()
         c.send(LegacyType.SPAWN, {"command": "/nonexistent/program", "args": [], "cwd": "/", "env": {}})
-        c.ping()
+        poll_until(lambda: "Protocol error" in s.log_text() and "/nonexistent/program" in s.log_text(),
+                   what="the refusal in the log")
+        c.ping()  # the connection stays
         assert Path(f"/proc/{welcome['pid']}").exists()
+        c.send(LegacyType.DATA, b"cat-still-runs\n")
+        c.output_until(b"cat-still-runs\r\n")
 
 
 # ------------------------------------------------------------------------------------------- PING, errors, gating

@@ -70,7 +70,8 @@ class LegacyConn(ClientConn):
             session.send_signal(name, self)
         elif action is Action.SPAWN:
             spawn = legacy.parse_spawn(frame.payload)
-            session.log.write(f"SPAWN: command={spawn.argv[0]} from client {self.client_id}")
+            old = session.welcome(self.role).child_pid
+            session.log.write(f"SPAWN: command={spawn.argv[0]}, killing old PTY pid={-1 if old is None else old}")
             session.start_respawn(wire.Spawn(argv=spawn.argv, cwd=spawn.cwd, env=spawn.env, clear_ring=True), self)
         elif action is Action.PONG:
             self._write(legacy.encode(LegacyType.PONG))
