@@ -49,7 +49,7 @@ class Launched:
         return "".join(p.read_text() for p in (kept, self.log) if p.exists())
 
 
-def launch(sock: Path, cfg: dict[str, Any], stderr: Any = None) -> Launched:
+def launch(sock: Path, cfg: dict[str, Any], stderr: Any = None, new_session: bool = True) -> Launched:
     """Spawn `shellper legacy-main` as the original's Tower spawns shellper-main.js: detached, stdin ignored,
     stdout a pipe read to EOF, stderr appended to <socket>.log."""
     log = sock.with_suffix(".log")
@@ -59,7 +59,7 @@ def launch(sock: Path, cfg: dict[str, Any], stderr: Any = None) -> Launched:
     try:
         argv = [sys.executable, "-m", "shellper", "legacy-main", json.dumps(cfg, separators=(",", ":"))]
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err,
-                                start_new_session=True)
+                                start_new_session=new_session)
     finally:
         if own:
             err.close()

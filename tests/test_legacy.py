@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import poll_until, read_until, wait_gone
+from conftest import Sessions, poll_until, read_until, wait_gone
 from legacy_support import Launched, V1Client, config, launch
 
 from shellper.client.blocking import Client
@@ -97,6 +97,15 @@ def test_launch_contract_stdout_line_socket_modes_and_command_line(legacy_env: L
     assert lines and all(LOG_LINE.match(line) or line.startswith("  ") for line in lines), lines
     assert any("Shellper started: pid=" in line for line in lines)
     assert any("Socket listening: " in line for line in lines)
+
+
+def test_detaches_itself_when_its_caller_did_not(legacy_env: Legacy) -> None:
+    sock = legacy_env.dir / "shellper-t4.sock"
+    s = launch(sock, config(sock, "cat"), new_session=False)
+    legacy_env.started.append(s)
+    assert os.getsid(s.pid) == s.pid != os.getsid(0)  # its own session: the caller's hang-ups do not reach it
+    with legacy_env.client(s) as c:
+        c.hello()
 
 
 def test_spawns_pty_with_the_given_size_cwd_and_exact_env(legacy_env: Legacy, tmp_path: Path) -> None:
@@ -182,6 +191,7 @@ def test_data_both_ways_and_broadcast_to_every_client(legacy_env: Legacy) -> Non
         tower.hello()
         term.hello("terminal")
         tower.send(LegacyType.DATA, b"from-tower\n")
+        tower.ping()  # handled before the terminal's input: two sockets read in one wakeup come in any order
         term.send(LegacyType.DATA, b"from-terminal\n")
         for c in (tower, term):
             out = c.output_until(b"from-terminal\r\n")
@@ -488,3 +498,13 @@ def test_tower_client_sees_and_verifies_a_legacy_session_without_displacing_its_
         tower.ping()  # its probe was a viewer: the version-1 tower is still the tower
         tower.send(LegacyType.DATA, b"still-tower\n")
         tower.output_until(b"still-tower\r\n")
+
+
+def test_a_version_1_client_is_served_by_any_session_not_only_legacy_main(sessions: Sessions) -> None:
+    info = sessions.start("plain", ["cat"])
+    with V1Client(Path(info.socket)) as c:
+        welcome, replay = c.hello("terminal")
+        assert welcome["pid"] == info.child_pid and replay == b""
+        c.send(LegacyType.DATA, b"v1-on-a-run-session\n")
+        c.output_until(b"v1-on-a-run-session\r\n")
+    sessions.stop("plain")
