@@ -92,11 +92,11 @@ _TOWER_ONLY = (wire.Signal, wire.Spawn, wire.Stop)
 
 
 class ClientConn:
-    def __init__(self, session: SessionPort, legacy: type[ClientConn] | None = None) -> None:
+    def __init__(self, session: SessionPort, legacy_class: type[ClientConn] | None = None) -> None:
         self.session = session
-        self._legacy = legacy
+        self._legacy = legacy_class
         """The class that serves a version-1 client (shellper.daemon.legacyconn), if this session serves them."""
-        self._first_bytes: bytearray | None = bytearray() if legacy is not None else None
+        self._first_bytes: bytearray | None = bytearray() if legacy_class is not None else None
         """What arrived before the first frame showed which version the client speaks (then None)."""
         self.client_id = session.new_client_id()
         self.transport: SocketTransport | None = None
@@ -174,6 +174,8 @@ class ClientConn:
             return b""
         data, self._first_bytes = bytes(self._first_bytes), None
         if verdict and self._legacy is not None:
+            # This object is already the transport's protocol, counted by the registry and timing the handshake:
+            # it changes class (LegacyConn's one attribute starts as a class default) rather than hand that over.
             self.__class__ = self._legacy
             self.data_received(data)
             return b""
