@@ -319,7 +319,7 @@ _BAD_BEFORE_HELLO = [
     ("trailing bytes", frame(wire.FrameType.HELLO, msgpack.packb({"version": 2, "role": "tower"}) + b"\x00"),
      "bad_payload"),
     ("not a map", packed(wire.FrameType.HELLO, [2, "tower"]), "bad_payload"),
-    ("version 1 JSON", frame(wire.FrameType.HELLO, b'{"version":1,"clientType":"tower"}'), "bad_payload"),
+    ("JSON, not a map", frame(wire.FrameType.HELLO, b'["version",2]'), "bad_payload"),  # a JSON object is version 1
     ("missing role", packed(wire.FrameType.HELLO, {"version": 2}), "missing_field"),
     ("version as str", packed(wire.FrameType.HELLO, {"version": "2", "role": "tower"}), "bad_field"),
     ("bool as uint", packed(wire.FrameType.HELLO, {"version": True, "role": "tower"}), "bad_field"),

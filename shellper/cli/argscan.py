@@ -41,6 +41,7 @@ COMMAND_OPTIONS: dict[str, dict[str, bool]] = {
     "restart": _HELP,
     "stop": {**_HELP, "--all": False, "--grace": True},
     "status": {**_HELP, "--json": False},
+    "legacy-main": _HELP,
 }
 """Each command's options, each with whether it takes a value."""
 

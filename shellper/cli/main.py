@@ -249,6 +249,10 @@ def _parser() -> argparse.ArgumentParser:
     status = command("status", "a session's state, exits and clients")
     status.add_argument("name", help="the session\'s name")
     status.add_argument("--json", action="store_true", help="the full status as JSON, for programs")
+    legacy = command("legacy-main", "for a Tower written for the original shellper: start a session from its JSON "
+                     "launch config, speaking protocol version 1 (docs/LEGACY.md)")
+    legacy.add_argument("config", help="the original's launch config: JSON {command, args, cwd, env, cols, rows, "
+                        "socketPath}")
     return p
 
 
@@ -1133,7 +1137,14 @@ def _status_of_dead(args: argparse.Namespace, paths: SessionPaths) -> int:
     return 1
 
 
+def cmd_legacy_main(args: argparse.Namespace) -> int:
+    from shellper.daemon.legacymain import legacy_main
+
+    return legacy_main([args.config])
+
+
 _COMMANDS = {
+    "legacy-main": cmd_legacy_main,
     "run": cmd_run, "ls": cmd_ls, "attach": cmd_attach, "send": cmd_send, "tail": cmd_tail,
     "signal": cmd_signal, "resize": cmd_resize, "stop": cmd_stop, "status": cmd_status, "restart": cmd_restart,
     "screen": cmd_screen,

@@ -27,7 +27,7 @@ from shellper.core.states import SessionState
 from shellper.daemon.reactor import Future, Handle
 from shellper.daemon.terminal import Terminal, note, window_size
 from shellper.daemon.transport import SocketTransport
-from shellper.protocol import wire
+from shellper.protocol import legacy, wire
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
 if TYPE_CHECKING:
@@ -47,6 +47,7 @@ if TYPE_CHECKING:
         loop: Reactor
         log: LogFile
         scrollback: Scrollback
+        created_at: float
 
         @property
         def handshake_timeout(self) -> float: ...
@@ -98,8 +99,12 @@ _TOWER_ONLY = (wire.Signal, wire.Spawn, wire.Stop)
 
 
 class ClientConn:
-    def __init__(self, session: SessionPort) -> None:
+    def __init__(self, session: SessionPort, legacy_class: type[ClientConn] | None = None) -> None:
         self.session = session
+        self._legacy = legacy_class
+        """The class that serves a version-1 client (shellper.daemon.legacyconn), if this session serves them."""
+        self._first_bytes: bytearray | None = bytearray() if legacy_class is not None else None
+        """What arrived before the first frame showed which version the client speaks (then None)."""
         self.client_id = session.new_client_id()
         self.transport: SocketTransport | None = None
         self.decoder = wire.Decoder()
@@ -146,6 +151,10 @@ class ClientConn:
     def data_received(self, data: bytes) -> None:
         if self._closing:
             return
+        if self._first_bytes is not None:
+            data = self._version_known(data)
+            if not data:
+                return
         if self.registered and self.role != "viewer":
             keystroke = self.decoder.sole_data(data)
             if keystroke is not None:  # one whole DATA frame: what _handle would do, without the decoder
@@ -196,6 +205,24 @@ class ClientConn:
             self.send_control_at(self.session.scrollback.end, wire.encode(reply))
         else:
             self.send_frame(reply)
+
+    def _version_known(self, data: bytes) -> bytes:
+        """Hold the first bytes until the first frame says the version (shellper.protocol.legacy): a
+        version-1 client turns this connection into the legacy class, which takes them; otherwise they
+        are this connection's, unchanged."""
+        assert self._first_bytes is not None
+        self._first_bytes += data
+        verdict = legacy.first_frame_is_legacy(self._first_bytes)
+        if verdict is None:
+            return b""
+        data, self._first_bytes = bytes(self._first_bytes), None
+        if verdict and self._legacy is not None:
+            # This object is already the transport's protocol, counted by the registry and timing the handshake:
+            # it changes class (LegacyConn's one attribute starts as a class default) rather than hand that over.
+            self.__class__ = self._legacy
+            self.data_received(data)
+            return b""
+        return data
 
     @property
     def wants_fds(self) -> bool:

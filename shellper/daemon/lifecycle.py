@@ -196,8 +196,9 @@ class Lifecycle:
     def _note(self, text: str) -> None:
         """A note of the shellper's own into the output stream, and the EVENT that says which bytes it took,
         so a client can tell them from the child's (PROTOCOL.md 8.5)."""
-        offset, length = self.output.notice(text)
-        self.journal.event(wire.NOTE_EVENT, {"offset": offset, "length": length, "text": text})
+        where = self.output.notice(text)
+        if where is not None:
+            self.journal.event(wire.NOTE_EVENT, {"offset": where[0], "length": where[1], "text": text})
 
     def _husk_expired(self) -> None:
         self._husk_handle = None

@@ -60,6 +60,8 @@ class Output:
         self.screen = ScreenModel(self.scrollback, ring_bytes)
         """The screen of the output (shellper.daemon.screen), fed from the ring in batches."""
         self.last_output_at: float | None = None
+        self.notices = True
+        """Whether :meth:`notice` writes anything (off for legacy-main: shellper.daemon.legacymain)."""
         self.stderr_tail = bytearray()
         """The end of what the child wrote to a stderr of its own: evidence for classifying its exit."""
         read_buffer = bytearray(READ_CHUNK)  # see READ_CHUNK
@@ -220,9 +222,12 @@ class Output:
             if self.paced:
                 self.pacer.on_output()
 
-    def notice(self, text: str) -> tuple[int, int]:
+    def notice(self, text: str) -> tuple[int, int] | None:
         """A one-line notice for people attached; it is part of the output stream (and the ring), in the
-        format PROTOCOL.md 8.5 gives. Returns (offset, length): where it sits in the stream."""
+        format PROTOCOL.md 8.5 gives. Returns (offset, length): where it sits in the stream; None when
+        notices are off (legacy-main)."""
+        if not self.notices:
+            return None
         start = self.scrollback.end
         note = notice_bytes(text)
         self.append(note)

@@ -33,6 +33,7 @@ from shellper.daemon.clientconn import ClientConn
 from shellper.daemon.files import SessionFiles
 from shellper.daemon.inputqueue import InputQueue
 from shellper.daemon.journal import Journal
+from shellper.daemon.legacyconn import LegacyConn
 from shellper.daemon.lifecycle import Lifecycle
 from shellper.daemon.output import Output
 from shellper.daemon.reactor import Future, Reactor
@@ -78,7 +79,8 @@ class Session:
         self.lifecycle = Lifecycle(loop, log, config, self.instance_id, output=self.output, input_queue=self.input,
                                    registry=self.registry, journal=self.journal, tree=self.tree,
                                    request_stop=self.request_stop)
-        self.files = SessionFiles(loop, log, paths, config.name, self.journal, lambda: ClientConn(self))
+        self.files = SessionFiles(loop, log, paths, config.name, self.journal,
+                                  lambda: ClientConn(self, legacy_class=LegacyConn))
         self.output.screen.resize(self.lifecycle.cols, self.lifecycle.rows)
         self.stop_error: str | None = None
         """Why the stop failed, if it did: the session was ended anyway, and serve() returns 1."""

@@ -1,0 +1,164 @@
+"""A connection from a version-1 client (the TypeScript original's protocol), served beside version 2 and 3.
+
+:class:`~shellper.daemon.clientconn.ClientConn` turns itself into a :class:`LegacyConn` when the first
+frame's payload is JSON (shellper.protocol.legacy.first_frame_is_legacy). From then on only the frame
+codec and the handshake differ: the connection is registered, paced, handed output from the ring, told
+of exits and replaced as a tower exactly as a version-2 one is, so clients of both versions can share a
+session. What a version-1 client may do is the table in shellper.protocol.legacy (RIGHTS).
+"""
+
+from __future__ import annotations
+
+from shellper.core.states import SessionState
+from shellper.daemon.clientconn import MAX_UNREAD_BYTES, REPLAY_CHUNK, ClientConn
+from shellper.protocol import legacy, wire
+from shellper.protocol.legacy import Action, LegacyError, LegacyType
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
+if TYPE_CHECKING:
+    from typing import Any
+
+_SILENT_ERRORS = frozenset({"not_running"})
+"""Refusals the original made without a word: input or a signal while no child runs."""
+
+
+class LegacyConn(ClientConn):
+    """A ClientConn that speaks version 1. Never constructed: ClientConn's class is switched to it on the
+    first frame, so the attributes below start as class defaults."""
+
+    _reader: legacy.FrameReader | None = None
+
+    def data_received(self, data: bytes) -> None:
+        if self._closing:
+            return
+        if self._reader is None:
+            self._reader = legacy.FrameReader()
+            self.session.log.write(f"Connection accepted: client {self.client_id} speaks protocol version 1")
+        for frame in self._reader.feed(data):
+            if self._closing:
+                return
+            if isinstance(frame, legacy.SkippedFrame):
+                continue  # as the original: dropped without a word, and parsing carries on
+            try:
+                self._frame(frame)
+            except LegacyError as exc:
+                self.send_error("protocol", str(exc), frame.frame_type, fatal=True)
+                return
+            if self.transport is not None and self.transport.get_write_buffer_size() > MAX_UNREAD_BYTES:
+                self._drop_unread()
+                return
+
+    def _frame(self, frame: legacy.RawFrame) -> None:
+        if not self.registered:  # before the handshake only a HELLO counts (pre-HELLO gating)
+            if frame.frame_type == LegacyType.HELLO:
+                self._legacy_hello(legacy.parse_hello(frame.payload))
+            return
+        session = self.session
+        action = legacy.action_for(self.role, frame.frame_type)
+        if action is Action.INPUT:
+            if frame.payload:
+                session.write_input(frame.payload, self)
+        elif action is Action.RESIZE:
+            session.resize(*legacy.parse_resize(frame.payload))
+        elif action is Action.SIGNAL:
+            signum = legacy.parse_signal(frame.payload)
+            name = legacy.ALLOWED_SIGNALS.get(signum)
+            if name is None:  # the connection stays up
+                session.log.write(f"Protocol error: signal {signum} is not allowed "
+                                  f"(allowed: {', '.join(map(str, legacy.ALLOWED_SIGNALS))})")
+                return
+            session.send_signal(name, self)
+        elif action is Action.SPAWN:
+            spawn = legacy.parse_spawn(frame.payload)
+            old = session.welcome(self.role).child_pid
+            session.log.write(f"SPAWN: command={spawn.argv[0]}, killing old PTY pid={-1 if old is None else old}")
+            session.start_respawn(wire.Spawn(argv=spawn.argv, cwd=spawn.cwd, env=spawn.env, clear_ring=True), self)
+        elif action is Action.PONG:
+            self._write(legacy.encode(LegacyType.PONG))
+
+    def _legacy_hello(self, hello: legacy.Hello) -> None:
+        session = self.session
+        if self._handshake_timer is not None:
+            self._handshake_timer.cancel()
+            self._handshake_timer = None
+        session.log.write(f"HELLO: version={hello.version}, clientType={hello.client_type}")
+        self.role, self.name = legacy.client_kind(hello.client_type), hello.client_type[:200]
+        state = session.welcome(self.role)
+        start_ms = int(session.created_at * 1000)
+        last = state.last_output_at
+        self._write(legacy.welcome(child_pid=state.child_pid, cols=state.cols, rows=state.rows, start_ms=start_ms,
+                                   last_data_ms=start_ms if last is None else int(last * 1000)))
+        session.log.write(f"WELCOME sent: pid={-1 if state.child_pid is None else state.child_pid}, "
+                          f"version={legacy.LEGACY_VERSION}")
+        ring = session.scrollback
+        self._write(legacy.encode(LegacyType.REPLAY, self._replay()))  # always, even empty
+        self.pos = ring.end
+        self.registered = True
+        ended = session.ended_exit()
+        if ended is not None:
+            session.log.write(f"EXIT replayed to late connection {self.client_id}: code={ended.code}")
+            self.send_control_at(ring.end, _exit_frame(ended.code, ended.signal, ended.child_pid))
+        session.register(self)  # a tower replaces the tower before it, of either version
+        self.pump()
+
+    def _replay(self) -> bytes:
+        """The newest output, at most REPLAY_PAYLOAD_MAX bytes, in one payload; it starts with the terminal
+        modes in effect where it starts when they fit (the original lost an alt screen cut off the front)."""
+        ring = self.session.scrollback
+        start = ring.safe_start(max(ring.start, ring.end - legacy.REPLAY_PAYLOAD_MAX))
+        replay = ring.replay(start, legacy.REPLAY_PAYLOAD_MAX)
+        if len(replay.preamble) + len(replay.data) <= legacy.REPLAY_PAYLOAD_MAX:
+            return replay.preamble + replay.data
+        return replay.data
+
+    def _write(self, frame: bytes) -> None:
+        if self.transport is not None and not self._closing:
+            self.transport.write(frame)
+
+    # ----------------------------------------------------------------------------------- what the session sends
+
+    def pump(self) -> None:
+        """ClientConn.pump without GAP frames (version 1 has none): output the ring no longer holds is skipped."""
+        if not self.registered or self._closing or self._transport_gone():
+            return
+        assert self.transport is not None
+        ring = self.session.scrollback
+        while not self.paused:
+            self._flush_control()
+            if self.pos >= ring.end or self._closing:
+                break
+            limit = REPLAY_CHUNK
+            if self._control:
+                limit = max(0, min(limit, self._control[0][0] - max(self.pos, ring.start)))
+            chunk = ring.read(self.pos, limit)
+            if chunk.data:
+                self.transport.write(wire.encode_data(chunk.data))
+            self.pos = chunk.offset + len(chunk.data)
+        self._flush_control()
+        self.session.output_taken()
+
+    def send_exit_at(self, offset: int, frame: bytes, exit_frame: wire.Exit) -> None:
+        if exit_frame.state == SessionState.STARTING:
+            return  # the child a SPAWN replaced: the original ignored its exit
+        self.send_control_at(offset, _exit_frame(exit_frame.code, exit_frame.signal, exit_frame.child_pid))
+
+    def send_error(self, code: str, message: str, frame_type: int | None, fatal: bool = False) -> None:
+        """Version 1 has no ERROR frame: the log says it, and a fatal one closes the connection."""
+        if self.transport is None or self._closing:
+            return
+        if code == "replaced":
+            self.session.log.write(f"Replacing existing tower connection {self.client_id}")
+        elif code not in _SILENT_ERRORS:
+            self.session.log.write(f"Protocol error: {message} (client {self.client_id})")
+        if fatal:
+            self.close_after_flush()
+
+    def send_frame(self, frame: wire.Frame) -> None:
+        return  # a version-2 frame means nothing to this client
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "protocol_version": legacy.LEGACY_VERSION}
+
+
+def _exit_frame(code: int | None, signal: str | None, child_pid: int | None) -> bytes:
+    return legacy.encode_exit(code, signal, spawned=child_pid is not None)

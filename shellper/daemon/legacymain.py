@@ -1,0 +1,152 @@
+"""``shellper legacy-main '<json config>'``: the original's launch contract (its ``shellper-main.js``).
+
+A Tower written for the original spawns this instead of ``node shellper-main.js <json>`` and changes
+nothing else: the config is the original's, this process (its pid is the one the Tower holds) creates
+the socket at ``socketPath``, writes ``{"pid":…,"startTime":…}`` to stdout and closes it, logs
+``[ISO-8601] message`` lines to stderr (the file the Tower opened), never restarts the child on its own,
+stays after the child's exit until SIGTERM or a SPAWN, and on SIGTERM ends the child and exits 0.
+Underneath it is a whole shellper session named after the socket (``shellper-<id>.sock`` is session
+``shellper-<id>`` in the socket's directory): exit records, containment and events, seen by
+``shellper --dir <socketDir> ls`` and ``tower-client``. docs/LEGACY.md has the details.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+
+from shellper.core.config import SessionConfig
+from shellper.core.defaults import MAX_RING_BYTES, MIN_RING_BYTES
+from shellper.core.exits import RestartPolicy
+from shellper.host.logfile import LogFile, format_line
+from shellper.host.paths import SessionPaths, ensure_runtime_dir
+from shellper.protocol import legacy
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
+if TYPE_CHECKING:
+    from shellper.daemon.session import Session
+
+USAGE = "Usage: shellper legacy-main '<json config>'"
+
+
+class StderrLog(LogFile):
+    """The session's log, written to fd 2 as the original's was: never rotated, never closed, never raising
+    (a Tower that went away leaves a broken pipe or a full disk, neither of which may end the session)."""
+
+    def __init__(self) -> None:
+        super().__init__("/dev/stderr")
+
+    def _open(self) -> int:
+        return 2
+
+    def _close_fd(self) -> None:
+        pass
+
+    def _write_line(self, line: bytes) -> None:
+        view = memoryview(line)
+        while view:
+            view = view[os.write(2, view):]
+
+    def close(self) -> None:
+        pass
+
+
+def _say(message: str) -> None:
+    with contextlib.suppress(OSError):
+        os.write(2, format_line(message))
+
+
+def legacy_main(argv: list[str]) -> int:
+    """Entry of ``shellper legacy-main JSON`` (and, after the re-exec, of ``python -m
+    shellper.daemon.legacymain shellper-main.js JSON``)."""
+    args = [a for a in argv if a != legacy.MARKER]
+    if len(args) != 1:
+        _say(USAGE)
+        return 1
+    text = args[0]
+    try:
+        launch = legacy.parse_launch_config(text)
+        name = launch.session_name
+    except legacy.LegacyError as exc:
+        _say(str(exc))
+        return 1
+    if legacy.MARKER not in argv:
+        # Same pid, new command line: a Tower's process scanners look for the marker and the JSON in argv.
+        os.execv(sys.executable, [sys.executable, "-m", "shellper.daemon.legacymain", legacy.MARKER, text])
+    if os.getsid(0) != os.getpid():
+        os.setsid()  # detached, as the original was spawned: no terminal's or caller's signals reach us
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    try:
+        directory = ensure_runtime_dir(launch.directory)
+        paths = SessionPaths.for_name(directory, name)
+        ring = launch.replay_bytes or legacy.REPLAY_PAYLOAD_MAX
+        config = SessionConfig(
+            name=name, argv=launch.argv, dir=directory, cwd=launch.cwd, env=launch.env, cols=launch.cols,
+            rows=launch.rows, ring_bytes=max(MIN_RING_BYTES, min(MAX_RING_BYTES, ring)), husk_ttl=None,
+            grace=legacy.GRACE, policy=RestartPolicy(mode="no"))
+        from shellper.daemon.launch import prepare
+
+        config, paths = prepare(config)
+    except Exception as exc:
+        _say(f"Shellper fatal: {exc}")
+        return 1
+    log = StderrLog()
+    log.write(f"Shellper started: pid={os.getpid()}, command={launch.argv[0]}, socket={paths.socket}")
+    try:
+        return _serve(config, paths, log)
+    except Exception as exc:
+        log.write(f"Shellper fatal: {type(exc).__name__}: {exc}")
+        return 1
+
+
+def _serve(config: SessionConfig, paths: SessionPaths, log: LogFile) -> int:
+    """shellper.daemon.session.serve, with the original's stdout handshake and SIGTERM message."""
+    from shellper.daemon.reactor import Reactor
+    from shellper.daemon.session import Session
+
+    loop = Reactor()
+
+    def report(exc: BaseException) -> None:
+        log.write(f"Shellper error: {type(exc).__name__}: {exc}")
+
+    loop.on_error = report
+    session: Session | None = None
+    try:
+        session = Session(config, paths, log, loop)
+        # No "[shellper] child exited" lines in the output: the original's Tower takes any output after an EXIT
+        # for the child running again (PtySession's restart wait, #418).
+        session.output.notices = False
+        session.start()
+        child = session.lifecycle.child
+        log.write(f"PTY spawned: pid={child.pid if child else -1}, cols={config.cols}, rows={config.rows}")
+        log.write(f"Socket listening: {paths.socket}")
+
+        def sigterm() -> None:
+            log.write("Shellper received SIGTERM, shutting down")
+            assert session is not None
+            session.request_stop()
+
+        loop.add_signal_handler(signal.SIGTERM, sigterm)
+        _handshake(legacy.ready_line(os.getpid(), int(session.created_at * 1000)))
+        loop.call_soon(session.tree.join)
+        loop.run()
+    finally:
+        loop.close()
+    return 1 if session.stop_error is not None else 0
+
+
+def _handshake(line: bytes) -> None:
+    """Write the launch line to stdout, then close it (the Tower reads to EOF); fd 1 becomes /dev/null."""
+    with contextlib.suppress(OSError):
+        os.write(1, line)
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.close(null)
+
+
+if __name__ == "__main__":
+    sys.exit(legacy_main(sys.argv[1:]))

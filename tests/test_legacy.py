@@ -1,0 +1,510 @@
+"""Legacy mode against the real thing: `shellper legacy-main` started as the original's Tower starts
+shellper-main.js, version-1 clients on its socket. One test per row of the original's process and client
+test catalogue that applies (../shared/reference/original.md sections 6.2, 6.3, 6.5), plus version-1 and
+version-2 clients on one session and what this project adds underneath (records, `shellper ls`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import Sessions, poll_until, read_until, wait_gone
+from legacy_support import Launched, V1Client, config, launch
+
+from shellper.client.blocking import Client
+from shellper.protocol import wire
+from shellper.protocol.legacy import LegacyType
+
+LOG_LINE = re.compile(r"^\[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\] \S")
+
+
+class Legacy:
+    """Starts legacy shellpers in one socket directory; all are SIGTERMed and gone at the end."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        self.started: list[Launched] = []
+
+    def start(self, command: str = "cat", *args: str, name: str = "shellper-t1", **extra: Any) -> Launched:
+        sock = self.dir / f"{name}.sock"
+        launched = launch(sock, config(sock, command, *args, **extra))
+        self.started.append(launched)
+        return launched
+
+    def client(self, launched: Launched) -> V1Client:
+        return V1Client(launched.sock)
+
+    def replay_with(self, launched: Launched, needle: bytes) -> bytes:
+        """The REPLAY of a new connection, once the session's output holds ``needle``."""
+        def replay() -> bytes | None:
+            with self.client(launched) as c:
+                data = c.hello()[1]
+            return data if needle in data else None
+        return poll_until(replay, what=f"{needle!r} in the output")  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def legacy_env() -> Iterator[Legacy]:
+    base = Path(tempfile.mkdtemp(prefix="lg-", dir="/tmp"))
+    env = Legacy(base / "run")  # the directory legacy-main creates, as shellper-main.js did
+    try:
+        yield env
+    finally:
+        for launched in env.started:
+            launched.stop()
+            assert wait_gone(launched.pid, 10)
+        leftovers = sorted(p.name for p in env.dir.iterdir() if p.name != "logs") if env.dir.exists() else []
+        shutil.rmtree(base)
+        assert not [n for n in leftovers if not n.endswith(".log")], leftovers
+
+
+def _sh(script: str) -> tuple[str, ...]:
+    return ("/bin/sh", "-c", script)
+
+
+# ------------------------------------------------------------------------------------------- launch
+
+
+def test_launch_contract_stdout_line_socket_modes_and_command_line(legacy_env: Legacy) -> None:
+    before_ms = time.time() * 1000
+    s = legacy_env.start("cat")
+    assert s.stdout == json.dumps({"pid": s.pid, "startTime": s.start_ms}, separators=(",", ":")).encode()
+    assert s.pid == s.proc.pid  # the pid the Tower holds is the shellper's, across the re-exec
+    assert before_ms - 5000 < s.start_ms <= time.time() * 1000
+    assert stat.S_IMODE(os.stat(s.sock).st_mode) == 0o600 and stat.S_ISSOCK(os.stat(s.sock).st_mode)
+    assert stat.S_IMODE(os.stat(legacy_env.dir).st_mode) == 0o700
+    cmdline = Path(f"/proc/{s.pid}/cmdline").read_bytes().split(b"\0")
+    assert b"shellper-main.js" in cmdline  # what the Tower's scanners match
+    assert any(b'"socketPath":"' + str(s.sock).encode() + b'"' in arg for arg in cmdline)
+    assert os.getsid(s.pid) == s.pid  # detached: a session of its own
+    with legacy_env.client(s) as c:
+        welcome, _ = c.hello()
+        assert welcome["startTime"] == s.start_ms
+    lines = s.log_text().splitlines()
+    assert any(f"WELCOME sent: pid={welcome['pid']}, version=1" in line for line in lines)
+    assert any("HELLO: version=1, clientType=tower" in line for line in lines)
+    assert lines and all(LOG_LINE.match(line) or line.startswith("  ") for line in lines), lines
+    assert any("Shellper started: pid=" in line for line in lines)
+    assert any("Socket listening: " in line for line in lines)
+
+
+def test_detaches_itself_when_its_caller_did_not(legacy_env: Legacy) -> None:
+    sock = legacy_env.dir / "shellper-t4.sock"
+    s = launch(sock, config(sock, "cat"), new_session=False)
+    legacy_env.started.append(s)
+    assert os.getsid(s.pid) == s.pid != os.getsid(0)  # its own session: the caller's hang-ups do not reach it
+    with legacy_env.client(s) as c:
+        c.hello()
+
+
+def test_spawns_pty_with_the_given_size_cwd_and_exact_env(legacy_env: Legacy, tmp_path: Path) -> None:
+    s = legacy_env.start(*_sh('stty size; pwd; echo "v=$ONLY_THIS home=$HOME"; env | grep -c . ; sleep 60'),
+                         cwd="/tmp", cols=123, rows=45, env={"ONLY_THIS": "yes", "PATH": "/usr/bin:/bin"})
+    text = legacy_env.replay_with(s, b"v=yes").decode()
+    assert "45 123" in text and "/tmp" in text and "v=yes home=\r\n" in text, text
+
+
+def test_bad_configs_exit_1_with_the_reason_on_stderr(tmp_path: Path) -> None:
+    for argv, needle in (([], "usage: shellper legacy-main"), (["{not json"], "Invalid JSON config"),
+                         ([json.dumps({"command": "cat", "cwd": "/", "socketPath": str(tmp_path / "x.sok")})],
+                          "must end in <name>.sock"),
+                         ([json.dumps({"command": "cat", "cwd": "/", "socketPath": str(tmp_path / "-x.sock")})],
+                          "invalid session name")):
+        done = subprocess.run([sys.executable, "-m", "shellper", "legacy-main", *argv], capture_output=True,
+                              timeout=30, stdin=subprocess.DEVNULL)
+        assert done.returncode != 0 and done.stdout == b"", (argv, done)
+        assert needle in done.stderr.decode(), (argv, done.stderr)
+
+
+def test_a_stale_socket_file_is_replaced(legacy_env: Legacy) -> None:
+    import socket as socketmod
+
+    legacy_env.dir.mkdir(mode=0o700, parents=True)
+    stale = socketmod.socket(socketmod.AF_UNIX)
+    stale.bind(str(legacy_env.dir / "shellper-t1.sock"))
+    stale.close()
+    s = legacy_env.start("cat")
+    with legacy_env.client(s) as c:
+        c.hello()
+
+
+# ------------------------------------------------------------------------------------------- connection
+
+
+def test_hello_welcome_replay_with_the_buffer(legacy_env: Legacy) -> None:
+    s = legacy_env.start(*_sh("echo first-output; exec cat"), cols=100, rows=30)
+    legacy_env.replay_with(s, b"first-output")
+    with legacy_env.client(s) as c:
+        welcome, replay = c.hello()
+        assert set(welcome) == {"version", "pid", "cols", "rows", "startTime", "lastDataAt", "alwaysSendsReplay"}
+        assert welcome["version"] == 1 and welcome["alwaysSendsReplay"] is True
+        assert (welcome["cols"], welcome["rows"]) == (100, 30)
+        assert welcome["pid"] != s.pid and Path(f"/proc/{welcome['pid']}").exists()  # the child's pid
+        assert welcome["lastDataAt"] >= welcome["startTime"]
+        assert b"first-output" in replay
+
+
+def test_an_empty_replay_is_sent_when_nothing_was_output(legacy_env: Legacy) -> None:
+    s = legacy_env.start("cat")
+    with legacy_env.client(s) as c:
+        welcome, replay = c.hello()
+        assert replay == b"" and welcome["lastDataAt"] == welcome["startTime"]
+
+
+def test_replay_is_capped_to_the_newest_8_mib(legacy_env: Legacy) -> None:
+    # 9 MiB without a newline, retention 16 MiB: REPLAY is exactly the newest 8 MiB
+    s = legacy_env.start(sys.executable, "-c", "import sys,time; sys.stdout.write('x' * (9 << 20) + 'END'); "
+                         "sys.stdout.flush(); time.sleep(60)", replayBufferBytes=16 << 20)
+    replay = legacy_env.replay_with(s, b"END")
+    assert len(replay) == 8 << 20 and replay.endswith(b"xEND")
+
+
+def test_new_tower_replaces_old_tower_but_not_terminal(legacy_env: Legacy) -> None:
+    s = legacy_env.start("cat")
+    with legacy_env.client(s) as t1, legacy_env.client(s) as term, legacy_env.client(s) as t2:
+        t1.hello("tower")
+        term.hello("terminal")
+        t2.hello(None)  # no clientType: a tower
+        t1.wait_closed()
+        term.ping()
+        t2.ping()
+    assert "Replacing existing tower connection" in s.log_text()
+
+
+# ------------------------------------------------------------------------------------------- data, resize, signal
+
+
+def test_data_both_ways_and_broadcast_to_every_client(legacy_env: Legacy) -> None:
+    s = legacy_env.start("cat")
+    with legacy_env.client(s) as tower, legacy_env.client(s) as term:
+        tower.hello()
+        term.hello("terminal")
+        tower.send(LegacyType.DATA, b"from-tower\n")
+        tower.ping()  # handled before the terminal's input: two sockets read in one wakeup come in any order
+        term.send(LegacyType.DATA, b"from-terminal\n")
+        for c in (tower, term):
+            out = c.output_until(b"from-terminal\r\n")
+            assert b"from-tower" in out
+
+
+def test_resize_resizes_the_pty(legacy_env: Legacy) -> None:
+    s = legacy_env.start(*_sh("while read line; do stty size; done"))  # not interactive: SIGTERM ends it
+    with legacy_env.client(s) as c:
+        c.hello("terminal")
+        c.send(LegacyType.RESIZE, {"cols": 132, "rows": 43})
+        c.send(LegacyType.DATA, b"size?\n")
+        c.output_until(b"43 132")
+    with legacy_env.client(s) as c:
+        welcome, _ = c.hello()
+        assert (welcome["cols"], welcome["rows"]) == (132, 43)
+
+
+def test_allowed_signal_is_forwarded_and_exit_reports_it(legacy_env: Legacy) -> None:
+    s = legacy_env.start("cat")
+    with legacy_env.client(s) as c:
+        c.hello()
+        c.send(LegacyType.SIGNAL, {"signal": 15})
+        assert c.exit_frame() == {"code": 0, "signal": "15"}  # as node-pty reported a signal death
+
+
+def test_disallowed_signal_is_refused_and_the_connection_stays(legacy_env: Legacy) -> None:
+    s = legacy_env.start("cat")
+    with legacy_env.client(s) as c:
+        welcome, _ = c.hello()
+        c.send(LegacyType.SIGNAL, {"signal": 10})  # SIGUSR1: not in the allowed set
+        c.ping()
+        assert Path(f"/proc/{welcome['pid']}").exists()
+        assert not [f for f in c.quiet_for(0.2) if f.frame_type == LegacyType.EXIT]
+    assert "Protocol error: signal 10 is not allowed" in s.log_text()
+
+
+def test_terminal_signal_and_spawn_are_ignored(legacy_env: Legacy) -> None:
+    s = legacy_env.start("cat")
+    with legacy_env.client(s) as term:
+        welcome, _ = term.hello("terminal")
+        term.send(LegacyType.SIGNAL, {"signal": 9})
+        term.send(LegacyType.SPAWN, {"command": "/bin/echo", "args": ["spawned"], "cwd": "/", "env": {}})
+        term.ping()
+        term.send(LegacyType.DATA, b"still-cat\n")
+        out = term.output_until(b"still-cat\r\n")
+        assert b"spawned" not in out
+    with legacy_env.client(s) as c:
+        assert c.hello()[0]["pid"] == welcome["pid"]
+
+
+# ------------------------------------------------------------------------------------------- exit
+
+
+def test_exit_is_sent_and_replayed_to_a_late_connection_and_the_shellper_stays(legacy_env: Legacy) -> None:
+    s = legacy_env.start(*_sh("read x; echo bye; exit 3"))
+    with legacy_env.client(s) as c:
+        welcome, _ = c.hello()
+        c.send(LegacyType.DATA, b"go\n")
+        assert c.exit_frame() == {"code": 3, "signal": "0"}
+        # nothing after it: a Tower that saw output after an EXIT would take the child for running again
+        assert [f.frame_type for f in c.quiet_for(0.3)] == []
+    with legacy_env.client(s) as late:
+        welcome, replay = late.hello()  # WELCOME, REPLAY, then the retained EXIT (#905)
+        assert welcome["pid"] == -1 and b"bye" in replay
+        assert late.next_frame().frame_type == LegacyType.EXIT
+    assert s.proc.poll() is None  # a husk: it stays until SIGTERM or SPAWN
+    assert "EXIT replayed to late connection" in s.log_text()
+
+
+def test_exit_broadcast_to_every_client(legacy_env: Legacy) -> None:
+    s = legacy_env.start(*_sh("read line; exit 0"))
+    with legacy_env.client(s) as tower, legacy_env.client(s) as term:
+        tower.hello()
+        term.hello("terminal")
+        term.send(LegacyType.DATA, b"go\n")
+        assert tower.exit_frame() == term.exit_frame() == {"code": 0, "signal": "0"}
+
+
+# ------------------------------------------------------------------------------------------- SPAWN
+
+
+def test_spawn_replaces_the_child_clears_the_replay_and_hides_the_old_exit(legacy_env: Legacy) -> None:
+    s = legacy_env.start(*_sh("echo old-child; exec cat"))
+    legacy_env.replay_with(s, b"old-child")
+    with legacy_env.client(s) as c:
+        welcome, _ = c.hello()
+        old_pid = welcome["pid"]
+        c.send(LegacyType.SPAWN, {"command": "/bin/sh", "args": ["-c", "echo new-child; exec cat"], "cwd": "/tmp",
+                                  "env": {"PATH": "/usr/bin:/bin"}})
+        out = c.output_until(b"new-child")
+        assert b"old-child" not in out
+        frames = c.quiet_for(0.2)
+        assert not [f for f in frames if f.frame_type == LegacyType.EXIT]  # the replaced child's exit is not told
+    assert wait_gone(old_pid, 10)
+    assert f"SPAWN: command=/bin/sh, killing old PTY pid={old_pid}" in s.log_text()
+    with legacy_env.client(s) as c:
+        welcome, replay = c.hello()
+        assert welcome["pid"] not in (old_pid, -1)
+        assert b"new-child" in replay and b"old-child" not in replay  # cleared on SPAWN
+
+
+def test_spawn_after_exit_revives_a_husk(legacy_env: Legacy) -> None:
+    s = legacy_env.start(*_sh("exit 1"))
+    with legacy_env.client(s) as c:
+        c.hello()
+        assert c.exit_frame()["code"] == 1
+        c.send(LegacyType.SPAWN, {"command": "/bin/echo", "args": ["again"], "cwd": "/", "env": {}})
+        c.output_until(b"again")
+        assert c.exit_frame() == {"code": 0, "signal": "0"}
+
+
+def test_spawn_of_a_missing_command_keeps_the_child(legacy_env: Legacy) -> None:
+    s = legacy_env.start("cat")
+    with legacy_env.client(s) as c:
+        welcome, _ = c.hello()
+        c.send(LegacyType.SPAWN, {"command": "/nonexistent/program", "args": [], "cwd": "/", "env": {}})
+        poll_until(lambda: "Protocol error" in s.log_text() and "/nonexistent/program" in s.log_text(),
+                   what="the refusal in the log")
+        c.ping()  # the connection stays
+        assert Path(f"/proc/{welcome['pid']}").exists()
+        c.send(LegacyType.DATA, b"cat-still-runs\n")
+        c.output_until(b"cat-still-runs\r\n")
+
+
+# ------------------------------------------------------------------------------------------- PING, errors, gating
+
+
+def test_ping_pong(legacy_env: Legacy) -> None:
+    s = legacy_env.start("cat")
+    with legacy_env.client(s) as c:
+        c.hello()
+        c.send(LegacyType.PING)
+        assert c.until(LegacyType.PONG).payload == b""
+
+
+def test_malformed_json_closes_only_that_connection(legacy_env: Legacy) -> None:
+    s = legacy_env.start("cat")
+    with legacy_env.client(s) as bad, legacy_env.client(s) as good:
+        bad.hello()
+        good.hello("terminal")
+        bad.send(LegacyType.RESIZE, b"{not json")
+        bad.wait_closed()
+        good.ping()
+    assert "Protocol error: Invalid RESIZE payload" in s.log_text()
+
+
+def test_unknown_and_oversized_frames_are_ignored(legacy_env: Legacy) -> None:
+    s = legacy_env.start("cat")
+    with legacy_env.client(s) as c:
+        c.hello()
+        c.send(0x42, b"whatever")
+        c.send(LegacyType.REPLAY, b"not from clients")
+        oversized = (16 << 20) + 1
+        c.sock.sendall(bytes([0x01]) + oversized.to_bytes(4, "big") + b"y" * oversized)
+        c.send(LegacyType.DATA, b"after\n")
+        c.output_until(b"after\r\n", 30)
+
+
+def test_frames_before_hello_are_ignored(legacy_env: Legacy) -> None:
+    s = legacy_env.start("cat")
+    with legacy_env.client(s) as c:
+        c.send(LegacyType.SIGNAL, {"signal": 9})  # before HELLO: a JSON control frame, so version 1, ignored
+        c.send(LegacyType.DATA, b"pre-hello-input\n")
+        c.send(LegacyType.PING)
+        welcome, replay = c.hello()
+        assert replay == b"" and Path(f"/proc/{welcome['pid']}").exists()
+        c.send(LegacyType.DATA, b"post\n")
+        out = c.output_until(b"post\r\n")
+        assert b"pre-hello" not in out
+
+
+def test_socket_closed_before_hello_leaves_the_rest_alone(legacy_env: Legacy) -> None:
+    s = legacy_env.start("cat")
+    with legacy_env.client(s) as c:
+        c.send(LegacyType.RESIZE, {"cols": 10, "rows": 5})
+    with legacy_env.client(s) as c:
+        welcome, _ = c.hello()
+        assert (welcome["cols"], welcome["rows"]) == (80, 24)
+
+
+def test_disconnecting_one_client_leaves_the_others(legacy_env: Legacy) -> None:
+    s = legacy_env.start("cat")
+    with legacy_env.client(s) as a, legacy_env.client(s) as b:
+        a.hello("terminal")
+        b.hello()
+        a.close()
+        b.send(LegacyType.DATA, b"still\n")
+        b.output_until(b"still\r\n")
+
+
+def test_a_client_that_does_not_read_holds_no_one_up(legacy_env: Legacy) -> None:
+    s = legacy_env.start(sys.executable, "-c", "import sys; sys.stdout.write('z' * (3 << 20) + 'DONE\\n'); "
+                         "sys.stdout.flush(); sys.stdin.read()")
+    with legacy_env.client(s) as stuck, legacy_env.client(s) as live:
+        stuck.hello("viewer-ish")  # any clientType but tower: a terminal's rights
+        live.hello("terminal")
+        live.output_until(b"DONE", 60)  # the stuck one is paused, never destroyed (#313)
+        stuck.ping(60)
+
+
+# ------------------------------------------------------------------------------------------- SIGTERM, parent exit
+
+
+def test_sigterm_kills_the_child_closes_connections_and_removes_the_socket(legacy_env: Legacy) -> None:
+    s = legacy_env.start("cat")
+    with legacy_env.client(s) as c:
+        welcome, _ = c.hello()
+        assert s.stop() == 0
+        c.wait_closed()
+    assert wait_gone(welcome["pid"], 10)
+    assert not s.sock.exists()
+    assert "Shellper received SIGTERM, shutting down" in s.log_text()
+
+
+def test_survives_its_launcher_exiting_and_a_broken_stderr_pipe(legacy_env: Legacy) -> None:
+    sock = legacy_env.dir / "shellper-t2.sock"
+    r, w = os.pipe()
+    stderr = os.fdopen(w, "wb")
+    try:
+        s = launch(sock, config(sock, "cat"), stderr=stderr)
+    finally:
+        stderr.close()
+    legacy_env.started.append(s)
+    os.close(r)  # the reader of its stderr is gone: every log line now meets EPIPE (#324)
+    for _ in range(3):
+        with legacy_env.client(s) as c:
+            c.hello()
+            c.send(LegacyType.DATA, b"alive\n")
+            c.output_until(b"alive\r\n")
+    assert s.proc.poll() is None
+
+
+def test_survives_the_parent_that_launched_it(legacy_env: Legacy) -> None:
+    sock = legacy_env.dir / "shellper-t3.sock"
+    script = ("import subprocess,sys; p=subprocess.Popen([sys.executable,'-m','shellper','legacy-main',"
+              "sys.argv[1]],stdin=subprocess.DEVNULL,stdout=subprocess.PIPE,stderr=open(sys.argv[2],'ab'),"
+              "start_new_session=True); print(p.stdout.read().decode())")
+    legacy_env.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    done = subprocess.run([sys.executable, "-c", script, json.dumps(config(sock, "cat")),
+                           str(sock.with_suffix(".log"))], capture_output=True, timeout=60, check=True)
+    pid = json.loads(done.stdout)["pid"]
+    try:
+        with V1Client(sock) as c:
+            c.hello()
+            c.send(LegacyType.DATA, b"orphaned-but-fine\n")
+            c.output_until(b"orphaned-but-fine\r\n")
+        assert "HELLO: version=1, clientType=tower" in sock.with_suffix(".log").read_text()
+    finally:
+        os.kill(pid, 15)
+        assert wait_gone(pid, 20)
+
+
+# ------------------------------------------------------------------------------------------- with version 2, underneath
+
+
+def test_version_1_and_version_2_clients_share_a_session(legacy_env: Legacy) -> None:
+    s = legacy_env.start("cat")
+    with legacy_env.client(s) as v1:
+        v1.hello()
+        with Client(s.sock, "terminal", client_name="v2") as v2:
+            v2.connect()
+            v1.send(LegacyType.DATA, b"typed-by-v1\n")
+            read_until(v2, b"typed-by-v1\r\n")
+            v2.send(wire.Data(b"typed-by-v2\n"))
+            v1.output_until(b"typed-by-v2\r\n")
+            status = v2.request(wire.Status(), wire.StatusReply)
+            assert isinstance(status, wire.StatusReply)
+            kinds = {(c["role"], c.get("protocol_version")) for c in status.info["clients"]}
+            assert ("tower", 1) in kinds and ("terminal", None) in kinds
+        with Client(s.sock, "tower", client_name="v2-tower") as tower2:  # a version-2 tower replaces it
+            tower2.connect()
+            v1.wait_closed()
+
+
+def test_the_session_underneath_is_seen_by_shellper_ls_and_status(legacy_env: Legacy) -> None:
+    s = legacy_env.start(*_sh("exit 7"))
+    with legacy_env.client(s) as c:
+        c.hello()
+        assert c.exit_frame() == {"code": 7, "signal": "0"}
+    ls = subprocess.run([sys.executable, "-m", "shellper", "--dir", str(legacy_env.dir), "ls", "--json"],
+                        capture_output=True, timeout=30, check=True)
+    (entry,) = json.loads(ls.stdout)
+    assert entry["name"] == "shellper-t1" and entry["state"] == "exited"
+    st = subprocess.run([sys.executable, "-m", "shellper", "--dir", str(legacy_env.dir), "status", "shellper-t1",
+                         "--json"], capture_output=True, timeout=30, check=True)
+    status = json.loads(st.stdout)
+    assert status["shellper_pid"] == s.pid and status["last_exit"]["code"] == 7
+    assert status["last_exit"]["class"] == "crash"  # exit classification underneath
+    record = json.loads((legacy_env.dir / "shellper-t1.json").read_text())
+    assert record["shellper_pid"] == s.pid
+
+
+def test_tower_client_sees_and_verifies_a_legacy_session_without_displacing_its_tower(legacy_env: Legacy) -> None:
+    s = legacy_env.start("cat")
+    with legacy_env.client(s) as tower:
+        welcome, _ = tower.hello()
+        done = subprocess.run([sys.executable, "-m", "tower_client.cli", "--dir", str(legacy_env.dir), "ls", "--json"],
+                              capture_output=True, timeout=60, check=True)
+        (entry,) = json.loads(done.stdout)
+        assert (entry["name"], entry["state"], entry["identity"], entry["probe"]) == \
+            ("shellper-t1", "running", "verified", "answered")
+        assert entry["record"]["pid"] == s.pid and entry["child_pid"] == welcome["pid"]
+        tower.ping()  # its probe was a viewer: the version-1 tower is still the tower
+        tower.send(LegacyType.DATA, b"still-tower\n")
+        tower.output_until(b"still-tower\r\n")
+
+
+def test_a_version_1_client_is_served_by_any_session_not_only_legacy_main(sessions: Sessions) -> None:
+    info = sessions.start("plain", ["cat"])
+    with V1Client(Path(info.socket)) as c:
+        welcome, replay = c.hello("terminal")
+        assert welcome["pid"] == info.child_pid and replay == b""
+        c.send(LegacyType.DATA, b"v1-on-a-run-session\n")
+        c.output_until(b"v1-on-a-run-session\r\n")
+    sessions.stop("plain")
