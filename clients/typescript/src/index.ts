@@ -1,2 +1,9 @@
 export * from "./frames.js";
-export { ProtocolError, FrameDecoder, decodeAll, decodePayload, encodeData, encodeFrame, encodeValue, typeName, type Decoded } from "./codec.js";
+export {
+  ProtocolError, FrameDecoder, decodeAll, decodePayload, encodeData, encodeFrame, encodeValue, typeName, type Decoded,
+} from "./codec.js";
+export {
+  CLIENT_NAME, Client, ClientError, ConnectionRefused, InstanceMismatch, ProtocolViolation, RemoteError, SessionGone,
+  SessionNotFound, Timeout, type ConnectOptions, type SpawnOptions,
+} from "./client.js";
+export { DEFAULT_BACKOFF, ResumingClient, type Backoff, type Reconnected, type ResumeItem, type ResumingOptions } from "./resuming.js";

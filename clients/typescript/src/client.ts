@@ -1,0 +1,412 @@
+// One connection to a shellper (PROTOCOL.md section 7): connect with a role, HELLO, WELCOME, REPLAY,
+// then frames as they come, with the output position and the last event tracked as they are handed
+// out (section 8.2), so that `nextOffset` is always what a reconnection resumes from.
+
+import net from "node:net";
+
+import { ProtocolError, FrameDecoder, encodeData, encodeFrame, typeName } from "./codec.js";
+import {
+  MAX_FRAME_SIZE, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, ROLES, SIGNALS,
+  type ErrorFrame, type Exit, type Frame, type FrameInit, type Replay, type Role, type StatusReply, type Welcome,
+} from "./frames.js";
+
+export const CLIENT_NAME = "@shellper/client/0.1.0";
+const HANDSHAKE_TIMEOUT_MS = 10_000;
+const REQUEST_TIMEOUT_MS = 10_000;
+/** Frames held for the caller before the socket is paused: a tower that reads slowly is waited for
+ * by the shellper (section 9) instead of its frames piling up here. */
+const MAX_BUFFERED = 4 * 1024 * 1024;
+
+export class ClientError extends Error {
+  constructor(readonly path: string, message: string) {
+    super(`${path}: ${message}`);
+    this.name = new.target.name;
+  }
+}
+/** No socket at that path. */
+export class SessionNotFound extends ClientError {}
+/** A socket nobody accepts on (a shellper that died without removing it). */
+export class ConnectionRefused extends ClientError {}
+export class Timeout extends ClientError {}
+/** The connection ended (the shellper closed it, went away, or this client closed it). */
+export class SessionGone extends ClientError {}
+/** The shellper answered with an ERROR: `error` is the frame (fatal ones end the connection). */
+export class RemoteError extends ClientError {
+  constructor(path: string, readonly error: ErrorFrame) {
+    super(path, `${error.code}: ${error.message}`);
+  }
+}
+/** The peer broke the protocol (a malformed frame, a WELCOME missing, a stream that does not add up). */
+export class ProtocolViolation extends ClientError {}
+/** WELCOME names another shellper instance than the one expected (a new session under the name). */
+export class InstanceMismatch extends ClientError {}
+
+export interface ConnectOptions {
+  role?: Role;
+  /** The offset up to which this client has the output: replay continues exactly there. */
+  resumeFrom?: bigint | number | null;
+  /** Without resumeFrom: about the last this-many bytes of history (0: live output only). */
+  replayBytes?: bigint | number | null;
+  /** Held events with a greater seq, then live ones (terminals and viewers get events only so). */
+  eventsAfter?: bigint | number | null;
+  clientName?: string;
+  /** The protocol version to offer (default: the highest this package speaks). */
+  version?: number;
+  /** Refuse a shellper whose WELCOME.instance_id differs (from the session record). */
+  expectInstanceId?: string | null;
+  handshakeTimeoutMs?: number;
+  maxFrame?: number;
+}
+
+export interface SpawnOptions {
+  argv?: string[] | null;
+  cwd?: string | null;
+  env?: Record<string, string> | null;
+  clearRing?: boolean;
+}
+
+type Waiter<T> = { resolve: (value: T) => void; reject: (error: Error) => void };
+
+/** A connected client. `Client.connect(path, options)` returns once WELCOME and REPLAY are in. */
+export class Client implements AsyncIterable<Frame> {
+  welcome!: Welcome;
+  replay!: Replay;
+  /** The version this connection speaks (WELCOME.version). */
+  version = PROTOCOL_VERSION;
+  /** The offset of the next output byte: REPLAY.offset + its data, then each DATA and GAP handed out. */
+  nextOffset = 0n;
+  /** Output bytes lost so far on this connection (REPLAY.gap and GAP.missed). */
+  missed = 0n;
+  /** The seq of the last event handed out (held events resume after it). */
+  lastEventSeq: bigint | null = null;
+  /** The last EXIT handed out. */
+  exit: Exit | null = null;
+  /** Why the connection ended, once it has. */
+  closedError: ClientError | null = null;
+
+  private readonly decoder: FrameDecoder;
+  private readonly queue: Frame[] = [];
+  private buffered = 0;
+  private waiter: (() => void) | null = null;
+  private ended = false;
+  private statusWaiters: Waiter<StatusReply>[] = [];
+  private pingWaiters = new Map<bigint, Waiter<void>>();
+  private nonce = 0n;
+  private readonly closedPromise: Promise<void>;
+
+  private constructor(readonly path: string, readonly role: Role, private readonly socket: net.Socket, maxFrame: number) {
+    this.decoder = new FrameDecoder(maxFrame);
+    this.closedPromise = new Promise((resolve) => socket.once("close", () => resolve()));
+    socket.on("data", (chunk: Buffer) => this.received(chunk));
+    socket.on("end", () => this.finish(null));
+    socket.on("error", (error: NodeJS.ErrnoException) => this.finish(new SessionGone(path, `connection lost: ${error.code ?? error.message}`)));
+    socket.on("close", () => this.finish(null));
+  }
+
+  static async connect(path: string, options: ConnectOptions = {}): Promise<Client> {
+    const role = options.role ?? "tower";
+    if (!(ROLES as readonly string[]).includes(role)) throw new TypeError(`role must be one of ${ROLES.join(", ")}`);
+    const socket = await open(path);
+    const client = new Client(path, role, socket, options.maxFrame ?? MAX_FRAME_SIZE);
+    try {
+      await client.handshake(options);
+    } catch (error) {
+      client.abort();
+      await client.closed;
+      throw error;
+    }
+    return client;
+  }
+
+  private async handshake(options: ConnectOptions): Promise<void> {
+    const big = (v: bigint | number | null | undefined): bigint | null => (v === null || v === undefined ? null : BigInt(v));
+    this.send({
+      type: "HELLO",
+      version: options.version ?? PROTOCOL_VERSION,
+      role: this.role,
+      resume_from: big(options.resumeFrom),
+      replay_bytes: big(options.replayBytes),
+      events_after: big(options.eventsAfter),
+      client: options.clientName ?? CLIENT_NAME,
+    });
+    const timeoutMs = options.handshakeTimeoutMs ?? HANDSHAKE_TIMEOUT_MS;
+    const deadline = Date.now() + timeoutMs;
+    const next = async (): Promise<Frame> => {
+      const frame = await this.take(Math.max(0, deadline - Date.now()));
+      if (frame === undefined) throw new Timeout(this.path, `no WELCOME/REPLAY within ${timeoutMs} ms`);
+      if (frame.type === "ERROR") throw new RemoteError(this.path, frame);
+      return frame;
+    };
+    const welcome = await next();
+    if (welcome.type !== "WELCOME") throw new ProtocolViolation(this.path, `expected WELCOME, got ${welcome.type}`);
+    const offered = options.version ?? PROTOCOL_VERSION;
+    if (welcome.version > offered || welcome.version < MIN_PROTOCOL_VERSION) {
+      throw new ProtocolViolation(this.path, `WELCOME speaks version ${welcome.version}; this client speaks ${MIN_PROTOCOL_VERSION}..${offered}`);
+    }
+    if (options.expectInstanceId != null && welcome.instance_id !== options.expectInstanceId) {
+      throw new InstanceMismatch(this.path, `instance ${welcome.instance_id}, expected ${options.expectInstanceId}`);
+    }
+    const replay = await next();
+    if (replay.type !== "REPLAY") throw new ProtocolViolation(this.path, `expected REPLAY, got ${replay.type}`);
+    this.welcome = welcome;
+    this.version = welcome.version;
+    this.replay = replay;
+    this.nextOffset = replay.offset + BigInt(replay.data.length);
+    this.missed = replay.gap;
+    this.lastEventSeq = options.eventsAfter != null ? BigInt(options.eventsAfter) : welcome.event_seq;
+  }
+
+  // ------------------------------------------------------------------------------------- reading
+
+  private received(chunk: Buffer): void {
+    this.decoder.feed(chunk);
+    try {
+      for (const decoded of this.decoder.frames()) {
+        if (decoded.kind === "frame") this.arrived(decoded.frame);
+        // skipped (oversized) and unknown frames are passed over, as section 2 says
+      }
+    } catch (error) {
+      const why = error instanceof ProtocolError ? error.message : String(error);
+      this.finish(new ProtocolViolation(this.path, why));
+      this.socket.destroy();
+      return;
+    }
+    if (this.buffered >= MAX_BUFFERED) this.socket.pause();
+  }
+
+  private arrived(frame: Frame): void {
+    if (frame.type === "STATUS_REPLY" && this.statusWaiters.length > 0) {
+      this.statusWaiters.shift()?.resolve(frame);
+      return;
+    }
+    if (frame.type === "PONG" && frame.nonce !== null && this.pingWaiters.has(frame.nonce)) {
+      const waiter = this.pingWaiters.get(frame.nonce);
+      this.pingWaiters.delete(frame.nonce);
+      waiter?.resolve();
+      return;
+    }
+    this.queue.push(frame);
+    this.buffered += frame.type === "DATA" ? frame.data.length : 64;
+    this.wake();
+  }
+
+  private finish(error: ClientError | null): void {
+    if (this.ended) return;
+    this.ended = true;
+    let closing: ClientError = error ?? new SessionGone(this.path, "the shellper closed the connection");
+    if (error === null) {
+      try {
+        this.decoder.close();
+      } catch (e) {
+        closing = new ProtocolViolation(this.path, (e as Error).message);
+      }
+    }
+    this.closedError = closing;
+    for (const w of this.statusWaiters) w.reject(closing);
+    for (const w of this.pingWaiters.values()) w.reject(closing);
+    this.statusWaiters = [];
+    this.pingWaiters.clear();
+    this.wake();
+  }
+
+  private wake(): void {
+    const waiter = this.waiter;
+    this.waiter = null;
+    waiter?.();
+  }
+
+  /** The next queued frame, undefined on timeout; throws closedError at the end. */
+  private async take(timeoutMs?: number): Promise<Frame | undefined> {
+    while (this.queue.length === 0) {
+      if (this.ended) throw this.closedError as ClientError;
+      let timer: NodeJS.Timeout | undefined;
+      const timedOut = await new Promise<boolean>((resolve) => {
+        this.waiter = () => resolve(false);
+        if (timeoutMs !== undefined) timer = setTimeout(() => resolve(true), timeoutMs);
+      });
+      clearTimeout(timer);
+      if (timedOut) {
+        this.waiter = null;
+        return undefined;
+      }
+    }
+    const frame = this.queue.shift() as Frame;
+    this.buffered -= frame.type === "DATA" ? frame.data.length : 64;
+    if (this.buffered < MAX_BUFFERED / 2 && this.socket.isPaused()) this.socket.resume();
+    return frame;
+  }
+
+  /** The next frame, position tracked; null after `timeoutMs` with nothing. A fatal ERROR is thrown
+   * as RemoteError; once the connection has ended and every frame is out, its closedError. */
+  async recv(timeoutMs?: number): Promise<Frame | null> {
+    const frame = await this.take(timeoutMs);
+    if (frame === undefined) return null;
+    this.deliver(frame);
+    if (frame.type === "ERROR" && frame.fatal) {
+      this.closedError = new RemoteError(this.path, frame);
+      throw this.closedError;
+    }
+    return frame;
+  }
+
+  private deliver(frame: Frame): void {
+    switch (frame.type) {
+      case "DATA":
+        this.nextOffset += BigInt(frame.data.length);
+        break;
+      case "GAP":
+        if (frame.missed !== frame.offset - this.nextOffset) {
+          throw new ProtocolViolation(this.path, `GAP to ${frame.offset} says ${frame.missed} missed, but this client is at ${this.nextOffset}`);
+        }
+        this.missed += frame.missed;
+        this.nextOffset = frame.offset;
+        break;
+      case "EVENT":
+        if (frame.seq > 0n) this.lastEventSeq = frame.seq;
+        break;
+      case "EXIT":
+        this.exit = frame;
+        break;
+      default:
+        break;
+    }
+  }
+
+  /** Frames until the connection ends (a normal close ends the loop; a fatal ERROR throws). */
+  async *[Symbol.asyncIterator](): AsyncGenerator<Frame> {
+    for (;;) {
+      let frame: Frame | null;
+      try {
+        frame = await this.recv();
+      } catch (error) {
+        if (error instanceof SessionGone) return;
+        throw error;
+      }
+      if (frame !== null) yield frame;
+    }
+  }
+
+  // ------------------------------------------------------------------------------------- writing
+
+  /** Sends one frame (checked by the codec first: a malformed frame throws and is not sent). */
+  send(frame: FrameInit): void {
+    const bytes = encodeFrame(frame);
+    this.sendBytes(bytes);
+  }
+
+  private sendBytes(bytes: Uint8Array): void {
+    if (this.ended || this.socket.destroyed) throw this.closedError ?? new SessionGone(this.path, "not connected");
+    this.socket.write(bytes);
+  }
+
+  /** Input for the PTY (tower and terminal). A string is sent as UTF-8. */
+  write(data: Uint8Array | string): void {
+    this.sendBytes(encodeData(typeof data === "string" ? new TextEncoder().encode(data) : data));
+  }
+
+  resize(cols: number, rows: number): void {
+    for (const [name, v] of [["cols", cols], ["rows", rows]] as const) {
+      if (!Number.isInteger(v) || v < 1 || v > 65535) throw new RangeError(`${name} ${v} is outside 1..65535`);
+    }
+    this.send({ type: "RESIZE", cols, rows });
+  }
+
+  /** A signal for the child's process group, by name (tower only). */
+  signal(name: string): void {
+    const bare = name.toUpperCase().replace(/^SIG/, "");
+    if (!(SIGNALS as readonly string[]).includes(bare)) throw new RangeError(`signal ${name} is not one of ${SIGNALS.join(" ")}`);
+    this.send({ type: "SIGNAL", signal: bare });
+  }
+
+  /** Replace the child (tower only); left-out fields keep the session's current ones. */
+  spawn(options: SpawnOptions = {}): void {
+    if (options.argv != null && options.argv.length === 0) throw new RangeError("argv must not be empty");
+    this.send({ type: "SPAWN", argv: options.argv ?? null, cwd: options.cwd ?? null, env: options.env ?? null, clear_ring: options.clearRing ?? false });
+  }
+
+  /** End the session (tower only): SIGTERM, `grace` seconds, SIGKILL; then the shellper exits. */
+  stop(grace?: number | null): void {
+    if (grace != null && !(Number.isFinite(grace) && grace >= 0)) throw new RangeError(`grace ${grace} must be a finite number >= 0`);
+    this.send({ type: "STOP", grace: grace ?? null });
+  }
+
+  /** STATUS, answered by its STATUS_REPLY (which is then not queued). */
+  status(timeoutMs = REQUEST_TIMEOUT_MS): Promise<StatusReply> {
+    return this.request((w) => this.statusWaiters.push(w), () => this.send({ type: "STATUS" }), timeoutMs, (w) => {
+      this.statusWaiters = this.statusWaiters.filter((x) => x !== w);
+    });
+  }
+
+  /** PING and its PONG: a round trip, and a barrier after every frame sent before it. */
+  ping(timeoutMs = REQUEST_TIMEOUT_MS): Promise<void> {
+    const nonce = ++this.nonce;
+    return this.request((w) => this.pingWaiters.set(nonce, w), () => this.send({ type: "PING", nonce }), timeoutMs, () => {
+      this.pingWaiters.delete(nonce);
+    });
+  }
+
+  private request<T>(register: (w: Waiter<T>) => void, send: () => void, timeoutMs: number, forget: (w: Waiter<T>) => void): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        forget(waiter);
+        reject(new Timeout(this.path, `no answer within ${timeoutMs} ms`));
+      }, timeoutMs);
+      const waiter: Waiter<T> = {
+        resolve: (v) => { clearTimeout(timer); resolve(v); },
+        reject: (e) => { clearTimeout(timer); reject(e); },
+      };
+      register(waiter);
+      try {
+        send();
+      } catch (error) {
+        forget(waiter);
+        waiter.reject(error as Error);
+      }
+    });
+  }
+
+  // ------------------------------------------------------------------------------------- closing
+
+  /** Resolves once the socket is closed. */
+  get closed(): Promise<void> {
+    return this.closedPromise;
+  }
+
+  /** Detach: close this connection (the session carries on). */
+  async close(): Promise<void> {
+    this.finish(new SessionGone(this.path, "closed by this client"));
+    this.socket.end();
+    this.socket.resume();
+    await this.closedPromise;
+  }
+
+  /** Drop the connection at once. */
+  abort(): void {
+    this.finish(new SessionGone(this.path, "closed by this client"));
+    this.socket.destroy();
+  }
+
+  /** The peer's pid from WELCOME. */
+  get shellperPid(): number {
+    return this.welcome.shellper_pid;
+  }
+}
+
+function open(path: string): Promise<net.Socket> {
+  return new Promise((resolve, reject) => {
+    const socket = net.createConnection({ path });
+    const fail = (error: NodeJS.ErrnoException): void => {
+      socket.destroy();
+      if (error.code === "ENOENT") reject(new SessionNotFound(path, "no such socket"));
+      else if (error.code === "ECONNREFUSED") reject(new ConnectionRefused(path, "connection refused (no shellper behind the socket)"));
+      else reject(new ClientError(path, `cannot connect: ${error.code ?? error.message}`));
+    };
+    socket.once("error", fail);
+    socket.once("connect", () => {
+      socket.off("error", fail);
+      resolve(socket);
+    });
+  });
+}
+
+export { typeName };
