@@ -52,7 +52,7 @@ test-ts: $(STAMP)
 		echo "test-ts: skipped: node $$(node --version) is older than 20"; \
 	else \
 		$(MAKE) --no-print-directory $(TS_STAMP) && cd $(TS) && rm -rf dist && node_modules/.bin/tsc -p . \
-		&& SHELLPER=$(abspath $(BIN))/shellper node --test --test-concurrency=1 --test-reporter=dot dist/test/; \
+		&& SHELLPER=$(abspath $(BIN))/shellper node --test --test-concurrency=1 --test-reporter=dot dist/test/*.test.js; \
 	fi
 
 bench: compile

@@ -6,7 +6,7 @@
 // float 64, integers always in their shortest form (the library writes 2^32 as a float and a bigint
 // in 8 bytes), and map keys go out in the order of the field tables. Only public options are used.
 
-import { Encoder, decode as msgpackDecode } from "@msgpack/msgpack";
+import { Decoder, Encoder } from "@msgpack/msgpack";
 import {
   FIELDS, FRAME_NAMES, Float64, FrameType, HEADER_SIZE, MAX_FRAME_SIZE, defaultOf,
   type FieldSpec, type Frame, type FrameInit, type FrameName, type Value,
@@ -60,7 +60,7 @@ export function encodeFrame(frame: FrameInit): Uint8Array {
       if (!spec.nullable) throw new ProtocolError("bad_field", `field '${spec.key}' may not be nil`, code, spec.key);
       if (!spec.required && spec.default === null) continue; // optional and absent: left out, as the reference does
     }
-    parts.push(enc.encode(spec.key), value === null ? NIL : encodeField(spec, value, code));
+    parts.push(keyBytes(spec.key), value === null ? NIL : encodeField(spec, value, code));
     count++;
   }
   return withHeader(code, concat([mapHeader(count), ...parts]));
@@ -72,6 +72,17 @@ export function encodeData(data: Uint8Array): Uint8Array {
 }
 
 const NIL = Uint8Array.of(0xc0);
+const KEYS = new Map<string, Uint8Array>();
+
+/** A field name's msgpack bytes, made once: the field tables are fixed. */
+function keyBytes(key: string): Uint8Array {
+  let bytes = KEYS.get(key);
+  if (bytes === undefined) {
+    bytes = enc.encode(key);
+    KEYS.set(key, bytes);
+  }
+  return bytes;
+}
 
 function withHeader(code: number, payload: Uint8Array): Uint8Array {
   if (payload.length > 0xffffffff) throw new ProtocolError("too_large", `payload of ${payload.length} bytes`, code);
@@ -193,6 +204,10 @@ export function concat(parts: Uint8Array[]): Uint8Array {
  * and fields that are maps are refused with `bad_field`): a placeholder keeps the library going. */
 const mapKeyConverter = (key: unknown): string | number => (typeof key === "string" ? key : "\u0000non-string key");
 
+// One decoder, reused (decode() is synchronous): the library's decode() function makes a new one per
+// call, which cost a WELCOME decode 4 times the time (bench/NOTES.md).
+const dec = new Decoder({ useBigInt64: true, mapKeyConverter });
+
 /** The frame of a known type from its payload (an empty control payload is the empty map). */
 export function decodePayload(code: number, payload: Uint8Array): Frame {
   const name = FRAME_NAMES.get(code);
@@ -206,7 +221,7 @@ export function decodePayload(code: number, payload: Uint8Array): Frame {
   } else {
     try {
       infos = checkPayload(payload);
-      values = msgpackDecode(payload, { useBigInt64: true, mapKeyConverter }) as Record<string, unknown>;
+      values = dec.decode(payload) as Record<string, unknown>;
     } catch (error) {
       const why = error instanceof MsgpackInvalid ? error.message : `payload is not accepted (${(error as Error).message})`;
       throw new ProtocolError("bad_payload", why, code);
@@ -249,7 +264,8 @@ function decodeField(spec: FieldSpec, info: ValueInfo, value: unknown, code: num
     case "float":
       return info.family === "float" || info.family === "int" ? Number(value) : bad();
     case "str":
-      return info.family === "str" ? value : bad();
+      // msgcheck's text, not the library's: the library drops a leading U+FEFF from strings over 200 bytes
+      return info.family === "str" ? info.text : bad();
     case "bool":
       return info.family === "bool" ? value : bad();
     case "bin":

@@ -21,6 +21,8 @@ export interface ValueInfo {
   deepNonStrKey: boolean;
   /** int: the value is negative. */
   negative: boolean;
+  /** str: its text, decoded keeping a leading U+FEFF (top-level values only). */
+  text: string | undefined;
 }
 
 export class MsgpackInvalid extends Error {}
@@ -40,7 +42,10 @@ export function checkPayload(bytes: Uint8Array): Map<string, ValueInfo> {
     const key = walker.value(1);
     if (key.family !== "str") throw new MsgpackInvalid("payload map keys must be strings");
     const name = walker.strAt(keyStart);
-    out.set(name, walker.value(1));
+    const valueStart = walker.pos;
+    const info = walker.value(1);
+    if (info.family === "str") info.text = walker.strAt(valueStart);
+    out.set(name, info);
   }
   if (walker.pos !== bytes.length) {
     throw new MsgpackInvalid(`${bytes.length - walker.pos} trailing bytes after the payload map`);
@@ -136,15 +141,17 @@ class Walker {
     const head = this.head();
     const info: ValueInfo = {
       family: head.family, strElements: true, strKeys: true, strValues: true, deepNonStrKey: false,
-      negative: head.negative,
+      negative: head.negative, text: undefined,
     };
     switch (head.family) {
       case "str": {
         this.need(head.count);
-        try {
-          utf8.decode(this.bytes.subarray(this.pos, this.pos + head.count));
-        } catch {
-          throw new MsgpackInvalid("a string is not valid UTF-8");
+        if (!this.ascii(this.pos, head.count)) {
+          try {
+            utf8.decode(this.bytes.subarray(this.pos, this.pos + head.count));
+          } catch {
+            throw new MsgpackInvalid("a string is not valid UTF-8");
+          }
         }
         this.pos += head.count;
         break;
@@ -175,13 +182,24 @@ class Walker {
     return info;
   }
 
+  /** ASCII is valid UTF-8: most strings here are, and a byte loop costs less than a TextDecoder call. */
+  private ascii(at: number, length: number): boolean {
+    for (let i = at; i < at + length; i++) if ((this.bytes[i] as number) >= 0x80) return false;
+    return true;
+  }
+
   /** The str whose head starts at `start` (already checked). */
   strAt(start: number): string {
     const save = this.pos;
     this.pos = start;
     const head = this.head();
-    const text = utf8.decode(this.bytes.subarray(this.pos, this.pos + head.count));
+    const at = this.pos;
     this.pos = save;
-    return text;
+    if (head.count < 64 && this.ascii(at, head.count)) {
+      let text = "";
+      for (let i = at; i < at + head.count; i++) text += String.fromCharCode(this.bytes[i] as number);
+      return text;
+    }
+    return utf8.decode(this.bytes.subarray(at, at + head.count));
   }
 }
