@@ -202,3 +202,19 @@ test("free-form maps: Float64 keeps an integral float a float, integers stay int
   assert.ok(back?.kind === "frame" && back.frame.type === "STATUS_REPLY");
   assert.deepEqual(back.frame.info, { a: 2, b: 2, c: 2.5, d: 1n << 60n });
 });
+
+test("a str field keeps a leading U+FEFF, however long (the library alone drops it past 200 bytes)", () => {
+  for (const length of [10, 300]) {
+    const reason = "\ufeff" + "a".repeat(length);
+    const back = decodeAll(encodeFrame({ type: "ERROR", code: "x", message: reason }))[0];
+    assert.ok(back?.kind === "frame" && back.frame.type === "ERROR");
+    assert.equal(back.frame.message, reason);
+  }
+});
+
+test("a map field with a non-string key anywhere inside is bad_field, naming the field", () => {
+  // STATUS_REPLY {state: "x", info: {a: {1: 2}}}
+  const payload = Buffer.from("82a57374617465a178a4696e666f81a161810102", "hex");
+  const frame = Buffer.concat([Buffer.from([0x0e, 0, 0, 0, payload.length]), payload]);
+  assert.throws(() => decodeAll(frame), (e: unknown) => e instanceof ProtocolError && e.code === "bad_field" && e.field === "info");
+});
