@@ -55,6 +55,8 @@ export class ResumingClient implements AsyncIterable<ResumeItem> {
   instanceId: string;
   private readonly items: ResumeItem[] = [];
   private ended: Error | null = null;
+  /** STOP was sent: the connection's end is the stream's end. */
+  private stopping = false;
 
   private constructor(readonly path: string, private current: Client, private readonly options: ResumingOptions) {
     this.instanceId = current.welcome.instance_id;
@@ -114,7 +116,7 @@ export class ResumingClient implements AsyncIterable<ResumeItem> {
 
   private lost(error: Error): void {
     if (this.ended !== null) throw this.ended; // closed by the caller meanwhile
-    const stopped = this.exit !== null && ENDED_STATES.has(this.exit.state);
+    const stopped = this.stopping || (this.exit !== null && ENDED_STATES.has(this.exit.state));
     const fatal = error instanceof RemoteError && !RESUMABLE_ERRORS.has(error.error.code);
     if (stopped || fatal || !(error instanceof SessionGone || error instanceof RemoteError)) {
       this.ended = error;
@@ -171,7 +173,11 @@ export class ResumingClient implements AsyncIterable<ResumeItem> {
   resize(cols: number, rows: number): void { this.current.resize(cols, rows); }
   signal(name: string): void { this.current.signal(name); }
   spawn(options?: SpawnOptions): void { this.current.spawn(options); }
-  stop(grace?: number | null): void { this.current.stop(grace); }
+  /** End the session; the stream ends with it (no reconnection after the shellper goes). */
+  stop(grace?: number | null): void {
+    this.current.stop(grace);
+    this.stopping = true;
+  }
   status(timeoutMs?: number): Promise<StatusReply> { return this.current.status(timeoutMs); }
   ping(timeoutMs?: number): Promise<void> { return this.current.ping(timeoutMs); }
 

@@ -3,7 +3,7 @@
 // command line says it is a shellper of this directory), and the directory removed.
 
 import { execFile } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync, chmodSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, chmodSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -69,7 +69,28 @@ export class Sessions {
         throw new Error(`shellper ${info.pid} (${info.name}) outlived its stop and was killed`);
       });
     }
+    await pollUntil(() => this.survivors().length === 0, 10_000, "every process of this directory to end").catch(() => {
+      throw new Error(`processes of ${this.dir} outlived the test: ${this.survivors().join(", ")}`);
+    });
     rmSync(this.dir, { recursive: true, force: true });
+  }
+
+  /** Live processes that name this directory in their command line or environment (a shellper
+   * launched by a program under test, and the children of any). */
+  survivors(): number[] {
+    const found: number[] = [];
+    for (const entry of readdirSync("/proc")) {
+      const pid = Number(entry);
+      if (!Number.isInteger(pid) || pid === process.pid) continue;
+      try {
+        const named = readFileSync(`/proc/${pid}/cmdline`, "latin1").includes(this.dir)
+          || readFileSync(`/proc/${pid}/environ`, "latin1").split("\0").includes(`SHELLPER_DIR=${this.dir}`);
+        if (named && alive(pid)) found.push(pid);
+      } catch {
+        // gone meanwhile, or not ours to read
+      }
+    }
+    return found;
   }
 }
 
