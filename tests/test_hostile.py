@@ -87,49 +87,65 @@ def judge(stream: bytes, ring_low: int, ring_high: int) -> Verdict:
     dec = wire.Decoder()
     dec.feed(stream)
     role = ""
-    try:
-        while (ev := dec.next_event()) is not None:
-            if isinstance(ev, wire.Skipped):
-                v.fatal = "too_large"
-                return v
-            if isinstance(ev, wire.Unknown):
+    version = 0
+    while True:
+        try:
+            ev = dec.next_event()
+        except wire.ProtocolError as exc:
+            # version 3: a malformed request whose id can be read is answered, and the connection stays
+            if (v.registered and version >= wire.REPLY_VERSION and exc.request_id is not None
+                    and exc.code in ("bad_field", "missing_field")):
+                v.answers.append(("reply", exc.request_id, exc.code))
                 continue
-            if not v.registered:
-                if not isinstance(ev, wire.Hello):
-                    v.fatal = "not_hello"
-                elif ev.version < wire.MIN_PROTOCOL_VERSION:
-                    v.fatal = "unsupported_version"
-                elif ev.role not in wire.ROLES:
-                    v.fatal = "bad_role"
-                elif ev.role == "tower":
-                    v.skip = "tower"
-                elif ev.resume_from is not None and ev.resume_from > ring_high:
-                    v.fatal = "bad_offset"
-                elif ev.resume_from is not None and ev.resume_from > ring_low:
-                    v.skip = "resume_from near the ring end"
-                else:
-                    v.registered, role = True, ev.role
-                if v.fatal or v.skip:
-                    return v
+            v.fatal = exc.code
+            return v
+        if ev is None:
+            break
+        if isinstance(ev, wire.Skipped):
+            v.fatal = "too_large"
+            return v
+        if isinstance(ev, wire.Unknown):
+            continue
+        if not v.registered:
+            if not isinstance(ev, wire.Hello):
+                v.fatal = "not_hello"
+            elif ev.version < wire.MIN_PROTOCOL_VERSION:
+                v.fatal = "unsupported_version"
+            elif ev.role not in wire.ROLES:
+                v.fatal = "bad_role"
+            elif ev.role == "tower":
+                v.skip = "tower"
+            elif ev.resume_from is not None and ev.resume_from > ring_high:
+                v.fatal = "bad_offset"
+            elif ev.resume_from is not None and ev.resume_from > ring_low:
+                v.skip = "resume_from near the ring end"
+            else:
+                v.registered, role = True, ev.role
+                version = min(ev.version, wire.PROTOCOL_VERSION)
+            if v.fatal or v.skip:
+                return v
+            continue
+        kind = ev.TYPE
+        if isinstance(ev, wire.Hello):
+            v.fatal = "protocol"
+            return v
+        rid = getattr(ev, "id", None) if version >= wire.REPLY_VERSION else None
+        if kind not in CLIENT_FRAMES:
+            v.answers.append(("error", "protocol", int(kind)))
+        elif kind in TOWER_ONLY or (role == "viewer" and kind in (wire.FrameType.DATA, wire.FrameType.RESIZE)):
+            v.answers.append(("error", "forbidden", int(kind)) if rid is None else ("reply", rid, "forbidden"))
+        elif isinstance(ev, wire.Resize) and not (1 <= ev.cols <= 65535 and 1 <= ev.rows <= 65535):
+            if rid is not None:
+                v.answers.append(("reply", rid, "bad_field"))
                 continue
-            kind = ev.TYPE
-            if isinstance(ev, wire.Hello):
-                v.fatal = "protocol"
-                return v
-            if kind not in CLIENT_FRAMES:
-                v.answers.append(("error", "protocol", int(kind)))
-            elif kind in TOWER_ONLY or (role == "viewer" and kind in (wire.FrameType.DATA, wire.FrameType.RESIZE)):
-                v.answers.append(("error", "forbidden", int(kind)))
-            elif isinstance(ev, wire.Resize) and not (1 <= ev.cols <= 65535 and 1 <= ev.rows <= 65535):
-                v.fatal = "bad_field"
-                return v
-            elif isinstance(ev, wire.Ping):
-                v.answers.append(("pong", ev.nonce))
-            elif isinstance(ev, wire.Status):
-                v.answers.append(("status",))
-    except wire.ProtocolError as exc:
-        v.fatal = exc.code
-        return v
+            v.fatal = "bad_field"
+            return v
+        elif isinstance(ev, wire.Resize) and rid is not None:
+            v.answers.append(("reply", rid, ""))
+        elif isinstance(ev, wire.Ping):
+            v.answers.append(("pong", ev.nonce))
+        elif isinstance(ev, wire.Status):
+            v.answers.append(("status",))
     v.truncated = dec.buffered > 0
     return v
 
@@ -141,6 +157,8 @@ def answers_of(frames: list[wire.DecodedEvent]) -> list[tuple[Any, ...]]:
             out.append(("pong", f.nonce))
         elif isinstance(f, wire.StatusReply):
             out.append(("status",))
+        elif isinstance(f, wire.Reply):
+            out.append(("reply", f.id, f.code))
         elif isinstance(f, wire.Error) and not f.fatal:
             out.append(("error", f.code, f.frame_type))
     return out
@@ -320,7 +338,7 @@ class FuzzConn:
 # --------------------------------------------------------------------------------------------- generators
 
 KEYS = ["version", "role", "resume_from", "replay_bytes", "events_after", "client", "cols", "rows", "signal",
-        "nonce", "argv", "cwd", "env", "clear_ring", "grace", "offset", "data", "code", "message"]
+        "nonce", "argv", "cwd", "env", "clear_ring", "grace", "offset", "data", "code", "message", "id"]
 SCALARS = (st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats()
            | st.text(max_size=12) | st.binary(max_size=12))
 VALUES = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3)
@@ -338,7 +356,8 @@ FRAMES = st.one_of(
     st.builds(lambda k, p: _frame(k, msgpack.packb(p, use_bin_type=True)), st.integers(0, 255), PAYLOADS),
     st.builds(lambda k, p: _frame(k, p), st.sampled_from(sorted(CLIENT_FRAMES)), st.binary(max_size=40)),
     st.builds(lambda d: wire.encode_data(d), st.binary(max_size=200)),
-    st.builds(lambda c, r: wire.encode(wire.Resize(cols=c, rows=r)), SIZES, SIZES),
+    st.builds(lambda c, r, i: wire.encode(wire.Resize(cols=c, rows=r, id=i)), SIZES, SIZES,
+              st.none() | st.integers(0, 2**64 - 1)),
     st.builds(lambda n: wire.encode(wire.Ping(nonce=n)), st.none() | st.integers(-(2**63), 2**64 - 1)),
     st.just(wire.encode(wire.Status())),
     st.builds(lambda s: wire.encode(wire.Signal(signal=s)), st.sampled_from(["INT", "KILL", "TERM", "BOGUS"])),

@@ -834,7 +834,7 @@ def test_newer_versions_unknown_keys_and_empty_payloads_are_accepted(sessions: S
             decoder.feed(chunk)
             got += list(decoder.events())
         welcome = got[0]
-        assert isinstance(welcome, wire.Welcome) and welcome.version == wire.PROTOCOL_VERSION == 2
+        assert isinstance(welcome, wire.Welcome) and welcome.version == wire.PROTOCOL_VERSION == 3
         assert welcome.min_version == 2 and welcome.max_frame == wire.MAX_FRAME_SIZE and welcome.role == "viewer"
         answers = [e for e in got if isinstance(e, wire.StatusReply | wire.Pong)]
         assert [type(a).__name__ for a in answers] == ["StatusReply", "Pong", "Pong"]

@@ -45,6 +45,7 @@ from shellper.protocol.wire import (  # noqa: E402
     Pong,
     Release,
     Replay,
+    Reply,
     Resize,
     Signal,
     Skipped,
@@ -245,9 +246,32 @@ FRAME_CASES: list[tuple[str, Frame]] = [
     ("RELEASE after detach", Release(reason="detach", reset=b"\x1b[?1049l\x1b[?25h", offset=BIG)),
 ]
 
+REPLY_FRAME_CASES: list[tuple[str, Frame]] = [
+    # version 3: requests with an id, and their answers
+    ("RESIZE with id (version 3)", Resize(cols=80, rows=24, id=1)),
+    ("SIGNAL with id (version 3)", Signal(signal="TERM", id=2)),
+    ("SPAWN with id (version 3)", Spawn(argv=["bash", "-l"], id=3)),
+    ("STOP with id (version 3)", Stop(grace=2.5, id=4)),
+    ("STATUS with id (version 3)", Status(id=5)),
+    ("STATUS_REPLY with id (version 3)", StatusReply(state="running", info={"child_pid": 4243}, id=5)),
+    ("REPLY ok to RESIZE", Reply(id=1, frame_type=2, ok=True, result={"cols": 80, "rows": 24})),
+    ("REPLY ok to SIGNAL", Reply(id=2, frame_type=3, ok=True, result={"signal": "SIGTERM", "pid": 4243})),
+    ("REPLY ok to SPAWN", Reply(id=3, frame_type=10, ok=True, result={"child_pid": 4250, "argv": ["bash", "-l"]})),
+    ("REPLY ok to STOP", Reply(id=4, frame_type=15, ok=True, result={"child_pid": 4250})),
+    ("REPLY minimal (ok, nothing to report)", Reply(id=U64_MAX, frame_type=2, ok=True)),
+    ("REPLY refusing a SIGNAL", Reply(id=6, frame_type=3, ok=False, code="not_running",
+                                      message="the child is not running")),
+    ("REPLY refusing a RESIZE out of range", Reply(
+        id=7, frame_type=2, ok=False, code="bad_field",
+        message="RESIZE frame: cols: size 0x24 is outside 1..65535")),
+    ("REPLY refusing a SPAWN while stopping", Reply(id=8, frame_type=10, ok=False, code="stopping",
+                                                    message="the session is stopping")),
+]
+
 
 def frame_cases() -> list[dict[str, Any]]:
-    return [{"name": name, **frame_to_json(frame), "hex": encode(frame).hex()} for name, frame in FRAME_CASES]
+    return [{"name": name, **frame_to_json(frame), "hex": encode(frame).hex()}
+            for name, frame in FRAME_CASES + REPLY_FRAME_CASES]
 
 
 # --------------------------------------------------------------------------------------------- invalid.json
@@ -406,6 +430,21 @@ STREAM_CASES: list[StreamCase] = [
                events=(Ping(nonce=7),)),
 ]
 
+REPLY_STREAM_CASES: list[StreamCase] = [
+    StreamCase("REPLY missing ok", raw(0x12, pk({"id": 1, "frame_type": 2})), "missing_field", 0x12, "ok"),
+    StreamCase("REPLY id negative", raw(0x12, pk({"id": -1, "frame_type": 2, "ok": True})),
+               "bad_field", 0x12, "id"),
+    StreamCase("REPLY ok as integer", raw(0x12, pk({"id": 1, "frame_type": 2, "ok": 1})),
+               "bad_field", 0x12, "ok"),
+    StreamCase("RESIZE id as string", raw(R, pk({"cols": 80, "rows": 24, "id": "1"})), "bad_field", 2, "id",
+               note="the id cannot be read: a shellper answers with a fatal ERROR"),
+    StreamCase("RESIZE with id, cols as string", raw(R, pk({"cols": "80", "rows": 24, "id": 9})),
+               "bad_field", 2, "cols",
+               note="the id can be read: a version-3 shellper answers REPLY {id: 9, ok: false, code: bad_field} "
+                    "and keeps the connection"),
+    StreamCase("STATUS with id nil is a STATUS without id", raw(13, pk({"id": None})), events=(Status(),)),
+]
+
 
 def _stream_json(stream: bytes | list[bytes | Repeat]) -> dict[str, Any]:
     if isinstance(stream, bytes):
@@ -418,7 +457,7 @@ def _stream_json(stream: bytes | list[bytes | Repeat]) -> dict[str, Any]:
 
 def invalid_cases() -> list[dict[str, Any]]:
     out = []
-    for c in STREAM_CASES:
+    for c in STREAM_CASES + REPLY_STREAM_CASES:
         case: dict[str, Any] = {"name": c.name, **_stream_json(c.stream), "error": c.error,
                                 "frame_type": c.frame_type, "field": c.field,
                                 "events": [event_to_json(e) for e in c.events]}

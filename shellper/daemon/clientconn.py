@@ -18,6 +18,7 @@ import struct
 import time
 from collections import deque
 
+from shellper.core import structs
 from shellper.core.defaults import clamp_terminal_size
 from shellper.core.detachkeys import DOUBLE_KEY_WINDOW, KeysEnd, read_keys
 from shellper.core.modes import FULL_RESET_SEQUENCE
@@ -65,9 +66,12 @@ if TYPE_CHECKING:
         def write_input(self, data: bytes, client: ClientConn) -> None: ...
         def output_taken(self) -> None: ...
         def resize(self, cols: int, rows: int) -> None: ...
-        def send_signal(self, name: str, client: ClientConn) -> None: ...
+        def send_signal(self, name: str, client: ClientConn, rid: int | None = None) -> None: ...
         def start_respawn(self, spawn: wire.Spawn, client: ClientConn | None) -> None: ...
         def request_stop(self, grace: float | None = None) -> None: ...
+        def stop_for(self, client: ClientConn, rid: int | None, grace: float | None) -> None: ...
+        @property
+        def stopping(self) -> bool: ...
 
 REPLAY_CHUNK = 1024 * 1024
 """Most output bytes in REPLAY or in one catch-up DATA frame."""
@@ -98,6 +102,8 @@ class ClientConn:
         self.decoder = wire.Decoder()
         self.role = ""
         self.name = ""
+        self.version = wire.PROTOCOL_VERSION
+        """The protocol version this connection speaks: the lower of its HELLO's and ours."""
         self.registered = False
         self.wants_events = False
         self.paused = False
@@ -143,16 +149,50 @@ class ClientConn:
                 self.session.write_input(bytes(keystroke), self)
                 return
         self.decoder.feed(data)
-        try:
-            for event in self.decoder.events():
-                if self._closing:
+        while not self._closing:
+            try:
+                event = self.decoder.next_event()
+                if event is None:
                     return
                 self._handle(event)
-                if self.transport is not None and self.transport.get_write_buffer_size() > MAX_UNREAD_BYTES:
-                    self._drop_unread()
+            except wire.ProtocolError as exc:
+                if not self._answerable(exc):
+                    self.send_error(exc.code, str(exc), exc.frame_type, fatal=True)
                     return
-        except wire.ProtocolError as exc:
-            self.send_error(exc.code, str(exc), exc.frame_type, fatal=True)
+                assert exc.frame_type is not None and exc.request_id is not None
+                self.refuse(exc.frame_type, exc.request_id, exc.code, str(exc))
+            if self.transport is not None and self.transport.get_write_buffer_size() > MAX_UNREAD_BYTES:
+                self._drop_unread()
+                return
+
+    def _answerable(self, exc: wire.ProtocolError) -> bool:
+        """A malformed request whose ``id`` could be read, after the handshake of a version-3 connection, is
+        answered with a REPLY that is not ok; the connection stays (the frame's bounds were intact)."""
+        return (exc.request_id is not None and exc.frame_type is not None and self.registered
+                and self.version >= wire.REPLY_VERSION and exc.code in ("bad_field", "missing_field"))
+
+    def answer(self, frame_type: int, rid: int | None, result: dict[str, Any], *, queued: bool = False) -> None:
+        """A request went well: a REPLY with ``result`` if it carried an id (else nothing is said). At once,
+        like STATUS_REPLY; ``queued`` (SPAWN, STOP): like EXIT and EVENT, after what was generated before it,
+        so it never overtakes the EXIT it caused."""
+        if rid is not None:
+            self._send_reply(wire.Reply(id=rid, frame_type=frame_type, ok=True, result=result), queued)
+
+    def refuse(self, frame_type: int, rid: int | None, code: str, message: str, *, queued: bool = False) -> None:
+        """A request was not carried out: a REPLY that is not ok if it carried an id, else a non-fatal ERROR
+        (version 2's answer). ``queued`` as for :meth:`answer`."""
+        if rid is None:
+            self.send_error(code, message, frame_type)
+            return
+        if self.terminal is not None:  # what `shellper attach` shows when it relays
+            self.terminal.write(note(f"shellper: {message}"))
+        self._send_reply(wire.Reply(id=rid, frame_type=frame_type, ok=False, code=code, message=message), queued)
+
+    def _send_reply(self, reply: wire.Reply, queued: bool) -> None:
+        if queued:
+            self.send_control_at(self.session.scrollback.end, wire.encode(reply))
+        else:
+            self.send_frame(reply)
 
     @property
     def wants_fds(self) -> bool:
@@ -443,32 +483,45 @@ class ClientConn:
         if not isinstance(event, _CLIENT_FRAMES):
             self.send_error("protocol", f"{event.TYPE.name} is sent by the shellper, not by clients", event.TYPE)
             return
+        rid: int | None = getattr(event, "id", None) if self.version >= wire.REPLY_VERSION else None
         if isinstance(event, _TOWER_ONLY) and self.role != "tower":
-            self.send_error("forbidden", f"{event.TYPE.name} is accepted only from the tower, not a {self.role}",
-                            event.TYPE)
+            self.refuse(event.TYPE, rid, "forbidden",
+                        f"{event.TYPE.name} is accepted only from the tower, not a {self.role}")
             return
         if isinstance(event, wire.Data):
             if self.role == "viewer":
                 self.send_error("forbidden", "a viewer may not send input", event.TYPE)
             elif event.data:
                 session.write_input(event.data, self)
-        elif isinstance(event, wire.Resize):
-            if self.role == "viewer":
-                self.send_error("forbidden", "a viewer may not resize", event.TYPE)
-            else:
-                wire.check_request(event)
-                session.resize(event.cols, event.rows)
-        elif isinstance(event, wire.Signal):
-            session.send_signal(event.signal, self)
-        elif isinstance(event, wire.Spawn):
-            session.start_respawn(event, self)
-        elif isinstance(event, wire.Stop):
-            wire.check_request(event)
-            session.request_stop(event.grace)
         elif isinstance(event, wire.Status):
-            self.send_frame(session.status())
+            status = session.status()
+            self.send_frame(status if rid is None else structs.replace(status, id=rid))
         elif isinstance(event, wire.Ping):
             self.send_frame(wire.Pong(nonce=event.nonce))
+        elif isinstance(event, wire.Pong):
+            return
+        elif isinstance(event, wire.Resize) and self.role == "viewer":
+            self.refuse(event.TYPE, rid, "forbidden", "a viewer may not resize")
+        elif rid is not None and session.stopping and not isinstance(event, wire.Stop):
+            self.refuse(event.TYPE, rid, "stopping", f"the session is stopping: {event.TYPE.name} not carried out")
+        elif isinstance(event, wire.Resize | wire.Stop):
+            try:
+                wire.check_request(event)
+            except wire.BadField as exc:
+                if rid is None:
+                    raise
+                self.refuse(event.TYPE, rid, exc.code, str(exc))
+                return
+            if isinstance(event, wire.Resize):
+                session.resize(event.cols, event.rows)
+                self.answer(event.TYPE, rid, {"cols": event.cols, "rows": event.rows})
+            else:
+                session.stop_for(self, rid, event.grace)
+        elif isinstance(event, wire.Signal):
+            session.send_signal(event.signal, self, rid)
+        elif isinstance(event, wire.Spawn):
+            session.start_respawn(event if rid is not None or event.id is None else structs.replace(event, id=None),
+                                  self)
 
     def _hello(self, hello: wire.Hello) -> None:
         session = self.session
@@ -498,9 +551,13 @@ class ClientConn:
         if hello.detach_byte is not None and hello.detach_byte > 0xFF:
             raise wire.BadField(f"detach_byte {hello.detach_byte} is not a byte (0..255)", hello.TYPE, "detach_byte")
         self.role, self.name = hello.role, hello.client[:200]
+        self.version = min(hello.version, wire.PROTOCOL_VERSION)
         self.wants_events = hello.role == "tower" or hello.events_after is not None
         self._take_terminal(hello)
-        self.send_frame(session.welcome(self.role, terminal=self.terminal is not None))
+        welcome = session.welcome(self.role, terminal=self.terminal is not None)
+        if welcome.version != self.version:
+            welcome = structs.replace(welcome, version=self.version)
+        self.send_frame(welcome)
         try:
             replay = session.scrollback.replay(start, REPLAY_CHUNK)
         except OffsetError as exc:  # pragma: no cover - checked above

@@ -201,20 +201,24 @@ class Lifecycle:
 
     def start_respawn(self, spawn: wire.Spawn, client: ClientConn | None) -> None:
         """SPAWN, in a task whose failure is never silent."""
-        self.loop.create_task(self.respawn(spawn, client)).add_done_callback(self._child_task_done("SPAWN", client))
+        self.loop.create_task(self.respawn(spawn, client)).add_done_callback(
+            self._child_task_done("SPAWN", client, spawn.id))
 
-    def _child_task_done(self, what: str, client: ClientConn | None = None) -> Callable[[Future[None]], None]:
+    def _child_task_done(self, what: str, client: ClientConn | None = None,
+                         rid: int | None = None) -> Callable[[Future[None]], None]:
         """A restart or SPAWN that failed (a bug, an OS error) is said to the client that asked, and, if it
         left no child (the session in backoff or starting, nothing scheduled), makes the session fatal,
         saying why, for the Tower to SPAWN or STOP."""
         def done(task: Future[None]) -> None:
             error = task.exception()
+            if error is not None and client is not None and rid is not None and self.stop_requested:
+                client.refuse(wire.FrameType.SPAWN, rid, "stopping", "the session is stopping", queued=True)
             if error is None or self.stop_requested:
                 return
             reason = f"{what} failed: {type(error).__name__}: {error}"
             self.log.write(reason)
             if client is not None:
-                client.send_error("spawn_failed", reason, wire.FrameType.SPAWN)
+                client.refuse(wire.FrameType.SPAWN, rid, "spawn_failed", reason, queued=True)
             if self.child is not None:
                 return
             self._cancel_timers()
@@ -233,18 +237,22 @@ class Lifecycle:
                 self.journal.write_record()
 
     async def respawn(self, spawn: wire.Spawn, client: ClientConn | None) -> None:
-        """SPAWN: end the current child's tree (death confirmed), then start the new one.
+        """SPAWN: end the current child's tree (death confirmed), then start the new one. The client that
+        asked is answered (with a REPLY if the SPAWN had an id; a failure of the task itself is answered
+        by _child_task_done).
 
         Serialised with other spawns: two SPAWNs in a row must not leave two children.
         """
         async with self._spawn_lock:
             if self.stop_requested:
+                if client is not None and spawn.id is not None:
+                    client.refuse(wire.FrameType.SPAWN, spawn.id, "stopping", "the session is stopping", queued=True)
                 return
             problem = self._unspawnable(spawn)
             if problem is not None:  # refused before anything ends: the running child is left alone
                 self.log.write(f"SPAWN refused: {problem}")
                 if client is not None:
-                    client.send_error("spawn_failed", problem, wire.FrameType.SPAWN)
+                    client.refuse(wire.FrameType.SPAWN, spawn.id, "spawn_failed", problem, queued=True)
                 return
             await self._respawn(spawn, client)
 
@@ -279,10 +287,18 @@ class Lifecycle:
             self.output.scrollback.clear()
         self.supervisor.reset()
         if self.stop_requested:
+            if client is not None and spawn.id is not None:
+                client.refuse(wire.FrameType.SPAWN, spawn.id, "stopping", "the session is stopping", queued=True)
             return
-        if not self._spawn(self.child_argv, self.child_cwd, self.child_env) and client is not None:
-            client.send_error("spawn_failed", self.journal.state_reason, wire.FrameType.SPAWN)
+        started = self._spawn(self.child_argv, self.child_cwd, self.child_env)
         self.journal.write_record()
+        if client is None:
+            return
+        if started and self.child is not None:
+            client.answer(wire.FrameType.SPAWN, spawn.id, {"child_pid": self.child.pid, "argv": self.child_argv},
+                          queued=True)
+        else:
+            client.refuse(wire.FrameType.SPAWN, spawn.id, "spawn_failed", self.journal.state_reason, queued=True)
 
     def _cancel_timers(self) -> None:
         for handle in (self._restart_handle, self._husk_handle):
@@ -299,21 +315,22 @@ class Lifecycle:
             resize_child(self.child, cols, rows)
         self.journal.event("resized", {"cols": cols, "rows": rows})
 
-    def send_signal(self, name: str, client: ClientConn) -> None:
+    def send_signal(self, name: str, client: ClientConn, rid: int | None = None) -> None:
         bare = wire.bare_signal(name)
         signum = None if bare is None else signal_number(bare)
         if signum is None:
-            client.send_error("bad_signal", f"signal {name!r} is not one of {', '.join(wire.SIGNALS)}",
-                              wire.FrameType.SIGNAL)
+            client.refuse(wire.FrameType.SIGNAL, rid, "bad_signal",
+                          f"signal {name!r} is not one of {', '.join(wire.SIGNALS)}")
             return
         if self.child is None:
-            client.send_error("not_running", "the child is not running", wire.FrameType.SIGNAL)
+            client.refuse(wire.FrameType.SIGNAL, rid, "not_running", "the child is not running")
             return
         if signum in TERMINATING:
             self._requested_at = time.monotonic()
         self.log.write(f"signal {signal_name(signum)} to group {self.child.pid} from client {client.client_id}")
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.child.pid, signum)
+        client.answer(wire.FrameType.SIGNAL, rid, {"signal": signal_name(signum), "pid": self.child.pid})
 
     # ----------------------------------------------------------------------------------- the end
 

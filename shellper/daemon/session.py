@@ -81,6 +81,9 @@ class Session:
         self.files = SessionFiles(loop, log, paths, config.name, self.journal, lambda: ClientConn(self))
         self.stop_error: str | None = None
         """Why the stop failed, if it did: the session was ended anyway, and serve() returns 1."""
+        self._stop_waiters: list[tuple[ClientConn, int]] = []
+        """STOPs with an id (version 3), answered once the tree has ended, before the connections close."""
+        self._stopped_child: int | None = None
 
     # ----------------------------------------------------------------------------------- start and stop
 
@@ -124,8 +127,28 @@ class Session:
     def request_stop(self, grace: float | None = None) -> None:
         if not self.lifecycle.begin_stop():
             return
+        child = self.lifecycle.child
+        self._stopped_child = child.pid if child is not None else None
         stop = self.loop.create_task(self._stop(self.config.grace if grace is None else grace))
         stop.add_done_callback(self._after_stop)
+
+    def stop_for(self, client: ClientConn, rid: int | None, grace: float | None) -> None:
+        """A client's STOP: with an id, answered once the tree has ended (a STOP during a stop joins it)."""
+        if rid is not None:
+            self._stop_waiters.append((client, rid))
+        self.request_stop(grace)
+
+    def _answer_stops(self, code: str | None, message: str = "") -> None:
+        waiters, self._stop_waiters = self._stop_waiters, []
+        for client, rid in waiters:
+            if code is None:
+                client.answer(wire.FrameType.STOP, rid, {"child_pid": self._stopped_child}, queued=True)
+            else:
+                client.refuse(wire.FrameType.STOP, rid, code, message, queued=True)
+
+    @property
+    def stopping(self) -> bool:
+        return self.lifecycle.stop_requested
 
     def _after_stop(self, stop: Future[None]) -> None:
         """A stop that failed still ends the session: a shellper stuck in ``stopping`` would keep its name
@@ -134,6 +157,7 @@ class Session:
         if error is None:
             return
         self.stop_error = f"{type(error).__name__}: {error}"
+        self._answer_stops("internal", f"stop failed ({self.stop_error}); the session is ended anyway")
         self.log.write(f"stop failed ({self.stop_error}): ending the session anyway; its log is kept")
         ending = self.loop.create_task(self._end_after_failed_stop())
         ending.add_done_callback(lambda _: self.loop.stop())
@@ -154,6 +178,7 @@ class Session:
 
     async def _stop(self, grace: float) -> None:
         await self.lifecycle.stop_child(grace)
+        self._answer_stops(None)
         closing = self.registry.close_all()
         if closing:  # let the last frames (EXIT) reach the clients; a stuck one does not hold us up
             await self.loop.wait(closing, timeout=2.0)
@@ -261,8 +286,8 @@ class Session:
     def resize(self, cols: int, rows: int) -> None:
         self.lifecycle.resize(cols, rows)
 
-    def send_signal(self, name: str, client: ClientConn) -> None:
-        self.lifecycle.send_signal(name, client)
+    def send_signal(self, name: str, client: ClientConn, rid: int | None = None) -> None:
+        self.lifecycle.send_signal(name, client, rid)
 
     def start_respawn(self, spawn: wire.Spawn, client: ClientConn | None) -> None:
         self.lifecycle.start_respawn(spawn, client)

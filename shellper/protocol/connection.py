@@ -20,6 +20,7 @@ import errno
 import os
 from enum import Enum
 
+from shellper.core import structs
 from shellper.core.errors import ShellperError
 from shellper.core.structs import field, record
 from shellper.protocol import wire
@@ -67,6 +68,49 @@ class RemoteError(ClientError):
     def __init__(self, path: str | os.PathLike[str], error: wire.Error) -> None:
         super().__init__(path, f"{error.code}: {error.message}")
         self.error = error
+
+
+class RequestFailed(RemoteError):
+    """The shellper answered a request with a REPLY that is not ok (version 3): ``code`` says why (one of
+    ``wire.REPLY_CODES``, or a newer one), ``reply`` is the REPLY. Nothing was done, except for
+    ``spawn_failed`` after the checks (the old child was ended; the EXIT says so)."""
+
+    def __init__(self, path: str | os.PathLike[str], reply: wire.Reply) -> None:
+        super().__init__(path, wire.Error(code=reply.code, message=reply.message, frame_type=reply.frame_type))
+        self.reply = reply
+        self.code = reply.code
+
+
+class BadRequest(RequestFailed, ValueError):
+    """The request's fields were refused (``bad_field``, ``missing_field``, ``bad_signal``)."""
+
+
+class NotRunning(RequestFailed):
+    """No child is running to take the request (``not_running``)."""
+
+
+class Forbidden(RequestFailed):
+    """This connection's role may not send the request (``forbidden``)."""
+
+
+class SpawnFailed(RequestFailed):
+    """A SPAWN's command could not start (``spawn_failed``)."""
+
+
+class SessionStopping(RequestFailed):
+    """The session is stopping: the request was not carried out (``stopping``)."""
+
+
+REQUEST_ERRORS: dict[str, type[RequestFailed]] = {
+    "bad_field": BadRequest, "missing_field": BadRequest, "bad_signal": BadRequest, "not_running": NotRunning,
+    "forbidden": Forbidden, "spawn_failed": SpawnFailed, "stopping": SessionStopping,
+}
+"""The typed error for each REPLY code; any other code (``internal``, a newer one) is a RequestFailed."""
+
+
+def request_error(path: str, reply: wire.Reply) -> RequestFailed:
+    """The typed error a REPLY that is not ok stands for."""
+    return REQUEST_ERRORS.get(reply.code, RequestFailed)(path, reply)
 
 
 class ProtocolViolation(ClientError):
@@ -205,6 +249,16 @@ REPLIES: dict[wire.FrameType, wire.FrameType] = {
 REPLY_KEYS: dict[wire.FrameType, str] = {wire.FrameType.PING: "nonce"}
 """The field a reply repeats from its request and must match; a request without one takes the first reply."""
 
+ID_REPLIES: dict[wire.FrameType, wire.FrameType] = {
+    wire.FrameType.RESIZE: wire.FrameType.REPLY,
+    wire.FrameType.SIGNAL: wire.FrameType.REPLY,
+    wire.FrameType.SPAWN: wire.FrameType.REPLY,
+    wire.FrameType.STOP: wire.FrameType.REPLY,
+    wire.FrameType.STATUS: wire.FrameType.STATUS_REPLY,
+}
+"""Version 3: the requests that carry an ``id``, and the frame that answers one that went well (any of
+them may be answered by a REPLY that is not ok)."""
+
 
 @record(frozen=True, eq=False)
 class Request:
@@ -230,8 +284,12 @@ ConnEvent = wire.Frame | Answered
 
 
 def answers(frame: wire.Frame, request: Request) -> bool:
-    """Whether ``frame`` answers ``request``: an ERROR naming its type, or its reply type (repeating
-    its key, for a request that has one)."""
+    """Whether ``frame`` answers ``request``: for a request with an ``id``, a REPLY or its reply type
+    with that id; else an ERROR naming its type, or its reply type (repeating its key, for a request that
+    has one)."""
+    if request.key_field == "id":
+        return (type(frame) is wire.Reply or request.reply_type == frame.TYPE) and \
+            getattr(frame, "id", None) == request.key
     if isinstance(frame, wire.Error):
         return frame.frame_type == request.frame_type
     if request.reply_type != frame.TYPE:
@@ -260,6 +318,7 @@ class Connection(Position):
         self.fatal_error: wire.Error | None = None
         """The fatal ERROR the shellper sent, if it did: it closes the connection after it."""
         self.pending: list[Request] = []
+        self._next_id = 0
         self._streaming = False  # the state is in STREAMING: read for every DATA frame
         self._eof = False
         self._read_error: ClientError | None = None
@@ -301,9 +360,25 @@ class Connection(Position):
             raise self._not_connected()
         return wire.encode_data(data)
 
+    @property
+    def replies(self) -> bool:
+        """The shellper answers every request that carries an ``id`` (WELCOME said version 3 or later)."""
+        return self.welcome is not None and self.welcome.version >= wire.REPLY_VERSION
+
     def send_request(self, frame: wire.Frame, reply_type: int | None = None) -> tuple[Request, bytes]:
         """A request whose answer ``next_event()`` hands back as :class:`Answered`, and its bytes.
-        ``reply_type``: the frame type that answers it, by default the one REPLIES names."""
+        ``reply_type``: the frame type that answers it, by default the one REPLIES names. On a version-3
+        connection, a request that may carry an ``id`` gets the next one, and its answer is matched by it
+        (a REPLY, or STATUS_REPLY for STATUS; a REPLY that is not ok comes as ``Answered.error``)."""
+        numbered = ID_REPLIES.get(frame.TYPE)
+        if self.replies and numbered is not None and reply_type in (None, numbered, wire.FrameType.REPLY):
+            if self.state not in SENDING:
+                raise self._not_connected()
+            self._next_id += 1
+            frame = structs.replace(frame, id=self._next_id)
+            request = Request(frame.TYPE, numbered, "id", self._next_id)
+            self.pending.append(request)
+            return request, wire.encode(frame)
         data = self.send(frame)
         reply = reply_type if reply_type is not None else REPLIES.get(frame.TYPE)
         if reply is None:
@@ -412,7 +487,11 @@ class Connection(Position):
                 if answers(event, request):
                     self.pending.remove(request)
                     self._note_fatal(event)
-                    error = RemoteError(self.path, event) if isinstance(event, wire.Error) else None
+                    error: RemoteError | None = None
+                    if isinstance(event, wire.Error):
+                        error = RemoteError(self.path, event)
+                    elif type(event) is wire.Reply and not event.ok:
+                        error = request_error(self.path, event)
                     return Answered(request, event, error)
         self._note_fatal(event)
         return event

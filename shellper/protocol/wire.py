@@ -28,9 +28,12 @@ if TYPE_CHECKING:
 
     _T = TypeVar("_T")
 
-PROTOCOL_VERSION = 2
-"""Version spoken by this codec. Version 1 was the original's JSON framing, which we do not serve."""
+PROTOCOL_VERSION = 3
+"""Version spoken by this codec. Version 3 adds request ids and REPLY; version 1 was the original's JSON
+framing, which we do not serve."""
 MIN_PROTOCOL_VERSION = 2
+REPLY_VERSION = 3
+"""The first version in which requests carry an ``id`` and are answered by REPLY (or an STATUS_REPLY with it)."""
 HEADER = struct.Struct(">BI")
 HEADER_SIZE = HEADER.size
 MAX_FRAME_SIZE = 16 * 1024 * 1024
@@ -59,6 +62,7 @@ class FrameType(IntEnum):
     STOP = 0x0F
     GAP = 0x10
     RELEASE = 0x11
+    REPLY = 0x12
 
 
 # --------------------------------------------------------------------------------------------- errors
@@ -75,6 +79,9 @@ class ProtocolError(ShellperError):
         where = f"{_type_name(frame_type)} frame: " if frame_type is not None else ""
         super().__init__(where + message)
         self.detail = message
+        self.request_id: int | None = None
+        """A malformed request's ``id`` when it could still be read (version 3): the shellper then answers
+        with a REPLY and keeps the connection."""
 
 
 class TruncatedFrame(ProtocolError):
@@ -191,6 +198,15 @@ class Frame:
 
     @classmethod
     def from_map(cls, payload: dict[str, Any]) -> Frame:
+        try:
+            return cls._from_map(payload)
+        except ProtocolError as exc:
+            if cls.TYPE in ID_REQUESTS and _check_kind("uint", payload.get("id")):
+                exc.request_id = payload["id"]
+            raise
+
+    @classmethod
+    def _from_map(cls, payload: dict[str, Any]) -> Frame:
         kwargs: dict[str, Any] = {}
         for f in structs.fields(cls):
             key = f.metadata["key"] or f.name
@@ -224,6 +240,8 @@ class Resize(Frame):
     TYPE = FrameType.RESIZE
     cols: int = wfield("uint")
     rows: int = wfield("uint")
+    id: int | None = wfield("uint", nullable=True, default=None)
+    """Version 3: answer with a REPLY carrying this id."""
 
 
 @_frame
@@ -232,6 +250,7 @@ class Signal(Frame):
 
     TYPE = FrameType.SIGNAL
     signal: str = wfield("str")
+    id: int | None = wfield("uint", nullable=True, default=None)
 
 
 @_frame
@@ -366,6 +385,7 @@ class Spawn(Frame):
     cwd: str | None = wfield("str", nullable=True, default=None)
     env: dict[str, str] | None = wfield("str_map", nullable=True, default=None)
     clear_ring: bool = wfield("bool", default=False)
+    id: int | None = wfield("uint", nullable=True, default=None)
 
 
 @_frame
@@ -392,9 +412,10 @@ class Event(Frame):
 
 @_frame
 class Status(Frame):
-    """A request for a STATUS_REPLY."""
+    """A request for a STATUS_REPLY (with an ``id``, version 3: the STATUS_REPLY carries it back)."""
 
     TYPE = FrameType.STATUS
+    id: int | None = wfield("uint", nullable=True, default=None)
 
 
 @_frame
@@ -404,6 +425,8 @@ class StatusReply(Frame):
     TYPE = FrameType.STATUS_REPLY
     state: str = wfield("str")
     info: dict[str, Any] = wfield("map", default={})
+    id: int | None = wfield("uint", nullable=True, default=None)
+    """The STATUS's id, when it had one (version 3)."""
 
     def last_exit(self) -> ExitRecord | None:
         """The child's last exit (``info["last_exit"]``), or None; raises ExitRecordError for a malformed one."""
@@ -417,6 +440,7 @@ class Stop(Frame):
 
     TYPE = FrameType.STOP
     grace: float | None = wfield("float", nullable=True, default=None)
+    id: int | None = wfield("uint", nullable=True, default=None)
 
 
 @_frame
@@ -443,12 +467,32 @@ class Release(Frame):
     offset: int = wfield("uint", default=0)
 
 
+@_frame
+class Reply(Frame):
+    """Version 3: the one answer to a request that carried an ``id``: ``ok`` with what was done in
+    ``result``, or not ok with an error ``code`` (REPLY_CODES) and a ``message`` for people."""
+
+    TYPE = FrameType.REPLY
+    id: int = wfield("uint")
+    frame_type: int = wfield("uint")
+    ok: bool = wfield("bool")
+    code: str = wfield("str", default="")
+    message: str = wfield("str", default="")
+    result: dict[str, Any] = wfield("map", default={})
+
+
+REPLY_CODES = ("bad_field", "missing_field", "bad_signal", "forbidden", "not_running", "spawn_failed", "stopping",
+               "internal")
+"""The error codes a REPLY carries (PROTOCOL.md 5, REPLY): a client may meet others from a newer shellper."""
+ID_REQUESTS = frozenset({FrameType.RESIZE, FrameType.SIGNAL, FrameType.SPAWN, FrameType.STOP, FrameType.STATUS})
+"""The requests that may carry an ``id`` (version 3) and are then answered exactly once."""
+
 _DATA_TYPE = int(FrameType.DATA)
 
 FRAME_CLASSES: dict[int, type[Frame]] = {
     cls.TYPE: cls
     for cls in (Data, Resize, Signal, Exit, Replay, Ping, Pong, Hello, Welcome, Spawn, Error, Event, Status,
-                StatusReply, Stop, Gap, Release)
+                StatusReply, Stop, Gap, Release, Reply)
 }
 
 
