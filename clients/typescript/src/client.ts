@@ -6,8 +6,8 @@ import net from "node:net";
 
 import { ProtocolError, FrameDecoder, encodeData, encodeFrame, typeName } from "./codec.js";
 import {
-  MAX_FRAME_SIZE, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, ROLES, SIGNALS,
-  type ErrorFrame, type Exit, type Frame, type FrameInit, type Replay, type Role, type StatusReply, type Welcome,
+  FrameType, MAX_FRAME_SIZE, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, REPLY_VERSION, ROLES, SIGNALS,
+  type ErrorFrame, type Exit, type Frame, type FrameInit, type Replay, type Reply, type Role, type StatusReply, type Welcome,
 } from "./frames.js";
 
 export const CLIENT_NAME = "@shellper/client/0.1.0";
@@ -16,6 +16,7 @@ const REQUEST_TIMEOUT_MS = 10_000;
 /** Frames held for the caller before the socket is paused: a tower that reads slowly is waited for
  * by the shellper (section 9) instead of its frames piling up here. */
 const MAX_BUFFERED = 4 * 1024 * 1024;
+const CLOSE_TIMEOUT_MS = 1000;
 
 export class ClientError extends Error {
   constructor(readonly path: string, message: string) {
@@ -36,6 +37,14 @@ export class RemoteError extends ClientError {
     super(path, `${error.code}: ${error.message}`);
   }
 }
+/** Version 3: a request with an id was not carried out; `reply` is its REPLY (`code`, `message`). */
+export class RequestFailed extends ClientError {
+  constructor(path: string, readonly reply: Reply) {
+    super(path, `${typeName(reply.frame_type)} not carried out: ${reply.code}${reply.message ? `: ${reply.message}` : ""}`);
+  }
+}
+/** A request that gets a REPLY on a version-3 connection. */
+export type RequestInit = FrameInit<"RESIZE"> | FrameInit<"SIGNAL"> | FrameInit<"SPAWN"> | FrameInit<"STOP">;
 /** The peer broke the protocol (a malformed frame, a WELCOME missing, a stream that does not add up). */
 export class ProtocolViolation extends ClientError {}
 /** WELCOME names another shellper instance than the one expected (a new session under the name). */
@@ -56,6 +65,8 @@ export interface ConnectOptions {
   expectInstanceId?: string | null;
   handshakeTimeoutMs?: number;
   maxFrame?: number;
+  /** Bytes of frames held for the caller before this client stops reading the socket (default 4 MiB). */
+  maxBuffered?: number;
 }
 
 export interface SpawnOptions {
@@ -92,9 +103,18 @@ export class Client implements AsyncIterable<Frame> {
   private statusWaiters: Waiter<StatusReply>[] = [];
   private pingWaiters = new Map<bigint, Waiter<void>>();
   private nonce = 0n;
+  /** Version 3: requests sent with an id, by id, until their REPLY (or STATUS_REPLY) comes. */
+  private idWaiters = new Map<bigint, Waiter<Reply | StatusReply>>();
+  private lastId = 0n;
   private readonly closedPromise: Promise<void>;
 
-  private constructor(readonly path: string, readonly role: Role, private readonly socket: net.Socket, maxFrame: number) {
+  private constructor(
+    readonly path: string,
+    readonly role: Role,
+    private readonly socket: net.Socket,
+    maxFrame: number,
+    private readonly maxBuffered: number,
+  ) {
     this.decoder = new FrameDecoder(maxFrame);
     this.closedPromise = new Promise((resolve) => socket.once("close", () => resolve()));
     socket.on("data", (chunk: Buffer) => this.received(chunk));
@@ -107,7 +127,7 @@ export class Client implements AsyncIterable<Frame> {
     const role = options.role ?? "tower";
     if (!(ROLES as readonly string[]).includes(role)) throw new TypeError(`role must be one of ${ROLES.join(", ")}`);
     const socket = await open(path);
-    const client = new Client(path, role, socket, options.maxFrame ?? MAX_FRAME_SIZE);
+    const client = new Client(path, role, socket, options.maxFrame ?? MAX_FRAME_SIZE, options.maxBuffered ?? MAX_BUFFERED);
     try {
       await client.handshake(options);
     } catch (error) {
@@ -163,7 +183,14 @@ export class Client implements AsyncIterable<Frame> {
     try {
       for (const decoded of this.decoder.frames()) {
         if (decoded.kind === "frame") this.arrived(decoded.frame);
-        // skipped (oversized) and unknown frames are passed over, as section 2 says
+        else if (decoded.kind === "skipped" && decoded.frameType === FrameType.DATA) {
+          // Output was lost and nextOffset no longer matches what follows: end here, so that a
+          // reconnection with resumeFrom = nextOffset gets those bytes from the ring (section 2).
+          this.finish(new SessionGone(this.path, `an oversized DATA frame (${decoded.length} bytes) was skipped: reconnect with resumeFrom`));
+          this.socket.destroy();
+          return;
+        }
+        // other oversized frames and unknown types are passed over, as section 2 says
       }
     } catch (error) {
       const why = error instanceof ProtocolError ? error.message : String(error);
@@ -171,11 +198,22 @@ export class Client implements AsyncIterable<Frame> {
       this.socket.destroy();
       return;
     }
-    if (this.buffered >= MAX_BUFFERED) this.socket.pause();
+    if (this.buffered >= this.maxBuffered) this.socket.pause();
   }
 
   private arrived(frame: Frame): void {
-    if (frame.type === "STATUS_REPLY" && this.statusWaiters.length > 0) {
+    if (frame.type === "PING") {
+      // shellpers do not send PING; a peer that does gets its PONG, as section 5 asks of clients
+      if (!this.ended) this.socket.write(encodeFrame({ type: "PONG", nonce: frame.nonce }));
+      return;
+    }
+    if ((frame.type === "REPLY" || frame.type === "STATUS_REPLY") && frame.id !== null && this.idWaiters.has(frame.id)) {
+      const waiter = this.idWaiters.get(frame.id);
+      this.idWaiters.delete(frame.id);
+      waiter?.resolve(frame);
+      return;
+    }
+    if (frame.type === "STATUS_REPLY" && frame.id === null && this.statusWaiters.length > 0) {
       this.statusWaiters.shift()?.resolve(frame);
       return;
     }
@@ -204,8 +242,10 @@ export class Client implements AsyncIterable<Frame> {
     this.closedError = closing;
     for (const w of this.statusWaiters) w.reject(closing);
     for (const w of this.pingWaiters.values()) w.reject(closing);
+    for (const w of this.idWaiters.values()) w.reject(closing); // the end of the connection answers them (7.5)
     this.statusWaiters = [];
     this.pingWaiters.clear();
+    this.idWaiters.clear();
     this.wake();
   }
 
@@ -232,7 +272,7 @@ export class Client implements AsyncIterable<Frame> {
     }
     const frame = this.queue.shift() as Frame;
     this.buffered -= frame.type === "DATA" ? frame.data.length : 64;
-    if (this.buffered < MAX_BUFFERED / 2 && this.socket.isPaused()) this.socket.resume();
+    if (this.buffered <= this.maxBuffered / 2 && this.socket.isPaused()) this.socket.resume();
     return frame;
   }
 
@@ -330,24 +370,49 @@ export class Client implements AsyncIterable<Frame> {
     this.send({ type: "STOP", grace: grace ?? null });
   }
 
-  /** STATUS, answered by its STATUS_REPLY (which is then not queued). */
+  /** STATUS, answered by its STATUS_REPLY (which is then not queued); matched by id on version 3. */
   status(timeoutMs = REQUEST_TIMEOUT_MS): Promise<StatusReply> {
-    return this.request((w) => this.statusWaiters.push(w), () => this.send({ type: "STATUS" }), timeoutMs, (w) => {
+    if (this.version >= REPLY_VERSION) {
+      const id = ++this.lastId;
+      return this.await<Reply | StatusReply>((w) => this.idWaiters.set(id, w), () => this.send({ type: "STATUS", id }), timeoutMs, () => {
+        this.idWaiters.delete(id);
+      }) as Promise<StatusReply>;
+    }
+    return this.await((w) => this.statusWaiters.push(w), () => this.send({ type: "STATUS" }), timeoutMs, (w) => {
       this.statusWaiters = this.statusWaiters.filter((x) => x !== w);
+    });
+  }
+
+  /** Version 3: sends RESIZE, SIGNAL, SPAWN or STOP with an id and resolves with its REPLY once it is
+   * carried out (SPAWN: the new child started; STOP: the tree ended), or rejects with RequestFailed
+   * (`forbidden`, `bad_signal`, `spawn_failed`, ...: the connection stays). The connection's end
+   * rejects what is still waiting. On a version-2 connection it throws: nothing would answer. */
+  request(frame: RequestInit, timeoutMs?: number): Promise<Reply> {
+    if (this.version < REPLY_VERSION) {
+      return Promise.reject(new ClientError(this.path, `this connection speaks version ${this.version}: requests get no REPLY before version ${REPLY_VERSION}`));
+    }
+    const id = ++this.lastId;
+    const answered = this.await<Reply | StatusReply>((w) => this.idWaiters.set(id, w), () => this.send({ ...frame, id }), timeoutMs, () => {
+      this.idWaiters.delete(id);
+    });
+    return answered.then((reply) => {
+      if (reply.type !== "REPLY") throw new ProtocolViolation(this.path, `request ${id} answered by ${reply.type}`);
+      if (!reply.ok) throw new RequestFailed(this.path, reply);
+      return reply;
     });
   }
 
   /** PING and its PONG: a round trip, and a barrier after every frame sent before it. */
   ping(timeoutMs = REQUEST_TIMEOUT_MS): Promise<void> {
     const nonce = ++this.nonce;
-    return this.request((w) => this.pingWaiters.set(nonce, w), () => this.send({ type: "PING", nonce }), timeoutMs, () => {
+    return this.await((w) => this.pingWaiters.set(nonce, w), () => this.send({ type: "PING", nonce }), timeoutMs, () => {
       this.pingWaiters.delete(nonce);
     });
   }
 
-  private request<T>(register: (w: Waiter<T>) => void, send: () => void, timeoutMs: number, forget: (w: Waiter<T>) => void): Promise<T> {
+  private await<T>(register: (w: Waiter<T>) => void, send: () => void, timeoutMs: number | undefined, forget: (w: Waiter<T>) => void): Promise<T> {
     return new Promise<T>((resolve, reject) => {
-      const timer = setTimeout(() => {
+      const timer = timeoutMs === undefined ? undefined : setTimeout(() => {
         forget(waiter);
         reject(new Timeout(this.path, `no answer within ${timeoutMs} ms`));
       }, timeoutMs);
@@ -377,7 +442,9 @@ export class Client implements AsyncIterable<Frame> {
     this.finish(new SessionGone(this.path, "closed by this client"));
     this.socket.end();
     this.socket.resume();
+    const timer = setTimeout(() => this.socket.destroy(), CLOSE_TIMEOUT_MS); // a peer that never closes its side
     await this.closedPromise;
+    clearTimeout(timer);
   }
 
   /** Drop the connection at once. */

@@ -8,7 +8,7 @@
 
 import { Decoder, Encoder } from "@msgpack/msgpack";
 import {
-  FIELDS, FRAME_NAMES, Float64, FrameType, HEADER_SIZE, MAX_FRAME_SIZE, defaultOf,
+  FIELDS, FRAME_NAMES, Float64, FrameType, HEADER_SIZE, ID_REQUESTS, MAX_FRAME_SIZE, defaultOf,
   type FieldSpec, type Frame, type FrameInit, type FrameName, type Value,
 } from "./frames.js";
 import { MsgpackInvalid, checkPayload, type ValueInfo } from "./msgcheck.js";
@@ -24,6 +24,10 @@ export class ProtocolError extends Error {
     super(frameType === null ? message : `${typeName(frameType)} frame: ${message}`);
     this.name = "ProtocolError";
   }
+
+  /** A malformed request's `id`, when it could still be read (version 3: a shellper then answers
+   * with a REPLY and keeps the connection). */
+  requestId: bigint | null = null;
 }
 
 export function typeName(code: number): string {
@@ -228,14 +232,22 @@ export function decodePayload(code: number, payload: Uint8Array): Frame {
     }
   }
   const frame: Record<string, unknown> = { type: name };
-  for (const spec of FIELDS[name]) {
-    const info = infos.get(spec.key);
-    if (info === undefined) {
-      if (spec.required) throw new ProtocolError("missing_field", `missing required field '${spec.key}'`, code, spec.key);
-      frame[spec.key] = defaultOf(spec);
-    } else {
-      frame[spec.key] = decodeField(spec, info, values[spec.key], code);
+  try {
+    for (const spec of FIELDS[name]) {
+      const info = infos.get(spec.key);
+      if (info === undefined) {
+        if (spec.required) throw new ProtocolError("missing_field", `missing required field '${spec.key}'`, code, spec.key);
+        frame[spec.key] = defaultOf(spec);
+      } else {
+        frame[spec.key] = decodeField(spec, info, values[spec.key], code);
+      }
     }
+  } catch (error) {
+    const id = infos.get("id");
+    if (error instanceof ProtocolError && ID_REQUESTS.has(name) && id?.family === "int" && !id.negative) {
+      error.requestId = BigInt(values.id as number | bigint);
+    }
+    throw error;
   }
   return frame as unknown as Frame;
 }

@@ -48,13 +48,17 @@ export const FrameType = {
   STOP: 0x0f,
   GAP: 0x10,
   RELEASE: 0x11,
+  REPLY: 0x12,
 } as const;
 export type FrameName = keyof typeof FrameType;
 export const FRAME_NAMES: ReadonlyMap<number, FrameName> = new Map(
   (Object.entries(FrameType) as [FrameName, number][]).map(([name, code]) => [code, name]),
 );
 
-export const PROTOCOL_VERSION = 2;
+/** The highest version this package speaks; a connection speaks WELCOME.version (section 12). */
+export const PROTOCOL_VERSION = 3;
+/** The first version in which requests carry an `id` and are answered by REPLY (section 7.5). */
+export const REPLY_VERSION = 3;
 export const MIN_PROTOCOL_VERSION = 2;
 export const MAX_FRAME_SIZE = 16 * 1024 * 1024;
 export const HEADER_SIZE = 5;
@@ -64,8 +68,8 @@ export type Role = (typeof ROLES)[number];
 export const SIGNALS = ["HUP", "INT", "QUIT", "TERM", "KILL", "CONT", "STOP", "TSTP", "WINCH", "USR1", "USR2"] as const;
 
 export interface Data { type: "DATA"; data: Uint8Array }
-export interface Resize { type: "RESIZE"; cols: number; rows: number }
-export interface Signal { type: "SIGNAL"; signal: string }
+export interface Resize { type: "RESIZE"; cols: number; rows: number; id: bigint | null }
+export interface Signal { type: "SIGNAL"; signal: string; id: bigint | null }
 export interface ExitRecord {
   code: number | null;
   signal: string | null;
@@ -123,18 +127,31 @@ export interface Spawn {
   cwd: string | null;
   env: Record<string, string> | null;
   clear_ring: boolean;
+  id: bigint | null;
 }
 export interface ErrorFrame { type: "ERROR"; code: string; message: string; frame_type: number | null; fatal: boolean }
 export interface EventFrame { type: "EVENT"; seq: bigint; kind: string; time: number; data: ValueMap }
-export interface Status { type: "STATUS" }
-export interface StatusReply { type: "STATUS_REPLY"; state: string; info: ValueMap }
-export interface Stop { type: "STOP"; grace: number | null }
+export interface Status { type: "STATUS"; id: bigint | null }
+export interface StatusReply { type: "STATUS_REPLY"; state: string; info: ValueMap; id: bigint | null }
+export interface Stop { type: "STOP"; grace: number | null; id: bigint | null }
 export interface Gap { type: "GAP"; offset: bigint; missed: bigint }
 export interface Release { type: "RELEASE"; reason: string; reset: Uint8Array; offset: bigint }
+/** Version 3: the one answer to a request that carried an `id` (section 7.5). */
+export interface Reply {
+  type: "REPLY";
+  id: bigint;
+  frame_type: number;
+  ok: boolean;
+  code: string;
+  message: string;
+  result: ValueMap;
+}
 
 export type Frame =
   | Data | Resize | Signal | Exit | Replay | Ping | Pong | Hello | Welcome | Spawn
-  | ErrorFrame | EventFrame | Status | StatusReply | Stop | Gap | Release;
+  | ErrorFrame | EventFrame | Status | StatusReply | Stop | Gap | Release | Reply;
+/** The requests that may carry an `id` on a version-3 connection. */
+export const ID_REQUESTS: ReadonlySet<FrameName> = new Set<FrameName>(["RESIZE", "SIGNAL", "SPAWN", "STOP", "STATUS"]);
 export type FrameOf<N extends FrameName> = Extract<Frame, { type: N }>;
 
 /** A frame to encode: optional fields may be left out (they take the table's default). */
@@ -185,8 +202,8 @@ const EXIT_FIELDS: FieldSpec[] = [
 /** Every control frame's fields, in the order the reference encoder writes them (section 5). */
 export const FIELDS: { readonly [N in FrameName]: readonly FieldSpec[] } = {
   DATA: [opt("data", "bin", EMPTY)],
-  RESIZE: [req("cols", "uint"), req("rows", "uint")],
-  SIGNAL: [req("signal", "str")],
+  RESIZE: [req("cols", "uint"), req("rows", "uint"), nil("id", "u64")],
+  SIGNAL: [req("signal", "str"), nil("id", "u64")],
   EXIT: EXIT_FIELDS,
   REPLAY: [req("offset", "u64"), opt("data", "bin", EMPTY), opt("gap", "u64", 0n), opt("preamble", "bin", EMPTY)],
   PING: [nil("nonce", "i64")],
@@ -223,14 +240,16 @@ export const FIELDS: { readonly [N in FrameName]: readonly FieldSpec[] } = {
     opt("max_frame", "uint", MAX_FRAME_SIZE),
     nil("terminal", "bool"),
   ],
-  SPAWN: [nil("argv", "str_list"), nil("cwd", "str"), nil("env", "str_map"), opt("clear_ring", "bool", false)],
+  SPAWN: [nil("argv", "str_list"), nil("cwd", "str"), nil("env", "str_map"), opt("clear_ring", "bool", false), nil("id", "u64")],
   ERROR: [req("code", "str"), req("message", "str"), nil("frame_type", "uint"), opt("fatal", "bool", false)],
   EVENT: [req("seq", "u64"), req("kind", "str"), opt("time", "float", 0), opt("data", "map", {})],
-  STATUS: [],
-  STATUS_REPLY: [req("state", "str"), opt("info", "map", {})],
-  STOP: [nil("grace", "float")],
+  STATUS: [nil("id", "u64")],
+  STATUS_REPLY: [req("state", "str"), opt("info", "map", {}), nil("id", "u64")],
+  STOP: [nil("grace", "float"), nil("id", "u64")],
   GAP: [req("offset", "u64"), req("missed", "u64")],
   RELEASE: [req("reason", "str"), opt("reset", "bin", EMPTY), opt("offset", "u64", 0n)],
+  REPLY: [req("id", "u64"), req("frame_type", "uint"), req("ok", "bool"), opt("code", "str", ""), opt("message", "str", ""),
+    opt("result", "map", {})],
 };
 
 /** The default of an absent optional field, fresh (maps are not shared between frames). */

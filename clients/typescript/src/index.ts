@@ -4,6 +4,6 @@ export {
 } from "./codec.js";
 export {
   CLIENT_NAME, Client, ClientError, ConnectionRefused, InstanceMismatch, ProtocolViolation, RemoteError, SessionGone,
-  SessionNotFound, Timeout, type ConnectOptions, type SpawnOptions,
+  SessionNotFound, RequestFailed, Timeout, type ConnectOptions, type RequestInit, type SpawnOptions,
 } from "./client.js";
 export { DEFAULT_BACKOFF, ResumingClient, type Backoff, type Reconnected, type ResumeItem, type ResumingOptions } from "./resuming.js";

@@ -5,9 +5,9 @@
 
 import {
   Client, ConnectionRefused, ProtocolViolation, RemoteError, SessionGone, SessionNotFound, Timeout,
-  type ClientError, type ConnectOptions, type SpawnOptions,
+  type ClientError, type ConnectOptions, type RequestInit, type SpawnOptions,
 } from "./client.js";
-import type { Exit, Frame, StatusReply, Welcome } from "./frames.js";
+import type { Exit, Frame, Reply, StatusReply, Welcome } from "./frames.js";
 
 export interface Backoff {
   initialMs: number;
@@ -180,6 +180,12 @@ export class ResumingClient implements AsyncIterable<ResumeItem> {
   }
   status(timeoutMs?: number): Promise<StatusReply> { return this.current.status(timeoutMs); }
   ping(timeoutMs?: number): Promise<void> { return this.current.ping(timeoutMs); }
+  /** Version 3 (Client.request) on the current connection; a STOP ends the stream as stop() does. */
+  request(frame: RequestInit, timeoutMs?: number): Promise<Reply> {
+    const answered = this.current.request(frame, timeoutMs);
+    if (frame.type === "STOP") this.stopping = true;
+    return answered;
+  }
 
   /** Ends the stream and closes the connection (the session carries on). */
   async close(): Promise<void> {

@@ -6,8 +6,8 @@ import { existsSync } from "node:fs";
 import { after, before, describe, test } from "node:test";
 
 import {
-  Client, InstanceMismatch, PROTOCOL_VERSION, RemoteError, ResumingClient, SessionGone, SessionNotFound,
-  type EventFrame, type Exit, type Frame,
+  Client, ClientError, InstanceMismatch, PROTOCOL_VERSION, RemoteError, RequestFailed, ResumingClient, SessionGone,
+  SessionNotFound, type EventFrame, type Exit, type Frame,
 } from "../src/index.js";
 import { HAVE_SHELLPER, SHELLPER, Sessions, alive, connected, pollUntil, readUntil } from "./live.js";
 
@@ -24,7 +24,7 @@ const has = (type: string) => (frames: { type: string }[]): boolean => frames.so
 const event = (kind: string) => (frames: { type: string }[]): boolean =>
   frames.some((f) => f.type === "EVENT" && (f as EventFrame).kind === kind);
 
-describe("against a live shellper", { skip, concurrency: false }, () => {
+describe("against a live shellper", { skip, concurrency: false, timeout: 240_000 }, () => {
   let sessions: Sessions;
   before(() => {
     sessions = new Sessions();
@@ -204,6 +204,45 @@ describe("against a live shellper", { skip, concurrency: false }, () => {
     await assert.rejects(tooFar, (e: unknown) => e instanceof RemoteError && e.error.code === "bad_offset" && e.error.fatal);
   });
 
+  test("exact gaps, live: a viewer that stops reading is not waited for; each GAP counts exactly what it lost", async () => {
+    const n = 150_000;
+    // the tty's echo of the trigger, then about 1 MB through a 64 KiB ring, then a marker
+    const expected = Buffer.concat([Buffer.from("go\r\n"), seqOutput(n), Buffer.from("done-flood\r\n")]);
+    const total = BigInt(expected.length);
+    const info = await sessions.launch("lg", ["sh", "-c", `read go; seq 1 ${n}; echo done-flood; exec cat`], ["--ring-bytes", "65536"]);
+    const viewer = await Client.connect(info.socket, { role: "viewer", replayBytes: 0, maxBuffered: 1 });
+    try {
+      assert.equal(viewer.nextOffset, 0n);
+      await connected(info.socket, { replayBytes: 0 }, async (tower) => {
+        tower.write("go\n"); // and the tower leaves at once: nobody holds the child back
+      });
+      // the viewer reads nothing until the whole flood is in the ring
+      await pollUntil(async () => connected(info.socket, { role: "viewer", replayBytes: 0 }, async (v) => v.welcome.ring_end === total),
+        20_000, "the whole flood");
+      let received = 0n;
+      let missed = 0n;
+      let gaps = 0;
+      const deadline = Date.now() + 30_000;
+      while (viewer.nextOffset < total) {
+        const frame = await viewer.recv(Math.max(1, deadline - Date.now()));
+        assert.ok(frame !== null, `timed out at ${viewer.nextOffset}`);
+        if (frame.type === "GAP") {
+          gaps++;
+          missed += frame.missed;
+        } else if (frame.type === "DATA") {
+          const at = Number(viewer.nextOffset) - frame.data.length; // recv has moved nextOffset past it
+          assert.ok(Buffer.from(frame.data).equals(expected.subarray(at, at + frame.data.length)), `bytes at ${at} differ`);
+          received += BigInt(frame.data.length);
+        }
+      }
+      assert.ok(gaps >= 1 && missed > 0n, "the viewer was never behind the ring");
+      assert.equal(received + missed, total); // every offset received or counted, once
+      assert.equal(viewer.missed, missed);
+    } finally {
+      await viewer.close();
+    }
+  });
+
   test("roles: viewers and terminals are refused what is the tower's; events on request; a new tower replaces the old", async () => {
     const info = await sessions.launch("ro", ["cat"]);
     const tower = await Client.connect(info.socket, { replayBytes: 0 });
@@ -246,12 +285,54 @@ describe("against a live shellper", { skip, concurrency: false }, () => {
     await assert.rejects(Client.connect(info.socket, { version: 1 }),
       (e: unknown) => e instanceof RemoteError && e.error.code === "unsupported_version" && e.error.fatal);
     await connected(info.socket, { role: "viewer", version: 99 }, async (c) => {
-      assert.ok(c.welcome.version >= 2 && c.welcome.version <= 99);
-      assert.equal(c.version, c.welcome.version);
+      assert.equal(c.welcome.version, 3); // the shellper's own: the lower of the two
+      assert.equal(c.version, 3);
       assert.equal(c.welcome.min_version, 2);
     });
     await connected(info.socket, { role: "viewer", version: 2 }, async (c) => {
       assert.equal(c.welcome.version, 2);
     });
+  });
+
+  test("version 3: each request with an id gets one REPLY; a refusal leaves the connection up", async () => {
+    const info = await sessions.launch("v3", ["cat"]);
+    await connected(info.socket, { replayBytes: 0 }, async (c) => {
+      assert.equal(c.version, 3);
+      const resized = await c.request({ type: "RESIZE", cols: 88, rows: 22 });
+      assert.equal(resized.ok, true);
+      assert.equal(resized.frame_type, 0x02);
+      assert.deepEqual(resized.result, { cols: 88, rows: 22 });
+      const refusals: [Parameters<Client["request"]>[0], string][] = [
+        [{ type: "SIGNAL", signal: "BOGUS" }, "bad_signal"],
+        [{ type: "RESIZE", cols: 0, rows: 22 }, "bad_field"], // fatal without an id
+        [{ type: "SPAWN", argv: ["/nonexistent/program"] }, "spawn_failed"],
+      ];
+      for (const [frame, code] of refusals) {
+        await assert.rejects(c.request(frame), (e: unknown) => e instanceof RequestFailed && e.reply.code === code && !e.reply.ok);
+      }
+      assert.equal((await c.status()).state, "running"); // STATUS with an id: its STATUS_REPLY carries it
+      const spawned = await c.request({ type: "SPAWN", argv: ["sh", "-c", "echo v3-spawned; exec cat"] });
+      assert.equal(typeof spawned.result.child_pid, "number");
+      assert.deepEqual(spawned.result.argv, ["sh", "-c", "echo v3-spawned; exec cat"]);
+      // ordered like EXIT and EVENT: the old child's EXIT and the new child's EVENT spawned came first
+      const { frames } = await readUntil(c, (fs, out) => has("EXIT")(fs) && event("spawned")(fs) && out.includes("v3-spawned"));
+      assert.ok(frames.some((f) => f.type === "EVENT" && (f as EventFrame).data.child_pid === spawned.result.child_pid));
+      const signalled = await c.request({ type: "SIGNAL", signal: "CONT" });
+      assert.deepEqual(signalled.result, { signal: "SIGCONT", pid: spawned.result.child_pid });
+      await connected(info.socket, { role: "viewer" }, async (v) => {
+        await assert.rejects(v.request({ type: "STOP" }), (e: unknown) => e instanceof RequestFailed && e.reply.code === "forbidden");
+        await v.ping();
+      });
+      await connected(info.socket, { role: "viewer", version: 2 }, async (v2) => {
+        await assert.rejects(v2.request({ type: "RESIZE", cols: 80, rows: 24 }), (e: unknown) => e instanceof ClientError && /version 2/.test(e.message));
+        assert.equal((await v2.status()).state, "running"); // version 2: matched in order, no id
+      });
+      const stopped = await c.request({ type: "STOP", grace: 1 });
+      assert.equal(stopped.result.child_pid, spawned.result.child_pid);
+      const rest: Frame[] = [];
+      for await (const frame of c) rest.push(frame); // the EXIT came before the REPLY; then the end
+      assert.ok(rest.some((f) => f.type === "EXIT" && f.state === "stopping"));
+    });
+    await pollUntil(() => !alive(info.pid), 10_000, "the shellper to exit");
   });
 });

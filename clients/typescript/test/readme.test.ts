@@ -8,7 +8,7 @@ import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { test } from "node:test";
 
-import { HAVE_SHELLPER, SHELLPER, Sessions } from "./live.js";
+import { HAVE_SHELLPER, SHELLPER, Sessions, pollUntil } from "./live.js";
 
 const PACKAGE = fileURLToPath(new URL("../../", import.meta.url));
 const run = promisify(execFile);
@@ -27,7 +27,8 @@ test("the README's Tower launches a session, types into it, sees its exit and st
     assert.match(stdout, /hello from job/);
     assert.match(stdout, /\[crash: exit 3 .*session exited\]/);
     assert.match(stdout, /\[session over at offset \d+\]/);
-    assert.equal(existsSync(join(sessions.dir, "job.sock")), false);
+    // the shellper closes its connections before it removes its files (PROTOCOL.md, STOP)
+    await pollUntil(() => !existsSync(join(sessions.dir, "job.sock")), 10_000, "the session's socket to go");
   } finally {
     if (existsSync(join(sessions.dir, "job.sock"))) await run(SHELLPER, ["stop", "job", "--dir", sessions.dir]).catch(() => undefined);
     await sessions.cleanup();

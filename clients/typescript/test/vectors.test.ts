@@ -10,7 +10,9 @@ import { FrameDecoder, ProtocolError, decodeAll, encodeFrame, type Decoded } fro
 import { FIELDS, Float64, FrameType, defaultOf, type FieldSpec, type FrameInit, type FrameName, type Value } from "../src/frames.js";
 import { parseJson, type J } from "./vectorjson.js";
 
-const VECTORS = new URL("../../../../protocol/vectors/", import.meta.url);
+const VECTORS = process.env.SHELLPER_VECTORS !== undefined
+  ? new URL(`file://${process.env.SHELLPER_VECTORS.replace(/\/?$/, "/")}`)
+  : new URL("../../../../protocol/vectors/", import.meta.url);
 const load = (name: string): Record<string, J>[] =>
   parseJson(readFileSync(new URL(name, VECTORS), "utf8")) as Record<string, J>[];
 
@@ -217,4 +219,13 @@ test("a map field with a non-string key anywhere inside is bad_field, naming the
   const payload = Buffer.from("82a57374617465a178a4696e666f81a161810102", "hex");
   const frame = Buffer.concat([Buffer.from([0x0e, 0, 0, 0, payload.length]), payload]);
   assert.throws(() => decodeAll(frame), (e: unknown) => e instanceof ProtocolError && e.code === "bad_field" && e.field === "info");
+});
+
+test("a malformed request whose id can be read reports it (version 3: answered by REPLY, not a fatal ERROR)", () => {
+  // RESIZE {cols: "80", rows: 24, id: 9}
+  const withId = Buffer.from("020000001383a4636f6c73a23830a4726f777318a2696409", "hex");
+  assert.throws(() => decodeAll(withId), (e: unknown) => e instanceof ProtocolError && e.field === "cols" && e.requestId === 9n);
+  // RESIZE {cols: 80, rows: 24, id: "1"}: the id itself is unreadable
+  const badId = Buffer.from("020000001283a4636f6c7350a4726f777318a26964a131", "hex");
+  assert.throws(() => decodeAll(badId), (e: unknown) => e instanceof ProtocolError && e.field === "id" && e.requestId === null);
 });
