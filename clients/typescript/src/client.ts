@@ -2,6 +2,7 @@
 // then frames as they come, with the output position and the last event tracked as they are handed
 // out (section 8.2), so that `nextOffset` is always what a reconnection resumes from.
 
+import { readFileSync } from "node:fs";
 import net from "node:net";
 
 import { ProtocolError, FrameDecoder, encodeData, encodeFrame, typeName } from "./codec.js";
@@ -45,6 +46,9 @@ export class RequestFailed extends ClientError {
 }
 /** A request that gets a REPLY on a version-3 connection. */
 export type RequestInit = FrameInit<"RESIZE"> | FrameInit<"SIGNAL"> | FrameInit<"SPAWN"> | FrameInit<"STOP">;
+/** The shellper behind the socket is no longer running (its pid, start time and boot checked): the
+ * session will not answer again. */
+export class ShellperDead extends ClientError {}
 /** The peer broke the protocol (a malformed frame, a WELCOME missing, a stream that does not add up). */
 export class ProtocolViolation extends ClientError {}
 /** WELCOME names another shellper instance than the one expected (a new session under the name). */
@@ -92,6 +96,8 @@ export class Client implements AsyncIterable<Frame> {
   lastEventSeq: bigint | null = null;
   /** The last EXIT handed out. */
   exit: Exit | null = null;
+  /** The session's state as WELCOME, the last EXIT or the last `state` event handed out said. */
+  sessionState = "";
   /** Why the connection ended, once it has. */
   closedError: ClientError | null = null;
 
@@ -169,6 +175,7 @@ export class Client implements AsyncIterable<Frame> {
     const replay = await next();
     if (replay.type !== "REPLAY") throw new ProtocolViolation(this.path, `expected REPLAY, got ${replay.type}`);
     this.welcome = welcome;
+    this.sessionState = welcome.state;
     this.version = welcome.version;
     this.replay = replay;
     this.nextOffset = replay.offset + BigInt(replay.data.length);
@@ -303,9 +310,11 @@ export class Client implements AsyncIterable<Frame> {
         break;
       case "EVENT":
         if (frame.seq > 0n) this.lastEventSeq = frame.seq;
+        if (frame.kind === "state" && typeof frame.data.state === "string") this.sessionState = frame.data.state;
         break;
       case "EXIT":
         this.exit = frame;
+        if (frame.state !== "") this.sessionState = frame.state;
         break;
       default:
         break;
@@ -457,6 +466,26 @@ export class Client implements AsyncIterable<Frame> {
   get shellperPid(): number {
     return this.welcome.shellper_pid;
   }
+}
+
+/** Whether the shellper a WELCOME described still runs: same boot, its pid alive and not a zombie,
+ * with the start time WELCOME gave (field 22 of /proc/PID/stat). True when this cannot be told. */
+export function shellperAlive(welcome: Welcome): boolean {
+  let bootId: string;
+  try {
+    bootId = readFileSync("/proc/sys/kernel/random/boot_id", "utf8").trim();
+  } catch {
+    return true; // no /proc: nothing to go by
+  }
+  if (bootId !== welcome.boot_id) return false;
+  let stat: string;
+  try {
+    stat = readFileSync(`/proc/${welcome.shellper_pid}/stat`, "utf8");
+  } catch {
+    return false;
+  }
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" "); // from field 3 (state) on
+  return fields[0] !== "Z" && Number(fields[19]) === welcome.shellper_start_time;
 }
 
 function open(path: string): Promise<net.Socket> {

@@ -4,6 +4,6 @@ export {
 } from "./codec.js";
 export {
   CLIENT_NAME, Client, ClientError, ConnectionRefused, InstanceMismatch, ProtocolViolation, RemoteError, SessionGone,
-  SessionNotFound, RequestFailed, Timeout, type ConnectOptions, type RequestInit, type SpawnOptions,
+  SessionNotFound, RequestFailed, ShellperDead, Timeout, shellperAlive, type ConnectOptions, type RequestInit, type SpawnOptions,
 } from "./client.js";
 export { DEFAULT_BACKOFF, ResumingClient, type Backoff, type Reconnected, type ResumeItem, type ResumingOptions } from "./resuming.js";

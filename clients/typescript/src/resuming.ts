@@ -4,7 +4,7 @@
 // none skipped without a GAP that counts it (PROTOCOL.md 8.2, 8.3).
 
 import {
-  Client, ConnectionRefused, ProtocolViolation, RemoteError, SessionGone, SessionNotFound, Timeout,
+  Client, ConnectionRefused, ProtocolViolation, RemoteError, SessionGone, SessionNotFound, ShellperDead, Timeout, shellperAlive,
   type ClientError, type ConnectOptions, type RequestInit, type SpawnOptions,
 } from "./client.js";
 import type { Exit, Frame, Reply, StatusReply, Welcome } from "./frames.js";
@@ -51,6 +51,8 @@ export class ResumingClient implements AsyncIterable<ResumeItem> {
   nextOffset = 0n;
   lastEventSeq: bigint | null = null;
   exit: Exit | null = null;
+  /** The session's state as the last WELCOME, EXIT or `state` event handed out said. */
+  sessionState: string;
   reconnects = 0;
   instanceId: string;
   private readonly items: ResumeItem[] = [];
@@ -60,6 +62,7 @@ export class ResumingClient implements AsyncIterable<ResumeItem> {
 
   private constructor(readonly path: string, private current: Client, private readonly options: ResumingOptions) {
     this.instanceId = current.welcome.instance_id;
+    this.sessionState = current.welcome.state;
     this.lastEventSeq = current.lastEventSeq;
     this.nextOffset = current.replay.offset - current.replay.gap;
     this.queueReplay(current);
@@ -89,8 +92,15 @@ export class ResumingClient implements AsyncIterable<ResumeItem> {
     switch (item.type) {
       case "DATA": this.nextOffset += BigInt(item.data.length); break;
       case "GAP": this.nextOffset = item.offset; break;
-      case "EVENT": if (item.seq > 0n) this.lastEventSeq = item.seq; break;
-      case "EXIT": this.exit = item; break;
+      case "EVENT":
+        if (item.seq > 0n) this.lastEventSeq = item.seq;
+        if (item.kind === "state" && typeof item.data.state === "string") this.sessionState = item.data.state;
+        break;
+      case "EXIT":
+        this.exit = item;
+        if (item.state !== "") this.sessionState = item.state;
+        break;
+      case "RECONNECTED": this.sessionState = item.welcome.state; break;
       default: break;
     }
     return item;
@@ -116,7 +126,7 @@ export class ResumingClient implements AsyncIterable<ResumeItem> {
 
   private lost(error: Error): void {
     if (this.ended !== null) throw this.ended; // closed by the caller meanwhile
-    const stopped = this.stopping || (this.exit !== null && ENDED_STATES.has(this.exit.state));
+    const stopped = this.stopping || ENDED_STATES.has(this.sessionState);
     const fatal = error instanceof RemoteError && !RESUMABLE_ERRORS.has(error.error.code);
     if (stopped || fatal || !(error instanceof SessionGone || error instanceof RemoteError)) {
       this.ended = error;
@@ -136,6 +146,12 @@ export class ResumingClient implements AsyncIterable<ResumeItem> {
           ...this.options, resumeFrom: asked, replayBytes: null, eventsAfter: this.lastEventSeq, expectInstanceId: this.instanceId,
         });
       } catch (error) {
+        if ((error instanceof SessionNotFound || error instanceof ConnectionRefused) && !shellperAlive(this.current.welcome)) {
+          // a stale socket: nothing will answer there again, so the backoff is not waited out
+          const pid = this.current.welcome.shellper_pid;
+          this.ended = new ShellperDead(this.path, `the shellper (pid ${pid}) is no longer running`);
+          throw this.ended;
+        }
         if (!retryable(error) || attempt >= backoff.maxAttempts) {
           this.ended = error as ClientError;
           throw error;

@@ -2,12 +2,14 @@
 // resume without loss and with exact gaps, roles, versioning.
 
 import assert from "node:assert/strict";
-import { existsSync } from "node:fs";
+import { execFile } from "node:child_process";
+import { existsSync, readFileSync } from "node:fs";
+import { promisify } from "node:util";
 import { after, before, describe, test } from "node:test";
 
 import {
   Client, ClientError, InstanceMismatch, PROTOCOL_VERSION, RemoteError, RequestFailed, ResumingClient, SessionGone,
-  SessionNotFound, type EventFrame, type Exit, type Frame,
+  SessionNotFound, ShellperDead, type EventFrame, type Exit, type Frame,
 } from "../src/index.js";
 import { HAVE_SHELLPER, SHELLPER, Sessions, alive, connected, pollUntil, readUntil } from "./live.js";
 
@@ -103,6 +105,7 @@ describe("against a live shellper", { skip, concurrency: false, timeout: 240_000
       assert.equal(exit.class, "requested");
       assert.equal(exit.state, "exited");
       assert.equal(c.exit, exit);
+      assert.equal(c.sessionState, "exited");
       c.write("x");
       const late = await readUntil(c, (fs) => fs.some((f) => f.type === "ERROR" && (f as unknown as { code: string }).code === "not_running"));
       assert.ok(late.frames.length >= 1);
@@ -173,6 +176,27 @@ describe("against a live shellper", { skip, concurrency: false, timeout: 240_000
       assert.ok(Buffer.concat(got).equals(expected), "the stream differs from seq's output");
     } finally {
       await rc.close();
+    }
+  });
+
+  test("a resuming client ends at once with ShellperDead when its shellper is killed, not after its backoff", async () => {
+    const info = await sessions.launch("dd", ["cat"]);
+    const rc = await ResumingClient.connect(info.socket, { replayBytes: 0 });
+    try {
+      assert.equal(rc.sessionState, "running");
+      assert.match(readFileSync(`/proc/${info.pid}/cmdline`, "latin1"), /shellper/); // ours: launched above
+      process.kill(info.pid, "SIGKILL");
+      const started = Date.now();
+      const ended = async (): Promise<never> => {
+        for (;;) assert.notEqual(await rc.recv(20_000), null); // frames sent before the kill, then the end
+      };
+      await assert.rejects(ended(), ShellperDead);
+      const took = Date.now() - started;
+      assert.ok(took < 1000, `${took} ms: the backoff (about 6 s) was waited out`);
+    } finally {
+      await rc.close().catch(() => undefined);
+      // what its tree left running, and its files: `shellper stop` of a dead shellper ends them
+      await promisify(execFile)(SHELLPER, ["stop", "dd", "--dir", sessions.dir]).catch(() => undefined);
     }
   });
 
