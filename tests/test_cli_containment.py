@@ -349,5 +349,5 @@ def test_launch_info_still_takes_an_info_line_without_owner_or_containment() -> 
     info = LaunchInfo(**old)
     assert (info.owner, info.containment) == ("", "none")
     assert LaunchInfo(*old.values()) == info
-    assert info.to_dict() == {**old, "owner": "", "containment": "none"}
+    assert info.to_dict() == {**old, "owner": "", "containment": "none", "shellper_pid": 1, "shellper_start_time": 2}
 

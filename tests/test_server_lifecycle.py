@@ -59,7 +59,7 @@ def daemons_for(directory: Path) -> list[int]:
 def test_session_survives_the_launcher_exiting(sessions: Sessions) -> None:
     done = cli("--dir", str(sessions.dir), "run", "--json", "sv", "--", "cat")
     assert done.returncode == 0, done.stderr  # returned at all: the daemon does not hold the CLI's pipes
-    info = LaunchInfo(**json.loads(done.stdout))
+    info = LaunchInfo.from_dict(json.loads(done.stdout))
     sessions.started.append(info)
     assert not wait_gone(info.pid, 0)
     with open(f"/proc/{info.pid}/stat") as fh:
@@ -396,7 +396,7 @@ def test_the_child_keeps_its_own_double_dash(sessions: Sessions, words: list[str
     with no -- before git) used to vanish from the child's argv."""
     done = cli("--dir", str(sessions.dir), words[0], "--json", *words[1:])
     assert done.returncode == 0, done.stderr
-    info = LaunchInfo(**json.loads(done.stdout))
+    info = LaunchInfo.from_dict(json.loads(done.stdout))
     sessions.started.append(info)
     assert read_record(sessions.dir / "dd.json").command == child
     with sessions.connect("dd", "viewer") as viewer:

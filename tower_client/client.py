@@ -20,6 +20,7 @@ from typing import Generic, TypeVar
 
 from shellper.client.blocking import Client, check_role, checked_socket_path, peer_pid
 from shellper.core import names
+from shellper.core.errors import BadArgumentType
 from shellper.core.exitrecord import ExitRecord
 from shellper.protocol import wire
 from shellper.protocol.connection import (
@@ -30,6 +31,7 @@ from shellper.protocol.connection import (
     ConnectionView,
     ConnState,
     InstanceMismatch,
+    InvalidRequest,
     Output,
     PeerMismatch,
     ProtocolViolation,
@@ -86,7 +88,7 @@ def socket_path(directory: str | os.PathLike[str], name: str) -> Path:
 def checked_input(data: bytes) -> bytes:
     """Input must be bytes: a str would need an encoding the shellper cannot guess."""
     if not isinstance(data, bytes | bytearray | memoryview):
-        raise TypeError(f"input must be bytes, not {type(data).__name__} (encode text first)")
+        raise BadArgumentType(f"input must be bytes, not {type(data).__name__} (encode text first)")
     return data
 
 
@@ -96,18 +98,18 @@ def checked_request(frame: F) -> F:
     try:
         wire.check_request(frame)
     except wire.BadField as exc:
-        raise ValueError(str(exc)) from None
+        raise InvalidRequest(str(exc), exc.field_name) from None
     if isinstance(frame, wire.Signal) and wire.bare_signal(frame.signal) is None:
-        raise ValueError(f"signal {frame.signal!r} is not one of {', '.join(wire.SIGNALS)}")
+        raise InvalidRequest(f"signal {frame.signal!r} is not one of {', '.join(wire.SIGNALS)}")
     if isinstance(frame, wire.Spawn):  # types only: what the shellper's decoder would refuse
         if frame.argv is not None and (not isinstance(frame.argv, list | tuple) or not frame.argv
                                        or not all(isinstance(a, str) for a in frame.argv)):
-            raise ValueError(f"argv must be a non-empty list of strings or None, got {frame.argv!r:.80}")
+            raise InvalidRequest(f"argv must be a non-empty list of strings or None, got {frame.argv!r:.80}")
         if frame.cwd is not None and not isinstance(frame.cwd, str):
-            raise ValueError(f"cwd must be a string or None, got {frame.cwd!r:.80}")
+            raise InvalidRequest(f"cwd must be a string or None, got {frame.cwd!r:.80}")
         if frame.env is not None and (not isinstance(frame.env, dict) or not all(
                 isinstance(k, str) and isinstance(v, str) for k, v in frame.env.items())):
-            raise ValueError(f"env must be a dict of strings or None, got {frame.env!r:.80}")
+            raise InvalidRequest(f"env must be a dict of strings or None, got {frame.env!r:.80}")
     return frame
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from shellper.core.errors import BadArgument, InsideEventLoop
 from shellper.core.states import SessionState
 from shellper.host.cgroup import (
     OrphanCgroup,
@@ -179,13 +180,13 @@ def check_probe_timeout(probe_timeout: float) -> None:
     """ValueError unless ``probe_timeout`` is a finite number of seconds > 0."""
     if (isinstance(probe_timeout, bool) or not isinstance(probe_timeout, int | float)
             or not math.isfinite(probe_timeout) or probe_timeout <= 0):
-        raise ValueError(f"probe_timeout must be a finite number of seconds > 0, not {probe_timeout!r}")
+        raise BadArgument(f"probe_timeout must be a finite number of seconds > 0, not {probe_timeout!r}")
 
 
 def check_concurrency(concurrency: int) -> None:
     """ValueError unless ``concurrency`` is an int >= 1 (0 would wait forever for a free slot)."""
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-        raise ValueError("concurrency must be >= 1")
+        raise BadArgument("concurrency must be >= 1")
 
 
 def _is_socket(path: str | Path) -> bool:
@@ -412,10 +413,22 @@ def _is_session_name(d: str, name: str) -> bool:
     return True
 
 
+def not_in_a_loop(call: str) -> None:
+    """A blocking call runs an event loop of its own, which cannot be done from inside a running one: say so
+    before any coroutine exists (asyncio.run would raise only after, leaving it never awaited)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise InsideEventLoop(f"{call}() blocks and cannot run inside a running event loop: "
+                          f"use `await {call}_async(...)` there")
+
+
 def observe(directory: str | os.PathLike[str], name: str, *,
             probe_timeout: float = PROBE_TIMEOUT) -> Observed:
     """Blocking :func:`observe_async` (runs its own event loop: not from inside one)."""
     check_probe_timeout(probe_timeout)
+    not_in_a_loop("observe")
     return asyncio.run(observe_async(directory, name, probe_timeout=probe_timeout))
 
 
@@ -424,5 +437,6 @@ def discover(directory: str | os.PathLike[str], *, probe_timeout: float = PROBE_
     """Blocking :func:`discover_async` (runs its own event loop: not from inside one)."""
     check_concurrency(concurrency)
     check_probe_timeout(probe_timeout)
+    not_in_a_loop("discover")
     return asyncio.run(discover_async(directory, probe_timeout=probe_timeout, concurrency=concurrency,
                                       cgroup_parent=cgroup_parent))

@@ -79,7 +79,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from shellper.core.errors import ShellperError
+from shellper.core.errors import BadArgument, ShellperError
 from shellper.core.names import SOCKET_SUFFIX, BadName, validate_name
 from shellper.core.owner import default_owner
 from shellper.core.states import SessionState
@@ -288,11 +288,11 @@ def reconcile(registry: Registry, observed: Iterable[Observed], *, now: float,
     ValueError if ``husk_max_age`` is negative or NaN (None: husks never expire)."""
     if husk_max_age is not None and (isinstance(husk_max_age, bool) or not isinstance(husk_max_age, int | float)
                                      or math.isnan(husk_max_age) or husk_max_age < 0):
-        raise ValueError(f"husk_max_age must be None or a number of seconds >= 0, not {husk_max_age!r}")
+        raise BadArgument(f"husk_max_age must be None or a number of seconds >= 0, not {husk_max_age!r}")
     by_name: dict[str, Observed] = {}
     for obs in observed:
         if obs.name in by_name:
-            raise ValueError(f"session {obs.name!r} observed twice")
+            raise BadArgument(f"session {obs.name!r} observed twice")
         by_name[obs.name] = obs
     me = default_owner() if owner is None else owner
     decisions: list[Decision] = []

@@ -65,9 +65,12 @@ INVALID_PATH = HERE / "invalid.json"
 
 
 def to_json(value: Any) -> Any:
-    """JSON form of a decoded msgpack value: binary becomes {"hex": "..."}; order of map keys is kept."""
+    """JSON form of a decoded msgpack value: binary becomes {"hex": "..."}, a float {"float": x} (JSON cannot
+    tell 2 from 2.0; msgpack can); order of map keys is kept."""
     if isinstance(value, bytes | bytearray):
         return {"hex": bytes(value).hex()}
+    if isinstance(value, float):
+        return {"float": value}
     if isinstance(value, dict):
         return {k: to_json(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -76,10 +79,12 @@ def to_json(value: Any) -> Any:
 
 
 def from_json(value: Any) -> Any:
-    """Inverse of to_json: an object whose only key is "hex" is binary."""
+    """Inverse of to_json: an object whose only key is "hex" is binary, one whose only key is "float" a float."""
     if isinstance(value, dict):
         if list(value) == ["hex"] and isinstance(value["hex"], str):
             return bytes.fromhex(value["hex"])
+        if list(value) == ["float"] and isinstance(value["float"], int | float):
+            return float(value["float"])
         return {k: from_json(v) for k, v in value.items()}
     if isinstance(value, list):
         return [from_json(v) for v in value]
@@ -139,7 +144,8 @@ EXIT_CRASH = Exit(
     reason="killed by SIGSEGV (core dumped)", state="backoff", child_pid=4243, time=1767225600.25,
     restart_in=2.0, stderr_tail="Segmentation fault\n",
 )
-EXIT_RECORD = EXIT_CRASH.to_map()
+EXIT_RECORD = EXIT_CRASH.exit_record().to_wire()
+"""The exit record as WELCOME and EVENT carry it: all fourteen keys (PROTOCOL.md 6.2)."""
 BOOT_ID = "0d6ec1b5-6a4e-4b0e-9c36-3f1f8a2b7c11"
 INSTANCE_ID = "9f2c4e61b0a84d7c8e5f1a3b2c4d6e8f"
 ALL_BYTES = bytes(range(256))
@@ -157,7 +163,9 @@ FRAME_CASES: list[tuple[str, Frame]] = [
     ("SIGNAL plain name", Signal(signal="INT")),
     ("SIGNAL SIG-prefixed", Signal(signal="SIGTERM")),
     ("EXIT all fields (crash by signal)", EXIT_CRASH),
-    ("EXIT minimal (code 0, signal nil)", Exit(code=0, signal=None)),
+    ("EXIT minimal (code 0, signal nil, nil optionals left out)", Exit(
+        code=0, signal=None, exit_class="clean", reason="exited with code 0", state="exited", time=1767225600.0,
+    )),
     ("EXIT negative code, unicode reason", Exit(
         code=-1, signal=None, core=False, uptime=0.001, exit_class="permanent",
         reason="exec failed: \u00abno such file\u00bb /opt/\u00e9t\u00e9/bin", state="fatal",
@@ -228,18 +236,21 @@ FRAME_CASES: list[tuple[str, Frame]] = [
     ("EVENT client_detached", Event(seq=6, kind="client_detached", time=1767225702.0,
                                     data={"client_id": 3, "role": "terminal", "reason": "closed"})),
     ("EVENT resized", Event(seq=7, kind="resized", time=1767225703.0, data={"cols": 100, "rows": 30})),
+    ("EVENT note (a shellper note in the output stream, PROTOCOL.md 8.5)",
+     Event(seq=8, kind="note", time=1767225612.5,
+           data={"offset": 4096, "length": 68, "text": "child exit 3; restarting in 0.5 s (restart 1)"})),
     ("EVENT events_missed", Event(seq=0, kind="events_missed", time=1767225704.0,
                                   data={"from": 1, "to": 1041})),
     ("EVENT unknown kind", Event(seq=BIG, kind="from_the_future", data={"x": [1, "two", None, True]})),
     ("STATUS", Status()),
     ("STATUS_REPLY minimal", StatusReply(state="running")),
     ("STATUS_REPLY with info", StatusReply(state="exited", info={
-        "child_pid": None, "ring_start": 0, "ring_end": BIG, "clients": 2, "restarts": 1,
-        "exit": EXIT_RECORD,
+        "child_pid": None, "ring_start": 0, "ring_end": BIG, "event_seq": 9, "output_held": False,
+        "last_exit": EXIT_CRASH.exit_record().to_wire(), "clients": 2, "restarts": 1,
     })),
     ("STOP default grace", Stop()),
     ("STOP grace", Stop(grace=2.5)),
-    ("STOP grace as integer", Stop(grace=0)),
+    ("STOP grace 0: a float field is float 64 even when whole", Stop(grace=0)),
     ("GAP", Gap(offset=1_048_576, missed=524_288)),
     ("GAP large offsets", Gap(offset=BIG, missed=BIG - 1)),
     ("RELEASE minimal", Release(reason="closing")),
@@ -309,6 +320,16 @@ PING = encode(Ping(nonce=1))
 R = FrameType.RESIZE
 H = FrameType.HELLO
 HELLO_OK = {"version": 2, "role": "tower"}
+EXIT_MINIMAL = {"code": 0, "signal": None, "core": False, "uptime": 0.0, "class": "clean", "reason": "",
+                "state": "exited", "time": 5.0, "stderr_tail": ""}
+"""The exit record's required keys (PROTOCOL.md 6.2), with the nil optionals left out."""
+WELCOME_MIN = {"version": 2, "name": "s", "shellper_pid": 1, "shellper_start_time": 0, "boot_id": BOOT_ID,
+               "instance_id": INSTANCE_ID, "state": "exited", "cols": 80, "rows": 24, "ring_start": 0,
+               "ring_end": 0}
+
+
+def without(mapping: dict[str, Any], key: str) -> dict[str, Any]:
+    return {k: v for k, v in mapping.items() if k != key}
 
 STREAM_CASES: list[StreamCase] = [
     # --- framing
@@ -400,6 +421,44 @@ STREAM_CASES: list[StreamCase] = [
                "bad_field", 15, "grace"),
     StreamCase("int where bool expected: ERROR fatal", raw(11, pk({"code": "x", "message": "", "fatal": 1})),
                "bad_field", 11, "fatal"),
+    # --- non-string map keys, at any depth, are bad_payload (not bad_field): a property of the encoding
+    StreamCase("integer key in a map field: EVENT data", raw(12, pk({"seq": 1, "kind": "x", "data": {1: 2}})),
+               "bad_payload", 12),
+    StreamCase("binary key in a map field: EVENT data", raw(12, pk({"seq": 1, "kind": "x", "data": {b"k": 1}})),
+               "bad_payload", 12),
+    StreamCase("binary key in a {str: str} field: SPAWN env", raw(10, pk({"env": {b"PATH": "/bin"}})),
+               "bad_payload", 10),
+    StreamCase("integer key deep inside: EVENT data.a[0]",
+               raw(12, pk({"seq": 1, "kind": "x", "data": {"a": [{7: "x"}]}})), "bad_payload", 12),
+    StreamCase("map as a map key: STATUS_REPLY info", raw(14, b"\x82\xa5state\xa7running\xa4info\x81\x81\xa1k\x01\x02"),
+               "bad_payload", 14),
+    StreamCase("nil key inside WELCOME exit", raw(9, pk({**WELCOME_MIN, "exit": {None: 1}})), "bad_payload", 9),
+    # --- the exit record: one schema, checked the same in EXIT, WELCOME.exit and EVENT exited's data
+    StreamCase("EXIT missing class", raw(4, pk(without(EXIT_MINIMAL, "class"))), "missing_field", 4, "class"),
+    StreamCase("EXIT missing time", raw(4, pk(without(EXIT_MINIMAL, "time"))), "missing_field", 4, "time"),
+    StreamCase("EXIT uptime as string", raw(4, pk({**EXIT_MINIMAL, "uptime": "1"})), "bad_field", 4, "uptime"),
+    StreamCase("EXIT restarts as string (an extra key the record defines)",
+               raw(4, pk({**EXIT_MINIMAL, "restarts": "1"})), "bad_field", 4, "restarts"),
+    StreamCase("WELCOME exit missing class", raw(9, pk({**WELCOME_MIN, "exit": without(EXIT_MINIMAL, "class")})),
+               "bad_field", 9, "exit"),
+    StreamCase("WELCOME exit uptime as string", raw(9, pk({**WELCOME_MIN, "exit": {**EXIT_MINIMAL, "uptime": "1"}})),
+               "bad_field", 9, "exit"),
+    StreamCase("EVENT exited data missing class",
+               raw(12, pk({"seq": 1, "kind": "exited", "data": without(EXIT_MINIMAL, "class")})),
+               "bad_field", 12, "data"),
+    StreamCase("EVENT exited data uptime as string",
+               raw(12, pk({"seq": 1, "kind": "exited", "data": {**EXIT_MINIMAL, "uptime": "1"}})),
+               "bad_field", 12, "data"),
+    StreamCase("EVENT exited with empty data", raw(12, pk({"seq": 1, "kind": "exited"})), "bad_field", 12, "data"),
+    # --- a payload that fails several checks: the first failing check wins (PROTOCOL.md 10.1)
+    StreamCase("not UTF-8 and a missing field: bad_payload first", raw(3, b"\x81\xa3sig\xa2\xff\xfe"),
+               "bad_payload", 3),
+    StreamCase("two bad fields: the first in table order (cols)", raw(R, pk({"rows": "24", "cols": "80"})),
+               "bad_field", 2, "cols"),
+    StreamCase("a bad field before a missing one in table order", raw(R, pk({"cols": "80"})),
+               "bad_field", 2, "cols"),
+    StreamCase("a missing field before a bad one in table order", raw(R, pk({"rows": "24"})),
+               "missing_field", 2, "cols"),
     # --- accepted variations (no error)
     StreamCase("unknown key ignored", raw(R, pk({"cols": 80, "rows": 24, "future": [1, {"x": b"\x00"}]})),
                events=(Resize(cols=80, rows=24),)),
@@ -410,15 +469,26 @@ STREAM_CASES: list[StreamCase] = [
     StreamCase("keys in another order: HELLO", raw(H, pk({
         "client": "c", "events_after": 9, "role": "viewer", "resume_from": 100, "version": 2,
     })), events=(Hello(version=2, role="viewer", resume_from=100, events_after=9, client="c"),)),
-    StreamCase("absent optionals take their defaults: EXIT", raw(4, pk({"signal": None, "code": 0})),
-               events=(Exit(code=0, signal=None),)),
+    StreamCase("absent nil optionals of the exit record: EXIT", raw(4, pk(EXIT_MINIMAL)),
+               events=(Exit(code=0, signal=None, exit_class="clean", state="exited", time=5.0),)),
     StreamCase("explicit nil for an optional",
                raw(H, pk({**HELLO_OK, "resume_from": None, "replay_bytes": None})),
                events=(Hello(version=2, role="tower"),)),
     StreamCase("empty control payload is an empty map: STATUS", raw(13, b""), events=(Status(),)),
     StreamCase("empty control payload is an empty map: PING", raw(6, b""), events=(Ping(),)),
     StreamCase("empty control payload is an empty map: STOP", raw(15, b""), events=(Stop(),)),
-    StreamCase("integer in a float field", raw(15, pk({"grace": 3})), events=(Stop(grace=3),)),
+    StreamCase("integer in a float field (decodes as the float 3.0)", raw(15, pk({"grace": 3})),
+               events=(Stop(grace=3.0),)),
+    StreamCase("uint64 in a float field", raw(15, pk({"grace": 2**64 - 1})), events=(Stop(grace=float(2**64 - 1)),)),
+    StreamCase("integer in the exit record's float fields: EXIT",
+               raw(4, pk({**EXIT_MINIMAL, "uptime": 2, "time": 5, "restart_in": 1})),
+               events=(Exit(code=0, signal=None, exit_class="clean", state="exited", time=5.0, uptime=2.0,
+                            restart_in=1.0),)),
+    StreamCase("exit class and state this version does not know: accepted",
+               raw(4, pk({**EXIT_MINIMAL, "class": "oom", "state": "hibernating"})),
+               events=(Exit(code=0, signal=None, exit_class="oom", state="hibernating", time=5.0),)),
+    StreamCase("EVENT exited carrying an exit record", raw(12, pk({"seq": 3, "kind": "exited", "data": EXIT_MINIMAL})),
+               events=(Event(seq=3, kind="exited", data=EXIT_MINIMAL),)),
     StreamCase("float32 in a float field", raw(15, b"\x81\xa5grace\xca" + struct.pack(">f", 2.5)),
                events=(Stop(grace=2.5),)),
     StreamCase("non-minimal integer encoding", raw(R, b"\x82\xa4cols\xcf" + (80).to_bytes(8, "big")

@@ -7,6 +7,7 @@ argument, 1 for everything else (no such session, a stale socket, permission).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -31,7 +32,7 @@ from shellper.core.exits import PolicyError, RestartPolicy
 from shellper.core.names import socket_path, validate_name
 from shellper.core.owner import OWNER_ENV, BadOwner, validate_owner
 from shellper.core.states import SessionState
-from shellper.daemon.launch import LaunchError, LaunchInfo, launch, run_foreground
+from shellper.daemon.launch import LaunchError, LaunchFailure, LaunchInfo, launch, run_foreground
 from shellper.host.paths import (
     PathError,
     SessionPaths,
@@ -148,7 +149,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("name", help="the session\'s name")
     run.add_argument("command", nargs="*", help="the program to run and its arguments, after --")
     run.add_argument("--foreground", action="store_true", help="run in this process instead of detaching")
-    run.add_argument("--json", action="store_true", help="print the session's info as one JSON line, for programs")
+    run.add_argument("--json", action="store_true",
+                     help="print the session's info as one JSON line, for programs; on failure, a line with the "
+                          "error and its reason (protocol/RUNTIME.md)")
     run.add_argument("--replace", "-f", action="store_true",
                      help="replace a session of this name whose program has ended (exited or fatal)")
     run.add_argument("--cwd", help="working directory of the child (default: the current one)")
@@ -352,17 +355,30 @@ def cmd_run(args: argparse.Namespace) -> int:
         stderr_mode=args.stderr, grace=args.grace, husk_ttl=args.husk_ttl, policy=_policy(args), owner=_owner(args),
         containment=args.containment, cgroup_parent=_cgroup_parent(args))
     if not os.path.isdir(config.cwd):
+        _failed_line(args, config.name, f"--cwd {config.cwd} is not a directory", LaunchFailure.BAD_DIRECTORY)
         raise CliError(f"run: --cwd {config.cwd} is not a directory")
     _make_room(args)
     if args.foreground:
         return run_foreground(config)
-    info = launch(config, fork=True, prefork=args.prefork)  # the CLI is single-threaded: no second interpreter
+    try:
+        info = launch(config, fork=True, prefork=args.prefork)  # the CLI is single-threaded: no second interpreter
+    except LaunchError as exc:
+        _failed_line(args, config.name, str(exc), exc.reason)
+        raise
     try:
         print(json.dumps(info.to_dict()) if args.json else _started_line(args, info), flush=True)
     except OSError as exc:  # >/dev/full: the session runs; say that, and that its line is missing
         raise CliError(f"run: session {config.name!r} started (pid {info.pid}), but its info line could not "
                        f"be written: {exc.strerror or exc}") from None
     return 0
+
+
+def _failed_line(args: argparse.Namespace, name: str, error: str, reason: LaunchFailure) -> None:
+    """With --json, a launch that failed says so on stdout too, as one JSON line a program can act on
+    (protocol/RUNTIME.md, "The launch contract"); the message still goes to stderr."""
+    if args.json:
+        with contextlib.suppress(OSError):
+            print(json.dumps({"name": name, "error": error, "reason": reason.value}), flush=True)
 
 
 def _started_line(args: argparse.Namespace, info: LaunchInfo) -> str:

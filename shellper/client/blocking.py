@@ -16,6 +16,7 @@ import struct
 import time
 from collections import deque
 
+from shellper.core.errors import BadArgument, BadArgumentType
 from shellper.protocol import wire
 from shellper.protocol.connection import (
     Answered,
@@ -26,6 +27,7 @@ from shellper.protocol.connection import (
     ConnEvent,
     ConnState,
     InstanceMismatch,
+    InvalidRequest,
     NotASocket,
     Output,
     ProtocolViolation,
@@ -42,6 +44,7 @@ __all__ = [
     "ClientError",
     "ConnectionRefused",
     "InstanceMismatch",
+    "InvalidRequest",
     "NotASocket",
     "Output",
     "ProtocolViolation",
@@ -58,19 +61,19 @@ def checked_socket_path(path: str | os.PathLike[str]) -> str:
     """``path`` as a str, refusing what str() would turn into some other path: None ("./None"), bytes
     ("b'...'"), an int, "", or a NUL (the kernel would cut the address there)."""
     if not isinstance(path, str | os.PathLike):
-        raise TypeError(f"socket path must be a str or os.PathLike, not {type(path).__name__}")
+        raise BadArgumentType(f"socket path must be a str or os.PathLike, not {type(path).__name__}")
     text = os.fspath(path)
     if not isinstance(text, str):
-        raise TypeError(f"socket path must be text, not {type(text).__name__}")
+        raise BadArgumentType(f"socket path must be text, not {type(text).__name__}")
     if not text or "\0" in text:
-        raise ValueError(f"socket path {text!r} is empty or contains a NUL byte")
+        raise BadArgument(f"socket path {text!r} is empty or contains a NUL byte")
     return text
 
 
 def check_role(role: str) -> str:
     """A role the shellper knows (wire.ROLES), refused here instead of by the shellper after a round trip."""
     if role not in wire.ROLES:
-        raise ValueError(f"role {role!r} is not one of {', '.join(wire.ROLES)}")
+        raise BadArgument(f"role {role!r} is not one of {', '.join(wire.ROLES)}")
     return role
 
 
@@ -101,7 +104,7 @@ class Client(ConnectionView):
         self.path = checked_socket_path(path)
         check_role(role)
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
-            raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
+            raise BadArgument(f"timeout must be a number of seconds > 0, got {timeout!r}")
         self.role = role
         self.client_name = client_name
         self.timeout = timeout

@@ -6,3 +6,16 @@ from __future__ import annotations
 class ShellperError(Exception):
     """Catch this to catch any of shellper's own errors. Subclasses keep a standard mixin where callers
     expect one (a bad value is also a ValueError, a failed launch a RuntimeError)."""
+
+
+class BadArgument(ShellperError, ValueError):
+    """A caller passed a value the library cannot use (out of range, malformed); nothing was done with it."""
+
+
+class BadArgumentType(ShellperError, TypeError):
+    """A caller passed a value of the wrong type; nothing was done with it."""
+
+
+class InsideEventLoop(ShellperError, RuntimeError):
+    """A blocking call made from inside a running asyncio event loop, which it would have to block: await
+    its ``_async`` form instead."""

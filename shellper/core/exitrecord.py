@@ -73,9 +73,11 @@ class ExitRecord:
     def to_wire(self) -> dict[str, Any]:
         """The map every channel carries; its keys and their order are part of the protocol."""
         return {
-            "code": self.code, "signal": self.signal, "core": self.core, "uptime": self.uptime,
+            # float() because a float field always travels as float 64 (PROTOCOL.md section 3), never as 2
+            "code": self.code, "signal": self.signal, "core": self.core, "uptime": float(self.uptime),
             "class": self.exit_class, "reason": self.reason, "state": self.state, "child_pid": self.child_pid,
-            "time": self.time, "restart_in": self.restart_in, "stderr_tail": self.stderr_tail,
+            "time": float(self.time), "restart_in": None if self.restart_in is None else float(self.restart_in),
+            "stderr_tail": self.stderr_tail,
             "restarts": self.restarts, "breaker": self.breaker, "spawn_error": self.spawn_error,
         }
 
@@ -83,16 +85,7 @@ class ExitRecord:
     def from_wire(cls, data: object) -> ExitRecord:
         """Read :meth:`to_wire`'s map back, or an EXIT frame's (which leaves out ``child_pid`` and
         ``restart_in`` when nil, and the last three). Unknown keys are ignored, as on the wire."""
-        if not isinstance(data, dict):
-            raise ExitRecordError("(record)", f"must be a map, not {type(data).__name__}")
-        kwargs: dict[str, Any] = {}
-        for key, name, required, read in _WIRE_FIELDS:
-            if key not in data:
-                if required:
-                    raise ExitRecordError(key, "is missing")
-                continue
-            kwargs[name] = read(key, data[key])
-        return cls(**kwargs)
+        return cls(**_read(data))
 
     def summary(self) -> str:
         """"class: reason", without saying the class twice (reasons mostly start with it)."""
@@ -122,10 +115,11 @@ def _is_str(value: Any) -> bool:
     return isinstance(value, str)
 
 
-def _enum(enum: type[StrEnum]) -> Callable[[str, Any], Any]:
+def _enum(enum: type[StrEnum], unknown: StrEnum) -> Callable[[str, Any], Any]:
+    """Any string: a newer shellper may add classes and states (PROTOCOL.md section 12). One this version
+    does not know reads as ``unknown``, what the spec tells a client to take it for."""
     values = {member.value: member for member in enum}
-    return _reader(lambda v: isinstance(v, str) and v in values, f"one of {', '.join(values)}",
-                   convert=lambda v: values[v])
+    return _reader(_is_str, "a string", convert=lambda v: values.get(v, unknown))
 
 
 _INT = _reader(_is_int, "an integer")
@@ -137,9 +131,9 @@ _WIRE_FIELDS: tuple[tuple[str, str, bool, Callable[[str, Any], Any]], ...] = (
     ("signal", "signal", True, _reader(_is_str, "a string", nullable=True)),
     ("core", "core", True, _reader(lambda v: isinstance(v, bool), "a boolean")),
     ("uptime", "uptime", True, _FLOAT),
-    ("class", "exit_class", True, _enum(ExitClass)),
+    ("class", "exit_class", True, _enum(ExitClass, ExitClass.CRASH)),
     ("reason", "reason", True, _STR),
-    ("state", "state", True, _enum(SessionState)),
+    ("state", "state", True, _enum(SessionState, SessionState.EXITED)),
     ("child_pid", "child_pid", False, _reader(_is_int, "an integer", nullable=True)),
     ("time", "time", True, _FLOAT),
     ("restart_in", "restart_in", False, _reader(_is_number, "a number", nullable=True, convert=float)),
@@ -150,6 +144,26 @@ _WIRE_FIELDS: tuple[tuple[str, str, bool, Callable[[str, Any], Any]], ...] = (
     ("spawn_error", "spawn_error", False, _reader(_is_str, "a string", nullable=True)),
 )
 """How :meth:`ExitRecord.from_wire` reads each key of :meth:`ExitRecord.to_wire`'s map."""
+
+
+def check_exit_record(data: object) -> None:
+    """Raise :class:`ExitRecordError` unless ``data`` is a well-formed exit record (PROTOCOL.md 6.2). The one
+    check: the codec applies it to EXIT, WELCOME's ``exit`` and an ``exited`` EVENT's ``data`` alike, and
+    :meth:`ExitRecord.from_wire` reads through it."""
+    _read(data)
+
+
+def _read(data: object) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise ExitRecordError("(record)", f"must be a map, not {type(data).__name__}")
+    kwargs: dict[str, Any] = {}
+    for key, name, required, read in _WIRE_FIELDS:
+        if key not in data:
+            if required:
+                raise ExitRecordError(key, "is missing")
+            continue
+        kwargs[name] = read(key, data[key])
+    return kwargs
 
 
 def exit_line(last: ExitRecord, state: str, next_restart_at: float | None, now: float) -> str:

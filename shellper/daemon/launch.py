@@ -18,6 +18,7 @@ import time
 
 from shellper.core.config import ConfigError, SessionConfig
 from shellper.core.errors import ShellperError
+from shellper.core.launchfailure import LaunchFailure as LaunchFailure  # re-exported: LaunchError.reason
 from shellper.core.names import validate_name
 from shellper.core.owner import OWNER_ENV, BadOwner, default_owner
 from shellper.core.structs import fields, record, replace
@@ -38,12 +39,15 @@ LOG_TAIL_BYTES = 4096
 
 
 class LaunchError(ShellperError, RuntimeError):
-    """The session did not start; ``name`` and, when known, the log path say where to look."""
+    """The session did not start; ``reason`` says why for a program, ``name`` and, when known, the log path
+    say where to look."""
 
-    def __init__(self, name: str, message: str, log: str | None = None) -> None:
+    def __init__(self, name: str, message: str, log: str | None = None,
+                 reason: LaunchFailure = LaunchFailure.OTHER) -> None:
         super().__init__(message)
         self.name = name
         self.log = log
+        self.reason = reason
 
 
 @record(frozen=True)
@@ -67,9 +71,34 @@ class LaunchInfo:
     """Who the session belongs to (shellper.core.owner); "" only in an info line from before owners existed."""
     containment: str = "none"
     """What ends exactly this session's processes: cgroup, systemd-scope or none (shellper.host.cgroup)."""
+    shellper_pid: int | None = None
+    """``pid`` under WELCOME's name (protocol/RUNTIME.md, "The launch contract"); filled from ``pid``."""
+    shellper_start_time: int | None = None
+    """``start_time`` under WELCOME's name; filled from ``start_time``."""
+
+    def __post_init__(self) -> None:
+        # A line of an earlier version, or a caller building one by the old names, gets the new ones too.
+        if self.shellper_pid is None:
+            object.__setattr__(self, "shellper_pid", self.pid)
+        if self.shellper_start_time is None:
+            object.__setattr__(self, "shellper_start_time", self.start_time)
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        """The info line: WELCOME's names first for what WELCOME also says, then the rest, with the older
+        ``pid`` and ``start_time`` kept for readers of earlier lines."""
+        first = ("name", "shellper_pid", "shellper_start_time")
+        out = {k: getattr(self, k) for k in first}
+        out.update((k, v) for k, v in self.__dict__.items() if k not in first)
+        return out
+
+    @classmethod
+    def from_dict(cls, line: dict[str, Any]) -> LaunchInfo:
+        """Read an info line of this version or an earlier one (``pid``/``start_time`` only); keys this
+        version does not know are ignored, as RUNTIME.md asks of readers."""
+        values = dict(line)
+        values.setdefault("pid", values.get("shellper_pid"))
+        values.setdefault("start_time", values.get("shellper_start_time"))
+        return cls(**{f.name: values[f.name] for f in fields(cls) if f.name in values})
 
 
 def prepare(config: SessionConfig) -> tuple[SessionConfig, SessionPaths]:
@@ -81,7 +110,8 @@ def prepare(config: SessionConfig) -> tuple[SessionConfig, SessionPaths]:
     directory = ensure_runtime_dir(config.dir)
     paths = SessionPaths.for_name(directory, config.name)
     if SessionLock.is_locked(paths.lock):
-        raise LaunchError(config.name, f"session {config.name!r} is already running in {directory}")
+        raise LaunchError(config.name, f"session {config.name!r} is already running in {directory}",
+                          reason=LaunchFailure.ALREADY_RUNNING)
     return config, paths
 
 
@@ -124,7 +154,8 @@ def launch(
                 raise LaunchError(config.name, f"session {config.name!r} did not start: the process forked to "
                                   f"become its shellper died before it got its config "
                                   f"({prefork.describe_exit() or exc.strerror or exc}), so nothing was started "
-                                  f"and nothing logged to {paths.log}; run it again", paths.log) from None
+                                  f"and nothing logged to {paths.log}; run it again", paths.log,
+                                  LaunchFailure.DIED) from None
             reply = _read_until_eof(prefork.ready_r, timeout)
         finally:
             if prefork is not None:
@@ -158,7 +189,7 @@ def launch(
             raise LaunchError(config.name, f"session {config.name!r} did not start: the process started to "
                               f"become its shellper (pid {proc.pid}) died before it got its config (status "
                               f"{status}; {exc.strerror or exc}), so nothing was started and nothing logged to "
-                              f"{paths.log}; run it again", paths.log) from None
+                              f"{paths.log}; run it again", paths.log, LaunchFailure.DIED) from None
         proc.wait()  # the intermediate process exits as soon as it has forked the daemon
         reply = _read_until_eof(ready_r, timeout)
     finally:
@@ -169,11 +200,15 @@ def launch(
 def _launch_reply(config: SessionConfig, paths: SessionPaths, reply: bytes) -> LaunchInfo:
     if not reply:
         raise LaunchError(config.name, f"shellper for {config.name!r} exited before it was ready"
-                          f"{_log_tail(paths.log)}", paths.log)
+                          f"{_log_tail(paths.log)}", paths.log, LaunchFailure.DIED)
     message = json.loads(reply)
     if "error" in message:
-        raise LaunchError(config.name, str(message["error"]), paths.log)
-    return LaunchInfo(**{k: message[k] for k in (f.name for f in fields(LaunchInfo))})
+        try:
+            reason = LaunchFailure(message.get("reason", "other"))
+        except ValueError:  # a daemon of a newer version, with a reason this one does not know
+            reason = LaunchFailure.OTHER
+        raise LaunchError(config.name, str(message["error"]), paths.log, reason)
+    return LaunchInfo.from_dict(message)
 
 
 def _read_until_eof(fd: int, timeout: float) -> bytes:
@@ -182,7 +217,7 @@ def _read_until_eof(fd: int, timeout: float) -> bytes:
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
-            raise LaunchError("?", f"shellper did not report ready within {timeout:g} s")
+            raise LaunchError("?", f"shellper did not report ready within {timeout:g} s", reason=LaunchFailure.TIMEOUT)
         readable, _, _ = select.select([fd], [], [], left)
         if not readable:
             continue
@@ -223,3 +258,4 @@ def run_foreground(config: SessionConfig, announce: bool = True) -> int:
     from shellper.daemon.session import serve
 
     return serve(config, paths, log, ready)
+

@@ -170,12 +170,12 @@ class Lifecycle:
         self.registry.send_exit(wire.encode(exit_frame), exit_frame)
         self.journal.event("exited", record.to_wire())
         if state is SessionState.BACKOFF:
-            self.output.notice(f"child {describe_exit(evidence)}; restarting in {decision.delay:.2g} s "
+            self._note(f"child {describe_exit(evidence)}; restarting in {decision.delay:.2g} s "
                                f"(restart {decision.restart_count})")
             self._restart_handle = self.loop.call_later(decision.delay, self._restart_now)
             self.journal.event("restart_scheduled", {"delay": decision.delay, "at": self.next_restart_at})
         elif state.ended:
-            self.output.notice(f"child {describe_exit(evidence)}; {decision.reason}")
+            self._note(f"child {describe_exit(evidence)}; {decision.reason}")
             if state is SessionState.FATAL:
                 self.journal.event("gave_up", {"reason": decision.reason})
             if self.config.husk_ttl is not None:
@@ -184,6 +184,12 @@ class Lifecycle:
                 self._husk_handle = self.loop.call_later(self.config.husk_ttl, self._husk_expired)
             else:
                 self.log.write("husk: the session stays until a SPAWN or STOP (no husk_ttl)")
+
+    def _note(self, text: str) -> None:
+        """A note of the shellper's own into the output stream, and the EVENT that says which bytes it took,
+        so a client can tell them from the child's (PROTOCOL.md 8.5)."""
+        offset, length = self.output.notice(text)
+        self.journal.event(wire.NOTE_EVENT, {"offset": offset, "length": length, "text": text})
 
     def _husk_expired(self) -> None:
         self._husk_handle = None
@@ -223,7 +229,7 @@ class Lifecycle:
                 return
             self._cancel_timers()
             self.journal.set_state(SessionState.FATAL, reason)
-            self.output.notice(reason)
+            self._note(reason)
             self.journal.event("gave_up", {"reason": reason})
         return done
 

@@ -8,6 +8,7 @@ import os
 import sys
 
 from shellper.core.config import SessionConfig
+from shellper.core.launchfailure import LaunchFailure
 from shellper.host.logfile import LogFile, redirect_stdio, remove_created_log
 from shellper.host.paths import SessionPaths, describe_error
 from shellper.host.record import AlreadyRunning
@@ -44,7 +45,7 @@ def detached_daemon(config: SessionConfig, ready_fd: int) -> int:
     try:
         created_log = redirect_stdio(paths.log)
     except OSError as exc:
-        report({"error": f"session log {paths.log}: cannot open it: {describe_error(exc)}"})
+        report({"error": f"session log {paths.log}: cannot open it: {describe_error(exc)}", "reason": "files"})
         os._exit(1)
 
     from shellper.daemon.session import serve
@@ -55,7 +56,29 @@ def detached_daemon(config: SessionConfig, ready_fd: int) -> int:
         if ready_fd >= 0 and created_log is not None and not isinstance(exc, AlreadyRunning):
             log.close()  # a launch that failed leaves nothing; the log of a live owner (AlreadyRunning) stays
             remove_created_log(paths.log, created_log)
-        report({"error": str(exc) or type(exc).__name__})
+        report({"error": str(exc) or type(exc).__name__, "reason": failure_of(exc).value})
         code = 1
     os._exit(code)  # never unwind into the launcher's code when forked from it
 
+
+def failure_of(exc: BaseException) -> LaunchFailure:
+    """The reason a daemon that could not start reports with its error (the launcher raises it with it)."""
+    from shellper.core.config import ConfigError
+    from shellper.core.names import PathError
+    from shellper.host.cgroup import CgroupError
+    from shellper.host.child import SpawnError
+    from shellper.host.record import LockError, RecordError
+
+    if isinstance(exc, AlreadyRunning):
+        return LaunchFailure.ALREADY_RUNNING
+    if isinstance(exc, SpawnError):
+        by_stage = {"chdir": LaunchFailure.BAD_DIRECTORY, "cgroup": LaunchFailure.CONTAINMENT,
+                    "resolve": LaunchFailure.BAD_COMMAND, "exec": LaunchFailure.BAD_COMMAND}
+        return by_stage.get(exc.stage, LaunchFailure.OTHER)
+    if isinstance(exc, CgroupError):
+        return LaunchFailure.CONTAINMENT
+    if isinstance(exc, ConfigError):
+        return LaunchFailure.BAD_CONFIG
+    if isinstance(exc, PathError | LockError | RecordError | OSError):
+        return LaunchFailure.FILES
+    return LaunchFailure.OTHER

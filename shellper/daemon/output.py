@@ -213,9 +213,13 @@ class Output:
             if self.paced:
                 self.pacer.on_output()
 
-    def notice(self, text: str) -> None:
-        """A one-line notice for people attached; it is part of the output stream (and the ring)."""
-        self.append(b"\r\n\x1b[7m[shellper] " + text.encode() + b"\x1b[0m\r\n")
+    def notice(self, text: str) -> tuple[int, int]:
+        """A one-line notice for people attached; it is part of the output stream (and the ring), in the
+        format PROTOCOL.md 8.5 gives. Returns (offset, length): where it sits in the stream."""
+        start = self.scrollback.end
+        note = notice_bytes(text)
+        self.append(note)
+        return start, len(note)
 
     def _hold(self) -> None:
         """A paced client is far behind: stop reading the child's output until it catches up."""
@@ -228,3 +232,8 @@ class Output:
         if child is not None:
             for fd in child.output_fds():
                 self.loop.add_reader(fd, self._on_readable, child, fd)
+
+
+def notice_bytes(text: str) -> bytes:
+    """A shellper note as it goes into the stream: on a line of its own, in reverse video (PROTOCOL.md 8.5)."""
+    return b"\r\n\x1b[7m[shellper] " + text.encode() + b"\x1b[0m\r\n"

@@ -118,7 +118,8 @@ class Session:
         """What the launcher prints once the socket accepts connections."""
         child = self.lifecycle.child
         return {
-            "name": self.config.name, "pid": self.pid, "start_time": self.start_time, "boot_id": self.boot_id,
+            "name": self.config.name, "shellper_pid": self.pid, "shellper_start_time": self.start_time,
+            "pid": self.pid, "start_time": self.start_time, "boot_id": self.boot_id,  # the names before WELCOME's
             "instance_id": self.instance_id, "child_pid": child.pid if child else None,
             "owner": self.owner, "containment": self.tree.containment,
             "socket": str(self.paths.socket), "record": str(self.paths.record), "log": str(self.paths.log),

@@ -21,7 +21,7 @@ import os
 from enum import Enum
 
 from shellper.core import structs
-from shellper.core.errors import ShellperError
+from shellper.core.errors import BadArgument, ShellperError
 from shellper.core.structs import field, record
 from shellper.protocol import wire
 
@@ -40,6 +40,15 @@ class ClientError(ShellperError):
         super().__init__(f"{path}: {message}")
         self.path = str(path)
         self.message = message
+
+
+class InvalidRequest(BadArgument):
+    """A frame the shellper would refuse as malformed (a fatal ERROR): refused before it is sent, so the
+    connection is kept. ``field`` names the bad field. A ValueError too."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class SessionNotFound(ClientError):
@@ -349,9 +358,16 @@ class Connection(Position):
         return data
 
     def send(self, frame: wire.Frame) -> bytes:
-        """The bytes of a frame for the shellper."""
+        """The bytes of a frame for the shellper. InvalidRequest, before anything is sent, for a frame the
+        shellper would refuse with a fatal ERROR (a field of the wrong type, RESIZE 0x0, a negative STOP
+        grace): the mistake is the caller's, and the connection stays usable."""
         if self.state not in SENDING:
             raise self._not_connected()
+        try:
+            wire.check_fields(frame)
+            wire.check_request(frame)
+        except wire.BadField as exc:
+            raise InvalidRequest(f"{self.path}: not sent: {exc}", exc.field_name) from None
         return wire.encode(frame)
 
     def send_data(self, data: bytes | bytearray | memoryview) -> bytes:
@@ -382,7 +398,7 @@ class Connection(Position):
         data = self.send(frame)
         reply = reply_type if reply_type is not None else REPLIES.get(frame.TYPE)
         if reply is None:
-            raise ValueError(f"{frame.TYPE.name} is not a request (no reply type given)")
+            raise BadArgument(f"{frame.TYPE.name} is not a request (no reply type given)")
         key_field = REPLY_KEYS.get(frame.TYPE)
         request = Request(frame.TYPE, reply, key_field, getattr(frame, key_field) if key_field else None)
         self.pending.append(request)

@@ -18,7 +18,7 @@ import msgpack
 from shellper.core import structs
 from shellper.core.defaults import TERMINAL_SIZE_RANGE, terminal_size_in_range
 from shellper.core.errors import ShellperError
-from shellper.core.exitrecord import ExitRecord
+from shellper.core.exitrecord import ExitRecord, ExitRecordError, check_exit_record
 from shellper.core.signals import bare_name
 from shellper.core.structs import field, record
 
@@ -193,6 +193,8 @@ class Frame:
             value = getattr(self, f.name)
             if value is None and f.metadata["nullable"] and f.default is None:
                 continue  # optional and absent: omit rather than send nil
+            if f.metadata["kind"] == "float" and isinstance(value, int) and not isinstance(value, bool):
+                value = float(value)  # a float field is always sent as float 64 (PROTOCOL.md section 3)
             out[f.metadata["key"] or f.name] = value
         return out
 
@@ -221,7 +223,7 @@ class Frame:
             if not _check_kind(f.metadata["kind"], value):
                 want = _KIND_WORDS[f.metadata["kind"]] + (" or nil" if f.metadata["nullable"] else "")
                 raise BadField(f"field {key!r} must be {want}, got {type(value).__name__}", cls.TYPE, key)
-            kwargs[f.name] = value
+            kwargs[f.name] = float(value) if f.metadata["kind"] == "float" else value
         return cls(**kwargs)
 
 
@@ -269,6 +271,12 @@ class Exit(Frame):
     time: float = wfield("float", default=0.0)
     restart_in: float | None = wfield("float", nullable=True, default=None)
     stderr_tail: str = wfield("str", default="")
+
+    @classmethod
+    def from_map(cls, payload: dict[str, Any]) -> Frame:
+        frame = super().from_map(payload)
+        _check_exit_record(payload, cls.TYPE, None)
+        return frame
 
     @classmethod
     def of(cls, exit_record: ExitRecord) -> Exit:
@@ -370,6 +378,13 @@ class Welcome(Frame):
     terminal: bool | None = wfield("bool", nullable=True, default=None)
     """True: the shellper took the terminal the HELLO passed, and reads and writes it itself."""
 
+    @classmethod
+    def from_map(cls, payload: dict[str, Any]) -> Frame:
+        frame = super().from_map(payload)
+        if payload.get("exit") is not None:
+            _check_exit_record(payload["exit"], cls.TYPE, "exit")
+        return frame
+
     def exit_record(self) -> ExitRecord | None:
         """The child's last exit (:meth:`ExitRecord.to_wire`'s map in ``exit``), or None if it has not exited;
         raises ExitRecordError for a malformed one."""
@@ -408,6 +423,31 @@ class Event(Frame):
     kind: str = wfield("str")
     time: float = wfield("float", default=0.0)
     data: dict[str, Any] = wfield("map", default={})
+
+    @classmethod
+    def from_map(cls, payload: dict[str, Any]) -> Frame:
+        frame = super().from_map(payload)
+        if payload["kind"] == EXITED_EVENT:
+            _check_exit_record(payload.get("data", {}), cls.TYPE, "data")
+        return frame
+
+
+EXITED_EVENT = "exited"
+"""The event kind whose ``data`` is an exit record."""
+NOTE_EVENT = "note"
+"""The event kind that marks a shellper note in the output stream: ``data`` is {offset, length, text}."""
+
+
+def _check_exit_record(record: Any, frame_type: FrameType, carrier: str | None) -> None:
+    """The exit record's one check (PROTOCOL.md 6.2), for each frame that carries one: a bad entry is
+    ``bad_field`` naming the entry, or ``missing_field``; inside WELCOME or EVENT, the carrier's field."""
+    try:
+        check_exit_record(record)
+    except ExitRecordError as exc:
+        name = exc.key if carrier is None else carrier
+        where = "" if carrier is None else f"{carrier}: "
+        error = MissingField if exc.problem == "is missing" and carrier is None else BadField
+        raise error(where + str(exc), frame_type, name) from None
 
 
 @_frame
@@ -526,6 +566,22 @@ def bare_signal(name: object) -> str | None:
     return bare if bare in SIGNALS else None
 
 
+def check_fields(frame: Frame) -> None:
+    """Raise BadField unless every field of ``frame`` has a value its wire kind allows: what the peer's decoder
+    checks, applied before sending, so a client's mistake is its own error and not a fatal ERROR that costs the
+    connection. DATA is raw bytes and not checked here."""
+    if isinstance(frame, Data):
+        return
+    for f in structs.fields(frame):
+        value = getattr(frame, f.name)
+        if value is None and f.metadata["nullable"]:
+            continue
+        if not _check_kind(f.metadata["kind"], value):
+            key = f.metadata["key"] or f.name
+            want = _KIND_WORDS[f.metadata["kind"]] + (" or nil" if f.metadata["nullable"] else "")
+            raise BadField(f"field {key!r} must be {want}, got {value!r:.60}", frame.TYPE, key)
+
+
 def check_request(frame: Frame) -> None:
     """The ranges a shellper holds RESIZE and STOP to (a violation is a fatal bad_field). Pure, so a
     client can apply the same rules before it sends, and keep its connection."""
@@ -570,14 +626,28 @@ def decode_payload(frame_type: int, payload: bytes) -> Frame:
         mapping: Any = {}
     else:
         try:
-            mapping = msgpack.unpackb(payload, raw=False, strict_map_key=True, use_list=True)
+            mapping = msgpack.unpackb(payload, raw=False, strict_map_key=False, use_list=True,
+                                      object_pairs_hook=_str_keyed_map)
+        except _NonStringKey:
+            raise BadPayload("map keys must be strings, at every depth", frame_type) from None
         except Exception as exc:  # msgpack raises several types (ExtraData, FormatError, ValueError, ...)
             raise BadPayload(f"payload is not valid msgpack ({type(exc).__name__})", frame_type) from None
         if not isinstance(mapping, dict):
             raise BadPayload(f"payload must be a msgpack map, got {type(mapping).__name__}", frame_type)
-        if not all(isinstance(k, str) for k in mapping):
-            raise BadPayload("payload map keys must be strings", frame_type)
     return cls.from_map(mapping)
+
+
+class _NonStringKey(ShellperError):
+    """Raised inside msgpack's map hook; turned into BadPayload by decode_payload."""
+
+
+def _str_keyed_map(pairs: list[tuple[Any, Any]]) -> dict[str, Any]:
+    """Every map in a payload, at any depth, has string keys (PROTOCOL.md section 3): checked on the pairs,
+    before any key is hashed, so a key msgpack cannot hash (a map, an array) is refused the same way."""
+    for key, _value in pairs:
+        if type(key) is not str:
+            raise _NonStringKey
+    return dict(pairs)
 
 
 class Decoder:

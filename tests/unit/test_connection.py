@@ -483,7 +483,9 @@ _payload = st.binary(max_size=300)
 _stream_frame = st.one_of(
     _payload.map(wire.Data),
     st.builds(wire.Gap, offset=st.integers(0, 2**40), missed=st.integers(0, 2**20)),
-    st.builds(wire.Event, seq=st.integers(0, 100), kind=st.sampled_from(["spawned", "exited"])),
+    st.builds(wire.Event, seq=st.integers(0, 100), kind=st.sampled_from(["spawned", "resized"])),
+    st.builds(wire.Event, seq=st.integers(0, 100), kind=st.just("exited"),  # whose data is an exit record
+              data=st.just(wire.Exit(code=0, signal=None).to_map())),
     st.builds(wire.Exit, code=st.none() | st.integers(0, 255), signal=st.none(),
               state=st.sampled_from(["", "backoff"])),
     st.builds(wire.Pong, nonce=st.none() | st.integers(0, 3)),

@@ -27,6 +27,8 @@ from shellper.protocol.wire import (
     Data,
     DecodedEvent,
     Decoder,
+    Event,
+    Exit,
     Frame,
     FrameTooLarge,
     FrameType,
@@ -38,6 +40,7 @@ from shellper.protocol.wire import (
     Status,
     TruncatedFrame,
     Unknown,
+    Welcome,
     decode_all,
     encode,
     encode_data,
@@ -419,6 +422,10 @@ def _frame_strategy(cls: type[Frame]) -> st.SearchStrategy[Frame]:
     kwargs: dict[str, st.SearchStrategy[Any]] = {}
     for f in structs.fields(cls):
         strategy = _kind_strategy(f.metadata["kind"])
+        if (cls, f.name) == (Welcome, "exit"):  # an exit record (PROTOCOL.md 6.2), checked as such
+            strategy = _frame_strategy(Exit).map(lambda e: e.to_map())
+        elif (cls, f.name) == (Event, "kind"):  # an exited event's data is an exit record: drawn apart
+            strategy = strategy.filter(lambda kind: kind != "exited")
         if f.metadata["nullable"]:
             strategy = st.none() | strategy
         kwargs[f.name] = strategy
