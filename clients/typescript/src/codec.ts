@@ -8,7 +8,7 @@
 
 import { Decoder, Encoder } from "@msgpack/msgpack";
 import {
-  FIELDS, FRAME_NAMES, Float64, FrameType, HEADER_SIZE, ID_REQUESTS, MAX_FRAME_SIZE, defaultOf,
+  EXIT_FIELDS, FIELDS, FRAME_NAMES, Float64, FrameType, HEADER_SIZE, ID_REQUESTS, MAX_FRAME_SIZE, defaultOf,
   type FieldSpec, type Frame, type FrameInit, type FrameName, type Value,
 } from "./frames.js";
 import { MsgpackInvalid, checkPayload, type ValueInfo } from "./msgcheck.js";
@@ -56,6 +56,8 @@ export function encodeFrame(frame: FrameInit): Uint8Array {
   let count = 0;
   for (const spec of FIELDS[frame.type]) {
     let value = given[spec.key];
+    if (spec.extra && (value === undefined || value === null || value === spec.default
+      || (isPlainObject(value) && Object.keys(value).length === 0))) continue;
     if (value === undefined) {
       if (spec.required) throw new ProtocolError("missing_field", `missing required field '${spec.key}'`, code, spec.key);
       value = defaultOf(spec);
@@ -242,6 +244,7 @@ export function decodePayload(code: number, payload: Uint8Array): Frame {
         frame[spec.key] = decodeField(spec, info, values[spec.key], code);
       }
     }
+    checkExitRecords(name, frame, infos, code);
   } catch (error) {
     const id = infos.get("id");
     if (error instanceof ProtocolError && ID_REQUESTS.has(name) && id?.family === "int" && !id.negative) {
@@ -251,6 +254,35 @@ export function decodePayload(code: number, payload: Uint8Array): Frame {
   }
   return frame as unknown as Frame;
 }
+
+/** The exit record inside WELCOME (`exit`) and `EVENT exited` (`data`), checked as in EXIT (6.2),
+ * after the frame's own fields: a failure is bad_field naming the carrier, the message the key. */
+function checkExitRecords(name: FrameName, frame: Record<string, unknown>, infos: Map<string, ValueInfo>, code: number): void {
+  let carrier: "exit" | "data";
+  if (name === "WELCOME" && frame.exit !== null) carrier = "exit";
+  else if (name === "EVENT" && frame.kind === "exited") carrier = "data";
+  else return;
+  const entries = infos.get(carrier)?.entries;
+  if (entries === undefined) {
+    throw new ProtocolError("bad_field", `field '${carrier}' must be an exit record`, code, carrier);
+  }
+  for (const spec of EXIT_FIELDS) {
+    const info = entries.get(spec.key);
+    let why: string | null = null;
+    if (info === undefined) why = spec.required ? "is missing" : null;
+    else if (info.family === "nil") why = spec.nullable ? null : "may not be nil";
+    else if (!FAMILIES[spec.kind].includes(info.family)) why = `must be ${KIND_WORDS[spec.kind]}, got ${info.family}`;
+    if (why !== null) {
+      throw new ProtocolError("bad_field", `field '${carrier}' is not an exit record: its '${spec.key}' ${why}`, code, carrier);
+    }
+  }
+}
+
+/** The wire families each kind accepts (for nested records, where only the family is at hand). */
+const FAMILIES: Record<FieldSpec["kind"], readonly string[]> = {
+  uint: ["int"], int: ["int"], u64: ["int"], i64: ["int"], float: ["float", "int"], str: ["str"], bool: ["bool"],
+  bin: ["bin"], str_list: ["array"], str_map: ["map"], map: ["map"],
+};
 
 const KIND_WORDS: Record<FieldSpec["kind"], string> = {
   uint: "an unsigned integer", int: "an integer", u64: "an unsigned integer", i64: "an integer", float: "a number",
@@ -285,11 +317,9 @@ function decodeField(spec: FieldSpec, info: ValueInfo, value: unknown, code: num
     case "str_list":
       return info.family === "array" && info.strElements ? value : bad();
     case "str_map":
-      return info.family === "map" && info.strKeys && info.strValues ? value : bad();
+      return info.family === "map" && info.strValues ? value : bad();
     case "map":
-      if (info.family !== "map" || !info.strKeys) return bad();
-      if (info.deepNonStrKey) return bad(" (a map inside it has a key that is not a string)");
-      return normalize(value);
+      return info.family === "map" ? normalize(value) : bad();
   }
 }
 

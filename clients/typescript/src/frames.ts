@@ -71,6 +71,9 @@ export interface Data { type: "DATA"; data: Uint8Array }
 export interface Resize { type: "RESIZE"; cols: number; rows: number; id: bigint | null }
 export interface Signal { type: "SIGNAL"; signal: string; id: bigint | null }
 export interface ExitRecord {
+  restarts: number;
+  breaker: ValueMap;
+  spawn_error: string | null;
   code: number | null;
   signal: string | null;
   core: boolean;
@@ -171,6 +174,9 @@ export interface FieldSpec {
   nullable: boolean;
   /** Default of an absent optional field (null for "or nil" fields whose default is nil). */
   default?: unknown;
+  /** Checked when present, but not written when absent or at its default (the exit record's extra
+   * keys in an EXIT frame, 6.2). */
+  extra?: boolean;
 }
 
 function req(key: string, kind: Kind, nullable = false): FieldSpec {
@@ -185,18 +191,22 @@ function nil(key: string, kind: Kind): FieldSpec {
 
 const EMPTY = new Uint8Array(0);
 
-const EXIT_FIELDS: FieldSpec[] = [
+/** The exit record (6.2): the EXIT payload, WELCOME.exit, EVENT exited's data, info.last_exit. */
+export const EXIT_FIELDS: FieldSpec[] = [
   req("code", "int", true),
   req("signal", "str", true),
-  opt("core", "bool", false),
-  opt("uptime", "float", 0),
-  opt("class", "str", ""),
-  opt("reason", "str", ""),
-  opt("state", "str", ""),
+  req("core", "bool"),
+  req("uptime", "float"),
+  req("class", "str"),
+  req("reason", "str"),
+  req("state", "str"),
   nil("child_pid", "int"),
-  opt("time", "float", 0),
+  req("time", "float"),
   nil("restart_in", "float"),
-  opt("stderr_tail", "str", ""),
+  req("stderr_tail", "str"),
+  { ...opt("restarts", "int", 0), extra: true },
+  { ...opt("breaker", "map", {}), extra: true },
+  { ...nil("spawn_error", "str"), extra: true },
 ];
 
 /** Every control frame's fields, in the order the reference encoder writes them (section 5). */
@@ -271,8 +281,9 @@ export function makeFrame<N extends FrameName>(init: { type: N } & Partial<Omit<
   return out as unknown as FrameOf<N>;
 }
 
-/** The typed exit record of a free-form map (`WELCOME.exit`, `EVENT exited` data), or null if it
- * is not one (lenient: wrong-typed optional fields take their defaults). */
+/** The typed exit record of a free-form map (`WELCOME.exit`, `EVENT exited` data, checked by the
+ * codec; `info.last_exit`, not checked), or null if it is not one (lenient: wrong-typed fields take
+ * their defaults). */
 export function exitRecordOf(map: ValueMap | null | undefined): ExitRecord | null {
   if (map === null || map === undefined || !("code" in map) || !("signal" in map)) return null;
   const num = (v: unknown, d: number): number => (typeof v === "number" ? v : v instanceof Float64 ? v.value : d);
@@ -290,5 +301,8 @@ export function exitRecordOf(map: ValueMap | null | undefined): ExitRecord | nul
     time: num(map.time, 0),
     restart_in: map.restart_in === null || map.restart_in === undefined ? null : num(map.restart_in, 0),
     stderr_tail: str(map.stderr_tail, ""),
+    restarts: int(map.restarts) ?? 0,
+    breaker: map.breaker !== null && typeof map.breaker === "object" && !Array.isArray(map.breaker) ? (map.breaker as ValueMap) : {},
+    spawn_error: typeof map.spawn_error === "string" ? map.spawn_error : null,
   };
 }

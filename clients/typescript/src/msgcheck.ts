@@ -13,16 +13,14 @@ export interface ValueInfo {
   family: Family;
   /** array: every element a str. */
   strElements: boolean;
-  /** map: every direct key a str. */
-  strKeys: boolean;
   /** map: every direct value a str. */
   strValues: boolean;
-  /** somewhere inside (below the value itself), a map has a key that is not a str. */
-  deepNonStrKey: boolean;
   /** int: the value is negative. */
   negative: boolean;
-  /** str: its text, decoded keeping a leading U+FEFF (top-level values only). */
+  /** str: its text, decoded keeping a leading U+FEFF (top-level values and their maps' values). */
   text: string | undefined;
+  /** map (top-level values only): its entries' keys and what their values are on the wire. */
+  entries: Map<string, ValueInfo> | undefined;
 }
 
 export class MsgpackInvalid extends Error {}
@@ -140,8 +138,8 @@ class Walker {
     if (depth > MAX_DEPTH) throw new MsgpackInvalid(`values nested deeper than ${MAX_DEPTH}`);
     const head = this.head();
     const info: ValueInfo = {
-      family: head.family, strElements: true, strKeys: true, strValues: true, deepNonStrKey: false,
-      negative: head.negative, text: undefined,
+      family: head.family, strElements: true, strValues: true,
+      negative: head.negative, text: undefined, entries: undefined,
     };
     switch (head.family) {
       case "str": {
@@ -163,17 +161,22 @@ class Walker {
         for (let i = 0; i < head.count; i++) {
           const item = this.value(depth + 1);
           info.strElements &&= item.family === "str";
-          info.deepNonStrKey ||= item.deepNonStrKey || (item.family === "map" && !item.strKeys);
         }
         break;
       case "map":
+        if (depth === 1) info.entries = new Map();
         for (let i = 0; i < head.count; i++) {
+          const keyStart = this.pos;
           const key = this.value(depth + 1);
+          // string keys at every depth (section 3): a property of the encoding, so bad_payload
+          if (key.family !== "str") throw new MsgpackInvalid(`a map key is ${key.family}, not a string`);
+          const valueStart = this.pos;
           const val = this.value(depth + 1);
-          info.strKeys &&= key.family === "str";
           info.strValues &&= val.family === "str";
-          info.deepNonStrKey ||= key.deepNonStrKey || val.deepNonStrKey || (val.family === "map" && !val.strKeys)
-            || (key.family === "map" && !key.strKeys);
+          if (info.entries !== undefined) {
+            if (val.family === "str") val.text = this.strAt(valueStart);
+            info.entries.set(this.strAt(keyStart), val);
+          }
         }
         break;
       default:

@@ -10,7 +10,8 @@ export function parseJson(text: string): J {
   const ws = (): void => {
     while (pos < text.length && " \t\r\n".includes(text[pos] as string)) pos++;
   };
-  const value = (): J => {
+  const value = (): J => tagged(raw());
+  const raw = (): J => {
     ws();
     const c = text[pos];
     if (c === "{") {
@@ -58,6 +59,17 @@ export function parseJson(text: string): J {
     if (m === null) throw new SyntaxError(`unexpected ${c} at ${pos}`);
     pos += m[0].length;
     return m[1] !== undefined || m[2] !== undefined ? new Float64(Number(m[0])) : BigInt(m[0]);
+  };
+  /** {"float": x}: a msgpack float (section 14). */
+  const tagged = (v: J): J => {
+    if (v !== null && typeof v === "object" && !Array.isArray(v) && !(v instanceof Float64)) {
+      const keys = Object.keys(v);
+      if (keys.length === 1 && keys[0] === "float") {
+        const x = v.float as J;
+        return new Float64(x instanceof Float64 ? x.value : Number(x as bigint));
+      }
+    }
+    return v;
   };
   const out = value();
   ws();
