@@ -3,6 +3,7 @@ what it did or why not, also for bad requests and while the session stops; a ver
 
 from __future__ import annotations
 
+import select
 import time
 from typing import Any
 
@@ -11,9 +12,18 @@ from conftest import PY, Sessions, poll_until, read_until, recv_until, wait_gone
 from test_server import expect_closed, frames_until_eof, packed, ping, raw_socket
 
 from shellper.client.blocking import Client
+from shellper.core import structs
 from shellper.core.exits import RestartPolicy
 from shellper.protocol import wire
-from shellper.protocol.connection import BadRequest, Forbidden, NotRunning, RequestFailed, SessionStopping, SpawnFailed
+from shellper.protocol.connection import (
+    BadRequest,
+    Forbidden,
+    InvalidRequest,
+    NotRunning,
+    RequestFailed,
+    SessionStopping,
+    SpawnFailed,
+)
 
 T = wire.FrameType
 IGNORES_TERM = [PY, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
@@ -23,6 +33,14 @@ IGNORES_TERM = [PY, "-c", "import signal, time; signal.signal(signal.SIGTERM, si
 def ask(client: Client, request: wire.Frame) -> Any:
     """The request's one answer (a REPLY, or STATUS_REPLY for STATUS); raises what a refusal stands for."""
     return client.request(request, wire.StatusReply if request.TYPE == T.STATUS else wire.Reply, timeout=20)
+
+
+def _out_of_range(frame: wire.Frame) -> bool:
+    try:
+        wire.check_request(frame)
+    except wire.BadField:
+        return True
+    return False
 
 
 def test_each_request_is_answered_with_what_it_did(sessions: Sessions) -> None:
@@ -57,6 +75,16 @@ def test_a_refused_request_is_answered_and_the_connection_stays(
         sessions: Sessions, request_frame: wire.Frame, role: str, error: type[RequestFailed]) -> None:
     sessions.start("no", ["cat"])
     with sessions.connect("no", role, replay_bytes=0) as client:
+        if _out_of_range(request_frame):
+            # The client refuses it before the wire; one that skips the checks gets the shellper's answer.
+            with pytest.raises(InvalidRequest):
+                ask(client, request_frame)
+            client.send_bytes(wire.encode(structs.replace(request_frame, id=900)))
+            reply = recv_until(client, wire.Reply)
+            assert (reply.id, reply.ok, reply.code, reply.frame_type) == (900, False, "bad_field", request_frame.TYPE)
+            ping(client)  # still served
+            sessions.stop("no")
+            return
         with pytest.raises(error) as refused:
             ask(client, request_frame)
         assert refused.value.reply.frame_type == request_frame.TYPE and refused.value.message
@@ -159,3 +187,31 @@ def test_a_reply_is_not_sent_before_the_exit_it_caused(sessions: Sessions) -> No
                 break
         assert kinds == ["exit", "spawned", "reply"]
     sessions.stop("order")
+
+
+def test_a_client_still_writing_reads_the_fatal_error(sessions: Sessions) -> None:
+    """The shellper closes a connection after a fatal ERROR; a client that goes on writing meanwhile must
+    not be cut off by EPIPE before it reads that ERROR: the shellper shuts its side and drains the peer's
+    bytes for a moment (CLOSE_DRAIN) instead of closing at once."""
+    sessions.start("epipe", ["cat"])
+    with raw_socket(sessions.dir / "epipe.sock") as sock:
+        sock.sendall(wire.encode(wire.Hello(version=2, role="tower", replay_bytes=0))
+                     + wire.encode(wire.Resize(cols=0, rows=24)))  # version 2: a fatal bad_field
+        decoder = wire.Decoder()
+        keystroke = wire.encode_data(b"x" * 1024)  # input the client keeps typing meanwhile
+        deadline = time.monotonic() + 10
+        eof = False
+        while not eof:
+            assert time.monotonic() < deadline, "the shellper did not close the connection"
+            sock.sendall(keystroke)  # BrokenPipeError here is the defect
+            while select.select([sock], [], [], 0.005)[0]:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    eof = True
+                    break
+                decoder.feed(chunk)
+        for _ in range(50):  # and right after the end of the stream, too
+            sock.sendall(keystroke)
+        errors = [e for e in decoder.events() if isinstance(e, wire.Error)]
+    assert [(e.code, e.fatal) for e in errors] == [("bad_field", True)]
+    sessions.stop("epipe")

@@ -21,26 +21,34 @@ from typing import Generic, TypeVar
 from shellper.client.blocking import Client, check_role, checked_socket_path, peer_pid
 from shellper.core import names
 from shellper.core.errors import BadArgumentType
-from shellper.core.exitrecord import ExitRecord
+from shellper.host.identity import ProcessIdentity
 from shellper.protocol import wire
 from shellper.protocol.connection import (
     Answered,
+    BadRequest,
     ClientError,
     Connection,
     ConnectionRefused,
     ConnectionView,
     ConnState,
+    Forbidden,
     InstanceMismatch,
     InvalidRequest,
+    NotRunning,
     Output,
     PeerMismatch,
     ProtocolViolation,
     RemoteError,
     Request,
+    RequestFailed,
     SessionGone,
     SessionNotFound,
+    SessionStopping,
+    ShellperDead,
+    SpawnFailed,
     Timeout,
     connect_error,
+    result_int,
     send_error,
 )
 from tower_client.resume import Backoff, Reconnected, Resume, ResumeItem, ResumeView
@@ -49,18 +57,25 @@ __all__ = [
     "AsyncClient",
     "AsyncResumingClient",
     "Backoff",
+    "BadRequest",
     "Client",
     "ClientError",
     "ConnectionRefused",
+    "Forbidden",
     "InstanceMismatch",
+    "NotRunning",
     "Output",
     "PeerMismatch",
     "ProtocolViolation",
     "Reconnected",
     "RemoteError",
+    "RequestFailed",
     "ResumingClient",
     "SessionGone",
     "SessionNotFound",
+    "SessionStopping",
+    "ShellperDead",
+    "SpawnFailed",
     "Timeout",
     "socket_path",
 ]
@@ -278,21 +293,6 @@ class AsyncClient(ConnectionView):
         assert frame is not None
         return frame
 
-    @property
-    def exited(self) -> bool:
-        """The child is not running: WELCOME said so, or an EXIT was received (a late EXIT is never lost)."""
-        if self.exit is not None:
-            return True
-        return self.welcome is not None and self.welcome.child_pid is None and self.welcome.exit is not None
-
-    @property
-    def last_exit(self) -> ExitRecord | None:
-        """The child's last exit as a typed record: the latest EXIT's, else the one WELCOME reported.
-        Raises ExitRecordError if the shellper sent a malformed one."""
-        if self.exit is not None:
-            return self.exit.exit_record()
-        return self.welcome.exit_record() if self.welcome is not None else None
-
     # ----------------------------------------------------------------------------------- writing
 
     def _write(self, data: bytes) -> None:
@@ -318,24 +318,43 @@ class AsyncClient(ConnectionView):
         """Input for the child. No default timeout: a slow child legitimately holds input back."""
         await self.send_bytes(self.conn.send_data(checked_input(data)), timeout)
 
-    async def resize(self, cols: int, rows: int) -> None:
-        await self.send(checked_request(wire.Resize(cols=cols, rows=rows)))
+    async def resize(self, cols: int, rows: int, timeout: float | None = None) -> None:
+        """Set the PTY's size; raises BadRequest (out of range), Forbidden (a viewer), SessionStopping."""
+        await self._ask(checked_request(wire.Resize(cols=cols, rows=rows)), timeout)
 
-    async def signal(self, name: str) -> None:
-        """Signal the child's process group (tower only); ``name`` is one of wire.SIGNALS."""
-        await self.send(checked_request(wire.Signal(signal=name)))
+    async def signal(self, name: str, timeout: float | None = None) -> int | None:
+        """Signal the child's process group (tower only); ``name`` is one of wire.SIGNALS. Returns the pid
+        signalled (the child's, its group's); raises NotRunning, BadRequest, Forbidden, SessionStopping."""
+        reply = await self._ask(checked_request(wire.Signal(signal=name)), timeout)
+        return None if reply is None else result_int(reply, "pid")
 
     async def spawn(self, argv: list[str] | None = None, *, cwd: str | None = None,
-                    env: dict[str, str] | None = None, clear_ring: bool = False) -> None:
-        await self.send(checked_request(wire.Spawn(argv=argv, cwd=cwd, env=env, clear_ring=clear_ring)))
+                    env: dict[str, str] | None = None, clear_ring: bool = False,
+                    timeout: float | None = None) -> int | None:
+        """Replace the child; returns the new child's pid once it runs. Raises SpawnFailed (the command
+        cannot start), SessionStopping, Forbidden. No deadline by default: the shellper answers once the
+        old tree has ended, which takes up to its stop grace."""
+        reply = await self._ask(checked_request(wire.Spawn(argv=argv, cwd=cwd, env=env, clear_ring=clear_ring)),
+                                timeout, deadline=False)
+        return None if reply is None else result_int(reply, "child_pid")
 
-    async def stop(self, grace: float | None = None) -> None:
-        """Ask the shellper to end the session: it terminates its own tree, then exits."""
-        await self.send(checked_request(wire.Stop(grace=grace)))
+    async def stop(self, grace: float | None = None, timeout: float | None = None) -> None:
+        """End the session: the shellper terminates its tree, then exits. Returns once the tree has ended
+        (the stream then ends); no deadline by default (the grace, then the kill rounds)."""
+        await self._ask(checked_request(wire.Stop(grace=grace)), timeout, deadline=False)
 
     async def status(self, timeout: float | None = None) -> wire.StatusReply:
         reply = await self._request(wire.Status(), timeout)
         assert isinstance(reply, wire.StatusReply)
+        return reply
+
+    async def _ask(self, frame: wire.Frame, timeout: float | None, *, deadline: bool = True) -> wire.Reply | None:
+        """A request's REPLY (its refusal raised as the typed error); None from a version-2 shellper."""
+        if not self.conn.replies:
+            await self.send(frame, timeout)
+            return None
+        reply = await self._request(frame, timeout, deadline=deadline)
+        assert isinstance(reply, wire.Reply)
         return reply
 
     async def ping(self, timeout: float | None = None) -> float:
@@ -345,9 +364,10 @@ class AsyncClient(ConnectionView):
         await self._request(wire.Ping(nonce=self._nonce), timeout)
         return time.monotonic() - started
 
-    async def _request(self, frame: wire.Frame, timeout: float | None) -> wire.Frame:
-        """Send a request and await the answer the connection matches to it."""
-        limit = self.request_timeout if timeout is None else timeout
+    async def _request(self, frame: wire.Frame, timeout: float | None, *, deadline: bool = True) -> wire.Frame:
+        """Send a request and await the answer the connection matches to it (``deadline``: by default
+        within ``request_timeout``; else without one unless ``timeout`` is given)."""
+        limit = timeout if timeout is not None or not deadline else self.request_timeout
         if self.closed_error is not None:
             raise self.closed_error
         request, data = self.conn.send_request(frame)
@@ -358,7 +378,7 @@ class AsyncClient(ConnectionView):
             async with asyncio.timeout(limit):
                 return await asyncio.shield(fut)
         except TimeoutError:
-            raise Timeout(self.path, f"no reply to {frame.TYPE.name} within {limit:g} s") from None
+            raise Timeout(self.path, f"no reply to {frame.TYPE.name} within {limit or 0:g} s") from None
         finally:
             if not fut.done():
                 fut.cancel()
@@ -418,6 +438,19 @@ class _Resuming(ResumeView, Generic[C]):
         self.client_name = client_name
         self.state = Resume(self.path, expect_instance_id, backoff or Backoff())
         self.client = None
+        self._shellper: ProcessIdentity | None = None
+
+    def _note_shellper(self, welcome: wire.Welcome, peer: int | None) -> None:
+        """Who answered, by the identity of the process at the other end of the socket (SO_PEERCRED, so
+        in our pid namespace) with WELCOME's start time: checked when the connection is lost."""
+        ident = ProcessIdentity.of(peer) if peer is not None else None
+        if ident is not None and ident.boot_id == welcome.boot_id and ident.start_time == welcome.shellper_start_time:
+            self._shellper = ident
+
+    def _gone(self) -> bool:
+        """The shellper this client talked to is no longer running (dead or a zombie): a stale socket
+        will never answer again, so there is no point in waiting out the backoff."""
+        return self._shellper is not None and not self._shellper.is_alive()
 
     def _current(self) -> C:
         if self.client is None:
@@ -459,6 +492,7 @@ class AsyncResumingClient(_Resuming[AsyncClient]):
                                            events_after=events_after, expect_instance_id=self.state.instance_id)
             assert client.replay is not None
             self.state.connected(welcome, client.replay, client.last_event_seq)
+            self._note_shellper(welcome, client.peer_pid())
         except BaseException:
             await client.close()
             raise
@@ -479,7 +513,7 @@ class AsyncResumingClient(_Resuming[AsyncClient]):
                 await self._open(st.output.next_offset, None, st.last_event_seq)
                 return
             except ClientError as exc:
-                st.failed(exc)
+                st.failed(exc, self._gone())
 
     async def recv(self, timeout: float | None = None) -> ResumeItem | None:
         """The next frame or Reconnected marker; None after ``timeout`` with nothing to hand out."""
@@ -515,18 +549,22 @@ class AsyncResumingClient(_Resuming[AsyncClient]):
     async def write(self, data: bytes, timeout: float | None = None) -> None:
         await self._current().write(data, timeout)
 
-    async def resize(self, cols: int, rows: int) -> None:
-        await self._current().resize(cols, rows)
+    async def resize(self, cols: int, rows: int, timeout: float | None = None) -> None:
+        await self._current().resize(cols, rows, timeout)
 
-    async def signal(self, name: str) -> None:
-        await self._current().signal(name)
+    async def signal(self, name: str, timeout: float | None = None) -> int | None:
+        return await self._current().signal(name, timeout)
 
     async def spawn(self, argv: list[str] | None = None, *, cwd: str | None = None,
-                    env: dict[str, str] | None = None, clear_ring: bool = False) -> None:
-        await self._current().spawn(argv, cwd=cwd, env=env, clear_ring=clear_ring)
+                    env: dict[str, str] | None = None, clear_ring: bool = False,
+                    timeout: float | None = None) -> int | None:
+        return await self._current().spawn(argv, cwd=cwd, env=env, clear_ring=clear_ring, timeout=timeout)
 
-    async def stop(self, grace: float | None = None) -> None:
-        await self._current().stop(grace)
+    async def stop(self, grace: float | None = None, timeout: float | None = None) -> None:
+        """End the session; the stream then ends cleanly (no reconnection), also when no child was running."""
+        client = self._current()
+        self.state.stopping = True
+        await client.stop(grace, timeout)
 
     async def status(self, timeout: float | None = None) -> wire.StatusReply:
         return await self._current().status(timeout)
@@ -568,6 +606,7 @@ class ResumingClient(_Resuming[Client]):
                                      expect_instance_id=self.state.instance_id)
             assert client.replay is not None
             self.state.connected(welcome, client.replay, client.conn.last_event_seq)
+            self._note_shellper(welcome, peer_pid(client.sock) if client.sock is not None else None)
         except BaseException:
             client.close()
             raise
@@ -587,7 +626,7 @@ class ResumingClient(_Resuming[Client]):
                 self._open(st.output.next_offset, None, st.last_event_seq)
                 return
             except ClientError as exc:
-                st.failed(exc)
+                st.failed(exc, self._gone())
 
     def recv(self, timeout: float | None = None) -> ResumeItem | None:
         st = self.state
@@ -625,8 +664,24 @@ class ResumingClient(_Resuming[Client]):
     def write(self, data: bytes) -> None:
         self._current().write(checked_input(data))
 
-    def stop(self, grace: float | None = None) -> None:
-        self.send(checked_request(wire.Stop(grace=grace)))
+    def resize(self, cols: int, rows: int, timeout: float | None = None) -> None:
+        self._current().resize(cols, rows, timeout)
+
+    def signal(self, name: str, timeout: float | None = None) -> int | None:
+        return self._current().signal(name, timeout)
+
+    def spawn(self, argv: list[str] | None = None, *, cwd: str | None = None, env: dict[str, str] | None = None,
+              clear_ring: bool = False, timeout: float | None = None) -> int | None:
+        return self._current().spawn(argv, cwd=cwd, env=env, clear_ring=clear_ring, timeout=timeout)
+
+    def status(self, timeout: float | None = None) -> wire.StatusReply:
+        return self._current().status(timeout)
+
+    def stop(self, grace: float | None = None, timeout: float | None = None) -> None:
+        """End the session; the stream then ends cleanly (no reconnection), also when no child was running."""
+        client = self._current()
+        self.state.stopping = True
+        client.stop(grace, timeout)
 
     def abort(self) -> None:
         """Drop the current connection as if the network failed (the next recv resumes)."""

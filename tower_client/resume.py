@@ -22,6 +22,7 @@ from shellper.protocol.connection import (
     ProtocolViolation,
     SessionGone,
     SessionNotFound,
+    ShellperDead,
     Timeout,
 )
 
@@ -85,6 +86,8 @@ class Resume(Position):
         """Reconnection attempts since the connection was lost (0 while connected)."""
         self.ended: ClientError | None = None
         self.items: deque[ResumeItem] = deque()
+        self.stopping = False
+        """This client asked the session to stop: when its connection ends, the stream ends with it."""
         self._connected = False
 
     def connected(self, welcome: wire.Welcome, replay: wire.Replay, last_event_seq: int | None) -> None:
@@ -93,6 +96,7 @@ class Resume(Position):
         connection's (what its HELLO asked for, or WELCOME's)."""
         if self.instance_id is None:
             self.instance_id = welcome.instance_id
+        self.session_state = welcome.state
         if not self._connected:
             self.output.next_offset = replay.offset - replay.gap
             self.last_event_seq = last_event_seq
@@ -128,8 +132,10 @@ class Resume(Position):
 
     def lost(self, error: ClientError, fatal: wire.Error | None) -> None:
         """The live connection ended with ``error`` (after the fatal ERROR ``fatal``, if one came):
-        raise it, ending the stream, unless reconnecting makes sense."""
-        stopped = self.exit is not None and self.exit.state in ENDED_STATES
+        raise it, ending the stream, unless reconnecting makes sense. It does not when the session was
+        stopping (this client asked, or an EXIT or ``state`` event said so)."""
+        stopped = (self.stopping or self.session_state in ENDED_STATES
+                   or (self.exit is not None and self.exit.state in ENDED_STATES))
         if stopped or (fatal is not None and fatal.code not in RESUMABLE_ERRORS):
             self.ended = error
             raise error
@@ -139,10 +145,15 @@ class Resume(Position):
         self.attempt += 1
         return self.backoff.delay(self.attempt)
 
-    def failed(self, error: ClientError) -> None:
-        """A reconnection attempt failed with ``error``: raise it, ending the stream, if it is final
-        or it was the last attempt."""
-        if not isinstance(error, RETRYABLE) or self.attempt >= self.backoff.max_attempts:
+    def failed(self, error: ClientError, gone: bool = False) -> None:
+        """A reconnection attempt failed with ``error``: raise it, ending the stream, if it is final, it
+        was the last attempt, or (``gone``: the driver found the process that served the socket no longer
+        running) nothing will ever answer there: then at once, as ShellperDead, instead of waiting out the
+        backoff. (A new shellper under the name answers instead, and is refused as InstanceMismatch.)"""
+        if gone and isinstance(error, SessionNotFound | ConnectionRefused):  # nothing there, and never will be
+            error = ShellperDead(self.path, f"the shellper is gone ({error.message})")
+        if isinstance(error, ShellperDead) or not isinstance(error, RETRYABLE) \
+                or self.attempt >= self.backoff.max_attempts:
             self.ended = error
             raise error
 
@@ -167,3 +178,8 @@ class ResumeView:
     @property
     def exit(self) -> wire.Exit | None:
         return self.state.exit
+
+    @property
+    def session_state(self) -> str | None:
+        """The session's state as the stream handed out so far says (WELCOME, EXIT, ``state`` events)."""
+        return self.state.session_state

@@ -277,6 +277,14 @@ REPLY_FRAME_CASES: list[tuple[str, Frame]] = [
         message="RESIZE frame: cols: size 0x24 is outside 1..65535")),
     ("REPLY refusing a SPAWN while stopping", Reply(id=8, frame_type=10, ok=False, code="stopping",
                                                     message="the session is stopping")),
+    # every change of state is an event; attach and detach are live only (seq 0)
+    ("EVENT state running", Event(seq=2, kind="state", time=1767225600.0,
+                                  data={"state": "running", "previous": "starting", "reason": ""})),
+    ("EVENT state backoff", Event(seq=9, kind="state", time=1767225612.5, data={
+        "state": "backoff", "previous": "running", "reason": "crash: killed by SIGSEGV (core dumped)",
+        "restart_at": 1767225614.5})),
+    ("EVENT client_attached, live only", Event(seq=0, kind="client_attached", time=1767225701.0,
+                                               data={"client_id": 4, "role": "viewer", "client": "probe"})),
 ]
 
 

@@ -20,37 +20,50 @@ from shellper.core.errors import BadArgument, BadArgumentType
 from shellper.protocol import wire
 from shellper.protocol.connection import (
     Answered,
+    BadRequest,
     ClientError,
     Connection,
     ConnectionRefused,
     ConnectionView,
     ConnEvent,
     ConnState,
+    Forbidden,
     InstanceMismatch,
     InvalidRequest,
     NotASocket,
+    NotRunning,
     Output,
     ProtocolViolation,
     RemoteError,
+    RequestFailed,
     SessionGone,
     SessionNotFound,
+    SessionStopping,
+    SpawnFailed,
     Timeout,
     connect_error,
+    result_int,
     send_error,
 )
 
 __all__ = [
+    "BadRequest",
     "Client",
     "ClientError",
     "ConnectionRefused",
+    "Forbidden",
     "InstanceMismatch",
     "InvalidRequest",
     "NotASocket",
+    "NotRunning",
     "Output",
     "ProtocolViolation",
     "RemoteError",
+    "RequestFailed",
     "SessionGone",
     "SessionNotFound",
+    "SessionStopping",
+    "SpawnFailed",
     "Timeout",
     "check_role",
     "checked_socket_path",
@@ -199,16 +212,19 @@ class Client(ConnectionView):
         self.conn.deliver(frame)
         return frame
 
-    def request(self, frame: wire.Frame, reply: type[wire.Frame], timeout: float | None = None) -> wire.Frame:
+    def request(self, frame: wire.Frame, reply: type[wire.Frame], timeout: float | None = None, *,
+                deadline: bool = True) -> wire.Frame:
         """Send ``frame`` and return its answer, a frame of type ``reply`` (RemoteError if the shellper
-        refused it); the frames that came before it are kept for recv()."""
+        refused it); the frames that came before it are kept for recv(). Within ``timeout`` (by default
+        the client's); ``deadline=False`` without one unless ``timeout`` is given."""
         ticket, data = self.conn.send_request(frame, reply.TYPE)
-        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        limit = timeout if timeout is not None or not deadline else self.timeout
+        until = None if limit is None else time.monotonic() + limit
         before: list[wire.Frame] = []
         try:
             self.send_bytes(data)
             while True:
-                event = self._next_event(deadline)
+                event = self._next_event(until)
                 if isinstance(event, Answered):
                     if event.request is ticket:
                         if event.error is not None:
@@ -249,6 +265,47 @@ class Client(ConnectionView):
             return
         self.conn.receive_data(chunk)
 
+    # ----------------------------------------------------------------------------------- requests
+
+    def resize(self, cols: int, rows: int, timeout: float | None = None) -> None:
+        """Set the PTY's size; raises BadRequest (out of range, before sending), Forbidden (a viewer),
+        SessionStopping."""
+        self._ask(_checked(wire.Resize(cols=cols, rows=rows)), timeout)
+
+    def signal(self, name: str, timeout: float | None = None) -> int | None:
+        """Signal the child's process group (tower only); returns the pid signalled. Raises NotRunning,
+        BadRequest, Forbidden, SessionStopping."""
+        reply = self._ask(_checked(wire.Signal(signal=name)), timeout)
+        return None if reply is None else result_int(reply, "pid")
+
+    def spawn(self, argv: list[str] | None = None, *, cwd: str | None = None, env: dict[str, str] | None = None,
+              clear_ring: bool = False, timeout: float | None = None) -> int | None:
+        """Replace the child; returns the new child's pid once it runs. Raises SpawnFailed, SessionStopping,
+        Forbidden. No deadline by default: the answer comes once the old tree has ended."""
+        reply = self._ask(_checked(wire.Spawn(argv=argv, cwd=cwd, env=env, clear_ring=clear_ring)), timeout,
+                          deadline=False)
+        return None if reply is None else result_int(reply, "child_pid")
+
+    def stop(self, grace: float | None = None, timeout: float | None = None) -> None:
+        """End the session; returns once the shellper has ended the tree (then it closes the connection).
+        No deadline by default."""
+        self._ask(_checked(wire.Stop(grace=grace)), timeout, deadline=False)
+
+    def status(self, timeout: float | None = None) -> wire.StatusReply:
+        reply = self.request(wire.Status(), wire.StatusReply, timeout)
+        assert isinstance(reply, wire.StatusReply)
+        return reply
+
+    def _ask(self, frame: wire.Frame, timeout: float | None, *, deadline: bool = True) -> wire.Reply | None:
+        """A request's REPLY (its refusal raised as the typed error); None from a version-2 shellper,
+        which does not answer: the request is only sent."""
+        if not self.conn.replies:
+            self.send(frame)
+            return None
+        reply = self.request(frame, wire.Reply, timeout, deadline=deadline)
+        assert isinstance(reply, wire.Reply)
+        return reply
+
     def fileno(self) -> int:
         if self.sock is None:
             raise SessionGone(self.path, "not connected")
@@ -266,6 +323,14 @@ class Client(ConnectionView):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+def _checked(frame: wire.Frame) -> wire.Frame:
+    """A signal the shellper does not know, refused here without costing a round trip (the connection
+    refuses malformed fields and out-of-range values itself, as InvalidRequest)."""
+    if isinstance(frame, wire.Signal) and wire.bare_signal(frame.signal) is None:
+        raise InvalidRequest(f"signal {frame.signal!r} is not one of {', '.join(wire.SIGNALS)}", "signal")
+    return frame
+
 
 def peer_pid(sock: socket.socket) -> int | None:
     """The pid of the process at the other end of a connected Unix socket (SO_PEERCRED)."""

@@ -1,6 +1,9 @@
 """What the session says about itself: its state, its numbered events, and its record file.
 
-Events are kept (the last EVENT_HISTORY) for clients that resume after a given one. The record is written
+Events are kept (the last EVENT_HISTORY) for clients that resume after a given one. Every change of state
+is an event of its own (``state``), so a client never derives the state from other events. A client's
+attach and detach are live only (``seq`` 0, never held): connections that come and go (a reconcile probe,
+``shellper ls``) would otherwise push the session's own history out of the bounded log. The record is written
 on every change a supervisor must see, and only while this shellper holds the session's lock: a shellper
 whose files were removed (and whose name another may have taken since) leaves the record at the path alone.
 """
@@ -25,6 +28,8 @@ if TYPE_CHECKING:
     from shellper.host.record import SessionRecord
 
 EVENT_HISTORY = 1000
+LIVE_ONLY_KINDS = frozenset({"client_attached", "client_detached"})
+"""Event kinds sent to the clients connected at the time, with ``seq`` 0, and neither held nor numbered."""
 
 
 class Journal:
@@ -36,11 +41,14 @@ class Journal:
         self.log = log
         self.state: SessionState = SessionState.STARTING
         self.state_reason = ""
+        self._announced = self.state
+        """The state the last ``state`` event said."""
         self.events: deque[wire.Event] = deque(maxlen=EVENT_HISTORY)
         self.event_seq = 0
         self.record_error: str | None = None
         """Why the last record write failed (disk full, directory gone); None once one succeeds."""
         self.lock: SessionLock | None = None
+        self._details: dict[str, Any] = {}
         self._describe = describe
         """The record as it should read now (the session gathers it)."""
         self._publish = publish
@@ -49,6 +57,9 @@ class Journal:
     # ----------------------------------------------------------------------------------- events
 
     def event(self, kind: str, data: dict[str, Any]) -> None:
+        if kind in LIVE_ONLY_KINDS:
+            self._publish(wire.encode(wire.Event(seq=0, kind=kind, time=time.time(), data=data)))
+            return
         self.event_seq += 1
         event = wire.Event(seq=self.event_seq, kind=kind, time=time.time(), data=data)
         self.events.append(event)
@@ -65,9 +76,25 @@ class Journal:
 
     # ----------------------------------------------------------------------------------- state and record
 
-    def set_state(self, state: SessionState, reason: str) -> None:
+    def set_state(self, state: SessionState, reason: str, *, announce: bool = True,
+                  details: dict[str, Any] | None = None) -> None:
+        """The session is now in ``state``: the record first, then (unless the caller announces it later,
+        after the event that caused it) the ``state`` event."""
         self.state, self.state_reason = state, reason
+        self._details = details or {}
         self.write_record()
+        if announce:
+            self.announce_state()
+
+    def announce_state(self) -> None:
+        """The ``state`` event for the current state, unless the last one said it already (one event per
+        change of state; a new reason alone is not a change)."""
+        previous = self._announced
+        if self.state is previous:
+            return
+        self._announced = self.state
+        self.event("state", {"state": self.state.value, "previous": previous.value, "reason": self.state_reason,
+                             **self._details})
 
     def write_record(self) -> None:
         if self.lock is None:  # stopped: the files are gone for good

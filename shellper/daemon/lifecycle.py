@@ -38,7 +38,8 @@ if TYPE_CHECKING:
     from shellper.host.logfile import LogFile
 
 REQUESTED_WINDOW = 10.0
-"""An exit within this many seconds of a terminating SIGNAL from a client counts as requested."""
+"""An exit of the child a client's terminating SIGNAL (or a SPAWN, a STOP) was sent to, within this many
+seconds of it, counts as requested. Only that child's: a SPAWN's new child that exits on its own is not."""
 _STATE_AFTER = {Action.RESTART: SessionState.BACKOFF, Action.EXITED: SessionState.EXITED,
                 Action.FATAL: SessionState.FATAL}
 TERMINATING = {signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGKILL}
@@ -77,6 +78,8 @@ class Lifecycle:
         self._restart_handle: Handle | None = None
         self._husk_handle: Handle | None = None
         self._requested_at = 0.0
+        self._requested_pid: int | None = None
+        """The child a request to end was aimed at (``_requested_at``): only its exit counts as requested."""
         self._replacing = False
         self._spawn_lock = Lock()
 
@@ -113,9 +116,10 @@ class Lifecycle:
         self.child = child
         self.input.attach(child)
         self.output.attach(child)
-        self.journal.set_state(SessionState.RUNNING, "")
+        self.journal.set_state(SessionState.RUNNING, "", announce=False)
         self.log.write(f"spawned pid={child.pid} argv={argv!r}")
         self.journal.event("spawned", {"child_pid": child.pid, "argv": argv})
+        self.journal.announce_state()
         return True
 
     def close_child(self) -> None:
@@ -140,7 +144,8 @@ class Lifecycle:
         self.close_child()  # the input meant for it is dropped: the clients it held back may send again
         self.child = None
         now = time.monotonic()
-        requested = requested or self.stop_requested or (now - self._requested_at) < REQUESTED_WINDOW
+        requested = requested or self.stop_requested or (
+            child.pid == self._requested_pid and now - self._requested_at < REQUESTED_WINDOW)
         evidence = ExitEvidence.from_wait_status(status, now - child.started_at, requested=requested,
                                                  stderr_tail=self.output.exit_evidence())
         self._handle_exit(evidence, child_pid=child.pid)
@@ -165,10 +170,13 @@ class Lifecycle:
                        f"{decision.reason}")
         if state is SessionState.BACKOFF:
             self.next_restart_at = time.time() + decision.delay
-        self.journal.set_state(state, decision.reason)  # the exit is on disk before anyone hears of it
+        details = {"restart_at": self.next_restart_at} if state is SessionState.BACKOFF else None
+        # the exit is on disk before anyone hears of it; its state event follows the exit's
+        self.journal.set_state(state, decision.reason, announce=False, details=details)
         exit_frame = wire.Exit.of(record)
         self.registry.send_exit(wire.encode(exit_frame), exit_frame)
         self.journal.event("exited", record.to_wire())
+        self.journal.announce_state()
         if state is SessionState.BACKOFF:
             self._note(f"child {describe_exit(evidence)}; restarting in {decision.delay:.2g} s "
                                f"(restart {decision.restart_count})")
@@ -275,7 +283,7 @@ class Lifecycle:
 
     async def _respawn(self, spawn: wire.Spawn, client: ClientConn | None) -> None:
         self._cancel_timers()
-        self._requested_at = time.monotonic()
+        self._mark_requested()
         self._replacing = True  # the old child's exit says state "starting": no notice, no husk timer
         try:
             await self.terminate_tree(self.config.grace)
@@ -332,11 +340,16 @@ class Lifecycle:
             client.refuse(wire.FrameType.SIGNAL, rid, "not_running", "the child is not running")
             return
         if signum in TERMINATING:
-            self._requested_at = time.monotonic()
+            self._mark_requested()
         self.log.write(f"signal {signal_name(signum)} to group {self.child.pid} from client {client.client_id}")
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.child.pid, signum)
         client.answer(wire.FrameType.SIGNAL, rid, {"signal": signal_name(signum), "pid": self.child.pid})
+
+    def _mark_requested(self) -> None:
+        """A client (or the shellper) is ending the current child: its exit, and only its, is requested."""
+        self._requested_at = time.monotonic()
+        self._requested_pid = self.child.pid if self.child is not None else None
 
     # ----------------------------------------------------------------------------------- the end
 
@@ -351,7 +364,7 @@ class Lifecycle:
         """A stop's first part: end the child's whole tree and report its exit."""
         self.journal.set_state(SessionState.STOPPING, "stop requested")
         self._cancel_timers()
-        self._requested_at = time.monotonic()
+        self._mark_requested()
         await self.terminate_tree(grace)
         self.reap()
         if self.child is not None:  # exit not seen (reaped elsewhere?): report it anyway

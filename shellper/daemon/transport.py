@@ -12,7 +12,7 @@ import socket
 from collections import deque
 from collections.abc import Callable
 
-from shellper.daemon.reactor import Reactor
+from shellper.daemon.reactor import Handle, Reactor
 
 RECV_SIZE = 256 * 1024
 DEFAULT_HIGH_WATER = 256 * 1024
@@ -23,6 +23,10 @@ ACCEPT_RETRY = 0.1
 """Seconds before accepting again after running out of file descriptors."""
 DRAIN_READS = 16
 """Reads of what a vanished peer left unread (at most 16 x RECV_SIZE) before its connection is closed."""
+CLOSE_DRAIN = 1.0
+"""Seconds a closed connection keeps reading (and dropping) what its peer still sends, after our last byte
+went out and our side was shut down: a peer still writing then gets no EPIPE and reads our last frames
+(a fatal ERROR) and the end of the stream. Its own close ends this sooner."""
 
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
@@ -57,6 +61,8 @@ class SocketTransport:
         self._closed = False
         self._failed = False
         self._reading = True
+        self._reported = False
+        self._drain_timer: Handle | None = None
         reactor.add_reader(self._fd, self._read_ready)
         protocol.connection_made(self)
 
@@ -118,13 +124,14 @@ class SocketTransport:
             self._buffer.append(memoryview(data))
 
     def close(self) -> None:
-        """Stop reading; close once what is buffered has been sent."""
+        """Stop reading; close once what is buffered has been sent (the protocol hears of it then), after
+        draining what the peer still sends for at most CLOSE_DRAIN seconds."""
         if self._closing or self._closed:
             return
         self._closing = True
         self._reactor.remove_reader(self._fd)
         if not self._buffer:
-            self._reactor.call_soon(self._finish, None)
+            self._reactor.call_soon(self._shut_down)
 
     def abort(self) -> None:
         """Close now, dropping whatever is buffered."""
@@ -181,7 +188,7 @@ class SocketTransport:
         if not self._buffer:
             self._reactor.remove_writer(self._fd)
             if self._closing:
-                self._finish(None)
+                self._shut_down()
                 return
         if self._paused and self._buffered <= self._low:
             self._paused = False
@@ -208,14 +215,53 @@ class SocketTransport:
             self._protocol.data_received(data)
         self._finish(exc)
 
+    def _shut_down(self) -> None:
+        """Everything went out: end our side of the stream (the peer reads it to the end, then EOF), tell
+        the protocol the connection is over, and read and drop what the peer still sends until it closes
+        or CLOSE_DRAIN passes. Closing with its bytes unread would make its next write fail (EPIPE) and a
+        client that stops at a failed write would never read the ERROR that explains it."""
+        if self._closed or self._failed:
+            self._finish(None)
+            return
+        try:
+            self._sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            self._finish(None)
+            return
+        self._report(None)
+        self._reactor.add_reader(self._fd, self._drain_ready)
+        self._drain_timer = self._reactor.call_later(CLOSE_DRAIN, self._finish, None)
+
+    def _drain_ready(self) -> None:
+        for _ in range(DRAIN_READS):
+            try:
+                data = self._sock.recv(RECV_SIZE)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                break
+            if not data:
+                break
+        else:
+            return  # more to come: read again at the next wakeup
+        self._finish(None)
+
+    def _report(self, exc: Exception | None) -> None:
+        if not self._reported:
+            self._reported = True
+            self._protocol.connection_lost(exc)
+
     def _finish(self, exc: Exception | None) -> None:
         if self._closed:
             return
         self._closed = True
+        if self._drain_timer is not None:
+            self._drain_timer.cancel()
+            self._drain_timer = None
         self._reactor.forget_fd(self._fd)
         with contextlib.suppress(OSError):
             self._sock.close()
-        self._protocol.connection_lost(exc)
+        self._report(exc)
 
 
 def listen_unix(reactor: Reactor, path: str, protocol_factory: Callable[[], StreamProtocol],

@@ -29,6 +29,8 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: `shellper attach` starts with
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from shellper.core.exitrecord import ExitRecord
+
 
 # --------------------------------------------------------------------------------------------- errors
 
@@ -117,9 +119,20 @@ REQUEST_ERRORS: dict[str, type[RequestFailed]] = {
 """The typed error for each REPLY code; any other code (``internal``, a newer one) is a RequestFailed."""
 
 
+def result_int(reply: wire.Reply, key: str) -> int | None:
+    """An integer a REPLY's result reports (None if a newer or odd shellper left it out)."""
+    value = reply.result.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def request_error(path: str, reply: wire.Reply) -> RequestFailed:
     """The typed error a REPLY that is not ok stands for."""
     return REQUEST_ERRORS.get(reply.code, RequestFailed)(path, reply)
+
+
+class ShellperDead(ClientError):
+    """The shellper behind the socket is no longer running (killed, crashed): its process, checked by its
+    identity, is gone, so the session will not answer again."""
 
 
 class ProtocolViolation(ClientError):
@@ -191,12 +204,14 @@ class Output:
 
 class Position:
     """What a client has handed on to its caller: the output offset to resume from and the gaps in it,
-    the child's last EXIT, and the last numbered event (``events_after`` for a resume)."""
+    the child's last EXIT, the last numbered event (``events_after`` for a resume), and the session's
+    state as WELCOME, EXIT and ``state`` events last said it."""
 
     def __init__(self) -> None:
         self.output = Output()
         self.exit: wire.Exit | None = None
         self.last_event_seq: int | None = None
+        self.session_state: str | None = None
 
     def deliver(self, frame: object) -> None:
         """The caller took ``frame``: move past it (what is not a frame moves nothing)."""
@@ -206,8 +221,11 @@ class Position:
             self.output.advance(frame)
         elif type(frame) is wire.Exit:
             self.exit = frame
+            self.session_state = frame.state or self.session_state
         elif type(frame) is wire.Event and frame.seq > 0:
             self.last_event_seq = max(self.last_event_seq or 0, frame.seq)
+            if frame.kind == "state" and isinstance(frame.data.get("state"), str):
+                self.session_state = frame.data["state"]
 
 
 # --------------------------------------------------------------------------------------------- states and rules
@@ -390,11 +408,12 @@ class Connection(Position):
         if self.replies and numbered is not None and reply_type in (None, numbered, wire.FrameType.REPLY):
             if self.state not in SENDING:
                 raise self._not_connected()
+            frame = structs.replace(frame, id=self._next_id + 1)
+            data = self.send(frame)
             self._next_id += 1
-            frame = structs.replace(frame, id=self._next_id)
             request = Request(frame.TYPE, numbered, "id", self._next_id)
             self.pending.append(request)
-            return request, wire.encode(frame)
+            return request, data
         data = self.send(frame)
         reply = reply_type if reply_type is not None else REPLIES.get(frame.TYPE)
         if reply is None:
@@ -524,6 +543,7 @@ class Connection(Position):
                 raise self._end(ConnState.FAILED, mismatch)
             self.welcome = frame
             self.last_event_seq = self._events_after if self._events_after is not None else frame.event_seq
+            self.session_state = frame.state
         elif isinstance(frame, wire.Replay):
             self.replay = frame
             self.output.next_offset = frame.offset + len(frame.data)
@@ -583,6 +603,35 @@ class ConnectionView:
     @property
     def last_event_seq(self) -> int | None:
         return self.conn.last_event_seq
+
+    @property
+    def session_state(self) -> str | None:
+        """The session's state as the frames handed out so far say (WELCOME, EXIT, ``state`` events)."""
+        return self.conn.session_state
+
+    @property
+    def exited(self) -> bool:
+        """The child is not running: WELCOME said so, or an EXIT was received (a late EXIT is never lost)."""
+        if self.exit is not None:
+            return True
+        welcome = self.conn.welcome
+        return welcome is not None and welcome.child_pid is None and welcome.exit is not None
+
+    @property
+    def last_exit(self) -> ExitRecord | None:
+        """The child's last exit as a typed record: the latest EXIT's, else the one WELCOME reported.
+        Raises ExitRecordError if the shellper sent a malformed one."""
+        if self.exit is not None:
+            return self.exit.exit_record()
+        welcome = self.conn.welcome
+        return welcome.exit_record() if welcome is not None else None
+
+    @property
+    def replies(self) -> bool:
+        """The shellper answers each request (protocol version 3): the request methods return what it did
+        or raise the typed error of its refusal. A version-2 shellper does not: they return None once the
+        request is sent (a refusal then comes as an ERROR frame in the stream)."""
+        return self.conn.replies
 
     @property
     def fatal_error(self) -> wire.Error | None:

@@ -16,6 +16,7 @@ from shellper.protocol.connection import (
     RemoteError,
     SessionGone,
     SessionNotFound,
+    ShellperDead,
     Timeout,
 )
 from tower_client.resume import Backoff, Reconnected, Resume
@@ -169,3 +170,45 @@ def test_closing_ends_the_stream_after_what_is_queued() -> None:
     r.ended = first
     r.close()  # the first reason stays
     assert r.ended is first
+
+
+@pytest.mark.parametrize(("stopping", "state_event", "resumed"), [
+    (False, None, True),
+    (True, None, False),  # this client sent STOP: a husk's stop has no EXIT to say so
+    (False, "stopping", False),  # another client's STOP, as the state event says
+    (False, "backoff", True),
+])
+def test_a_stop_ends_the_stream_instead_of_reconnecting(stopping: bool, state_event: str | None,
+                                                        resumed: bool) -> None:
+    r = connected()
+    r.stopping = stopping
+    if state_event is not None:
+        r.take(wire.Event(seq=4, kind="state", data={"state": state_event, "previous": "running", "reason": ""}))
+    assert r.session_state == (state_event or "running")
+    lost = SessionGone(PATH, "the shellper closed the connection")
+    if resumed:
+        r.lost(lost, None)
+    else:
+        with pytest.raises(SessionGone):
+            r.lost(lost, None)
+        assert r.ended is lost
+
+
+@pytest.mark.parametrize(("error", "gone", "ends_as"), [
+    (ConnectionRefused(PATH, "stale socket"), True, ShellperDead),
+    (SessionNotFound(PATH, "no socket"), True, ShellperDead),
+    (ConnectionRefused(PATH, "stale socket"), False, None),
+    (Timeout(PATH, "slow"), True, None),  # something answered slowly: not a dead shellper's socket
+    (InstanceMismatch(PATH, INSTANCE, "b" * 32), True, InstanceMismatch),  # a new shellper under the name
+])
+def test_a_dead_shellper_ends_the_stream_at_once(error: ClientError, gone: bool, ends_as: type[Any] | None) -> None:
+    r = connected()
+    r.lost(SessionGone(PATH, "lost"), None)
+    r.next_delay()
+    if ends_as is None:
+        r.failed(error, gone)
+        assert r.ended is None
+    else:
+        with pytest.raises(ends_as):
+            r.failed(error, gone)
+        assert isinstance(r.ended, ends_as)
