@@ -106,6 +106,13 @@ describe("against a live shellper", { skip, concurrency: false, timeout: 240_000
       assert.equal(exit.state, "exited");
       assert.equal(c.exit, exit);
       assert.equal(c.sessionState, "exited");
+      const isState = (f: { type: string }): boolean => f.type === "EVENT" && (f as EventFrame).kind === "state"
+        && (f as EventFrame).data.state === "exited";
+      const seen = frames.some(isState) ? frames : (await readUntil(c, (fs) => fs.some(isState))).frames;
+      const state = seen.find(isState) as EventFrame;
+      assert.equal(state.data.state, "exited"); // every change of state is an event (version 3)
+      assert.equal(state.data.previous, "running");
+      assert.equal(c.sessionState, "exited");
       c.write("x");
       const late = await readUntil(c, (fs) => fs.some((f) => f.type === "ERROR" && (f as unknown as { code: string }).code === "not_running"));
       assert.ok(late.frames.length >= 1);
