@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo tower-demo test lint typecheck unit bench soak clean compile test-versions completions
+.PHONY: demo tower-demo test lint typecheck unit bench soak clean compile test-versions completions test-ts
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -42,7 +42,27 @@ lint: $(STAMP)
 unit: compile
 	$(BIN)/python -m pytest -q -m "not slow" -p no:cacheprovider
 
-test: lint unit
+test: lint unit test-ts
+
+# The TypeScript client (clients/typescript): its dependencies from the lock file on first use (and when
+# the lock changes; --omit=optional leaves out msgpackr's native addon, which only its benchmark
+# compares against), then the vector and live-shellper suites, against this checkout's shellper.
+# Without node 20 or newer the suites are skipped with a note.
+TS := clients/typescript
+TS_STAMP := $(TS)/node_modules/.installed
+$(TS_STAMP): $(TS)/package-lock.json
+	cd $(TS) && npm ci --omit=optional --ignore-scripts --no-audit --no-fund --loglevel=error
+	touch $(TS_STAMP)
+
+test-ts: $(STAMP)
+	@if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then \
+		echo "test-ts: skipped: node and npm are not installed (the TypeScript client needs Node 20 or newer)"; \
+	elif [ "$$(node -p 'process.versions.node.split(".")[0]')" -lt 20 ]; then \
+		echo "test-ts: skipped: node $$(node --version) is older than 20"; \
+	else \
+		$(MAKE) --no-print-directory $(TS_STAMP) && cd $(TS) && rm -rf dist && node_modules/.bin/tsc -p . \
+		&& SHELLPER=$(abspath $(BIN))/shellper node --test --test-concurrency=1 --test-reporter=dot dist/test/*.test.js; \
+	fi
 
 bench: compile
 	command -v dtach >/dev/null || (apt-get update -qq && apt-get install -y -qq dtach) || echo "dtach unavailable: its column will be empty"
