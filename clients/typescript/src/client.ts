@@ -8,7 +8,8 @@ import net from "node:net";
 import { ProtocolError, FrameDecoder, encodeData, encodeFrame, typeName } from "./codec.js";
 import {
   FrameType, MAX_FRAME_SIZE, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, REPLY_VERSION, ROLES, SIGNALS,
-  type ErrorFrame, type Exit, type Frame, type FrameInit, type Replay, type Reply, type Role, type StatusReply, type Welcome,
+  type ErrorFrame, type Exit, type Frame, type FrameInit, type Replay, type Reply, type Role, type ScreenReply, type StatusReply,
+  type Welcome,
 } from "./frames.js";
 
 export const CLIENT_NAME = "@shellper/client/0.1.0";
@@ -69,6 +70,9 @@ export interface ConnectOptions {
   expectInstanceId?: string | null;
   handshakeTimeoutMs?: number;
   maxFrame?: number;
+  /** Version 3, a terminal or viewer without resumeFrom: replay the rendered screen (REPLAY.preamble
+   * draws it; REPLAY.offset is where live output continues), after up to this many scrollback lines. */
+  rendered?: number | null;
   /** Bytes of frames held for the caller before this client stops reading the socket (default 4 MiB). */
   maxBuffered?: number;
 }
@@ -110,7 +114,7 @@ export class Client implements AsyncIterable<Frame> {
   private pingWaiters = new Map<bigint, Waiter<void>>();
   private nonce = 0n;
   /** Version 3: requests sent with an id, by id, until their REPLY (or STATUS_REPLY) comes. */
-  private idWaiters = new Map<bigint, Waiter<Reply | StatusReply>>();
+  private idWaiters = new Map<bigint, Waiter<Reply | StatusReply | ScreenReply>>();
   private lastId = 0n;
   private readonly closedPromise: Promise<void>;
 
@@ -154,6 +158,7 @@ export class Client implements AsyncIterable<Frame> {
       replay_bytes: big(options.replayBytes),
       events_after: big(options.eventsAfter),
       client: options.clientName ?? CLIENT_NAME,
+      rendered: options.rendered ?? null,
     });
     const timeoutMs = options.handshakeTimeoutMs ?? HANDSHAKE_TIMEOUT_MS;
     const deadline = Date.now() + timeoutMs;
@@ -214,7 +219,8 @@ export class Client implements AsyncIterable<Frame> {
       if (!this.ended) this.socket.write(encodeFrame({ type: "PONG", nonce: frame.nonce }));
       return;
     }
-    if ((frame.type === "REPLY" || frame.type === "STATUS_REPLY") && frame.id !== null && this.idWaiters.has(frame.id)) {
+    if ((frame.type === "REPLY" || frame.type === "STATUS_REPLY" || frame.type === "SCREEN_REPLY") && frame.id !== null
+      && this.idWaiters.has(frame.id)) {
       const waiter = this.idWaiters.get(frame.id);
       this.idWaiters.delete(frame.id);
       waiter?.resolve(frame);
@@ -383,13 +389,26 @@ export class Client implements AsyncIterable<Frame> {
   status(timeoutMs = REQUEST_TIMEOUT_MS): Promise<StatusReply> {
     if (this.version >= REPLY_VERSION) {
       const id = ++this.lastId;
-      return this.await<Reply | StatusReply>((w) => this.idWaiters.set(id, w), () => this.send({ type: "STATUS", id }), timeoutMs, () => {
+      return this.await<Reply | StatusReply | ScreenReply>((w) => this.idWaiters.set(id, w), () => this.send({ type: "STATUS", id }), timeoutMs, () => {
         this.idWaiters.delete(id);
       }) as Promise<StatusReply>;
     }
     return this.await((w) => this.statusWaiters.push(w), () => this.send({ type: "STATUS" }), timeoutMs, (w) => {
       this.statusWaiters = this.statusWaiters.filter((x) => x !== w);
     });
+  }
+
+  /** Version 3: the screen of the moment as the shellper's model has it (`text`: plain rows; `ansi`:
+   * rows with SGR sequences), with up to `scrollback` lines above it. Any role. */
+  screen(options: { format?: "text" | "ansi"; scrollback?: number } = {}, timeoutMs = REQUEST_TIMEOUT_MS): Promise<ScreenReply> {
+    if (this.version < REPLY_VERSION) {
+      return Promise.reject(new ClientError(this.path, `this connection speaks version ${this.version}: SCREEN needs version 3`));
+    }
+    const id = ++this.lastId;
+    const frame = { type: "SCREEN" as const, id, format: options.format ?? "text", scrollback: options.scrollback ?? 0 };
+    return this.await<Reply | StatusReply | ScreenReply>((w) => this.idWaiters.set(id, w), () => this.send(frame), timeoutMs, () => {
+      this.idWaiters.delete(id);
+    }) as Promise<ScreenReply>;
   }
 
   /** Version 3: sends RESIZE, SIGNAL, SPAWN or STOP with an id and resolves with its REPLY once it is
@@ -401,7 +420,7 @@ export class Client implements AsyncIterable<Frame> {
       return Promise.reject(new ClientError(this.path, `this connection speaks version ${this.version}: requests get no REPLY before version ${REPLY_VERSION}`));
     }
     const id = ++this.lastId;
-    const answered = this.await<Reply | StatusReply>((w) => this.idWaiters.set(id, w), () => this.send({ ...frame, id }), timeoutMs, () => {
+    const answered = this.await<Reply | StatusReply | ScreenReply>((w) => this.idWaiters.set(id, w), () => this.send({ ...frame, id }), timeoutMs, () => {
       this.idWaiters.delete(id);
     });
     return answered.then((reply) => {

@@ -49,6 +49,8 @@ export const FrameType = {
   GAP: 0x10,
   RELEASE: 0x11,
   REPLY: 0x12,
+  SCREEN: 0x13,
+  SCREEN_REPLY: 0x14,
 } as const;
 export type FrameName = keyof typeof FrameType;
 export const FRAME_NAMES: ReadonlyMap<number, FrameName> = new Map(
@@ -100,6 +102,8 @@ export interface Hello {
   client: string;
   terminal: boolean | null;
   detach_byte: number | null;
+  /** Version 3, a terminal or viewer: replay the rendered screen, after up to this many scrollback lines. */
+  rendered: number | null;
 }
 export interface Welcome {
   type: "WELCOME";
@@ -139,6 +143,24 @@ export interface StatusReply { type: "STATUS_REPLY"; state: string; info: ValueM
 export interface Stop { type: "STOP"; grace: number | null; id: bigint | null }
 export interface Gap { type: "GAP"; offset: bigint; missed: bigint }
 export interface Release { type: "RELEASE"; reason: string; reset: Uint8Array; offset: bigint }
+/** Version 3: a request for the rendered screen (section 8.5), answered by SCREEN_REPLY. */
+export interface Screen { type: "SCREEN"; id: bigint | null; format: string; scrollback: number }
+/** The screen of the moment: what a terminal attached now would show, at output `offset`. */
+export interface ScreenReply {
+  type: "SCREEN_REPLY";
+  offset: bigint;
+  cols: number;
+  rows: number;
+  lines: string[];
+  cursor_x: number;
+  cursor_y: number;
+  cursor_visible: boolean;
+  alternate: boolean;
+  title: string;
+  scrollback: string[];
+  format: string;
+  id: bigint | null;
+}
 /** Version 3: the one answer to a request that carried an `id` (section 7.5). */
 export interface Reply {
   type: "REPLY";
@@ -152,9 +174,9 @@ export interface Reply {
 
 export type Frame =
   | Data | Resize | Signal | Exit | Replay | Ping | Pong | Hello | Welcome | Spawn
-  | ErrorFrame | EventFrame | Status | StatusReply | Stop | Gap | Release | Reply;
+  | ErrorFrame | EventFrame | Status | StatusReply | Stop | Gap | Release | Reply | Screen | ScreenReply;
 /** The requests that may carry an `id` on a version-3 connection. */
-export const ID_REQUESTS: ReadonlySet<FrameName> = new Set<FrameName>(["RESIZE", "SIGNAL", "SPAWN", "STOP", "STATUS"]);
+export const ID_REQUESTS: ReadonlySet<FrameName> = new Set<FrameName>(["RESIZE", "SIGNAL", "SPAWN", "STOP", "STATUS", "SCREEN"]);
 export type FrameOf<N extends FrameName> = Extract<Frame, { type: N }>;
 
 /** A frame to encode: optional fields may be left out (they take the table's default). */
@@ -227,6 +249,7 @@ export const FIELDS: { readonly [N in FrameName]: readonly FieldSpec[] } = {
     opt("client", "str", ""),
     nil("terminal", "bool"),
     nil("detach_byte", "uint"),
+    nil("rendered", "uint"),
   ],
   WELCOME: [
     req("version", "uint"),
@@ -260,12 +283,28 @@ export const FIELDS: { readonly [N in FrameName]: readonly FieldSpec[] } = {
   RELEASE: [req("reason", "str"), opt("reset", "bin", EMPTY), opt("offset", "u64", 0n)],
   REPLY: [req("id", "u64"), req("frame_type", "uint"), req("ok", "bool"), opt("code", "str", ""), opt("message", "str", ""),
     opt("result", "map", {})],
+  SCREEN: [nil("id", "u64"), opt("format", "str", "text"), opt("scrollback", "uint", 0)],
+  SCREEN_REPLY: [
+    req("offset", "u64"),
+    req("cols", "uint"),
+    req("rows", "uint"),
+    opt("lines", "str_list", []),
+    opt("cursor_x", "uint", 0),
+    opt("cursor_y", "uint", 0),
+    opt("cursor_visible", "bool", true),
+    opt("alternate", "bool", false),
+    opt("title", "str", ""),
+    opt("scrollback", "str_list", []),
+    opt("format", "str", "text"),
+    nil("id", "u64"),
+  ],
 };
 
 /** The default of an absent optional field, fresh (maps are not shared between frames). */
 export function defaultOf(spec: FieldSpec): unknown {
   const d = spec.default;
   if (d instanceof Uint8Array) return new Uint8Array(0);
+  if (Array.isArray(d)) return [];
   if (d !== null && typeof d === "object") return {};
   return d;
 }

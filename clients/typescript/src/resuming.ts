@@ -7,7 +7,7 @@ import {
   Client, ConnectionRefused, ProtocolViolation, RemoteError, SessionGone, SessionNotFound, ShellperDead, Timeout, shellperAlive,
   type ClientError, type ConnectOptions, type RequestInit, type SpawnOptions,
 } from "./client.js";
-import type { Exit, Frame, Reply, StatusReply, Welcome } from "./frames.js";
+import type { Exit, Frame, Reply, ScreenReply, StatusReply, Welcome } from "./frames.js";
 
 export interface Backoff {
   initialMs: number;
@@ -196,6 +196,9 @@ export class ResumingClient implements AsyncIterable<ResumeItem> {
   }
   status(timeoutMs?: number): Promise<StatusReply> { return this.current.status(timeoutMs); }
   ping(timeoutMs?: number): Promise<void> { return this.current.ping(timeoutMs); }
+  screen(options?: { format?: "text" | "ansi"; scrollback?: number }, timeoutMs?: number): Promise<ScreenReply> {
+    return this.current.screen(options, timeoutMs);
+  }
   /** Version 3 (Client.request) on the current connection; a STOP ends the stream as stop() does. */
   request(frame: RequestInit, timeoutMs?: number): Promise<Reply> {
     const answered = this.current.request(frame, timeoutMs);

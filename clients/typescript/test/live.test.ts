@@ -366,4 +366,25 @@ describe("against a live shellper", { skip, concurrency: false, timeout: 240_000
     });
     await pollUntil(() => !alive(info.pid), 10_000, "the shellper to exit");
   });
+
+  test("version 3: SCREEN gives the screen of the moment; a rendered replay draws it instead of bytes", async () => {
+    const info = await sessions.launch("sc", ["sh", "-c", "printf '\\033]0;ts-title\\007line one\\nline two\\n'; exec cat"]);
+    await connected(info.socket, { role: "viewer" }, async (v) => {
+      await pollUntil(async () => (await v.screen()).lines.includes("line two"), 10_000, "the output on the screen");
+      const screen = await v.screen({ format: "text", scrollback: 5 });
+      assert.deepEqual(screen.lines.slice(0, 2), ["line one", "line two"]);
+      assert.equal(screen.title, "ts-title");
+      assert.equal(screen.cols, 80);
+      assert.equal(screen.rows, 24);
+      assert.equal(screen.cursor_y, 2);
+      assert.equal(screen.alternate, false);
+      await readUntil(v, () => v.nextOffset >= screen.offset); // the output the screen shows, as bytes
+      assert.equal(v.nextOffset, screen.offset); // every byte before it, none after
+    });
+    await connected(info.socket, { role: "viewer", rendered: 10 }, async (v) => {
+      assert.equal(v.replay.data.length, 0);
+      assert.equal(v.replay.offset, v.welcome.ring_end);
+      assert.match(Buffer.from(v.replay.preamble).toString(), /line one[^]*line two/);
+    });
+  });
 });
