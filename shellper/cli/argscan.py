@@ -11,7 +11,7 @@ them to the parser's. This module imports nothing: it runs before the prefork is
 
 from __future__ import annotations
 
-_HELP = {"-h": False, "--help": False, "--dir": True}  # --dir: also after the command
+_HELP = {"-h": False, "--help": False, "--dir": True, "--host": True}  # --dir, --host: also after the command
 
 GLOBAL_OPTIONS: dict[str, bool] = {**_HELP, "--version": False}
 """The options before the command, each with whether it takes a value."""
@@ -40,6 +40,7 @@ COMMAND_OPTIONS: dict[str, dict[str, bool]] = {
     "restart": _HELP,
     "stop": {**_HELP, "--all": False, "--grace": True},
     "status": {**_HELP, "--json": False},
+    "bridge": _HELP,
 }
 """Each command's options, each with whether it takes a value."""
 

@@ -10,6 +10,7 @@ import os
 import sys
 
 from shellper.cli.argscan import may_detach, scan
+from shellper.cli.remote import MixedHosts, remote_host
 from shellper.daemon.prefork import Prefork
 
 
@@ -19,6 +20,14 @@ def entry() -> None:
     argv = sys.argv[1:]
     line = scan(argv)
     code: int | str | None = None
+    try:
+        remote = remote_host(line) is not None
+    except MixedHosts:  # names on two hosts: main() says so
+        remote = True
+    if remote:  # the command runs on another host: nothing here to hurry (shellper.cli.remote)
+        from shellper.cli.main import main
+
+        _leave(main(argv))
     if line.command == "attach":  # the command people wait on: started without argparse when it is plain
         from shellper.cli.attach import quick_main
 
