@@ -117,7 +117,7 @@ def _remote(host: str, part: dict[str, Any], apply_: bool, timeout: float, optio
     try:
         check_version(host, timeout)
         done = run_remote(host, remote_tower(args), input=json.dumps(part).encode(),
-                          timeout=max(1.0, deadline - time.monotonic()))
+                          timeout=max(1.0, deadline - time.monotonic()), ensure=False)
         data = json.loads(done.stdout) if done.stdout.strip() else None
     except SshError as exc:
         return _unreachable(host, part, str(exc))

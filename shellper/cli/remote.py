@@ -46,7 +46,7 @@ def remote_host(line: Scan) -> str | None:
 def remote_argv(argv: list[str], line: Scan, host: str) -> list[str]:
     """``argv`` for the remote shellper: without ``--host`` and with ``HOST:`` taken off the session names
     (before ``--``: what follows is the child's own)."""
-    names = set(_names(line))
+    names = _names(line)  # in order: a later operand with the same text (send's TEXT) stays as typed
     out: list[str] = []
     i = 0
     while i < len(argv):
@@ -60,8 +60,10 @@ def remote_argv(argv: list[str], line: Scan, host: str) -> list[str]:
             continue
         if token.startswith("--host="):
             continue
-        if token in names and token.startswith(f"{host}:"):
-            token = token[len(host) + 1:]
+        if names and token == names[0]:
+            names.pop(0)
+            if token.startswith(f"{host}:"):
+                token = token[len(host) + 1:]
         out.append(token)
     return out
 
@@ -69,12 +71,11 @@ def remote_argv(argv: list[str], line: Scan, host: str) -> list[str]:
 def remote_main(argv: list[str], line: Scan, host: str) -> int:
     """Check the remote version, then become the ssh that runs the command there (its exit status is the
     remote command's, or 255 when ssh could not connect)."""
-    from shellper.host.ssh import SshError, check_version, ensure_master, remote_shellper, ssh_argv
+    from shellper.host.ssh import SshError, check_version, remote_shellper, ssh_argv
 
     args = remote_argv(argv, line, host)
     try:
-        check_version(host)
-        ensure_master(host)
+        check_version(host)  # starts the host's shared connection, if need be
         tty = line.command == "attach" and os.isatty(0) and os.isatty(1)
         command = ssh_argv(host, remote_shellper(args), tty=tty, batch=False)
     except SshError as exc:

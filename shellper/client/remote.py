@@ -40,8 +40,8 @@ class RemoteClient(Client):
         """How the last ssh process ended: its exit status and the last line it wrote to stderr."""
 
     def _open_socket(self) -> socket.socket:
-        check_version(self.host, self.timeout)
-        ensure_master(self.host, self.timeout)
+        check_version(self.host, self.timeout)  # once per process and host
+        ensure_master(self.host, self.timeout)  # a reconnection after the shared connection died starts it again
         self._reap()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         args = [*(["--dir", self.directory] if self.directory else []), "bridge", self.name]

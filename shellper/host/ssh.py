@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import os
 import shlex
 import subprocess
 import tempfile
+from pathlib import Path
 
 from shellper import __version__
 from shellper.core.errors import ShellperError
@@ -136,19 +138,21 @@ def remote_tower(args: list[str]) -> str:
     return " ".join([command, *map(shlex.quote, args)])
 
 
-def ensure_master(host: str, timeout: float = CONNECT_TIMEOUT) -> None:
+def ensure_master(host: str, timeout: float = CONNECT_TIMEOUT) -> int | None:
     """Start ``host``'s shared connection unless it runs (one at a time per host: a lock in the control
-    directory). HostUnreachable with ssh's own words when it cannot connect."""
+    directory); its pid (None when sharing is off). HostUnreachable with ssh's own words when it cannot
+    connect."""
     check_host(host)
     if not _shared():
-        return
+        return None
     directory = control_dir()
     base = [*ssh_command(), "-o", f"ControlPath={directory}/%C"]
     lock = os.open(os.path.join(directory, "lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if _master_running(base, host):
-            return
+        pid = _master_pid(base, host)
+        if pid is not None:
+            return pid
         # -f -N: ssh authenticates, then goes to the background as the master. ControlMaster=auto, not yes:
         # auto removes the socket a killed master left (yes would refuse to bind over it). Its stderr is a
         # file, not a pipe: the master keeps it open for its whole life, and a pipe would never end.
@@ -163,25 +167,23 @@ def ensure_master(host: str, timeout: float = CONNECT_TIMEOUT) -> None:
             if done.returncode != 0:
                 err.seek(0)
                 raise HostUnreachable(host, _last_line(err.read()) or f"ssh exited {done.returncode}")
+        return _master_pid(base, host)
     finally:
         os.close(lock)
 
 
-def _master_running(base: list[str], host: str) -> bool:
-    done = subprocess.run([*base, "-O", "check", "--", host], stdin=subprocess.DEVNULL,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=CONNECT_TIMEOUT)
-    return done.returncode == 0
-
-
-def master_pid(host: str) -> int | None:
-    """The pid of ``host``'s shared connection, or None if none runs."""
-    done = subprocess.run([*ssh_command(), "-o", f"ControlPath={control_dir()}/%C", "-O", "check", "--",
-                           check_host(host)], stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                          timeout=CONNECT_TIMEOUT)
+def _master_pid(base: list[str], host: str) -> int | None:
+    done = subprocess.run([*base, "-O", "check", "--", host], stdin=subprocess.DEVNULL, capture_output=True,
+                          text=True, timeout=CONNECT_TIMEOUT)
     text = done.stderr + done.stdout
     if done.returncode != 0 or "pid=" not in text:
         return None
     return int(text.split("pid=", 1)[1].split(")", 1)[0])
+
+
+def master_pid(host: str) -> int | None:
+    """The pid of ``host``'s shared connection, or None if none runs."""
+    return _master_pid([*ssh_command(), "-o", f"ControlPath={control_dir()}/%C"], check_host(host))
 
 
 def stop_master(host: str) -> None:
@@ -190,11 +192,13 @@ def stop_master(host: str) -> None:
                    stdin=subprocess.DEVNULL, capture_output=True, timeout=CONNECT_TIMEOUT)
 
 
-def run_remote(host: str, remote: str, *, input: bytes | None = None,
-               timeout: float = 30.0) -> subprocess.CompletedProcess[bytes]:
+def run_remote(host: str, remote: str, *, input: bytes | None = None, timeout: float = 30.0,
+               ensure: bool = True) -> subprocess.CompletedProcess[bytes]:
     """Run the remote shell command ``remote`` on ``host`` and collect its output; HostUnreachable when ssh
-    could not connect or the host did not answer within ``timeout``."""
-    ensure_master(host, min(timeout, CONNECT_TIMEOUT))
+    could not connect or the host did not answer within ``timeout``. ``ensure``: start the host's shared
+    connection first if it does not run (False: the caller just did)."""
+    if ensure:
+        ensure_master(host, min(timeout, CONNECT_TIMEOUT))
     try:
         done = subprocess.run(ssh_argv(host, remote), input=input, capture_output=True, timeout=timeout,
                               stdin=None if input is not None else subprocess.DEVNULL)
@@ -210,11 +214,21 @@ _checked: dict[str, str] = {}
 
 
 def check_version(host: str, timeout: float = CONNECT_TIMEOUT) -> str:
-    """The remote shellper's version, which must be this one's: VersionMismatch otherwise, RemoteNotInstalled
-    when the remote shell finds no shellper, HostUnreachable when ssh cannot connect."""
+    """Start ``host``'s shared connection if need be, and check that its shellper is this version, once per
+    connection: VersionMismatch otherwise, RemoteNotInstalled when the remote shell finds no shellper,
+    HostUnreachable when ssh cannot connect. A version found good is noted in the control directory with
+    the connection's pid, so the commands that share a connection do not each ask again (a remote upgraded
+    meanwhile is checked when the connection is next made, at most CONTROL_PERSIST s after its last use)."""
     if host in _checked:
         return _checked[host]
-    done = run_remote(host, remote_shellper(["--version"]), timeout=timeout)
+    pid = ensure_master(host, timeout)
+    note = _version_note(host)
+    if pid is not None and note is not None:
+        with contextlib.suppress(OSError):
+            if Path(note).read_text() == f"{pid} {__version__}":
+                _checked[host] = __version__
+                return __version__
+    done = run_remote(host, remote_shellper(["--version"]), timeout=timeout, ensure=False)
     text = done.stdout.decode(errors="replace").strip()
     if done.returncode == SHELL_NOT_FOUND or (done.returncode != 0 and not text):
         raise RemoteNotInstalled(host, f"no shellper there ({_last_line(done.stderr) or f'exit {done.returncode}'}): "
@@ -224,7 +238,20 @@ def check_version(host: str, timeout: float = CONNECT_TIMEOUT) -> str:
     if remote != __version__:
         raise VersionMismatch(host, remote, __version__)
     _checked[host] = remote
+    if pid is not None and note is not None:
+        with contextlib.suppress(OSError):
+            Path(note).write_text(f"{pid} {remote}")
     return remote
+
+
+def _version_note(host: str) -> str | None:
+    """Where the version found on ``host``'s current connection is noted (None: no sharing, no note).
+    The note is keyed by what the remote command runs, too: another $SHELLPER_REMOTE is asked again."""
+    if not _shared():
+        return None
+    key = hashlib.sha1(f"{host}\0{os.environ.get(REMOTE_ENV, '')}\0{os.environ.get(SSH_ENV, '')}".encode(),
+                       usedforsecurity=False).hexdigest()[:24]
+    return os.path.join(control_dir(), f"version-{key}")
 
 
 def _last_line(data: bytes) -> str:
