@@ -156,9 +156,43 @@ def command_latency(lab: Lab) -> dict[str, float]:
             times.append((time.perf_counter() - t0) * 1000)
         return median(times)
 
+    direct = [*ssh.ssh_command(), "-T", "-o", "ControlPath=none", "alpha", "true"]
     return {"ls_local_ms": timed([*shellper_cli(), "--dir", str(lab.dir), "ls"]),
             "ls_ssh_ms": timed([*shellper_cli(), "--host", "alpha", "--dir", str(lab.dir), "ls"]),
-            "ssh_true_ms": timed(_ssh("true"))}
+            "ssh_true_ms": timed(_ssh("true")), "ssh_true_own_handshake_ms": timed(direct)}
+
+
+def connect_latency(lab: Lab) -> dict[str, float]:
+    """ms from nothing to WELCOME and REPLAY for a program: here, through the bridge, and through a
+    stream-local forwarding set up for the connection (as a reconnection would have to)."""
+    from shellper.client.remote import RemoteClient
+
+    name = lab.name("cl")
+    lab.shellpers.start(name, child_argv("echo", "--banner"))
+    forwarded = lab.dir / f"{name}.fwd"
+    spec = f"{forwarded}:{lab.shellpers.socket(name)}"
+    times: dict[str, list[float]] = {"local": [], "bridge": [], "forward": []}
+    try:
+        for _ in range(5):
+            t0 = time.perf_counter()
+            with lab.shellpers.connect(name, replay_bytes=0):
+                times["local"].append((time.perf_counter() - t0) * 1000)
+            t0 = time.perf_counter()
+            with RemoteClient("alpha", name, directory=str(lab.dir), timeout=30) as client:
+                client.connect(replay_bytes=0)
+                times["bridge"].append((time.perf_counter() - t0) * 1000)
+            t0 = time.perf_counter()
+            subprocess.run([*ssh.ssh_command(), *ssh.control_options(), "-O", "forward", "-L", spec, "alpha"],
+                           check=True, capture_output=True)
+            with Client(forwarded, "tower", timeout=30) as plain:
+                plain.connect(replay_bytes=0)
+                times["forward"].append((time.perf_counter() - t0) * 1000)
+            subprocess.run([*ssh.ssh_command(), *ssh.control_options(), "-O", "cancel", "-L", spec, "alpha"],
+                           capture_output=True)
+            forwarded.unlink(missing_ok=True)
+    finally:
+        lab.shellpers.stop(name)
+    return {f"connect_{k}_ms": median(v) for k, v in times.items()}
 
 
 @contextlib.contextmanager
@@ -190,6 +224,7 @@ def main() -> None:
             results[f"tower_{how}_mib_s"] = median([tower_flood(lab, how) for _ in range(RUNS)])
         results["tower_local_mib_s"] = median([_local_tower(lab) for _ in range(RUNS)])
         results.update(command_latency(lab))
+        results.update(connect_latency(lab))
     results["load_after"] = os.getloadavg()
     print(json.dumps(results, indent=1))
 

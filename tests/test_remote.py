@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -228,3 +229,28 @@ def test_a_remote_of_another_version_is_named(remote: SshWorld, monkeypatch: pyt
     monkeypatch.setattr(ssh, "_checked", {})
     done = shellper("--host", "alpha", "ls")
     assert done.returncode == 1 and "host alpha: no shellper there" in done.stderr
+
+
+def test_hosts_that_do_not_answer_are_waited_for_in_parallel_each_with_its_timeout(
+        remote: SshWorld, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two "hosts" whose port accepts connections and never says a word: each is given up after the host
+    timeout, both at once, and their sessions are left alone."""
+    silent = [socket.socket(), socket.socket()]
+    try:
+        for s in silent:
+            s.bind(("127.0.0.1", 0))
+            s.listen(8)  # the kernel completes the connection; nobody ever answers on it
+        hosts = [f"ssh://127.0.0.1:{s.getsockname()[1]}" for s in silent]
+        registry = tmp_path / "registry.json"
+        registry.write_text(json.dumps({"sessions": [{"name": f"s{i}", "host": h} for i, h in enumerate(hosts)]}))
+        t0 = time.monotonic()
+        code, dry = _reconcile(capsys, "--host-timeout", "3", "reconcile", "--registry", str(registry), "--json")
+        elapsed = time.monotonic() - t0
+    finally:
+        for s in silent:
+            s.close()
+    assert code == 0
+    decided = sorted((d["host"], d["name"], d["action"], d["reason"]) for h in dry["hosts"]  # type: ignore[union-attr]
+                     for d in h["decisions"])
+    assert decided == [(hosts[0], "s0", "leave", "host_unreachable"), (hosts[1], "s1", "leave", "host_unreachable")]
+    assert 2.5 < elapsed < 5.5, f"{elapsed:.1f} s: not one 3 s timeout for both hosts at once"

@@ -76,7 +76,9 @@ def remote_main(argv: list[str], line: Scan, host: str) -> int:
     args = remote_argv(argv, line, host)
     try:
         check_version(host)  # starts the host's shared connection, if need be
-        tty = line.command == "attach" and os.isatty(0) and os.isatty(1)
+        # a terminal there for attach, and for tail -f: closing it hangs the remote command up when ssh ends
+        follows = line.command == "tail" and ("--follow" in line.options or "-f" in line.options)
+        tty = (line.command == "attach" or follows) and os.isatty(0) and os.isatty(1)
         command = ssh_argv(host, remote_shellper(args), tty=tty, batch=False)
     except SshError as exc:
         print(f"shellper: {exc}", file=sys.stderr)

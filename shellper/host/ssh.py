@@ -139,15 +139,15 @@ def remote_tower(args: list[str]) -> str:
 
 
 def ensure_master(host: str, timeout: float = CONNECT_TIMEOUT) -> int | None:
-    """Start ``host``'s shared connection unless it runs (one at a time per host: a lock in the control
-    directory); its pid (None when sharing is off). HostUnreachable with ssh's own words when it cannot
-    connect."""
+    """Start ``host``'s shared connection unless it runs (one start at a time per host, hosts at once: a
+    lock per host in the control directory); its pid (None when sharing is off). HostUnreachable with
+    ssh's own words when it cannot connect."""
     check_host(host)
     if not _shared():
         return None
     directory = control_dir()
     base = [*ssh_command(), "-o", f"ControlPath={directory}/%C"]
-    lock = os.open(os.path.join(directory, "lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    lock = os.open(os.path.join(directory, f"lock-{_key(host)}"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
         pid = _master_pid(base, host)
@@ -249,9 +249,13 @@ def _version_note(host: str) -> str | None:
     The note is keyed by what the remote command runs, too: another $SHELLPER_REMOTE is asked again."""
     if not _shared():
         return None
-    key = hashlib.sha1(f"{host}\0{os.environ.get(REMOTE_ENV, '')}\0{os.environ.get(SSH_ENV, '')}".encode(),
-                       usedforsecurity=False).hexdigest()[:24]
-    return os.path.join(control_dir(), f"version-{key}")
+    return os.path.join(control_dir(), f"version-{_key(host, os.environ.get(REMOTE_ENV, ''))}")
+
+
+def _key(*parts: str) -> str:
+    """A file name's part for a host (and what else it depends on, the ssh command always among it)."""
+    text = "\0".join([*parts, os.environ.get(SSH_ENV, "")])
+    return hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()[:24]
 
 
 def _last_line(data: bytes) -> str:
