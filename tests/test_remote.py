@@ -254,3 +254,14 @@ def test_hosts_that_do_not_answer_are_waited_for_in_parallel_each_with_its_timeo
                      for d in h["decisions"])
     assert decided == [(hosts[0], "s0", "leave", "host_unreachable"), (hosts[1], "s1", "leave", "host_unreachable")]
     assert 2.5 < elapsed < 5.5, f"{elapsed:.1f} s: not one 3 s timeout for both hosts at once"
+
+
+def test_tower_client_reap_on_a_host_is_that_hosts_identity_checked_reap(remote: SshWorld,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    done = shellper("--host", "beta", "run", "victim", "--containment", "none", "--", "sleep", "300")
+    assert done.returncode == 0, done.stderr
+    code, refused = _reconcile(capsys, "--host", "beta", "reap", "nothing", "--json")
+    assert code == 1 and refused["reaped"] is False
+    code, reaped = _reconcile(capsys, "--host", "beta", "reap", "victim", "--grace", "0.2", "--json")
+    assert code == 0 and reaped["reaped"] is True and reaped["method"]
+    assert sessions_in(remote.hosts["beta"].runtime) == set()
