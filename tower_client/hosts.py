@@ -26,6 +26,8 @@ from tower_client.reconcile import Action, RegistryShapeError, parse_registry, r
 HOST_TIMEOUT = 30.0
 """Seconds each host has to answer (its observation, decisions and, with apply, its actions)."""
 HOST_UNREACHABLE = "host_unreachable"
+"""The reason given to the sessions of a host that did not answer: this module's, never reconcile()'s (which
+decides only on what it saw), so it is not among tower_client.reconcile.REASONS."""
 
 
 @dataclass

@@ -127,7 +127,6 @@ REASONS = frozenset({
     "pid_reused", "identity_unreadable", "dead", "not_lock_owner", "instance_mismatch", "peer_mismatch",
     "stopping", "unreachable", "unregistered", "superseded", "husk_expired", "husk", "running",
     "other_owner", "lock_missing", "stray_cgroup", "stray_cgroup_live", "name_mismatch",
-    "host_unreachable",  # tower_client.hosts: a session's host did not answer (never decided by reconcile())
 })
 
 

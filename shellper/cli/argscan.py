@@ -125,6 +125,12 @@ def scan(argv: list[str]) -> Scan:
     return line
 
 
+def names_a_host(line: Scan) -> bool:
+    """Whether ``line`` may be for another host (``--host``, or a ``:`` in an operand): then
+    shellper.cli.remote decides, and the console script takes none of its quick paths."""
+    return "--host" in line.options or any(":" in operand for operand in line.operands)
+
+
 def may_detach(line: Scan) -> bool:
     """Whether ``line`` may be a detached ``run``, worth forking the daemon-to-be before parsing it; a wrong
     guess costs a fork and a kill."""

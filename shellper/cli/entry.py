@@ -9,8 +9,7 @@ from __future__ import annotations
 import os
 import sys
 
-from shellper.cli.argscan import may_detach, scan
-from shellper.cli.remote import MixedHosts, remote_host
+from shellper.cli.argscan import may_detach, names_a_host, scan
 from shellper.daemon.prefork import Prefork
 
 
@@ -20,11 +19,7 @@ def entry() -> None:
     argv = sys.argv[1:]
     line = scan(argv)
     code: int | str | None = None
-    try:
-        remote = remote_host(line) is not None
-    except MixedHosts:  # names on two hosts: main() says so
-        remote = True
-    if remote:  # the command runs on another host: nothing here to hurry (shellper.cli.remote)
+    if names_a_host(line):  # maybe another host's command: nothing here to hurry (shellper.cli.remote decides)
         from shellper.cli.main import main
 
         _leave(main(argv))
