@@ -23,6 +23,12 @@ def entry() -> None:
         from shellper.cli.main import main
 
         _leave(main(argv))
+    if line.command == "bridge" and line.exact and len(line.operands) == 1 and line.child is None \
+            and not {"-h", "--help"}.intersection(line.options):  # every remote connection starts one
+        from shellper.client.bridge import quick_main as bridge_main
+
+        directory = line.options.get("--dir")
+        _leave(bridge_main(directory if isinstance(directory, str) else None, line.operands[0]))
     if line.command == "attach":  # the command people wait on: started without argparse when it is plain
         from shellper.cli.attach import quick_main
 

@@ -1006,13 +1006,12 @@ def _ask_stop(args: argparse.Namespace, record: SessionRecord, grace: float) -> 
 
 def cmd_bridge(args: argparse.Namespace) -> int:
     """The session's socket on stdin and stdout (shellper.client.bridge), for a client on another host."""
-    from shellper.client.blocking import ClientError
-    from shellper.client.bridge import bridge
+    from shellper.client.bridge import BridgeError, bridge
 
     validate_name(args.name)
     try:
         return bridge(socket_path(_dir(args), args.name))
-    except ClientError as exc:
+    except BridgeError as exc:
         raise CliError(f"session {args.name!r}: {exc}") from None
 
 
