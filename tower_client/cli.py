@@ -158,26 +158,39 @@ def _reconcile_hosts(args: argparse.Namespace, raw: Any) -> int:
     return EXIT_OK if all(o.ok for o in outcomes) or not args.apply else EXIT_FAILED
 
 
+_LOCAL_ONLY = ("--host", "--host-timeout")
+"""Options of this tower-client's own, not passed on to the remote one (each takes a value)."""
+
+
+def remote_line(argv: list[str]) -> list[str]:
+    """``argv`` for the remote tower-client: without --host and --host-timeout, and reading the registry
+    from stdin (``--registry -``), where this one sends the file's content."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        i += 1
+        option, equals, _ = token.partition("=")
+        if option in _LOCAL_ONLY:
+            i += 0 if equals else 1
+            continue
+        if option == "--registry":
+            out.append("--registry=-" if equals else "--registry")
+            if not equals:
+                out.append("-")
+                i += 1
+            continue
+        out.append(token)
+    return out
+
+
 def _remote(args: argparse.Namespace, argv: list[str]) -> int:
     """``tower-client --host H ...``: the same command by H's tower-client (a registry file goes over stdin)."""
-    from shellper.cli.argscan import Scan
-    from shellper.cli.remote import remote_argv
     from shellper.host.ssh import check_version, remote_tower, run_remote
 
-    line = Scan()
-    line.command = "ls"
-    remote = remote_argv(argv, line, args.host)
-    remote = [a for a in remote if not a.startswith("--host-timeout")]
-    data = None
-    if args.command == "reconcile":
-        data = json.dumps(_registry_json(args.registry)).encode()
-        i = remote.index("--registry") if "--registry" in remote else -1
-        if i >= 0:
-            remote[i + 1] = "-"
-        else:
-            remote = [a if not a.startswith("--registry=") else "--registry=-" for a in remote]
+    data = json.dumps(_registry_json(args.registry)).encode() if args.command == "reconcile" else None
     check_version(args.host, args.host_timeout)
-    done = run_remote(args.host, remote_tower(remote), input=data, timeout=args.host_timeout)
+    done = run_remote(args.host, remote_tower(remote_line(argv)), input=data, timeout=args.host_timeout)
     sys.stdout.write(done.stdout.decode(errors="replace"))
     sys.stderr.write(done.stderr.decode(errors="replace"))
     return done.returncode

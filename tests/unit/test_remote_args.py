@@ -52,3 +52,16 @@ def test_remote_commands_are_quoted(monkeypatch: pytest.MonkeyPatch) -> None:
     assert remote_tower(["ls"]) == "tower-client ls"
     monkeypatch.setenv("SHELLPER_REMOTE", "/opt/v/bin/shellper")
     assert remote_tower(["ls", "--json"]) == "/opt/v/bin/tower-client ls --json"
+
+
+@pytest.mark.parametrize(("argv", "remote"), [
+    (["--host", "a", "ls", "--json"], ["ls", "--json"]),
+    (["--host=a", "--host-timeout", "5", "--owner", "o", "reap", "x"], ["--owner", "o", "reap", "x"]),
+    (["--host-timeout=5", "--host", "a", "reconcile", "--registry", "/r.json", "--apply"],
+     ["reconcile", "--registry", "-", "--apply"]),
+    (["--host", "a", "reconcile", "--registry=/r.json"], ["reconcile", "--registry=-"]),
+])
+def test_the_remote_tower_client_line(argv: list[str], remote: list[str]) -> None:
+    from tower_client.cli import remote_line
+
+    assert remote_line(argv) == remote
