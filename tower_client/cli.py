@@ -20,12 +20,21 @@ from shellper.core.owner import BadOwner, default_owner, validate_owner
 from shellper.host.identity import IdentityError, ProcessGone
 from shellper.host.paths import PathError, SessionPaths, runtime_dir
 from shellper.host.record import AlreadyRunning, SessionRecord
+from shellper.host.ssh import SshError
 from shellper.host.survivors import reap_survivors
 from tower_client.apply import OwnerBusy, apply, clean_session, terminate_session
 from tower_client.client import ClientError
 from tower_client.discover import Observed, discover, observe
 from tower_client.holders import BadSessionId, find_holders
-from tower_client.reconcile import RegistryError, load_registry, name_mismatch, reconcile
+from tower_client.hosts import HOST_TIMEOUT, names_host, reconcile_hosts
+from tower_client.reconcile import (
+    MAX_REGISTRY_BYTES,
+    RegistryError,
+    load_registry,
+    name_mismatch,
+    parse_registry,
+    reconcile,
+)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 DRY_RUN_NOTE = "dry run: nothing was done; --apply carries out terminate and clean"
@@ -40,12 +49,18 @@ def _parser() -> argparse.ArgumentParser:
                    "name); sessions of other owners are left alone")
     p.add_argument("--cgroup-parent", metavar="PATH", help="where session cgroups are looked for (default: "
                    "$SHELLPER_CGROUP_PARENT, else detected)")
+    p.add_argument("--host", metavar="HOST", help="run the command on this ssh destination's tower-client, through "
+                   "its shared connection (shellper --host's); a registry row's \"host\" does the same per session")
+    p.add_argument("--host-timeout", type=float, default=HOST_TIMEOUT, metavar="S",
+                   help=f"seconds each host has to answer (default {HOST_TIMEOUT:g}); one that does not gets "
+                   "leave (host_unreachable) for its sessions")
     sub = p.add_subparsers(dest="command", required=True)
     ls = sub.add_parser("ls", help="what is in the runtime directory, verified")
     ls.add_argument("--json", action="store_true", help="JSON, for programs")
     rc = sub.add_parser("reconcile", help="decide adopt/terminate/respawn/clean/leave against a registry")
     rc.add_argument("--registry", required=True,
-                    help='JSON file: {"sessions": [{"name": ..., "instance_id": ... or null}]}')
+                    help='JSON file: {"sessions": [{"name": ..., "instance_id": ... or null, "host": ... or '
+                    'absent}]}; - reads it from stdin')
     rc.add_argument("--apply", action="store_true", help="carry out terminate and clean (default: dry run)")
     rc.add_argument("--json", action="store_true", help="JSON, for programs")
     rc.add_argument("--husk-max-age", type=float, metavar="S",
@@ -92,8 +107,25 @@ def _identity(o: Observed) -> str:
     return "prev-boot" if o.boot == "previous" else o.identity
 
 
+def _registry_json(path: str) -> Any:
+    """The registry's JSON (stdin for -), size-capped, for the hosts' reconcile (tower_client.hosts)."""
+    if path == "-":
+        data = sys.stdin.buffer.read(MAX_REGISTRY_BYTES + 1)
+        if len(data) > MAX_REGISTRY_BYTES:
+            raise RegistryError("-", f"larger than {MAX_REGISTRY_BYTES} bytes")
+        try:
+            return json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise RegistryError("-", f"not valid JSON: {exc}") from None
+    load_registry(path)  # every check of the file's
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
 def _reconcile(args: argparse.Namespace, directory: Path) -> int:
-    registry = load_registry(args.registry)
+    raw = _registry_json(args.registry)
+    if names_host(raw):
+        return _reconcile_hosts(args, raw)
+    registry = parse_registry(raw, args.registry if args.registry != "-" else None)
     decisions = reconcile(registry, discover(directory, cgroup_parent=args.cgroup_parent), now=time.time(),
                           husk_max_age=args.husk_max_age, owner=args.owner)
     lines = [f"{d.action:9} {d.name:20} {d.reason:22} [{(d.observed.containment if d.observed else None) or '-'}] "
@@ -106,6 +138,62 @@ def _reconcile(args: argparse.Namespace, directory: Path) -> int:
              for o in report.outcomes] or ["nothing to do"]
     _emit(args, {"applied": True, **report.to_dict()}, lines)
     return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def _reconcile_hosts(args: argparse.Namespace, raw: Any) -> int:
+    """Rows that name hosts: each host reconciles its own, in parallel (tower_client.hosts)."""
+    outcomes = reconcile_hosts(raw, apply_=args.apply, timeout=args.host_timeout, owner=args.owner,
+                               directory=args.dir, grace=args.grace, husk_max_age=args.husk_max_age)
+    lines = []
+    for o in outcomes:
+        where = o.host or "(here)"
+        if o.error:
+            lines.append(f"# {where}: unreachable: {o.error}")
+        for d in o.outcomes if o.applied else o.decisions:
+            lines.append(f"{d.get('action', ''):9} {where}:{d.get('name', '')} {d.get('reason', ''):22} "
+                         f"{d.get('result', '') or ''} {d.get('error') or d.get('detail') or ''}".rstrip())
+    if not args.apply:
+        lines.append(DRY_RUN_NOTE)
+    _emit(args, {"applied": args.apply, "hosts": [o.to_dict() for o in outcomes]}, lines or ["nothing to do"])
+    return EXIT_OK if all(o.ok for o in outcomes) or not args.apply else EXIT_FAILED
+
+
+_LOCAL_ONLY = ("--host", "--host-timeout")
+"""Options of this tower-client's own, not passed on to the remote one (each takes a value)."""
+
+
+def remote_line(argv: list[str]) -> list[str]:
+    """``argv`` for the remote tower-client: without --host and --host-timeout, and reading the registry
+    from stdin (``--registry -``), where this one sends the file's content."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        i += 1
+        option, equals, _ = token.partition("=")
+        if option in _LOCAL_ONLY:
+            i += 0 if equals else 1
+            continue
+        if option == "--registry":
+            out.append("--registry=-" if equals else "--registry")
+            if not equals:
+                out.append("-")
+                i += 1
+            continue
+        out.append(token)
+    return out
+
+
+def _remote(args: argparse.Namespace, argv: list[str]) -> int:
+    """``tower-client --host H ...``: the same command by H's tower-client (a registry file goes over stdin)."""
+    from shellper.host.ssh import check_version, remote_tower, run_remote
+
+    data = json.dumps(_registry_json(args.registry)).encode() if args.command == "reconcile" else None
+    check_version(args.host, args.host_timeout)
+    done = run_remote(args.host, remote_tower(remote_line(argv)), input=data, timeout=args.host_timeout)
+    sys.stdout.write(done.stdout.decode(errors="replace"))
+    sys.stderr.write(done.stderr.decode(errors="replace"))
+    return done.returncode
 
 
 def _holders(args: argparse.Namespace, directory: Path) -> int:
@@ -180,8 +268,11 @@ def _refuse_reap(o: Observed, owner: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
     try:
+        if args.host is not None:
+            return _remote(args, argv)
         directory = Path(runtime_dir(args.dir))
         if args.owner is not None:
             validate_owner(args.owner)
@@ -190,7 +281,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (RegistryError, BadSessionId, BadOwner, PathError, ValueError) as exc:
         print(f"tower-client: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except (ClientError, IdentityError, OwnerBusy, OSError) as exc:
+    except (ClientError, IdentityError, OwnerBusy, OSError, SshError) as exc:
         print(f"tower-client: {exc}", file=sys.stderr)
         return EXIT_FAILED
 

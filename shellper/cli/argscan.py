@@ -11,7 +11,7 @@ them to the parser's. This module imports nothing: it runs before the prefork is
 
 from __future__ import annotations
 
-_HELP = {"-h": False, "--help": False, "--dir": True}  # --dir: also after the command
+_HELP = {"-h": False, "--help": False, "--dir": True, "--host": True}  # --dir, --host: also after the command
 
 GLOBAL_OPTIONS: dict[str, bool] = {**_HELP, "--version": False}
 """The options before the command, each with whether it takes a value."""
@@ -42,6 +42,7 @@ COMMAND_OPTIONS: dict[str, dict[str, bool]] = {
     "stop": {**_HELP, "--all": False, "--grace": True},
     "status": {**_HELP, "--json": False},
     "legacy-main": _HELP,
+    "bridge": _HELP,
 }
 """Each command's options, each with whether it takes a value."""
 
@@ -124,6 +125,12 @@ def scan(argv: list[str]) -> Scan:
             line.exact = False
         line.options[name] = value
     return line
+
+
+def names_a_host(line: Scan) -> bool:
+    """Whether ``line`` may be for another host (``--host``, or a ``:`` in an operand): then
+    shellper.cli.remote decides, and the console script takes none of its quick paths."""
+    return "--host" in line.options or any(":" in operand for operand in line.operands)
 
 
 def may_detach(line: Scan) -> bool:

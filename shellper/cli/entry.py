@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 
-from shellper.cli.argscan import may_detach, scan
+from shellper.cli.argscan import may_detach, names_a_host, scan
 from shellper.daemon.prefork import Prefork
 
 
@@ -19,6 +19,16 @@ def entry() -> None:
     argv = sys.argv[1:]
     line = scan(argv)
     code: int | str | None = None
+    if names_a_host(line):  # maybe another host's command: nothing here to hurry (shellper.cli.remote decides)
+        from shellper.cli.main import main
+
+        _leave(main(argv))
+    if line.command == "bridge" and line.exact and len(line.operands) == 1 and line.child is None \
+            and not {"-h", "--help"}.intersection(line.options):  # every remote connection starts one
+        from shellper.client.bridge import quick_main as bridge_main
+
+        directory = line.options.get("--dir")
+        _leave(bridge_main(directory if isinstance(directory, str) else None, line.operands[0]))
     if line.command == "attach":  # the command people wait on: started without argparse when it is plain
         from shellper.cli.attach import quick_main
 

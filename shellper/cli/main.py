@@ -16,6 +16,7 @@ import time
 
 from shellper import __version__
 from shellper.cli.argscan import scan
+from shellper.cli.remote import MixedHosts, remote_host, remote_main
 from shellper.core.config import CONTAINMENT_REQUESTS, STDERR_REQUESTS, ConfigError, SessionConfig
 from shellper.core.defaults import (
     DEFAULT_COLS,
@@ -137,6 +138,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"shellper {__version__}")
     p.add_argument("--dir", type=_nonempty, help="runtime directory (default $SHELLPER_DIR, $XDG_RUNTIME_DIR/shellper, "
                    "/tmp/shellper-$UID)")
+    p.add_argument("--host", metavar="HOST", help="run the command on this ssh destination (user@host, an alias "
+                   "of ~/.ssh/config) through its shared connection; HOST:NAME names a session there too "
+                   "($SHELLPER_SSH: the ssh command; $SHELLPER_REMOTE: shellper's command there)")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
     def command(name: str, text: str) -> argparse.ArgumentParser:
@@ -144,6 +148,7 @@ def _parser() -> argparse.ArgumentParser:
         # also after the command (`shellper run NAME --dir D`), as people type it; SUPPRESS: not given there,
         # it leaves the one given before the command alone
         parser.add_argument("--dir", type=_nonempty, default=argparse.SUPPRESS, help="as before the command")
+        parser.add_argument("--host", default=argparse.SUPPRESS, help="as before the command")
         return parser
 
     run = command("run", "start a session: shellper run NAME [options] -- COMMAND [ARGS...]")
@@ -246,6 +251,10 @@ def _parser() -> argparse.ArgumentParser:
     st.add_argument("--grace", type=_seconds, default=None,
                     help=f"seconds between SIGTERM and SIGKILL (default: the session's own, else {DEFAULT_GRACE:g})")
 
+    br = command("bridge", "connect stdin and stdout to a session's socket, byte for byte (the far end of an "
+                 "ssh channel: shellper.client.remote)")
+    br.add_argument("name", help="the session\'s name")
+
     status = command("status", "a session's state, exits and clients")
     status.add_argument("name", help="the session\'s name")
     status.add_argument("--json", action="store_true", help="the full status as JSON, for programs")
@@ -260,6 +269,13 @@ def main(argv: list[str] | None = None, prefork: Prefork | None = None) -> int:
     """Run one command; ``prefork`` is the daemon-to-be that the console script forked early, if any."""
     argv = list(sys.argv[1:] if argv is None else argv)
     line = scan(argv)
+    try:
+        host = remote_host(line)
+    except MixedHosts as exc:
+        print(f"shellper: {exc}", file=sys.stderr)
+        return 2
+    if host is not None:
+        return remote_main(argv, line, host)
     if line.command in ("run", "attach") and line.child is not None:  # everything after the first -- is the child's
         args = _parse(argv[:len(argv) - len(line.child) - 1])
         # a command already begun before the -- (run NAME git log -- FILE) has it as one of its arguments
@@ -1052,6 +1068,17 @@ def _ask_stop(args: argparse.Namespace, record: SessionRecord, grace: float) -> 
                      client_name=f"shellper-cli:{args.cmd}")
 
 
+def cmd_bridge(args: argparse.Namespace) -> int:
+    """The session's socket on stdin and stdout (shellper.client.bridge), for a client on another host."""
+    from shellper.client.bridge import BridgeError, bridge
+
+    validate_name(args.name)
+    try:
+        return bridge(socket_path(_dir(args), args.name))
+    except BridgeError as exc:
+        raise CliError(f"session {args.name!r}: {exc}") from None
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     from shellper.core.exitrecord import ExitRecordError, exit_line
     from shellper.protocol import wire
@@ -1148,4 +1175,5 @@ _COMMANDS = {
     "run": cmd_run, "ls": cmd_ls, "attach": cmd_attach, "send": cmd_send, "tail": cmd_tail,
     "signal": cmd_signal, "resize": cmd_resize, "stop": cmd_stop, "status": cmd_status, "restart": cmd_restart,
     "screen": cmd_screen,
+    "bridge": cmd_bridge,
 }

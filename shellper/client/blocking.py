@@ -139,14 +139,7 @@ class Client(ConnectionView):
         a copy only if ``WELCOME.terminal`` says so, and the caller still owns and closes ``terminal_fd``.
         ``expect_instance_id`` refuses (InstanceMismatch) any other shellper instance than that one.
         """
-        _check_not_a_link(self.path)
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-        sock.settimeout(self.timeout)
-        try:
-            sock.connect(self.path)
-        except OSError as exc:
-            sock.close()
-            raise connect_error(self.path, exc, self.timeout) from None
+        sock = self._open_socket()
         self.sock = sock
         conn = self.conn = Connection(self.path, self.role, self.client_name)
         self.output = conn.output
@@ -167,6 +160,18 @@ class Client(ConnectionView):
             raise
         assert conn.welcome is not None
         return conn.welcome
+
+    def _open_socket(self) -> socket.socket:
+        """The connected socket the handshake runs on (shellper.client.remote's runs over ssh instead)."""
+        _check_not_a_link(self.path)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self.path)
+        except OSError as exc:
+            sock.close()
+            raise connect_error(self.path, exc, self.timeout) from None
+        return sock
 
     # ----------------------------------------------------------------------------------- I/O
 

@@ -1,0 +1,93 @@
+"""``shellper --host H COMMAND ...`` and ``shellper COMMAND HOST:NAME ...``: the same command, run by the
+``shellper`` of host H over its shared ssh connection (shellper.host.ssh), after checking that it is this
+version. ``attach`` gets a terminal there (``ssh -t``): the same keys, resize and replay as at home.
+
+This module imports only os, sys and the error base at first: the console script asks :func:`remote_host`
+before anything else.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from shellper.core.errors import ShellperError
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
+if TYPE_CHECKING:
+    from shellper.cli.argscan import Scan
+
+
+class MixedHosts(ShellperError):
+    """Names on different hosts in one command (``stop a:x b:y``)."""
+
+
+def _names(line: Scan) -> list[str]:
+    """The operands that name sessions: all of stop's, the first of the others' (``ls`` has none)."""
+    if line.command == "stop":
+        return list(line.operands)
+    if line.command in (None, "ls"):
+        return []
+    return line.operands[:1]
+
+
+def remote_host(line: Scan) -> str | None:
+    """The host a command line is for: ``--host H``, else the ``HOST:`` of its session names; None: here.
+    Session names have no ``:`` (shellper.core.names), so one in a name always names a host."""
+    host = line.options.get("--host")
+    if isinstance(host, str):
+        return host
+    hosts = {name.split(":", 1)[0] for name in _names(line) if ":" in name}
+    if len(hosts) > 1:
+        raise MixedHosts(f"sessions on different hosts in one command: {', '.join(sorted(hosts))}")
+    return hosts.pop() if hosts else None
+
+
+def remote_argv(argv: list[str], line: Scan, host: str) -> list[str]:
+    """``argv`` for the remote shellper: without ``--host`` and with ``HOST:`` taken off the session names
+    (before ``--``: what follows is the child's own)."""
+    names = _names(line)  # in order: a later operand with the same text (send's TEXT) stays as typed
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        i += 1
+        if token == "--":
+            out += argv[i - 1:]
+            break
+        if token == "--host":
+            i += 1
+            continue
+        if token.startswith("--host="):
+            continue
+        if names and token == names[0]:
+            names.pop(0)
+            if token.startswith(f"{host}:"):
+                token = token[len(host) + 1:]
+        out.append(token)
+    return out
+
+
+def remote_main(argv: list[str], line: Scan, host: str) -> int:
+    """Check the remote version, then become the ssh that runs the command there (its exit status is the
+    remote command's, or 255 when ssh could not connect)."""
+    from shellper.host.ssh import SshError, check_version, remote_shellper, ssh_argv
+
+    args = remote_argv(argv, line, host)
+    try:
+        check_version(host)  # starts the host's shared connection, if need be
+        # a terminal there for attach, and for tail -f: closing it hangs the remote command up when ssh ends
+        follows = line.command == "tail" and ("--follow" in line.options or "-f" in line.options)
+        tty = (line.command == "attach" or follows) and os.isatty(0) and os.isatty(1)
+        command = ssh_argv(host, remote_shellper(args), tty=tty, batch=False)
+    except SshError as exc:
+        print(f"shellper: {exc}", file=sys.stderr)
+        return 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvp(command[0], command)
+    except OSError as exc:
+        print(f"shellper: cannot run {command[0]}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    raise AssertionError("unreachable: exec returned")

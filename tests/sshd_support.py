@@ -1,0 +1,192 @@
+"""Real OpenSSH servers for the remote tests: each on a loopback port, with throwaway host and user keys
+and a private configuration (nothing of the machine's ssh configuration is read or touched).
+
+Two "hosts", ``alpha`` and ``beta``, are two sshd instances on this machine, each giving its logins a
+runtime directory of their own (``SetEnv SHELLPER_DIR``, accepted by the server), so their sessions are
+apart as on two machines; ``down`` names a port nothing listens on. ``$SHELLPER_SSH`` points shellper at
+the private client configuration, ``$SHELLPER_REMOTE`` at this checkout's ``shellper``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from conftest import poll_until, wait_gone
+
+from shellper.host import ssh
+
+HOSTS = ("alpha", "beta")
+DOWN = "down"
+SSHD_CANDIDATES = ("/usr/sbin/sshd", "/usr/bin/sshd")
+
+
+def find_sshd() -> str | None:
+    found = shutil.which("sshd") or next((p for p in SSHD_CANDIDATES if os.path.exists(p)), None)
+    return found
+
+
+def install_sshd() -> str:
+    """sshd's path, installing Debian's openssh-server as root when it is missing; pytest.skip with the
+    reason where neither can be had."""
+    found = find_sshd()
+    if found:
+        return found
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        pytest.skip("sshd is not installed and cannot be (needs root and apt-get): "
+                    "`apt-get install openssh-server` to run the remote tests")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    done = subprocess.run(["apt-get", "install", "-y", "-qq", "openssh-server"], capture_output=True, env=env,
+                          timeout=600)
+    found = find_sshd()
+    if not found:
+        tail = (done.stderr or done.stdout).decode(errors="replace").strip().splitlines()[-1:]
+        pytest.skip(f"sshd is not installed and apt-get could not install it: {' '.join(tail)}")
+    return found
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _keygen(path: Path) -> None:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True,
+                   stdin=subprocess.DEVNULL, capture_output=True)
+
+
+@dataclass
+class SshHost:
+    alias: str
+    port: int
+    runtime: Path
+    proc: subprocess.Popen[bytes] | None = None
+
+
+@dataclass
+class SshWorld:
+    base: Path
+    config: Path
+    control: Path
+    hosts: dict[str, SshHost] = field(default_factory=dict)
+
+    def env(self) -> dict[str, str]:
+        return {ssh.SSH_ENV: f"ssh -F {self.config}", ssh.REMOTE_ENV: str(Path(sys.executable).with_name("shellper")),
+                ssh.CONTROL_DIR_ENV: str(self.control)}
+
+    def stop_masters(self) -> None:
+        """End every shared connection a test left, and wait until its process is gone."""
+        for alias in self.hosts:
+            pid = ssh.master_pid(alias)
+            ssh.stop_master(alias)
+            if pid is not None and not wait_gone(pid, 10):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _sshd_config(world: SshWorld, host: SshHost, host_key: Path) -> Path:
+    path = world.base / f"sshd-{host.alias}.conf"
+    path.write_text(f"""\
+Port {host.port}
+ListenAddress 127.0.0.1
+HostKey {host_key}
+PidFile none
+AuthorizedKeysFile {world.base}/authorized_keys
+StrictModes no
+UsePAM no
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitRootLogin prohibit-password
+AcceptEnv SHELLPER_*
+PrintMotd no
+PrintLastLog no
+MaxSessions 100
+MaxStartups 100
+LogLevel ERROR
+""")
+    return path
+
+
+def _client_config(world: SshWorld, key: Path, down_port: int) -> None:
+    user = os.environ.get("USER") or "root"
+    lines = []
+    for host in world.hosts.values():
+        lines += [f"Host {host.alias}", "  HostName 127.0.0.1", f"  Port {host.port}",
+                  f"  SetEnv SHELLPER_DIR={host.runtime}"]
+    lines += [f"Host {DOWN}", "  HostName 127.0.0.1", f"  Port {down_port}",
+              "Host *", f"  User {user}", f"  IdentityFile {key}", "  IdentitiesOnly yes",
+              f"  UserKnownHostsFile {world.base}/known_hosts", "  GlobalKnownHostsFile /dev/null",
+              "  StrictHostKeyChecking accept-new", "  LogLevel ERROR"]
+    world.config.write_text("\n".join(lines) + "\n")
+
+
+@contextlib.contextmanager
+def ssh_world() -> Iterator[SshWorld]:
+    """Two sshd instances (alpha, beta) for the length of the block, each stopped by its pid afterwards."""
+    sshd = install_sshd()
+    os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd's privilege-separation directory
+    base = Path(tempfile.mkdtemp(prefix="spssh-", dir="/tmp"))  # short: control sockets live under it
+    os.chmod(base, 0o700)
+    world = SshWorld(base, base / "ssh_config", base / "ctl")
+    world.control.mkdir(mode=0o700)
+    try:
+        host_key, user_key = base / "host_key", base / "id"
+        _keygen(host_key)
+        _keygen(user_key)
+        shutil.copy(f"{user_key}.pub", base / "authorized_keys")
+        for alias in HOSTS:
+            runtime = base / f"{alias}-run"
+            runtime.mkdir(mode=0o700)
+            world.hosts[alias] = SshHost(alias, _free_port(), runtime)
+        _client_config(world, user_key, _free_port())
+        for host in world.hosts.values():
+            config = _sshd_config(world, host, host_key)
+            host.proc = subprocess.Popen([sshd, "-f", str(config), "-D", "-e"], stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            poll_until(lambda h=host: _accepts(h.port), 10, what=f"sshd {host.alias} to listen")  # type: ignore[misc]
+        yield world
+    finally:
+        with contextlib.suppress(Exception), _env(world.env()):
+            world.stop_masters()
+        for host in world.hosts.values():
+            if host.proc is not None:
+                host.proc.terminate()
+                try:
+                    host.proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    host.proc.kill()
+                    host.proc.wait()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _accepts(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.connect(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+@contextlib.contextmanager
+def _env(values: dict[str, str]) -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

@@ -1,0 +1,67 @@
+"""``--host H`` and ``HOST:NAME`` on the command line: which host a line is for, and the line the remote
+shellper gets (shellper.cli.remote), as a table."""
+
+from __future__ import annotations
+
+import pytest
+
+from shellper.cli.argscan import scan
+from shellper.cli.remote import MixedHosts, remote_argv, remote_host
+from shellper.host.ssh import SshError, check_host, remote_shellper, remote_tower
+
+CASES = [
+    # argv, host, what the remote shellper runs
+    (["ls"], None, None),
+    (["attach", "work"], None, None),
+    (["--host", "alpha", "ls", "--json"], "alpha", ["ls", "--json"]),
+    (["ls", "--host=alpha"], "alpha", ["ls"]),
+    (["ls", "--host", "u@alpha"], "u@alpha", ["ls"]),
+    (["attach", "alpha:work", "-r"], "alpha", ["attach", "work", "-r"]),
+    (["send", "alpha:work", "alpha:work"], "alpha", ["send", "work", "alpha:work"]),  # the text is not a name
+    (["send", "work", "a:b"], None, None),
+    (["run", "alpha:job", "--", "sh", "-c", "echo alpha:job"], "alpha", ["run", "job", "--", "sh", "-c",
+                                                                         "echo alpha:job"]),
+    (["--dir", "/d", "stop", "alpha:a", "alpha:b"], "alpha", ["--dir", "/d", "stop", "a", "b"]),
+    (["--host", "beta", "attach", "work"], "beta", ["attach", "work"]),
+]
+
+
+@pytest.mark.parametrize(("argv", "host", "remote"), CASES)
+def test_host_and_remote_line(argv: list[str], host: str | None, remote: list[str] | None) -> None:
+    line = scan(argv)
+    assert remote_host(line) == host
+    if host is not None:
+        assert remote_argv(argv, line, host) == remote
+
+
+def test_names_on_two_hosts_are_refused() -> None:
+    with pytest.raises(MixedHosts):
+        remote_host(scan(["stop", "alpha:a", "beta:b"]))
+
+
+@pytest.mark.parametrize("host", ["", "-oProxyCommand=x", "a b", "a\nb"])
+def test_what_ssh_would_misread_is_not_a_host(host: str) -> None:
+    with pytest.raises(SshError):
+        check_host(host)
+
+
+def test_remote_commands_are_quoted(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SHELLPER_REMOTE", raising=False)
+    monkeypatch.delenv("SHELLPER_REMOTE_TOWER", raising=False)
+    assert remote_shellper(["send", "w", "a b; rm -rf /"]) == "shellper send w 'a b; rm -rf /'"
+    assert remote_tower(["ls"]) == "tower-client ls"
+    monkeypatch.setenv("SHELLPER_REMOTE", "/opt/v/bin/shellper")
+    assert remote_tower(["ls", "--json"]) == "/opt/v/bin/tower-client ls --json"
+
+
+@pytest.mark.parametrize(("argv", "remote"), [
+    (["--host", "a", "ls", "--json"], ["ls", "--json"]),
+    (["--host=a", "--host-timeout", "5", "--owner", "o", "reap", "x"], ["--owner", "o", "reap", "x"]),
+    (["--host-timeout=5", "--host", "a", "reconcile", "--registry", "/r.json", "--apply"],
+     ["reconcile", "--registry", "-", "--apply"]),
+    (["--host", "a", "reconcile", "--registry=/r.json"], ["reconcile", "--registry=-"]),
+])
+def test_the_remote_tower_client_line(argv: list[str], remote: list[str]) -> None:
+    from tower_client.cli import remote_line
+
+    assert remote_line(argv) == remote
