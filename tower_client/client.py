@@ -179,7 +179,7 @@ class AsyncClient(ConnectionView):
             raise ClientError(self.path, "already connected")
         try:
             async with asyncio.timeout(self.connect_timeout):
-                reader, writer = await asyncio.open_unix_connection(self.path)
+                reader, writer = await self._open_stream()
         except (OSError, TimeoutError) as exc:
             raise connect_error(self.path, exc, self.connect_timeout) from None
         self._reader, self._writer = reader, writer
@@ -203,6 +203,10 @@ class AsyncClient(ConnectionView):
         loop = asyncio.get_running_loop()
         self._task = loop.create_task(self._read_loop(), name=f"shellper-client {self.path}")
         return conn.welcome
+
+    async def _open_stream(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """The connected stream the handshake runs on (tower_client.remote's runs over ssh instead)."""
+        return await asyncio.open_unix_connection(self.path)
 
     async def _read(self) -> None:
         assert self._reader is not None
@@ -483,10 +487,14 @@ class AsyncResumingClient(_Resuming[AsyncClient]):
         self._settle(path, role, client_name, backoff, expect_instance_id)
         self._timeouts = (connect_timeout, handshake_timeout, request_timeout)
 
-    async def _open(self, resume_from: int | None, replay_bytes: int | None, events_after: int | None) -> None:
+    def _new_client(self) -> AsyncClient:
+        """A client for the next connection (tower_client.remote's reaches another host)."""
         c, h, r = self._timeouts
-        client = AsyncClient(self.path, self.role, client_name=self.client_name, connect_timeout=c,
-                             handshake_timeout=h, request_timeout=r)
+        return AsyncClient(self.path, self.role, client_name=self.client_name, connect_timeout=c,
+                           handshake_timeout=h, request_timeout=r)
+
+    async def _open(self, resume_from: int | None, replay_bytes: int | None, events_after: int | None) -> None:
+        client = self._new_client()
         try:
             welcome = await client.connect(resume_from=resume_from, replay_bytes=replay_bytes,
                                            events_after=events_after, expect_instance_id=self.state.instance_id)
