@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -115,6 +116,26 @@ def test_attach_from_a_terminal_with_resize_and_replay(remote: SshWorld) -> None
         again.expect(pexpect.EOF)
     finally:
         again.close(force=True)
+
+
+def test_a_remote_runs_attach_hint_works_from_here(remote: SshWorld) -> None:
+    """``shellper --host alpha run`` says ``shellper attach alpha:NAME`` (not the remote's ``attach NAME``,
+    which would look here), and that command, typed here, attaches."""
+    started = shellper("--host", "alpha", "--dir", str(remote.hosts["alpha"].runtime), "run", "hint",
+                       "--containment", "none", "--env", "PS1=hint> ", "--", "bash", "--norc", "--noprofile", "-i")
+    assert started.returncode == 0, started.stderr
+    hint = started.stdout.split("`")[1]
+    assert hint == f"shellper --dir {remote.hosts['alpha'].runtime} attach alpha:hint", started.stdout
+    term = pexpect.spawn(SHELLPER_CLI[0], [*SHELLPER_CLI[1:], *shlex.split(hint)[1:]],
+                         env={**os.environ, "TERM": "xterm"}, timeout=TIMEOUT, dimensions=(24, 80))
+    try:
+        term.expect_exact("hint> ")
+        term.send("echo on=$((6*7))\r")
+        term.expect_exact("on=42")
+        term.send("\x1c")  # Ctrl-\ detaches
+        term.expect(pexpect.EOF)
+    finally:
+        term.close(force=True)
 
 
 def _ask(term: pexpect.spawn, command: str) -> bytes:

@@ -26,7 +26,7 @@ _RESTART_POLICY = {
 
 COMMAND_OPTIONS: dict[str, dict[str, bool]] = {
     "run": {**_HELP, "--foreground": False, "--json": False, "--replace": False, "-f": False, "--cwd": True,
-            "--env": True, "--no-inherit-env": False,
+            "--env": True, "--no-inherit-env": False, "--attach-host": True,
             "--cols": True, "--rows": True, "--term": True, "--ring-bytes": True, "--stderr": True,
             "--grace": True, "--husk-ttl": True, "--owner": True, "--containment": True,
             "--cgroup-parent": True, **_RESTART_POLICY},

@@ -155,6 +155,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("name", help="the session\'s name")
     run.add_argument("command", nargs="*", help="the program to run and its arguments, after --")
     run.add_argument("--foreground", action="store_true", help="run in this process instead of detaching")
+    # set by `shellper --host H run` for the remote run, so its line names the session as H:NAME
+    run.add_argument("--attach-host", metavar="HOST", help=argparse.SUPPRESS)
     run.add_argument("--json", action="store_true",
                      help="print the session's info as one JSON line, for programs; on failure, a line with the "
                           "error and its reason (protocol/RUNTIME.md)")
@@ -423,7 +425,8 @@ def _started_line(args: argparse.Namespace, info: LaunchInfo) -> str:
 
         where = f" --dir {shlex.quote(args.dir)}"
     child = f", child pid {info.child_pid}" if info.child_pid else ""
-    return (f"started {info.name} (pid {info.pid}{child}): `shellper{where} attach {info.name}` to attach, "
+    target = f"{args.attach_host}:{info.name}" if args.attach_host else info.name  # run on a host, from another
+    return (f"started {info.name} (pid {info.pid}{child}): `shellper{where} attach {target}` to attach, "
             "Ctrl-\\ to detach")
 
 

@@ -68,12 +68,29 @@ def remote_argv(argv: list[str], line: Scan, host: str) -> list[str]:
     return out
 
 
+def with_attach_host(args: list[str], host: str) -> list[str]:
+    """A remote ``run``'s ``args`` with ``--attach-host HOST`` right after the command word (where nothing
+    can read it as the child's), so the line it prints says ``shellper attach HOST:NAME``, which works
+    from here, rather than the remote's own ``shellper attach NAME``."""
+    from shellper.cli.argscan import GLOBAL_OPTIONS
+
+    i = 0
+    while i < len(args) and args[i] != "--":
+        token = args[i]
+        if not token.startswith("-"):
+            return [*args[:i + 1], "--attach-host", host, *args[i + 1:]] if token == "run" else args
+        i += 2 if "=" not in token and GLOBAL_OPTIONS.get(token) else 1
+    return args
+
+
 def remote_main(argv: list[str], line: Scan, host: str) -> int:
     """Check the remote version, then become the ssh that runs the command there (its exit status is the
     remote command's, or 255 when ssh could not connect)."""
     from shellper.host.ssh import SshError, check_version, remote_shellper, ssh_argv
 
     args = remote_argv(argv, line, host)
+    if line.command == "run" and line.exact:
+        args = with_attach_host(args, host)
     try:
         check_version(host)  # starts the host's shared connection, if need be
         # a terminal there for attach, and for tail -f: closing it hangs the remote command up when ssh ends

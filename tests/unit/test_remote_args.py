@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from shellper.cli.argscan import scan
-from shellper.cli.remote import MixedHosts, remote_argv, remote_host
+from shellper.cli.remote import MixedHosts, remote_argv, remote_host, with_attach_host
 from shellper.host.ssh import SshError, check_host, remote_shellper, remote_tower
 
 CASES = [
@@ -32,6 +32,17 @@ def test_host_and_remote_line(argv: list[str], host: str | None, remote: list[st
     assert remote_host(line) == host
     if host is not None:
         assert remote_argv(argv, line, host) == remote
+
+
+@pytest.mark.parametrize(("args", "hinted"), [
+    (["run", "job", "--", "cat"], ["run", "--attach-host", "h", "job", "--", "cat"]),
+    (["--dir", "run", "run", "job"], ["--dir", "run", "run", "--attach-host", "h", "job"]),  # a directory named run
+    (["--dir=/d", "run", "job", "git", "log"], ["--dir=/d", "run", "--attach-host", "h", "job", "git", "log"]),
+    (["ls", "run"], ["ls", "run"]),
+    (["--", "run", "x"], ["--", "run", "x"]),
+])
+def test_a_remote_run_names_its_session_as_host_colon_name(args: list[str], hinted: list[str]) -> None:
+    assert with_attach_host(args, "h") == hinted
 
 
 def test_names_on_two_hosts_are_refused() -> None:
