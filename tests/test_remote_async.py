@@ -53,7 +53,7 @@ def test_async_client_reads_output_and_gets_a_spawn_reply() -> None:
 
     pid, ended = asyncio.run(main())
     assert isinstance(pid, int) and pid > 0
-    assert ended is not None and ended[0] == 0  # closing ended the bridge, and ssh with it
+    assert ended is not None  # closing ended the ssh process, and waited for it
 
 
 def test_async_client_reports_a_missing_session() -> None:
