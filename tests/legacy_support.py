@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from shellper.protocol import legacy
-from shellper.protocol.legacy import LegacyType, RawFrame
+from shellper.protocol.legacy import RawFrame
+from shellper.protocol.wire import FrameType
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -98,11 +99,11 @@ class V1Client:
     def hello(self, client_type: str | None = "tower") -> tuple[dict[str, Any], bytes]:
         """HELLO; the WELCOME (as JSON) and the REPLAY's payload, checking they come in that order."""
         hello: dict[str, Any] = {"version": 1} if client_type is None else {"version": 1, "clientType": client_type}
-        self.send(LegacyType.HELLO, hello)
+        self.send(FrameType.HELLO, hello)
         first = self.next_frame()
-        assert first.frame_type == LegacyType.WELCOME, first
+        assert first.frame_type == FrameType.WELCOME, first
         second = self.next_frame()
-        assert second.frame_type == LegacyType.REPLAY, second
+        assert second.frame_type == FrameType.REPLAY, second
         return json.loads(first.payload), second.payload
 
     def _read(self, timeout: float) -> bool:
@@ -140,12 +141,12 @@ class V1Client:
         deadline = time.monotonic() + timeout
         while needle not in seen:
             frame = self.next_frame(max(0.01, deadline - time.monotonic()))
-            if frame.frame_type == LegacyType.DATA:
+            if frame.frame_type == FrameType.DATA:
                 seen += frame.payload
         return bytes(seen)
 
     def exit_frame(self, timeout: float = 10.0) -> dict[str, Any]:
-        return json.loads(self.until(LegacyType.EXIT, timeout).payload)  # type: ignore[no-any-return]
+        return json.loads(self.until(FrameType.EXIT, timeout).payload)  # type: ignore[no-any-return]
 
     def quiet_for(self, seconds: float) -> list[RawFrame]:
         """Frames that arrive within ``seconds`` (for checking that something does NOT happen)."""
@@ -157,8 +158,8 @@ class V1Client:
 
     def ping(self, timeout: float = 10.0) -> None:
         """PING and wait for its PONG: everything sent before it has been handled."""
-        self.send(LegacyType.PING)
-        self.until(LegacyType.PONG, timeout)
+        self.send(FrameType.PING)
+        self.until(FrameType.PONG, timeout)
 
     def wait_closed(self, timeout: float = 10.0) -> None:
         deadline = time.monotonic() + timeout

@@ -24,7 +24,7 @@ from legacy_support import Launched, V1Client, config, launch
 
 from shellper.client.blocking import Client
 from shellper.protocol import wire
-from shellper.protocol.legacy import LegacyType
+from shellper.protocol.wire import FrameType
 
 LOG_LINE = re.compile(r"^\[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\] \S")
 
@@ -190,9 +190,9 @@ def test_data_both_ways_and_broadcast_to_every_client(legacy_env: Legacy) -> Non
     with legacy_env.client(s) as tower, legacy_env.client(s) as term:
         tower.hello()
         term.hello("terminal")
-        tower.send(LegacyType.DATA, b"from-tower\n")
+        tower.send(FrameType.DATA, b"from-tower\n")
         tower.ping()  # handled before the terminal's input: two sockets read in one wakeup come in any order
-        term.send(LegacyType.DATA, b"from-terminal\n")
+        term.send(FrameType.DATA, b"from-terminal\n")
         for c in (tower, term):
             out = c.output_until(b"from-terminal\r\n")
             assert b"from-tower" in out
@@ -202,8 +202,8 @@ def test_resize_resizes_the_pty(legacy_env: Legacy) -> None:
     s = legacy_env.start(*_sh("while read line; do stty size; done"))  # not interactive: SIGTERM ends it
     with legacy_env.client(s) as c:
         c.hello("terminal")
-        c.send(LegacyType.RESIZE, {"cols": 132, "rows": 43})
-        c.send(LegacyType.DATA, b"size?\n")
+        c.send(FrameType.RESIZE, {"cols": 132, "rows": 43})
+        c.send(FrameType.DATA, b"size?\n")
         c.output_until(b"43 132")
     with legacy_env.client(s) as c:
         welcome, _ = c.hello()
@@ -214,7 +214,7 @@ def test_allowed_signal_is_forwarded_and_exit_reports_it(legacy_env: Legacy) -> 
     s = legacy_env.start("cat")
     with legacy_env.client(s) as c:
         c.hello()
-        c.send(LegacyType.SIGNAL, {"signal": 15})
+        c.send(FrameType.SIGNAL, {"signal": 15})
         assert c.exit_frame() == {"code": 0, "signal": "15"}  # as node-pty reported a signal death
 
 
@@ -222,10 +222,10 @@ def test_disallowed_signal_is_refused_and_the_connection_stays(legacy_env: Legac
     s = legacy_env.start("cat")
     with legacy_env.client(s) as c:
         welcome, _ = c.hello()
-        c.send(LegacyType.SIGNAL, {"signal": 10})  # SIGUSR1: not in the allowed set
+        c.send(FrameType.SIGNAL, {"signal": 10})  # SIGUSR1: not in the allowed set
         c.ping()
         assert Path(f"/proc/{welcome['pid']}").exists()
-        assert not [f for f in c.quiet_for(0.2) if f.frame_type == LegacyType.EXIT]
+        assert not [f for f in c.quiet_for(0.2) if f.frame_type == FrameType.EXIT]
     assert "Protocol error: signal 10 is not allowed" in s.log_text()
 
 
@@ -233,10 +233,10 @@ def test_terminal_signal_and_spawn_are_ignored(legacy_env: Legacy) -> None:
     s = legacy_env.start("cat")
     with legacy_env.client(s) as term:
         welcome, _ = term.hello("terminal")
-        term.send(LegacyType.SIGNAL, {"signal": 9})
-        term.send(LegacyType.SPAWN, {"command": "/bin/echo", "args": ["spawned"], "cwd": "/", "env": {}})
+        term.send(FrameType.SIGNAL, {"signal": 9})
+        term.send(FrameType.SPAWN, {"command": "/bin/echo", "args": ["spawned"], "cwd": "/", "env": {}})
         term.ping()
-        term.send(LegacyType.DATA, b"still-cat\n")
+        term.send(FrameType.DATA, b"still-cat\n")
         out = term.output_until(b"still-cat\r\n")
         assert b"spawned" not in out
     with legacy_env.client(s) as c:
@@ -250,14 +250,14 @@ def test_exit_is_sent_and_replayed_to_a_late_connection_and_the_shellper_stays(l
     s = legacy_env.start(*_sh("read x; echo bye; exit 3"))
     with legacy_env.client(s) as c:
         welcome, _ = c.hello()
-        c.send(LegacyType.DATA, b"go\n")
+        c.send(FrameType.DATA, b"go\n")
         assert c.exit_frame() == {"code": 3, "signal": "0"}
         # nothing after it: a Tower that saw output after an EXIT would take the child for running again
         assert [f.frame_type for f in c.quiet_for(0.3)] == []
     with legacy_env.client(s) as late:
         welcome, replay = late.hello()  # WELCOME, REPLAY, then the retained EXIT (#905)
         assert welcome["pid"] == -1 and b"bye" in replay
-        assert late.next_frame().frame_type == LegacyType.EXIT
+        assert late.next_frame().frame_type == FrameType.EXIT
     assert s.proc.poll() is None  # a husk: it stays until SIGTERM or SPAWN
     assert "EXIT replayed to late connection" in s.log_text()
 
@@ -267,7 +267,7 @@ def test_exit_broadcast_to_every_client(legacy_env: Legacy) -> None:
     with legacy_env.client(s) as tower, legacy_env.client(s) as term:
         tower.hello()
         term.hello("terminal")
-        term.send(LegacyType.DATA, b"go\n")
+        term.send(FrameType.DATA, b"go\n")
         assert tower.exit_frame() == term.exit_frame() == {"code": 0, "signal": "0"}
 
 
@@ -280,12 +280,12 @@ def test_spawn_replaces_the_child_clears_the_replay_and_hides_the_old_exit(legac
     with legacy_env.client(s) as c:
         welcome, _ = c.hello()
         old_pid = welcome["pid"]
-        c.send(LegacyType.SPAWN, {"command": "/bin/sh", "args": ["-c", "echo new-child; exec cat"], "cwd": "/tmp",
+        c.send(FrameType.SPAWN, {"command": "/bin/sh", "args": ["-c", "echo new-child; exec cat"], "cwd": "/tmp",
                                   "env": {"PATH": "/usr/bin:/bin"}})
         out = c.output_until(b"new-child")
         assert b"old-child" not in out
         frames = c.quiet_for(0.2)
-        assert not [f for f in frames if f.frame_type == LegacyType.EXIT]  # the replaced child's exit is not told
+        assert not [f for f in frames if f.frame_type == FrameType.EXIT]  # the replaced child's exit is not told
     assert wait_gone(old_pid, 10)
     assert f"SPAWN: command=/bin/sh, killing old PTY pid={old_pid}" in s.log_text()
     with legacy_env.client(s) as c:
@@ -299,7 +299,7 @@ def test_spawn_after_exit_revives_a_husk(legacy_env: Legacy) -> None:
     with legacy_env.client(s) as c:
         c.hello()
         assert c.exit_frame()["code"] == 1
-        c.send(LegacyType.SPAWN, {"command": "/bin/echo", "args": ["again"], "cwd": "/", "env": {}})
+        c.send(FrameType.SPAWN, {"command": "/bin/echo", "args": ["again"], "cwd": "/", "env": {}})
         c.output_until(b"again")
         assert c.exit_frame() == {"code": 0, "signal": "0"}
 
@@ -308,12 +308,12 @@ def test_spawn_of_a_missing_command_keeps_the_child(legacy_env: Legacy) -> None:
     s = legacy_env.start("cat")
     with legacy_env.client(s) as c:
         welcome, _ = c.hello()
-        c.send(LegacyType.SPAWN, {"command": "/nonexistent/program", "args": [], "cwd": "/", "env": {}})
+        c.send(FrameType.SPAWN, {"command": "/nonexistent/program", "args": [], "cwd": "/", "env": {}})
         poll_until(lambda: "Protocol error" in s.log_text() and "/nonexistent/program" in s.log_text(),
                    what="the refusal in the log")
         c.ping()  # the connection stays
         assert Path(f"/proc/{welcome['pid']}").exists()
-        c.send(LegacyType.DATA, b"cat-still-runs\n")
+        c.send(FrameType.DATA, b"cat-still-runs\n")
         c.output_until(b"cat-still-runs\r\n")
 
 
@@ -324,8 +324,8 @@ def test_ping_pong(legacy_env: Legacy) -> None:
     s = legacy_env.start("cat")
     with legacy_env.client(s) as c:
         c.hello()
-        c.send(LegacyType.PING)
-        assert c.until(LegacyType.PONG).payload == b""
+        c.send(FrameType.PING)
+        assert c.until(FrameType.PONG).payload == b""
 
 
 def test_malformed_json_closes_only_that_connection(legacy_env: Legacy) -> None:
@@ -333,7 +333,7 @@ def test_malformed_json_closes_only_that_connection(legacy_env: Legacy) -> None:
     with legacy_env.client(s) as bad, legacy_env.client(s) as good:
         bad.hello()
         good.hello("terminal")
-        bad.send(LegacyType.RESIZE, b"{not json")
+        bad.send(FrameType.RESIZE, b"{not json")
         bad.wait_closed()
         good.ping()
     assert "Protocol error: Invalid RESIZE payload" in s.log_text()
@@ -344,22 +344,22 @@ def test_unknown_and_oversized_frames_are_ignored(legacy_env: Legacy) -> None:
     with legacy_env.client(s) as c:
         c.hello()
         c.send(0x42, b"whatever")
-        c.send(LegacyType.REPLAY, b"not from clients")
+        c.send(FrameType.REPLAY, b"not from clients")
         oversized = (16 << 20) + 1
         c.sock.sendall(bytes([0x01]) + oversized.to_bytes(4, "big") + b"y" * oversized)
-        c.send(LegacyType.DATA, b"after\n")
+        c.send(FrameType.DATA, b"after\n")
         c.output_until(b"after\r\n", 30)
 
 
 def test_frames_before_hello_are_ignored(legacy_env: Legacy) -> None:
     s = legacy_env.start("cat")
     with legacy_env.client(s) as c:
-        c.send(LegacyType.SIGNAL, {"signal": 9})  # before HELLO: a JSON control frame, so version 1, ignored
-        c.send(LegacyType.DATA, b"pre-hello-input\n")
-        c.send(LegacyType.PING)
+        c.send(FrameType.SIGNAL, {"signal": 9})  # before HELLO: a JSON control frame, so version 1, ignored
+        c.send(FrameType.DATA, b"pre-hello-input\n")
+        c.send(FrameType.PING)
         welcome, replay = c.hello()
         assert replay == b"" and Path(f"/proc/{welcome['pid']}").exists()
-        c.send(LegacyType.DATA, b"post\n")
+        c.send(FrameType.DATA, b"post\n")
         out = c.output_until(b"post\r\n")
         assert b"pre-hello" not in out
 
@@ -367,7 +367,7 @@ def test_frames_before_hello_are_ignored(legacy_env: Legacy) -> None:
 def test_socket_closed_before_hello_leaves_the_rest_alone(legacy_env: Legacy) -> None:
     s = legacy_env.start("cat")
     with legacy_env.client(s) as c:
-        c.send(LegacyType.RESIZE, {"cols": 10, "rows": 5})
+        c.send(FrameType.RESIZE, {"cols": 10, "rows": 5})
     with legacy_env.client(s) as c:
         welcome, _ = c.hello()
         assert (welcome["cols"], welcome["rows"]) == (80, 24)
@@ -379,7 +379,7 @@ def test_disconnecting_one_client_leaves_the_others(legacy_env: Legacy) -> None:
         a.hello("terminal")
         b.hello()
         a.close()
-        b.send(LegacyType.DATA, b"still\n")
+        b.send(FrameType.DATA, b"still\n")
         b.output_until(b"still\r\n")
 
 
@@ -420,7 +420,7 @@ def test_survives_its_launcher_exiting_and_a_broken_stderr_pipe(legacy_env: Lega
     for _ in range(3):
         with legacy_env.client(s) as c:
             c.hello()
-            c.send(LegacyType.DATA, b"alive\n")
+            c.send(FrameType.DATA, b"alive\n")
             c.output_until(b"alive\r\n")
     assert s.proc.poll() is None
 
@@ -437,7 +437,7 @@ def test_survives_the_parent_that_launched_it(legacy_env: Legacy) -> None:
     try:
         with V1Client(sock) as c:
             c.hello()
-            c.send(LegacyType.DATA, b"orphaned-but-fine\n")
+            c.send(FrameType.DATA, b"orphaned-but-fine\n")
             c.output_until(b"orphaned-but-fine\r\n")
         assert "HELLO: version=1, clientType=tower" in sock.with_suffix(".log").read_text()
     finally:
@@ -454,7 +454,7 @@ def test_version_1_and_version_2_clients_share_a_session(legacy_env: Legacy) -> 
         v1.hello()
         with Client(s.sock, "terminal", client_name="v2") as v2:
             v2.connect()
-            v1.send(LegacyType.DATA, b"typed-by-v1\n")
+            v1.send(FrameType.DATA, b"typed-by-v1\n")
             read_until(v2, b"typed-by-v1\r\n")
             v2.send(wire.Data(b"typed-by-v2\n"))
             v1.output_until(b"typed-by-v2\r\n")
@@ -496,7 +496,7 @@ def test_tower_client_sees_and_verifies_a_legacy_session_without_displacing_its_
             ("shellper-t1", "running", "verified", "answered")
         assert entry["record"]["pid"] == s.pid and entry["child_pid"] == welcome["pid"]
         tower.ping()  # its probe was a viewer: the version-1 tower is still the tower
-        tower.send(LegacyType.DATA, b"still-tower\n")
+        tower.send(FrameType.DATA, b"still-tower\n")
         tower.output_until(b"still-tower\r\n")
 
 
@@ -505,6 +505,6 @@ def test_a_version_1_client_is_served_by_any_session_not_only_legacy_main(sessio
     with V1Client(Path(info.socket)) as c:
         welcome, replay = c.hello("terminal")
         assert welcome["pid"] == info.child_pid and replay == b""
-        c.send(LegacyType.DATA, b"v1-on-a-run-session\n")
+        c.send(FrameType.DATA, b"v1-on-a-run-session\n")
         c.output_until(b"v1-on-a-run-session\r\n")
     sessions.stop("plain")

@@ -127,10 +127,16 @@ def scan(argv: list[str]) -> Scan:
     return line
 
 
+NO_SESSION_OPERANDS = frozenset({"legacy-main"})
+"""Commands whose operands are not session names (legacy-main's is a JSON config, colons and all)."""
+
+
 def names_a_host(line: Scan) -> bool:
-    """Whether ``line`` may be for another host (``--host``, or a ``:`` in an operand): then
-    shellper.cli.remote decides, and the console script takes none of its quick paths."""
-    return "--host" in line.options or any(":" in operand for operand in line.operands)
+    """Whether ``line`` may be for another host (``--host``, or a ``:`` in an operand that may name a
+    session): then shellper.cli.remote decides, and the console script takes none of its quick paths."""
+    if "--host" in line.options:
+        return True
+    return line.command not in NO_SESSION_OPERANDS and any(":" in operand for operand in line.operands)
 
 
 def may_detach(line: Scan) -> bool:

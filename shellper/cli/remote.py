@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 
+from shellper.cli.argscan import NO_SESSION_OPERANDS
 from shellper.core.errors import ShellperError
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
@@ -26,7 +27,7 @@ def _names(line: Scan) -> list[str]:
     """The operands that name sessions: all of stop's, the first of the others' (``ls`` has none)."""
     if line.command == "stop":
         return list(line.operands)
-    if line.command in (None, "ls"):
+    if line.command in (None, "ls") or line.command in NO_SESSION_OPERANDS:
         return []
     return line.operands[:1]
 

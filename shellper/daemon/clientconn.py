@@ -534,25 +534,14 @@ class ClientConn:
             if self.version < wire.SCREEN_VERSION:
                 self.send_error("protocol", "SCREEN needs protocol version 3", event.TYPE)
                 return
-            try:
-                wire.check_request(event)
-            except wire.BadField as exc:
-                if rid is None:
-                    raise
-                self.refuse(event.TYPE, rid, exc.code, str(exc))
-                return
-            self.send_frame(session.screen_reply(event))
+            if self._in_range(event, rid):
+                self.send_frame(session.screen_reply(event))
         elif isinstance(event, wire.Resize) and self.role == "viewer":
             self.refuse(event.TYPE, rid, "forbidden", "a viewer may not resize")
         elif rid is not None and session.stopping and not isinstance(event, wire.Stop):
             self.refuse(event.TYPE, rid, "stopping", f"the session is stopping: {event.TYPE.name} not carried out")
         elif isinstance(event, wire.Resize | wire.Stop):
-            try:
-                wire.check_request(event)
-            except wire.BadField as exc:
-                if rid is None:
-                    raise
-                self.refuse(event.TYPE, rid, exc.code, str(exc))
+            if not self._in_range(event, rid):
                 return
             if isinstance(event, wire.Resize):
                 session.resize(event.cols, event.rows)
@@ -564,6 +553,18 @@ class ClientConn:
         elif isinstance(event, wire.Spawn):
             session.start_respawn(event if rid is not None or event.id is None else structs.replace(event, id=None),
                                   self)
+
+    def _in_range(self, request: wire.Frame, rid: int | None) -> bool:
+        """Whether ``request``'s values are in the ranges the spec gives (wire.check_request). Out of range
+        with an ``id``, it is refused by a REPLY and the connection stays; without one, it is fatal."""
+        try:
+            wire.check_request(request)
+        except wire.BadField as exc:
+            if rid is None:
+                raise
+            self.refuse(request.TYPE, rid, exc.code, str(exc))
+            return False
+        return True
 
     def _hello(self, hello: wire.Hello) -> None:
         session = self.session

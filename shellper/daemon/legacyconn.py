@@ -12,7 +12,8 @@ from __future__ import annotations
 from shellper.core.states import SessionState
 from shellper.daemon.clientconn import MAX_UNREAD_BYTES, REPLAY_CHUNK, ClientConn
 from shellper.protocol import legacy, wire
-from shellper.protocol.legacy import Action, LegacyError, LegacyType
+from shellper.protocol.legacy import Action, LegacyError
+from shellper.protocol.wire import FrameType
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
 if TYPE_CHECKING:
@@ -50,7 +51,7 @@ class LegacyConn(ClientConn):
 
     def _frame(self, frame: legacy.RawFrame) -> None:
         if not self.registered:  # before the handshake only a HELLO counts (pre-HELLO gating)
-            if frame.frame_type == LegacyType.HELLO:
+            if frame.frame_type == FrameType.HELLO:
                 self._legacy_hello(legacy.parse_hello(frame.payload))
             return
         session = self.session
@@ -74,7 +75,7 @@ class LegacyConn(ClientConn):
             session.log.write(f"SPAWN: command={spawn.argv[0]}, killing old PTY pid={-1 if old is None else old}")
             session.start_respawn(wire.Spawn(argv=spawn.argv, cwd=spawn.cwd, env=spawn.env, clear_ring=True), self)
         elif action is Action.PONG:
-            self._write(legacy.encode(LegacyType.PONG))
+            self._write(legacy.encode(FrameType.PONG))
 
     def _legacy_hello(self, hello: legacy.Hello) -> None:
         session = self.session
@@ -91,7 +92,7 @@ class LegacyConn(ClientConn):
         session.log.write(f"WELCOME sent: pid={-1 if state.child_pid is None else state.child_pid}, "
                           f"version={legacy.LEGACY_VERSION}")
         ring = session.scrollback
-        self._write(legacy.encode(LegacyType.REPLAY, self._replay()))  # always, even empty
+        self._write(legacy.encode(FrameType.REPLAY, self._replay()))  # always, even empty
         self.pos = ring.end
         self.registered = True
         ended = session.ended_exit()

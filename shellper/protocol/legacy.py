@@ -23,6 +23,7 @@ from enum import IntEnum
 from shellper.core.errors import ShellperError
 from shellper.core.signals import signal_number
 from shellper.core.structs import record
+from shellper.protocol.wire import FrameType
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
 if TYPE_CHECKING:
@@ -45,20 +46,8 @@ MARKER = "shellper-main.js"
 """What a Tower's process scanners look for in a shellper's command line (original.md section 8)."""
 
 
-class LegacyType(IntEnum):
-    DATA = 0x01
-    RESIZE = 0x02
-    SIGNAL = 0x03
-    EXIT = 0x04
-    REPLAY = 0x05
-    PING = 0x06
-    PONG = 0x07
-    HELLO = 0x08
-    WELCOME = 0x09
-    SPAWN = 0x0A
-
-
-_TYPES = frozenset(int(t) for t in LegacyType)
+_TYPES = frozenset(int(t) for t in FrameType if t <= FrameType.SPAWN)
+"""Version 1's frame types: the first ten of version 2's, with the same numbers."""
 
 ALLOWED_SIGNALS: dict[int, str] = {1: "HUP", 2: "INT", 9: "KILL", 15: "TERM", 28: "WINCH"}
 """The numbers a tower may SIGNAL, and the name each is sent as."""
@@ -76,11 +65,11 @@ class Action(IntEnum):
 
 
 RIGHTS: dict[tuple[str, int], Action] = {
-    **{(client, LegacyType.DATA): Action.INPUT for client in ("tower", "terminal")},
-    **{(client, LegacyType.RESIZE): Action.RESIZE for client in ("tower", "terminal")},
-    **{(client, LegacyType.PING): Action.PONG for client in ("tower", "terminal")},
-    ("tower", LegacyType.SIGNAL): Action.SIGNAL,
-    ("tower", LegacyType.SPAWN): Action.SPAWN,
+    **{(client, FrameType.DATA): Action.INPUT for client in ("tower", "terminal")},
+    **{(client, FrameType.RESIZE): Action.RESIZE for client in ("tower", "terminal")},
+    **{(client, FrameType.PING): Action.PONG for client in ("tower", "terminal")},
+    ("tower", FrameType.SIGNAL): Action.SIGNAL,
+    ("tower", FrameType.SPAWN): Action.SPAWN,
 }
 """(kind of client, frame type) -> action; anything not here is ignored silently (a terminal's SIGNAL or
 SPAWN, a second HELLO, the shellper's own frame types, unknown types)."""
@@ -111,7 +100,7 @@ def first_frame_is_legacy(buf: bytes | bytearray) -> bool | None:
     if len(buf) < HEADER_SIZE:
         return None
     frame_type, length = HEADER.unpack_from(buf, 0)
-    if frame_type == LegacyType.DATA or frame_type not in _TYPES or length == 0 or length > MAX_FRAME_SIZE:
+    if frame_type == FrameType.DATA or frame_type not in _TYPES or length == 0 or length > MAX_FRAME_SIZE:
         return False
     if len(buf) == HEADER_SIZE:
         return None
@@ -257,7 +246,7 @@ def parse_spawn(payload: bytes) -> SpawnRequest:
 
 def welcome(*, child_pid: int | None, cols: int, rows: int, start_ms: int, last_data_ms: int) -> bytes:
     """WELCOME: ``pid`` is the child's (-1 when none runs), ``startTime`` the shellper's start (epoch ms)."""
-    return encode_json(LegacyType.WELCOME, {
+    return encode_json(FrameType.WELCOME, {
         "version": LEGACY_VERSION, "pid": -1 if child_pid is None else child_pid, "cols": cols, "rows": rows,
         "startTime": start_ms, "lastDataAt": last_data_ms, "alwaysSendsReplay": True})
 
@@ -275,7 +264,7 @@ def exit_payload(code: int | None, signal: str | None, *, spawned: bool = True) 
 
 
 def encode_exit(code: int | None, signal: str | None, *, spawned: bool = True) -> bytes:
-    return encode_json(LegacyType.EXIT, exit_payload(code, signal, spawned=spawned))
+    return encode_json(FrameType.EXIT, exit_payload(code, signal, spawned=spawned))
 
 
 # --------------------------------------------------------------------------------------------- launch

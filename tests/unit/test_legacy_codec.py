@@ -14,10 +14,10 @@ from shellper.protocol.legacy import (
     Action,
     FrameReader,
     LegacyError,
-    LegacyType,
     RawFrame,
     SkippedFrame,
 )
+from shellper.protocol.wire import FrameType
 
 
 def frames(reader: FrameReader, *chunks: bytes) -> list[RawFrame | SkippedFrame]:
@@ -28,29 +28,29 @@ def frames(reader: FrameReader, *chunks: bytes) -> list[RawFrame | SkippedFrame]
 
 
 def test_encode_frame_header_is_type_then_big_endian_length() -> None:
-    assert legacy.encode(LegacyType.DATA, b"abc") == b"\x01\x00\x00\x00\x03abc"
-    assert legacy.encode(LegacyType.PING) == b"\x06\x00\x00\x00\x00"
+    assert legacy.encode(FrameType.DATA, b"abc") == b"\x01\x00\x00\x00\x03abc"
+    assert legacy.encode(FrameType.PING) == b"\x06\x00\x00\x00\x00"
 
 
 def test_json_payloads_are_compact_as_javascript_writes_them() -> None:
-    assert legacy.encode_json(LegacyType.RESIZE, {"cols": 80, "rows": 24})[5:] == b'{"cols":80,"rows":24}'
+    assert legacy.encode_json(FrameType.RESIZE, {"cols": 80, "rows": 24})[5:] == b'{"cols":80,"rows":24}'
 
 
 # --------------------------------------------------------------------------------------------- round trips
 
 ROUND_TRIPS = [
-    ("DATA string", LegacyType.DATA, "héllo\r\n".encode()),
-    ("DATA binary", LegacyType.DATA, bytes(range(256))),
-    ("RESIZE", LegacyType.RESIZE, b'{"cols":120,"rows":40}'),
-    ("SIGNAL", LegacyType.SIGNAL, b'{"signal":2}'),
-    ("EXIT", LegacyType.EXIT, legacy.encode_exit(0, None)[5:]),
-    ("EXIT with signal", LegacyType.EXIT, legacy.encode_exit(None, "SIGKILL")[5:]),
-    ("REPLAY", LegacyType.REPLAY, b"\x1b[31mred\x1b[0m\n" * 100),
-    ("PING", LegacyType.PING, b""),
-    ("PONG", LegacyType.PONG, b""),
-    ("HELLO", LegacyType.HELLO, b'{"version":1,"clientType":"terminal"}'),
-    ("WELCOME", LegacyType.WELCOME, legacy.welcome(child_pid=42, cols=80, rows=24, start_ms=1, last_data_ms=2)[5:]),
-    ("SPAWN", LegacyType.SPAWN, b'{"command":"bash","args":["-l"],"cwd":"/","env":{"A":"b"}}'),
+    ("DATA string", FrameType.DATA, "héllo\r\n".encode()),
+    ("DATA binary", FrameType.DATA, bytes(range(256))),
+    ("RESIZE", FrameType.RESIZE, b'{"cols":120,"rows":40}'),
+    ("SIGNAL", FrameType.SIGNAL, b'{"signal":2}'),
+    ("EXIT", FrameType.EXIT, legacy.encode_exit(0, None)[5:]),
+    ("EXIT with signal", FrameType.EXIT, legacy.encode_exit(None, "SIGKILL")[5:]),
+    ("REPLAY", FrameType.REPLAY, b"\x1b[31mred\x1b[0m\n" * 100),
+    ("PING", FrameType.PING, b""),
+    ("PONG", FrameType.PONG, b""),
+    ("HELLO", FrameType.HELLO, b'{"version":1,"clientType":"terminal"}'),
+    ("WELCOME", FrameType.WELCOME, legacy.welcome(child_pid=42, cols=80, rows=24, start_ms=1, last_data_ms=2)[5:]),
+    ("SPAWN", FrameType.SPAWN, b'{"command":"bash","args":["-l"],"cwd":"/","env":{"A":"b"}}'),
 ]
 
 
@@ -165,11 +165,10 @@ def test_bad_spawn_payloads(payload: bytes) -> None:
 
 
 def test_known_frame_types_are_exactly_the_originals() -> None:
-    assert {int(t) for t in LegacyType} == set(range(0x01, 0x0B))
-    assert {t.name for t in LegacyType} == {"DATA", "RESIZE", "SIGNAL", "EXIT", "REPLAY", "PING", "PONG", "HELLO",
-                                            "WELCOME", "SPAWN"}
-    for t in LegacyType:  # the same numbers as version 2's
-        assert wire.FrameType[t.name] == t
+    """Version 1 knows the first ten of version 2's frame types, by the same numbers and names."""
+    assert set(range(0x01, 0x0B)) == legacy._TYPES
+    assert {FrameType(t).name for t in legacy._TYPES} == {"DATA", "RESIZE", "SIGNAL", "EXIT", "REPLAY", "PING",
+                                                          "PONG", "HELLO", "WELCOME", "SPAWN"}
 
 
 def test_allowed_signals_are_exactly_the_five() -> None:
@@ -231,14 +230,14 @@ def test_no_version_2_control_frame_looks_like_version_1(frame: wire.Frame) -> N
 
 
 RIGHTS = [
-    ("tower", LegacyType.DATA, Action.INPUT), ("terminal", LegacyType.DATA, Action.INPUT),
-    ("tower", LegacyType.RESIZE, Action.RESIZE), ("terminal", LegacyType.RESIZE, Action.RESIZE),
-    ("tower", LegacyType.SIGNAL, Action.SIGNAL), ("terminal", LegacyType.SIGNAL, Action.IGNORE),
-    ("tower", LegacyType.SPAWN, Action.SPAWN), ("terminal", LegacyType.SPAWN, Action.IGNORE),
-    ("tower", LegacyType.PING, Action.PONG), ("terminal", LegacyType.PING, Action.PONG),
-    ("tower", LegacyType.HELLO, Action.IGNORE), ("tower", LegacyType.PONG, Action.IGNORE),
-    ("tower", LegacyType.EXIT, Action.IGNORE), ("tower", LegacyType.REPLAY, Action.IGNORE),
-    ("tower", LegacyType.WELCOME, Action.IGNORE), ("tower", 0x0F, Action.IGNORE), ("tower", 0x42, Action.IGNORE),
+    ("tower", FrameType.DATA, Action.INPUT), ("terminal", FrameType.DATA, Action.INPUT),
+    ("tower", FrameType.RESIZE, Action.RESIZE), ("terminal", FrameType.RESIZE, Action.RESIZE),
+    ("tower", FrameType.SIGNAL, Action.SIGNAL), ("terminal", FrameType.SIGNAL, Action.IGNORE),
+    ("tower", FrameType.SPAWN, Action.SPAWN), ("terminal", FrameType.SPAWN, Action.IGNORE),
+    ("tower", FrameType.PING, Action.PONG), ("terminal", FrameType.PING, Action.PONG),
+    ("tower", FrameType.HELLO, Action.IGNORE), ("tower", FrameType.PONG, Action.IGNORE),
+    ("tower", FrameType.EXIT, Action.IGNORE), ("tower", FrameType.REPLAY, Action.IGNORE),
+    ("tower", FrameType.WELCOME, Action.IGNORE), ("tower", 0x0F, Action.IGNORE), ("tower", 0x42, Action.IGNORE),
 ]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from shellper.cli.argscan import scan
+from shellper.cli.argscan import names_a_host, scan
 from shellper.cli.remote import MixedHosts, remote_argv, remote_host, with_attach_host
 from shellper.host.ssh import SshError, check_host, remote_shellper, remote_tower
 
@@ -23,6 +23,7 @@ CASES = [
                                                                          "echo alpha:job"]),
     (["--dir", "/d", "stop", "alpha:a", "alpha:b"], "alpha", ["--dir", "/d", "stop", "a", "b"]),
     (["--host", "beta", "attach", "work"], "beta", ["attach", "work"]),
+    (["legacy-main", '{"command": "sh", "socketPath": "/r/shellper-1.sock", "env": {"A": "b:c"}}'], None, None),
 ]
 
 
@@ -30,6 +31,7 @@ CASES = [
 def test_host_and_remote_line(argv: list[str], host: str | None, remote: list[str] | None) -> None:
     line = scan(argv)
     assert remote_host(line) == host
+    assert names_a_host(line) or host is None
     if host is not None:
         assert remote_argv(argv, line, host) == remote
 
@@ -76,3 +78,8 @@ def test_the_remote_tower_client_line(argv: list[str], remote: list[str]) -> Non
     from tower_client.cli import remote_line
 
     assert remote_line(argv) == remote
+
+
+def test_a_legacy_config_with_colons_stays_here() -> None:
+    """legacy-main's operand is JSON (``"command": ...``): its colons name no host."""
+    assert not names_a_host(scan(["legacy-main", '{"command": "sh", "args": []}']))
