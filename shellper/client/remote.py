@@ -12,7 +12,14 @@ from typing import IO
 
 from shellper.client.blocking import Client
 from shellper.core.names import validate_name
-from shellper.host.ssh import SSH_UNREACHABLE, check_version, ensure_master, remote_shellper, ssh_argv
+from shellper.host.ssh import (
+    SSH_UNREACHABLE,
+    HostUnreachable,
+    check_version,
+    ensure_master,
+    remote_shellper,
+    ssh_argv,
+)
 from shellper.protocol import wire
 from shellper.protocol.connection import ClientError, SessionGone, SessionNotFound
 
@@ -40,8 +47,11 @@ class RemoteClient(Client):
         """How the last ssh process ended: its exit status and the last line it wrote to stderr."""
 
     def _open_socket(self) -> socket.socket:
-        check_version(self.host, self.timeout)  # once per process and host
-        ensure_master(self.host, self.timeout)  # a reconnection after the shared connection died starts it again
+        try:
+            check_version(self.host, self.timeout)  # once per process and host
+            ensure_master(self.host, self.timeout)  # a reconnection after the shared connection died starts it again
+        except HostUnreachable as exc:  # worth retrying: a resuming client backs off and tries again
+            raise SessionGone(self.path, str(exc)) from exc
         self._reap()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         args = [*(["--dir", self.directory] if self.directory else []), "bridge", self.name]
