@@ -91,11 +91,82 @@ def screen_diff(expected: Snapshot, actual: Snapshot, attributes: bool = True, c
         "\n--- actual screen:\n" + "\n".join(actual.text())
 
 
+class _Screen(pyte.Screen):  # type: ignore[misc]
+    """pyte's screen with xterm's erases and scrolls: every cell erased or scrolled in becomes a blank in
+    the current background colour (back-colour erase, which curses relies on), nothing else of the
+    attributes. pyte erases only the cells of a row written before (its rows are sparse) and copies every
+    attribute into them."""
+
+    def _blank(self) -> pyte.screens.Char:
+        return self.default_char._replace(bg=self.cursor.attrs.bg)
+
+    def _blank_rows(self, rows: range) -> None:
+        for y in rows:
+            self.buffer.pop(y, None)
+            if self.cursor.attrs.bg != self.default_char.bg:
+                line = self.buffer[y]
+                for x in range(self.columns):
+                    line[x] = self._blank()
+
+    def _move_rows(self, first: int, last: int, by: int) -> None:
+        """Rows ``first``..``last`` (within the margins) shifted by ``by`` (up if negative); the rows left
+        behind blank. pyte's own insert and delete keep a row's old text when its source row was never
+        written, and scroll in rows of the default colour."""
+        rows = range(first, last + 1)
+        old = {y: self.buffer.pop(y) for y in rows if y in self.buffer}
+        self.dirty.update(range(self.lines))
+        for y, line in old.items():
+            if y + by in rows:
+                self.buffer[y + by] = line
+        self._blank_rows(range(first, first + by) if by > 0 else range(last + by + 1, last + 1))
+
+    def index(self) -> None:
+        top, bottom = self.margins or (0, self.lines - 1)
+        if self.cursor.y == bottom:
+            self._move_rows(top, bottom, -1)
+        else:
+            self.cursor_down()
+
+    def reverse_index(self) -> None:
+        top, bottom = self.margins or (0, self.lines - 1)
+        if self.cursor.y == top:
+            self._move_rows(top, bottom, 1)
+        else:
+            self.cursor_up()
+
+    def insert_lines(self, count: int | None = None) -> None:
+        top, bottom = self.margins or (0, self.lines - 1)
+        if top <= self.cursor.y <= bottom:
+            self._move_rows(self.cursor.y, bottom, min(count or 1, bottom - self.cursor.y + 1))
+            self.carriage_return()
+
+    def delete_lines(self, count: int | None = None) -> None:
+        top, bottom = self.margins or (0, self.lines - 1)
+        if top <= self.cursor.y <= bottom:
+            self._move_rows(self.cursor.y, bottom, -min(count or 1, bottom - self.cursor.y + 1))
+            self.carriage_return()
+
+    def erase_in_display(self, how: int = 0, *args: object, **kwargs: object) -> None:
+        super().erase_in_display(how, *args, **kwargs)
+        rows = {0: range(self.cursor.y + 1, self.lines), 1: range(self.cursor.y)}.get(how, range(self.lines))
+        for y in rows:
+            line = self.buffer[y]
+            for x in range(self.columns):
+                line[x] = self._blank()
+
+    def erase_in_line(self, how: int = 0, private: bool = False) -> None:
+        super().erase_in_line(how, private)
+        x = self.cursor.x
+        line = self.buffer[self.cursor.y]
+        for col in {0: range(x, self.columns), 1: range(x + 1)}.get(how, range(self.columns)):
+            line[col] = self._blank()
+
+
 class Emulator:
     """A terminal of ``cols`` x ``rows``: feed it what a terminal receives, read its screen and modes."""
 
     def __init__(self, cols: int, rows: int) -> None:
-        self.screen = pyte.Screen(cols, rows)
+        self.screen = _Screen(cols, rows)
         self.stream = pyte.Stream(self.screen)
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
         self._pending = ""
