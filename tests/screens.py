@@ -147,19 +147,21 @@ class _Screen(pyte.Screen):  # type: ignore[misc]
             self.carriage_return()
 
     def erase_in_display(self, how: int = 0, *args: object, **kwargs: object) -> None:
-        super().erase_in_display(how, *args, **kwargs)
-        rows = {0: range(self.cursor.y + 1, self.lines), 1: range(self.cursor.y)}.get(how, range(self.lines))
-        for y in rows:
-            line = self.buffer[y]
-            for x in range(self.columns):
-                line[x] = self._blank()
+        self.dirty.update(range(self.lines))
+        self._blank_rows({0: range(self.cursor.y + 1, self.lines), 1: range(self.cursor.y)}.get(how, range(self.lines)))
+        if how in (0, 1):
+            self.erase_in_line(how)
 
     def erase_in_line(self, how: int = 0, private: bool = False) -> None:
-        super().erase_in_line(how, private)
         x = self.cursor.x
         line = self.buffer[self.cursor.y]
-        for col in {0: range(x, self.columns), 1: range(x + 1)}.get(how, range(self.columns)):
-            line[col] = self._blank()
+        cols = {0: range(x, self.columns), 1: range(x + 1)}.get(how, range(self.columns))
+        if self.cursor.attrs.bg == self.default_char.bg:  # default cells: left out of pyte's sparse row
+            for col in cols:
+                line.pop(col, None)
+        else:
+            for col in cols:
+                line[col] = self._blank()
 
 
 class Emulator:

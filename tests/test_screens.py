@@ -236,10 +236,12 @@ def test_case1_a_row_drawn_once_before_more_than_the_replay_window(runs: list[Ru
 
 
 # Case 2: shell text, then vim scrolled through a long file (more than the replay window), then quit.
+# vim asks for no version (t_RV): its answer starts rounds of key queries (XTGETTCAP) that may still be
+# going when it quits, and the shell after it would echo the late answers, in either run, at its own moment.
 SHELL_THEN_VIM = r"""
 for i in $(seq 1 8); do echo "shell line $i before vim"; done
 seq -f 'file line %06g' 1 60000 > "$1"
-vim -u NONE -i NONE -N -n "$1"
+vim --cmd 'set t_RV=' -u NONE -i NONE -N -n "$1"
 echo "after vim"
 read _
 """
@@ -256,10 +258,6 @@ def test_case2_shell_text_before_vim_with_many_scrolls(runs: list[Run], mode: st
         run.send("\x06" * 400)  # ^F: 400 pages
     run.send("G")
     run.wait_text("file line 060000")
-    # vim asks the terminal for its keys (XTGETTCAP) once the answer to its version query is in, which may
-    # be after the flood: the answers must reach vim before it quits, or the shell after it echoes them.
-    for term in run.both():
-        term.wait_for(lambda e: sum(q.startswith("\x1bP+q") for q in e.queries) >= 12, "vim's XTGETTCAP queries")
     run.send(":q!\r")
     run.wait_text("after vim")
     run.detach()
