@@ -65,6 +65,15 @@ class Snapshot:
         return ["".join(c.char for c in row).rstrip() for row in self.cells]
 
 
+def _look(cell: Cell) -> Cell:
+    """What a cell shows: a blank's foreground colour and boldness show nothing (unless reversed, when the
+    foreground is its background). htop draws its meters' empty part as blanks in a colour, which a drawing
+    of the same screen may leave out."""
+    if cell.char == " " and not cell.reverse:
+        return Cell(" ", "default", cell.bg, False, False, cell.underscore)
+    return cell
+
+
 def screen_diff(expected: Snapshot, actual: Snapshot, attributes: bool = True, cursor: bool = True,
                 skip_last: int = 0) -> str:
     """Empty if the screens are the same; else a readable account of every row that differs.
@@ -75,12 +84,12 @@ def screen_diff(expected: Snapshot, actual: Snapshot, attributes: bool = True, c
         return f"sizes differ: expected {expected.cols}x{expected.rows}, got {actual.cols}x{actual.rows}"
     for y, (want, got) in enumerate(zip(expected.cells[:expected.rows - skip_last], actual.cells, strict=False)):
         chars_differ = [c.char for c in want] != [c.char for c in got]
-        attrs_differ = attributes and want != got
+        attrs_differ = attributes and [_look(c) for c in want] != [_look(c) for c in got]
         if chars_differ or attrs_differ:
             exp_text, got_text = "".join(c.char for c in want).rstrip(), "".join(c.char for c in got).rstrip()
             out.append(f"row {y:2}: expected {exp_text!r}\n        got      {got_text!r}")
             if not chars_differ:
-                x = next(i for i, (a, b) in enumerate(zip(want, got, strict=True)) if a != b)
+                x = next(i for i, (a, b) in enumerate(zip(want, got, strict=True)) if _look(a) != _look(b))
                 out.append(f"        attributes differ from column {x}: expected {want[x]}, got {got[x]}")
     if cursor and (expected.cursor, expected.cursor_hidden) != (actual.cursor, actual.cursor_hidden):
         out.append(f"cursor: expected {expected.cursor} hidden={expected.cursor_hidden}, "

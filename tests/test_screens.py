@@ -10,8 +10,8 @@ A terminal that detached must be left with nothing switched on.
 Every program waits for a line before it starts, so it starts while a terminal is attached: its own
 questions to the terminal (vim asks several) are answered live, in both runs alike.
 
-``raw`` is ``shellper attach --raw`` (the byte replay); ``rendered`` is the default attach once the
-screen model lands (branch ``screen``): its parametrizations are skipped until then.
+``raw`` is ``shellper attach --raw`` (the byte replay); ``rendered`` is the default attach (the screen
+model's drawing, PROTOCOL.md 8.6).
 """
 
 from __future__ import annotations
@@ -39,7 +39,6 @@ GATE = "ready> "
 DETACH = b"\x1c"
 SIZES = {"same": (80, 24), "bigger": (100, 30)}
 
-needs_screen_model = pytest.mark.skip(reason="needs the screen model (branch screen)")
 RAW = pytest.param("raw", id="raw")
 RENDERED = pytest.param("rendered", id="rendered")
 
