@@ -65,6 +65,15 @@ class Snapshot:
         return ["".join(c.char for c in row).rstrip() for row in self.cells]
 
 
+def _look(cell: Cell) -> Cell:
+    """What a cell shows: a blank's foreground colour and boldness show nothing (unless reversed, when the
+    foreground is its background). htop draws its meters' empty part as blanks in a colour, which a drawing
+    of the same screen may leave out."""
+    if cell.char == " " and not cell.reverse:
+        return Cell(" ", "default", cell.bg, False, False, cell.underscore)
+    return cell
+
+
 def screen_diff(expected: Snapshot, actual: Snapshot, attributes: bool = True, cursor: bool = True,
                 skip_last: int = 0) -> str:
     """Empty if the screens are the same; else a readable account of every row that differs.
@@ -75,12 +84,12 @@ def screen_diff(expected: Snapshot, actual: Snapshot, attributes: bool = True, c
         return f"sizes differ: expected {expected.cols}x{expected.rows}, got {actual.cols}x{actual.rows}"
     for y, (want, got) in enumerate(zip(expected.cells[:expected.rows - skip_last], actual.cells, strict=False)):
         chars_differ = [c.char for c in want] != [c.char for c in got]
-        attrs_differ = attributes and want != got
+        attrs_differ = attributes and [_look(c) for c in want] != [_look(c) for c in got]
         if chars_differ or attrs_differ:
             exp_text, got_text = "".join(c.char for c in want).rstrip(), "".join(c.char for c in got).rstrip()
             out.append(f"row {y:2}: expected {exp_text!r}\n        got      {got_text!r}")
             if not chars_differ:
-                x = next(i for i, (a, b) in enumerate(zip(want, got, strict=True)) if a != b)
+                x = next(i for i, (a, b) in enumerate(zip(want, got, strict=True)) if _look(a) != _look(b))
                 out.append(f"        attributes differ from column {x}: expected {want[x]}, got {got[x]}")
     if cursor and (expected.cursor, expected.cursor_hidden) != (actual.cursor, actual.cursor_hidden):
         out.append(f"cursor: expected {expected.cursor} hidden={expected.cursor_hidden}, "
@@ -91,11 +100,84 @@ def screen_diff(expected: Snapshot, actual: Snapshot, attributes: bool = True, c
         "\n--- actual screen:\n" + "\n".join(actual.text())
 
 
+class _Screen(pyte.Screen):  # type: ignore[misc]
+    """pyte's screen with xterm's erases and scrolls: every cell erased or scrolled in becomes a blank in
+    the current background colour (back-colour erase, which curses relies on), nothing else of the
+    attributes. pyte erases only the cells of a row written before (its rows are sparse) and copies every
+    attribute into them."""
+
+    def _blank(self) -> pyte.screens.Char:
+        return self.default_char._replace(bg=self.cursor.attrs.bg)
+
+    def _blank_rows(self, rows: range) -> None:
+        for y in rows:
+            self.buffer.pop(y, None)
+            if self.cursor.attrs.bg != self.default_char.bg:
+                line = self.buffer[y]
+                for x in range(self.columns):
+                    line[x] = self._blank()
+
+    def _move_rows(self, first: int, last: int, by: int) -> None:
+        """Rows ``first``..``last`` (within the margins) shifted by ``by`` (up if negative); the rows left
+        behind blank. pyte's own insert and delete keep a row's old text when its source row was never
+        written, and scroll in rows of the default colour."""
+        rows = range(first, last + 1)
+        old = {y: self.buffer.pop(y) for y in rows if y in self.buffer}
+        self.dirty.update(range(self.lines))
+        for y, line in old.items():
+            if y + by in rows:
+                self.buffer[y + by] = line
+        self._blank_rows(range(first, first + by) if by > 0 else range(last + by + 1, last + 1))
+
+    def index(self) -> None:
+        top, bottom = self.margins or (0, self.lines - 1)
+        if self.cursor.y == bottom:
+            self._move_rows(top, bottom, -1)
+        else:
+            self.cursor_down()
+
+    def reverse_index(self) -> None:
+        top, bottom = self.margins or (0, self.lines - 1)
+        if self.cursor.y == top:
+            self._move_rows(top, bottom, 1)
+        else:
+            self.cursor_up()
+
+    def insert_lines(self, count: int | None = None) -> None:
+        top, bottom = self.margins or (0, self.lines - 1)
+        if top <= self.cursor.y <= bottom:
+            self._move_rows(self.cursor.y, bottom, min(count or 1, bottom - self.cursor.y + 1))
+            self.carriage_return()
+
+    def delete_lines(self, count: int | None = None) -> None:
+        top, bottom = self.margins or (0, self.lines - 1)
+        if top <= self.cursor.y <= bottom:
+            self._move_rows(self.cursor.y, bottom, -min(count or 1, bottom - self.cursor.y + 1))
+            self.carriage_return()
+
+    def erase_in_display(self, how: int = 0, *args: object, **kwargs: object) -> None:
+        self.dirty.update(range(self.lines))
+        self._blank_rows({0: range(self.cursor.y + 1, self.lines), 1: range(self.cursor.y)}.get(how, range(self.lines)))
+        if how in (0, 1):
+            self.erase_in_line(how)
+
+    def erase_in_line(self, how: int = 0, private: bool = False) -> None:
+        x = self.cursor.x
+        line = self.buffer[self.cursor.y]
+        cols = {0: range(x, self.columns), 1: range(x + 1)}.get(how, range(self.columns))
+        if self.cursor.attrs.bg == self.default_char.bg:  # default cells: left out of pyte's sparse row
+            for col in cols:
+                line.pop(col, None)
+        else:
+            for col in cols:
+                line[col] = self._blank()
+
+
 class Emulator:
     """A terminal of ``cols`` x ``rows``: feed it what a terminal receives, read its screen and modes."""
 
     def __init__(self, cols: int, rows: int) -> None:
-        self.screen = pyte.Screen(cols, rows)
+        self.screen = _Screen(cols, rows)
         self.stream = pyte.Stream(self.screen)
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
         self._pending = ""

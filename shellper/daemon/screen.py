@@ -102,8 +102,10 @@ class ScreenModel:
 
     def input_modes(self) -> bytes:
         """The input modes in effect now (mouse, bracketed paste, focus, keypad), from the ring's tracker:
-        the screen model draws the screen, the cursor and the title itself."""
-        modes = structs.replace(self.ring.modes.current(), alt_screen=False, cursor_visible=True, title=None)
+        the screen model draws the screen, the cursor, the title, the scroll region and origin mode itself
+        (a scroll region set again after the cursor would move it home)."""
+        modes = structs.replace(self.ring.modes.current(), alt_screen=False, cursor_visible=True, title=None,
+                                scroll_region=None, origin_mode=False)
         return modes.enable_sequence()
 
     def rendered(self, scrollback: int) -> bytes:
