@@ -328,6 +328,27 @@ class Screen:
         self._jump(x, pending, written, attr)
         return data[cut:]
 
+    def skip(self, data: bytes, following: bytes) -> bool:
+        """Take ``data`` without drawing it when ``following`` (the output right after it) surely scrolls
+        all of it away: both plain text (printable ASCII, CRLF, LF, SGR), and ``following`` alone long
+        enough (:meth:`_cut`). Only the cursor's column and the SGR in effect carry over. False: nothing was
+        done, and ``data`` is to be fed. This lets a backlog be fed in small pieces, each skipped for the
+        next, as cheaply as one large batch is fast-forwarded (and the result is the same)."""
+        if (self._carry or self._decoder.getstate()[0] or self.top != 0 or self.bottom != self.rows - 1
+                or not _plain_bytes(following) or self._cut(following, b"\n", b"\x1b", b"\r") < 0
+                or not _plain_bytes(data)):
+            return False
+        crlf = data.rfind(b"\r\n")
+        x, pending = (0, False) if crlf >= 0 else (self.cursor.x, self.cursor.pending)
+        start = crlf + 2 if crlf >= 0 else 0
+        written = (len(data) - start) - data.count(b"\n", start)
+        attr = self.cursor.attr
+        if b"\x1b" in data:
+            written -= sum(map(len, _SGR_BYTES.findall(data, start)))
+            attr = self._sgr_at(data, len(data), attr)
+        self._jump(x, pending, written, attr)
+        return True
+
     def _cut(self, buf: _Text, lf: _Text, esc: _Text, cr: _Text) -> int:
         """Where a tail of plain text begins that surely scrolls all that came before it out of the screen
         and the scrollback (-1: the text has no such tail). It must advance the cursor by a row at least
@@ -966,6 +987,16 @@ class Screen:
 
     def text(self) -> str:
         return "\n".join(self.lines()).rstrip("\n") + "\n"
+
+
+def _plain_bytes(data: bytes) -> bool:
+    """Whether ``data`` is only printable ASCII, line feeds, carriage returns each before a line feed, and
+    SGR sequences (complete ones)."""
+    if data.count(b"\r") != data.count(b"\r\n"):
+        return False
+    escapes = data.translate(None, _PLAIN_BYTES)  # what is left of plain text and SGR: ESC alone
+    return not escapes or (escapes.count(b"\x1b") == len(escapes)
+                           and len(_SGR_BYTES.findall(data)) == len(escapes))
 
 
 def _width(ch: str) -> int:
