@@ -328,15 +328,17 @@ class Screen:
         self._jump(x, pending, written, attr)
         return data[cut:]
 
-    def skip(self, data: bytes, following: bytes) -> bool:
+    def skip(self, data: bytes, following: bytes, data_plain: bool = False) -> bool:
         """Take ``data`` without drawing it when ``following`` (the output right after it) surely scrolls
         all of it away: both plain text (printable ASCII, CRLF, LF, SGR), and ``following`` alone long
         enough (:meth:`_cut`). Only the cursor's column and the SGR in effect carry over. False: nothing was
-        done, and ``data`` is to be fed. This lets a backlog be fed in small pieces, each skipped for the
-        next, as cheaply as one large batch is fast-forwarded (and the result is the same)."""
+        done, and ``data`` is to be fed. ``data_plain``: ``data`` is known plain (it was ``following`` in a
+        call that returned True), so a backlog's pieces are checked once each. This lets a backlog be fed
+        in small pieces, each skipped for the next, as cheaply as one large batch is fast-forwarded (and
+        the result is the same)."""
         if (self._carry or self._decoder.getstate()[0] or self.top != 0 or self.bottom != self.rows - 1
                 or not _plain_bytes(following) or self._cut(following, b"\n", b"\x1b", b"\r") < 0
-                or not _plain_bytes(data)):
+                or not (data_plain or _plain_bytes(data))):
             return False
         crlf = data.rfind(b"\r\n")
         x, pending = (0, False) if crlf >= 0 else (self.cursor.x, self.cursor.pending)
@@ -992,7 +994,7 @@ class Screen:
 def _plain_bytes(data: bytes) -> bool:
     """Whether ``data`` is only printable ASCII, line feeds, carriage returns each before a line feed, and
     SGR sequences (complete ones)."""
-    if data.count(b"\r") != data.count(b"\r\n"):
+    if b"\r" in data and data.count(b"\r") != data.count(b"\r\n"):
         return False
     escapes = data.translate(None, _PLAIN_BYTES)  # what is left of plain text and SGR: ESC alone
     return not escapes or (escapes.count(b"\x1b") == len(escapes)

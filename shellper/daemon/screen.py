@@ -101,10 +101,12 @@ class ScreenModel:
         """Feed pieces from ``fed`` until ``target`` is reached, looking ahead at most to ``end``: a plain
         piece is only counted when the next one scrolls it away."""
         piece = self._piece(self.fed, end)
+        plain = False
         while piece and self.fed < target:
             after = self.fed + len(piece)
             following = self._piece(after, end)
-            if following and screen.skip(piece, following):
+            plain = bool(following) and screen.skip(piece, following, plain)
+            if plain:
                 self.fed, piece = after, following
                 continue
             # Emulated in full: only as much as the target needs, at least a slice (the pause's bound).
