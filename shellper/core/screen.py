@@ -308,7 +308,8 @@ class Screen:
     def _fast_forward_bytes(self, data: bytes) -> bytes:
         """:meth:`_fast_forward` for a batch of plain ASCII text, line feeds and SGR sequences (the usual
         flood, a coloured log), done on the bytes: the skipped part is never decoded, only counted."""
-        if self.top != 0 or self.bottom != self.rows - 1 or data.count(b"\r") != data.count(b"\r\n"):
+        if (self.top != 0 or self.bottom != self.rows - 1 or self.newline_mode  # LNM: a line feed is a CRLF
+                or data.count(b"\r") != data.count(b"\r\n")):
             return data
         escapes = data.translate(None, _PLAIN_BYTES)  # what is left of plain text and SGR: ESC alone
         if escapes and (escapes.count(b"\x1b") != len(escapes)
@@ -337,7 +338,7 @@ class Screen:
         in small pieces, each skipped for the next, as cheaply as one large batch is fast-forwarded (and
         the result is the same)."""
         if (self._carry or self._decoder.getstate()[0] or self.top != 0 or self.bottom != self.rows - 1
-                or not _plain_bytes(following) or self._cut(following, b"\n", b"\x1b", b"\r") < 0
+                or self.newline_mode or not _plain_bytes(following) or self._cut(following, b"\n", b"\x1b", b"\r") < 0
                 or not (data_plain or _plain_bytes(data))):
             return False
         crlf = data.rfind(b"\r\n")
@@ -433,7 +434,7 @@ class Screen:
         if start:  # the state the plain tail starts from
             self._run(text[:start])
             text = plain
-        if self.top != 0 or self.bottom != self.rows - 1:
+        if self.top != 0 or self.bottom != self.rows - 1 or self.newline_mode:
             return text
         # \r is common (onlcr): it may stand only in \r\n, which leaves column 0.
         stripped = _SGR_ONLY.sub("", plain) if "\x1b" in plain else plain
