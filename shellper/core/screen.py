@@ -308,7 +308,8 @@ class Screen:
     def _fast_forward_bytes(self, data: bytes) -> bytes:
         """:meth:`_fast_forward` for a batch of plain ASCII text, line feeds and SGR sequences (the usual
         flood, a coloured log), done on the bytes: the skipped part is never decoded, only counted."""
-        if self.top != 0 or self.bottom != self.rows - 1 or data.count(b"\r") != data.count(b"\r\n"):
+        if (self.top != 0 or self.bottom != self.rows - 1 or self.newline_mode  # LNM: a line feed is a CRLF
+                or data.count(b"\r") != data.count(b"\r\n")):
             return data
         escapes = data.translate(None, _PLAIN_BYTES)  # what is left of plain text and SGR: ESC alone
         if escapes and (escapes.count(b"\x1b") != len(escapes)
@@ -327,6 +328,29 @@ class Screen:
             attr = self._sgr_at(data, cut, attr)
         self._jump(x, pending, written, attr)
         return data[cut:]
+
+    def skip(self, data: bytes, following: bytes, data_plain: bool = False) -> bool:
+        """Take ``data`` without drawing it when ``following`` (the output right after it) surely scrolls
+        all of it away: both plain text (printable ASCII, CRLF, LF, SGR), and ``following`` alone long
+        enough (:meth:`_cut`). Only the cursor's column and the SGR in effect carry over. False: nothing was
+        done, and ``data`` is to be fed. ``data_plain``: ``data`` is known plain (it was ``following`` in a
+        call that returned True), so a backlog's pieces are checked once each. This lets a backlog be fed
+        in small pieces, each skipped for the next, as cheaply as one large batch is fast-forwarded (and
+        the result is the same)."""
+        if (self._carry or self._decoder.getstate()[0] or self.top != 0 or self.bottom != self.rows - 1
+                or self.newline_mode or not _plain_bytes(following) or self._cut(following, b"\n", b"\x1b", b"\r") < 0
+                or not (data_plain or _plain_bytes(data))):
+            return False
+        crlf = data.rfind(b"\r\n")
+        x, pending = (0, False) if crlf >= 0 else (self.cursor.x, self.cursor.pending)
+        start = crlf + 2 if crlf >= 0 else 0
+        written = (len(data) - start) - data.count(b"\n", start)
+        attr = self.cursor.attr
+        if b"\x1b" in data:
+            written -= sum(map(len, _SGR_BYTES.findall(data, start)))
+            attr = self._sgr_at(data, len(data), attr)
+        self._jump(x, pending, written, attr)
+        return True
 
     def _cut(self, buf: _Text, lf: _Text, esc: _Text, cr: _Text) -> int:
         """Where a tail of plain text begins that surely scrolls all that came before it out of the screen
@@ -410,7 +434,7 @@ class Screen:
         if start:  # the state the plain tail starts from
             self._run(text[:start])
             text = plain
-        if self.top != 0 or self.bottom != self.rows - 1:
+        if self.top != 0 or self.bottom != self.rows - 1 or self.newline_mode:
             return text
         # \r is common (onlcr): it may stand only in \r\n, which leaves column 0.
         stripped = _SGR_ONLY.sub("", plain) if "\x1b" in plain else plain
@@ -966,6 +990,16 @@ class Screen:
 
     def text(self) -> str:
         return "\n".join(self.lines()).rstrip("\n") + "\n"
+
+
+def _plain_bytes(data: bytes) -> bool:
+    """Whether ``data`` is only printable ASCII, line feeds, carriage returns each before a line feed, and
+    SGR sequences (complete ones)."""
+    if b"\r" in data and data.count(b"\r") != data.count(b"\r\n"):
+        return False
+    escapes = data.translate(None, _PLAIN_BYTES)  # what is left of plain text and SGR: ESC alone
+    return not escapes or (escapes.count(b"\x1b") == len(escapes)
+                           and len(_SGR_BYTES.findall(data)) == len(escapes))
 
 
 def _width(ch: str) -> int:

@@ -1,9 +1,13 @@
 """The session's screen model, fed from the ring off the hot path (shellper.core.screen does the emulation).
 
-Output is not fed as it arrives: the model reads the ring in batches, when a terminal attaches or a
-SCREEN request or a resize needs it, and before the ring would overwrite bytes it has not seen (at three
-quarters of the ring, so a batch is large and fast-forwarding a flood to its last screens pays). A keystroke's echo
-costs one comparison; an idle session costs nothing. The figures: bench/NOTES.md, "A screen model".
+Output is not fed as it arrives: the model reads the ring when a terminal attaches or a SCREEN request or a
+resize needs it, and before an append when more than :data:`BACKLOG` is unseen (less with a small ring: a
+quarter of it before it trims). Then only the oldest piece is fed, or a slice of it, so no single pause is
+longer than emulating :data:`FEED_SLICE` bytes, and an attach waits for at most :data:`BACKLOG`. The ring is
+read in pieces of :data:`FEED_PIECE` bytes, so what is held at once stays small; a plain piece followed by a
+plain piece that scrolls it away is only counted (:meth:`Screen.skip`), so a flood costs about what
+fast-forwarding one large batch did. A keystroke's echo costs one comparison; an idle session costs nothing.
+The figures: bench/NOTES.md, "A screen model" and "Feeding in pieces".
 """
 
 from __future__ import annotations
@@ -16,22 +20,33 @@ if TYPE_CHECKING:
     from shellper.core.ring import Scrollback
     from shellper.core.screen import Screen
 
-FEED_CHUNK = 8 * 1024 * 1024
-"""Bytes given to the emulator at once while catching up (larger batches fast-forward floods better)."""
+BACKLOG = 1024 * 1024
+"""Unseen output above which the oldest piece is fed before an append: what a terminal attaching during a
+flood waits for is emulating this much (at most), not the three quarters of a ring."""
+
+FEED_PIECE = 256 * 1024
+"""Bytes read from the ring at once: bounds the memory a catch-up holds (two pieces); a plain piece is
+skipped when the next one (this long: 2,600 lines of 100 characters) scrolls it away."""
+
+FEED_SLICE = 64 * 1024
+"""Output that cannot be skipped is emulated this much per append (what one append's pause is bounded by:
+about 20 ms for full-screen redraws, bench/NOTES.md)."""
 
 
 class ScreenModel:
     """The screen of the session's output up to ``fed``, caught up on demand."""
 
-    __slots__ = ("_fed_size", "_resizes", "_screen", "cols", "fed", "limit", "ring", "rows")
+    __slots__ = ("_fed_size", "_resizes", "_screen", "cols", "fed", "lag", "limit", "ring", "rows")
 
     def __init__(self, ring: Scrollback, capacity: int, cols: int = 80, rows: int = 24) -> None:
         self.ring = ring
         self.fed = ring.end
         """The output offset the model has seen up to."""
         self.limit = max(1, capacity - capacity // 4)
-        """Backlog at which output is fed before more is appended: a quarter of the ring before it trims
-        (the ring may trim up to 4 KiB early, and an append is at most 64 KiB)."""
+        """The most unseen output the ring may hold: a quarter of the ring before it trims (the ring may trim
+        up to 4 KiB early, and an append is at most 64 KiB); a larger append is fed at once."""
+        self.lag = min(self.limit, BACKLOG)
+        """Backlog at which the oldest output is fed before more is appended."""
         self.cols, self.rows = cols, rows
         """The session's size now."""
         self._fed_size = (cols, rows)
@@ -44,13 +59,15 @@ class ScreenModel:
     def before_append(self, size: int) -> None:
         """``size`` bytes are about to be appended to the ring: catch up first if they could push unseen
         bytes out of it. The hot path: one subtraction and one comparison."""
-        if self.ring.end + size - self.fed > self.limit:
-            self.catch_up()
+        if self.ring.end + size - self.fed > self.lag:
+            self._advance(self.ring.end + size - self.lag)
 
     def after_append(self, offset: int, data: bytes) -> None:
         """An append too large to wait in the ring (larger than ``limit``) is fed at once."""
         if len(data) > self.limit and self.fed == offset:
-            self.screen_now().feed(data)
+            screen = self.screen_now()
+            for at in range(0, len(data), FEED_PIECE):
+                screen.feed(data[at:at + FEED_PIECE])
             self.fed = offset + len(data)
 
     def screen_now(self) -> Screen:
@@ -62,28 +79,57 @@ class ScreenModel:
 
     def catch_up(self) -> Screen:
         """Feed what the ring holds beyond ``fed``; the screen is then the screen of the moment."""
+        return self._advance(self.ring.end)
+
+    def _advance(self, target: int) -> Screen:
+        """Feed the ring's output up to ``target`` at least (a piece may go past it), size changes in turn."""
         screen = self.screen_now()
         ring = self.ring
         if self.fed < ring.start:  # the ring was cleared for a new child (or output was lost): start over
             self._screen = None
             screen = self.screen_now()
             self.fed = ring.start
-        resizes, self._resizes = self._resizes, []
-        for offset, cols, rows in resizes:
-            self._feed_to(screen, offset)
+        while self._resizes and self._resizes[0][0] <= target:
+            offset, cols, rows = self._resizes.pop(0)
+            self._feed_to(screen, offset, offset)
             screen.resize(cols, rows)
             self._fed_size = (cols, rows)
-        self._feed_to(screen, ring.end)
+        self._feed_to(screen, target, self._resizes[0][0] if self._resizes else ring.end)
         return screen
 
-    def _feed_to(self, screen: Screen, end: int) -> None:
-        ring = self.ring
-        while self.fed < end:
-            chunk = ring.read(self.fed, min(FEED_CHUNK, end - self.fed))
-            if not chunk.data:
-                break
-            screen.feed(chunk.data)
-            self.fed = chunk.offset + len(chunk.data)
+    def _feed_to(self, screen: Screen, target: int, end: int) -> None:
+        """Feed pieces from ``fed`` until ``target`` is reached, looking ahead at most to ``end``: a plain
+        piece is only counted when the next one scrolls it away."""
+        piece = self._piece(self.fed, end)
+        plain = False
+        while piece and self.fed < target:
+            after = self.fed + len(piece)
+            following = self._piece(after, end)
+            plain = bool(following) and screen.skip(piece, following, plain)
+            if plain:
+                self.fed, piece = after, following
+                continue
+            # Emulated in full: only as much as the target needs, at least a slice (the pause's bound).
+            size = max(target - self.fed, FEED_SLICE)
+            if size >= len(piece):
+                screen.feed(piece)
+                self.fed, piece = after, following
+            else:
+                screen.feed(piece[:size])
+                self.fed += size
+                piece = self._piece(self.fed, end)
+
+    def _piece(self, at: int, end: int) -> bytes:
+        """Up to :data:`FEED_PIECE` bytes of the ring from ``at``, ending after a line feed where one is in
+        its second half: a piece cut inside an SGR sequence or a CRLF could not be skipped."""
+        if at >= end:
+            return b""
+        data = self.ring.read(at, min(FEED_PIECE, end - at)).data
+        if at + len(data) < end:
+            lf = data.rfind(b"\n")
+            if lf >= len(data) // 2:
+                data = data[:lf + 1]
+        return data
 
     def resize(self, cols: int, rows: int) -> None:
         """The session's terminal changed size: output before now is drawn at the old size, at the next

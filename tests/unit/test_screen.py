@@ -196,3 +196,83 @@ def test_the_daemon_model_sees_every_byte_at_the_size_it_was_drawn(steps: list[t
     assert model.ansi_lines() == direct.ansi_lines() and (model.cols, model.rows) == (direct.cols, direct.rows)
     assert (model.cursor.x, model.cursor.y) == (direct.cursor.x, direct.cursor.y)
     assert model.history() == direct.history()
+
+
+def _full(data: bytes, monkeypatch: pytest.MonkeyPatch, cols: int = 20, rows: int = 5) -> Screen:
+    """The reference: every byte emulated, in one feed, with no fast path."""
+    monkeypatch.setattr(screen_module, "FAST_FORWARD_MIN", 10**12)
+    s = Screen(cols, rows, 50)
+    s.feed(data)
+    monkeypatch.setattr(screen_module, "FAST_FORWARD_MIN", 1024)
+    return s
+
+
+def _same(a: Screen, b: Screen) -> None:
+    assert a.ansi_lines() == b.ansi_lines() and a.history() == b.history()
+    assert (a.cursor.x, a.cursor.y, a.cursor.pending, a.cursor.attr) == \
+        (b.cursor.x, b.cursor.y, b.cursor.pending, b.cursor.attr)
+    assert (a.top, a.bottom, a.alternate, a.title, a.autowrap) == (b.top, b.bottom, b.alternate, b.title, b.autowrap)
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_skipping_a_piece_for_the_next_changes_nothing(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(seed)
+    head = rng.choice([b"", b"\x1b[2;4r", b"\x1b[?1049h", b"x" * 20, b"\x1b[?7l", b"\x1b[1;31m", b"\xe6\x97"])
+    data = flood(rng, colours=seed % 2 == 1)
+    cut = rng.randrange(1, len(data))
+    if seed % 2 == 0:  # at a line's end, else anywhere (inside an SGR sequence or a CRLF too)
+        cut = data.index(b"\n", cut) + 1 if b"\n" in data[cut:] else cut
+    tail = rng.choice([b"end", b"\x1b[2J\x1b[Hredraw", b"\x1b[?1049l", b""])
+    piece, following = head + data[:cut], data[cut:] + tail
+    # modes set by earlier output, which a skipped piece keeps (LNM, IRM, DECAWM, charsets, the alt screen)
+    mode = random.Random(seed + 100).choice([b"", b"\x1b[4h", b"\x1b[20h", b"\x1b[?7l", b"\x1b(0", b"\x1b[?1049h"])
+    reference = _full(mode + piece + following, monkeypatch)
+    s = Screen(20, 5, 50)
+    s.feed(mode)
+    skipped = s.skip(piece, following)
+    if not skipped:
+        s.feed(piece)
+    s.feed(following)
+    _same(s, reference)
+    # what may be skipped: plain text both sides, in the whole screen, after a complete character
+    if head in (b"", b"x" * 20, b"\x1b[1;31m") and tail in (b"end", b"") and seed % 2 == 0:
+        assert skipped or len(following) < 50_000
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_model_fed_in_pieces_shows_what_full_emulation_does(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plain floods, redraw floods and mode changes through the daemon's ScreenModel, fed in small pieces
+    (most skipped) as appends come: the screen is the one every byte emulated gives, and no append makes the
+    model feed more than the append's size and a piece (the bound on a catch-up's pause)."""
+    from shellper.core.ring import Scrollback
+    from shellper.daemon import screen as daemon_screen
+    monkeypatch.setattr(daemon_screen, "FEED_PIECE", rng_piece := random.Random(seed).choice([1000, 4096, 30_000]))
+    monkeypatch.setattr(daemon_screen, "FEED_SLICE", random.Random(seed).choice([300, 1000]))
+    rng = random.Random(seed)
+    parts = []
+    for _ in range(rng.randrange(2, 6)):
+        kind = rng.randrange(4)
+        if kind == 0:
+            parts.append(flood(rng, colours=rng.random() < 0.5))
+        elif kind == 1:  # a full-screen program redrawing frames
+            parts.append(b"".join(b"\x1b[H\x1b[2J\x1b[7mframe %d\x1b[0m\r\n" % i + b"row\r\n" * 3
+                                  for i in range(rng.randrange(200, 2000))))
+        else:
+            parts.append(rng.choice([b"\x1b[?1049h", b"\x1b[?1049l", b"\x1b[2;4r", b"\x1b[r", b"\x1b[?7l",
+                                     b"\x1b[?7h", b"\x1b]2;title\x07", b"\x1b(0q\x1b(B", "日本".encode()]))
+    data = b"".join(parts)
+    ring = Scrollback(64 * 1024)
+    model = daemon_screen.ScreenModel(ring, 64 * 1024, 20, 5)
+    model.screen_now().scrollback = type(model.screen_now().scrollback)(maxlen=50)
+    model.screen_now().scrollback_lines = 50
+    at = 0
+    while at < len(data):
+        size = rng.choice([1, 100, 4096, 16384])
+        before = model.fed
+        model.before_append(size)
+        assert model.fed - before < size + rng_piece
+        ring.append(data[at:at + size])
+        model.after_append(ring.end - len(data[at:at + size]), data[at:at + size])
+        assert model.fed >= ring.start
+        at += size
+    _same(model.catch_up(), _full(data, monkeypatch))
