@@ -347,9 +347,10 @@ class Shellpers:
                                  f"within {timeout:g} s", self.started[name].pid)
             time.sleep(0.05)
 
-    def attach_argv(self, name: str, replay_bytes: int | None = None) -> list[str]:
-        """``shellper attach NAME``; with ``replay_bytes``, the same client replaying that much instead."""
-        args = ["--dir", str(self.dir), "attach", name, "--detach-key", "none"]
+    def attach_argv(self, name: str, replay_bytes: int | None = None, *, raw: bool = False) -> list[str]:
+        """``shellper attach NAME``; with ``replay_bytes``, the same client replaying that much instead;
+        ``raw``: the byte replay (``--raw``) instead of the drawn screen."""
+        args = ["--dir", str(self.dir), "attach", name, "--detach-key", "none", *(["--raw"] if raw else [])]
         if replay_bytes is None:
             return [*shellper_cli(), *args]
         code = ("import sys, shellper.cli.attach as a; a.REPLAY_BYTES = int(sys.argv[1]); "  # the console script's path

@@ -77,8 +77,9 @@ def build_rows(results: dict[str, Any], micro: dict[str, Any]) -> list[Row]:
 
     def section(key: str) -> dict[str, Any]:
         value = results.get(key) or {}
-        if "error" in value:
+        if "error" in value:  # the section's figures are missing: say why, and build no rows from it
             rows.append(Row(key, f"ERROR: {value['error']}", ""))
+            return {}
         return value if isinstance(value, dict) else {}
 
     t = section("throughput")
@@ -123,7 +124,7 @@ def build_rows(results: dict[str, Any], micro: dict[str, Any]) -> list[Row]:
         rows.append(Row("replay", f"full {ring} MiB ring -> new tower client ({_get(r, 'tower_bytes') or 0:.0f} B)",
                         "ms", _get(r, "tower_ms"), None, None, [at_most("absolute", _get(r, "tower_ms"), 40, " ms",
                                                                         strict=True)]))
-        for label, what in (("full", "full ring"), ("default", "attach default")):
+        for label, what in (("full", "full ring"), ("default", "attach --raw default")):
             nbytes = _get(r, f"terminal_{label}_bytes") or 0
             raw = _get(r, f"raw_{label}_ms")
             total, drain = _get(r, f"terminal_{label}_ms"), _get(r, f"terminal_{label}_drain_ms")

@@ -266,11 +266,12 @@ def echo(lab: Lab, s: Settings) -> dict[str, Any]:
 
 
 def _attach_replay(lab: Lab, name: str, replay_bytes: int | None, timeout: float) -> tuple[float, float, int]:
-    """``shellper attach`` on a fresh terminal: (spawn -> marker, first byte -> marker, bytes)."""
+    """``shellper attach --raw`` on a fresh terminal: (spawn -> marker, first byte -> marker, bytes). The byte
+    replay: the drawn screen (the default) has no marker to wait for at the end of the bytes."""
     term = lab.terminal()
     try:
         t0 = time.perf_counter()
-        term.spawn(lab.shellpers.attach_argv(name, replay_bytes))
+        term.spawn(lab.shellpers.attach_argv(name, replay_bytes, raw=True))
         drained = term.read_until(MARKER, timeout=timeout)
         return drained.done_at - t0, drained.done_at - drained.first_at, drained.bytes
     finally:
