@@ -16,7 +16,7 @@ import socket
 import tempfile
 from typing import IO
 
-from shellper.client.remote import CLOSE_WAIT, RemoteClient, remote_address
+from shellper.client.remote import CLOSE_WAIT, RemoteClient, last_line, remote_address
 from shellper.core.names import validate_name
 from shellper.host.ssh import (
     SSH_UNREACHABLE,
@@ -163,13 +163,7 @@ class AsyncRemoteClient(AsyncClient):
             if err is not None:
                 err.close()
             raise
-        text = ""
-        if err is not None:
-            with err:
-                err.seek(0)
-                lines = [line.strip() for line in err.read().decode(errors="replace").splitlines() if line.strip()]
-                text = lines[-1] if lines else ""
-        return code, text
+        return code, last_line(err)
 
     async def close(self) -> None:
         await super().close()  # the socket's end-of-file ends the bridge, then ssh

@@ -98,15 +98,20 @@ class RemoteClient(Client):
         except subprocess.TimeoutExpired:
             proc.kill()
             code = proc.wait()
-        text = ""
-        if err is not None:
-            with err:
-                err.seek(0)
-                lines = [line.strip() for line in err.read().decode(errors="replace").splitlines() if line.strip()]
-                text = lines[-1] if lines else ""
-        return code, text
+        return code, last_line(err)
 
     def close(self) -> None:
         super().close()  # the socket's end-of-file ends the bridge, then ssh
         with contextlib.suppress(OSError):
             self.ended = self._reap() or self.ended
+
+
+def last_line(err: IO[bytes] | None) -> str:
+    """The last non-empty line ssh (or the remote bridge) wrote to ``err``, which is closed: the reason
+    a connection ended, in their words."""
+    if err is None:
+        return ""
+    with err:
+        err.seek(0)
+        lines = [line.strip() for line in err.read().decode(errors="replace").splitlines() if line.strip()]
+    return lines[-1] if lines else ""
