@@ -61,9 +61,9 @@ _TOKEN = re.compile(
 )
 _PARTIAL = re.compile(r"\x1b(?:\[[\x20-\x3f]*|\][^\x07\x1b]*\x1b?|[P_^X][^\x1b]*\x1b?|[\x20-\x2f]*)\Z")
 _SGR_ONLY = re.compile(r"\x1b\[[0-9;:]*m")
-_PLAIN_BYTES = bytes(range(0x20, 0x7F)) + b"\r\n"
+_PRINTABLE_BYTES = bytes(range(0x20, 0x7F))
 _SGR_BYTES = re.compile(rb"\x1b\[[0-9;:]*m")
-"""What a batch of plain text is made of (a carriage return only before a line feed)."""
+"""Plain text is printable ASCII, line feeds, carriage returns before them, and these (:func:`plain_lines`)."""
 
 _DEC_GRAPHICS = str.maketrans(dict(zip(
     "`abcdefghijklmnopqrstuvwxyz{|}~_",
@@ -309,11 +309,7 @@ class Screen:
         """:meth:`_fast_forward` for a batch of plain ASCII text, line feeds and SGR sequences (the usual
         flood, a coloured log), done on the bytes: the skipped part is never decoded, only counted."""
         if (self.top != 0 or self.bottom != self.rows - 1 or self.newline_mode  # LNM: a line feed is a CRLF
-                or data.count(b"\r") != data.count(b"\r\n")):
-            return data
-        escapes = data.translate(None, _PLAIN_BYTES)  # what is left of plain text and SGR: ESC alone
-        if escapes and (escapes.count(b"\x1b") != len(escapes)
-                        or len(_SGR_BYTES.findall(data)) != len(escapes)):
+                or plain_lines(data) < 0):
             return data
         cut = self._cut(data, b"\n", b"\x1b", b"\r")
         if cut < 0:
@@ -323,28 +319,42 @@ class Screen:
         start = crlf + 2 if crlf >= 0 else 0
         written = (cut - start) - data.count(b"\n", start, cut)
         attr = self.cursor.attr
-        if escapes:
+        if b"\x1b" in data:
             written -= sum(map(len, _SGR_BYTES.findall(data, start, cut)))
             attr = self._sgr_at(data, cut, attr)
         self._jump(x, pending, written, attr)
         return data[cut:]
 
-    def skip(self, data: bytes, following: bytes, data_plain: bool = False) -> bool:
+    def skip(self, data: bytes, following: bytes, data_lines: int | None = None,
+             following_lines: int | None = None) -> bool:
         """Take ``data`` without drawing it when ``following`` (the output right after it) surely scrolls
         all of it away: both plain text (printable ASCII, CRLF, LF, SGR), and ``following`` alone long
         enough (:meth:`_cut`). Only the cursor's column and the SGR in effect carry over. False: nothing was
-        done, and ``data`` is to be fed. ``data_plain``: ``data`` is known plain (it was ``following`` in a
-        call that returned True), so a backlog's pieces are checked once each. This lets a backlog be fed
-        in small pieces, each skipped for the next, as cheaply as one large batch is fast-forwarded (and
-        the result is the same)."""
+        done, and ``data`` is to be fed. ``data_lines`` and ``following_lines`` are :func:`plain_lines` of
+        each when the caller has them (a backlog's pieces are each checked once, as ``following`` and then
+        as ``data``). This lets a backlog be fed in small pieces, each skipped for the next, as cheaply as
+        one large batch is fast-forwarded (and the result is the same)."""
         if (self._carry or self._decoder.getstate()[0] or self.top != 0 or self.bottom != self.rows - 1
-                or self.newline_mode or not _plain_bytes(following) or self._cut(following, b"\n", b"\x1b", b"\r") < 0
-                or not (data_plain or _plain_bytes(data))):
+                or self.newline_mode):
             return False
-        crlf = data.rfind(b"\r\n")
-        x, pending = (0, False) if crlf >= 0 else (self.cursor.x, self.cursor.pending)
-        start = crlf + 2 if crlf >= 0 else 0
-        written = (len(data) - start) - data.count(b"\n", start)
+        if following_lines is None:
+            following_lines = plain_lines(following)
+        if following_lines < 0:
+            return False
+        # Every line feed advances a row: with enough of them, the loop in _cut has nothing to find out.
+        if following_lines < self._advances_to_forget() and self._cut(following, b"\n", b"\x1b", b"\r") < 0:
+            return False
+        if data_lines is None:
+            data_lines = plain_lines(data)
+        if data_lines < 0:
+            return False
+        crlf = data.rfind(b"\r\n") if b"\r" in data else -1  # memchr first: a search for two bytes is slower
+        if crlf >= 0:
+            x, pending, start = 0, False, crlf + 2
+            written = (len(data) - start) - data.count(b"\n", start)
+        else:
+            x, pending = self.cursor.x, self.cursor.pending
+            start, written = 0, len(data) - data_lines
         attr = self.cursor.attr
         if b"\x1b" in data:
             written -= sum(map(len, _SGR_BYTES.findall(data, start)))
@@ -358,7 +368,7 @@ class Screen:
         ``2 * rows + scrollback`` times (a row for the stale rows below the cursor, a row for the screen,
         the scrollback): each line feed does, and each ``cols`` characters of a line without escape
         sequences wrap at least once more. A pattern without any line feed is cut inside its line."""
-        need = 2 * self.rows + self.scrollback_lines + 1
+        need = self._advances_to_forget()
         cols, advances, end = self.cols, 0, len(buf)
         while True:
             lf_at = buf.rfind(lf, 0, end)
@@ -378,6 +388,10 @@ class Screen:
             if advances >= need:  # the tail starts with this line feed (and the CR before it, if any)
                 return lf_at - 1 if lf_at and buf[lf_at - 1:lf_at] == cr else lf_at
             end = lf_at
+
+    def _advances_to_forget(self) -> int:
+        """Rows the cursor advances by after which nothing from before can be seen (:meth:`_cut`)."""
+        return 2 * self.rows + self.scrollback_lines + 1
 
     def _sgr_at(self, data: bytes, end: int, attr: str) -> str:
         """The SGR in effect at ``end`` of plain text with SGR sequences that started with ``attr``: only
@@ -992,14 +1006,19 @@ class Screen:
         return "\n".join(self.lines()).rstrip("\n") + "\n"
 
 
-def _plain_bytes(data: bytes) -> bool:
-    """Whether ``data`` is only printable ASCII, line feeds, carriage returns each before a line feed, and
-    SGR sequences (complete ones)."""
-    if b"\r" in data and data.count(b"\r") != data.count(b"\r\n"):
-        return False
-    escapes = data.translate(None, _PLAIN_BYTES)  # what is left of plain text and SGR: ESC alone
-    return not escapes or (escapes.count(b"\x1b") == len(escapes)
-                           and len(_SGR_BYTES.findall(data)) == len(escapes))
+def plain_lines(data: bytes) -> int:
+    """How many line feeds ``data`` holds if it is plain text (printable ASCII, line feeds, a carriage return
+    only before a line feed, complete SGR sequences), else -1. One pass in C over the bytes (deleting the
+    printable ones); the checks after it look at what is left, which for a flood is the line feeds alone."""
+    rest = data.translate(None, _PRINTABLE_BYTES)
+    lfs = rest.count(b"\n")
+    if lfs == len(rest):
+        return lfs
+    crs, escapes = rest.count(b"\r"), rest.count(b"\x1b")
+    if (lfs + crs + escapes != len(rest) or (crs and crs != data.count(b"\r\n"))
+            or (escapes and len(_SGR_BYTES.findall(data)) != escapes)):
+        return -1
+    return lfs
 
 
 def _width(ch: str) -> int:

@@ -36,7 +36,7 @@ about 20 ms for full-screen redraws, bench/NOTES.md)."""
 class ScreenModel:
     """The screen of the session's output up to ``fed``, caught up on demand."""
 
-    __slots__ = ("_fed_size", "_resizes", "_screen", "cols", "fed", "lag", "limit", "ring", "rows")
+    __slots__ = ("_ahead", "_fed_size", "_resizes", "_screen", "cols", "fed", "lag", "limit", "ring", "rows")
 
     def __init__(self, ring: Scrollback, capacity: int, cols: int = 80, rows: int = 24) -> None:
         self.ring = ring
@@ -53,6 +53,8 @@ class ScreenModel:
         """The size the output up to ``fed`` was drawn at (the emulator's, once it exists)."""
         self._screen: Screen | None = None
         """Made on first use: a session nobody looks at never pays for the emulator's import."""
+        self._ahead: tuple[int, bytes, int] | None = None
+        """The piece read last: (offset, bytes, line feeds or -1 when not plain)."""
         self._resizes: list[tuple[int, int, int]] = []
         """(offset, cols, rows) of size changes not applied yet: output before each is drawn at the old size."""
 
@@ -100,36 +102,43 @@ class ScreenModel:
     def _feed_to(self, screen: Screen, target: int, end: int) -> None:
         """Feed pieces from ``fed`` until ``target`` is reached, looking ahead at most to ``end``: a plain
         piece is only counted when the next one scrolls it away."""
-        piece = self._piece(self.fed, end)
-        plain = False
+        piece, lines = self._piece(self.fed, end)
         while piece and self.fed < target:
             after = self.fed + len(piece)
-            following = self._piece(after, end)
-            plain = bool(following) and screen.skip(piece, following, plain)
-            if plain:
-                self.fed, piece = after, following
+            following, following_lines = self._piece(after, end)
+            if following and screen.skip(piece, following, lines, following_lines):
+                self.fed, piece, lines = after, following, following_lines
                 continue
             # Emulated in full: only as much as the target needs, at least a slice (the pause's bound).
             size = max(target - self.fed, FEED_SLICE)
             if size >= len(piece):
                 screen.feed(piece)
-                self.fed, piece = after, following
+                self.fed, piece, lines = after, following, following_lines
             else:
                 screen.feed(piece[:size])
                 self.fed += size
-                piece = self._piece(self.fed, end)
+                piece, lines = self._piece(self.fed, end)
 
-    def _piece(self, at: int, end: int) -> bytes:
+    def _piece(self, at: int, end: int) -> tuple[bytes, int]:
         """Up to :data:`FEED_PIECE` bytes of the ring from ``at``, ending after a line feed where one is in
-        its second half: a piece cut inside an SGR sequence or a CRLF could not be skipped."""
+        its second half (a piece cut inside an SGR sequence or a CRLF could not be skipped), and its
+        :func:`~shellper.core.screen.plain_lines`. The piece read last is kept: looked ahead at as the
+        following one, it is the next one fed, so each byte of a flood is read and checked once."""
         if at >= end:
-            return b""
+            return b"", -1
+        ahead = self._ahead
+        if ahead is not None and ahead[0] == at and at + len(ahead[1]) <= end:
+            return ahead[1], ahead[2]
+        from shellper.core.screen import plain_lines
         data = self.ring.read(at, min(FEED_PIECE, end - at)).data
         if at + len(data) < end:
             lf = data.rfind(b"\n")
             if lf >= len(data) // 2:
                 data = data[:lf + 1]
-        return data
+            lines = plain_lines(data)
+            self._ahead = (at, data, lines)  # kept only whole: a piece cut by ``end`` grows when read again
+            return data, lines
+        return data, plain_lines(data)
 
     def resize(self, cols: int, rows: int) -> None:
         """The session's terminal changed size: output before now is drawn at the old size, at the next

@@ -276,3 +276,54 @@ def test_the_model_fed_in_pieces_shows_what_full_emulation_does(seed: int, monke
         assert model.fed >= ring.start
         at += size
     _same(model.catch_up(), _full(data, monkeypatch))
+
+
+PLAIN_LINES = [
+    # (bytes, plain_lines: the line feeds when plain, else -1)
+    (b"", 0),
+    (b"x" * 99 + b"\n", 1),
+    (b"a\nb\n\n", 3),
+    (b"a\r\nb\r\n", 2),
+    (b"\x1b[1;31mred\x1b[0m\r\n", 1),
+    (b"\x1b[38:2::1:2:3mtruecolour\x1b[m\n", 1),
+    (b"a\rb\n", -1),  # a carriage return not before a line feed overwrites
+    (b"a\r", -1),  # one that may be: cut before its line feed
+    (b"a\tb\n", -1),  # a tab moves the cursor by more than a character
+    (b"\x1b[2J\n", -1),  # not SGR
+    (b"\x1b[1;31", -1),  # an SGR cut short
+    (b"\x1b\n", -1),
+    (b"caf\xc3\xa9\n", -1),  # not ASCII
+    (b"\x07\n", -1),
+    (b"\x7f\n", -1),
+]
+
+
+@pytest.mark.parametrize(("data", "expected"), PLAIN_LINES)
+def test_plain_lines(data: bytes, expected: int) -> None:
+    assert screen_module.plain_lines(data) == expected
+
+
+def test_a_flood_is_read_and_checked_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The piece looked ahead at is kept for when it is fed: a plain flood's bytes are checked for plainness
+    once each (twice, before, which was a third of the model's cost on the bench's flood)."""
+    from shellper.core.ring import Scrollback
+    from shellper.daemon import screen as daemon_screen
+    checked = 0
+    real = screen_module.plain_lines
+
+    def counting(data: bytes) -> int:
+        nonlocal checked
+        checked += len(data)
+        return real(data)
+
+    monkeypatch.setattr(screen_module, "plain_lines", counting)
+    capacity = 8 * 1024 * 1024
+    ring = Scrollback(capacity)
+    model = daemon_screen.ScreenModel(ring, capacity, 80, 24)
+    chunk = (b"x" * 99 + b"\n") * 655
+    for _ in range(400):  # 26 MiB
+        model.before_append(len(chunk))
+        ring.append(chunk)
+    assert model.fed > 20 * 1024 * 1024
+    assert model.fed <= checked <= model.fed + daemon_screen.FEED_PIECE
+    assert model.catch_up().lines()[-2] == "x" * 80
