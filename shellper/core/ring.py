@@ -179,6 +179,21 @@ class RingBuffer:
         last = min(self._end, first + max_bytes)
         return Chunk(first, self._copy(first, last), first - offset)
 
+    def rfind(self, byte: bytes, first: int, last: int) -> int:
+        """The offset of the last ``byte`` in ``[first, last)`` (clamped to what the ring holds), or -1;
+        searched where it lies, without a copy."""
+        first, last = max(first, self._start), min(last, self._end)
+        if first >= last:
+            return -1
+        i, n = first % self._phys, last - first
+        if i + n > self._phys:  # wraps: the part at the storage's start holds the later bytes
+            at = self._buf.rfind(byte, 0, i + n - self._phys)
+            if at >= 0:
+                return last - (i + n - self._phys) + at
+            n = self._phys - i
+        at = self._buf.rfind(byte, i, i + n)
+        return first + (at - i) if at >= 0 else -1
+
     def clear(self) -> None:
         """Drop all content; offsets keep increasing (``start = end``)."""
         self._start = self._end

@@ -130,11 +130,13 @@ class ScreenModel:
         if ahead is not None and ahead[0] == at and at + len(ahead[1]) <= end:
             return ahead[1], ahead[2]
         from shellper.core.screen import plain_lines
-        data = self.ring.read(at, min(FEED_PIECE, end - at)).data
+        size = min(FEED_PIECE, end - at, self.ring.end - at)
+        if at + size < end:
+            lf = self.ring.ring.rfind(b"\n", at + size // 2, at + size)
+            if lf >= 0:
+                size = lf + 1 - at
+        data = self.ring.read(at, size).data
         if at + len(data) < end:
-            lf = data.rfind(b"\n")
-            if lf >= len(data) // 2:
-                data = data[:lf + 1]
             lines = plain_lines(data)
             self._ahead = (at, data, lines)  # kept only whole: a piece cut by ``end`` grows when read again
             return data, lines

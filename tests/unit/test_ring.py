@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import tracemalloc
 from dataclasses import dataclass, field
 from typing import Any
@@ -452,3 +453,23 @@ def test_shown_replay_starts_in_the_modes_of_its_start_after_many_toggles() -> N
     assert replay.preamble == b""  # the main screen, as at offset 0
     middle = 11 + 8  # just after the first ?1049h
     assert scrollback.replay(middle).preamble == b"\x1b[?1049h"
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_rfind_is_a_search_of_the_bytes_held(seed: int) -> None:
+    """Searched in place (the storage wraps), it finds what a search of a copy of the held bytes does, for
+    ranges anywhere in what the ring holds and a little beyond it."""
+    rng = random.Random(seed)
+    ring = RingBuffer(700)
+    wrapped = 0
+    for _ in range(30):
+        ring.append(b"".join(rng.choice([b"a", b"\n", b"xyz", b"\n\n"]) for _ in range(rng.randrange(1, 200))))
+        for _ in range(40):
+            a, b = (rng.randrange(max(0, ring.start - 20), ring.end + 20) for _ in range(2))
+            first, last = min(a, b), max(a, b)
+            lo, hi = max(first, ring.start), min(last, ring.end)
+            held = ring.read(lo, hi - lo).data if lo < hi else b""
+            at = held.rfind(b"\n")
+            assert ring.rfind(b"\n", first, last) == (lo + at if at >= 0 else -1), (first, last)
+            wrapped += lo % (700 + LOOKBACK_WINDOW) + len(held) > 700 + LOOKBACK_WINDOW and at >= 0
+    assert wrapped  # some searches crossed the storage's end
