@@ -170,9 +170,9 @@ def test_a_bigger_terminal_gets_the_screen_drawn_at_its_size(sessions: Sessions)
     term.logfile_read = received
     term.expect(re.escape(b"\x1b[?25h"))
     info = json.loads(sessions.cli("screen", "big", "--json").stdout)
-    if "--relay" not in sessions.attach_opts:  # handed over: the size is the terminal's before the drawing
-        assert (info["cols"], info["rows"]) == (100, 30)
-        shown = render(received.getvalue(), 100, 30)
-        assert shown == info["lines"]
-        assert "end" in shown
+    # handed over, or relayed (the size is in HELLO): the session takes the terminal's size before the drawing
+    assert (info["cols"], info["rows"]) == (100, 30)
+    shown = render(received.getvalue(), 100, 30)
+    assert shown == info["lines"]
+    assert "end" in shown
     detach(term)

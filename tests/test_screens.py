@@ -234,6 +234,27 @@ def test_case1_a_row_drawn_once_before_more_than_the_replay_window(runs: list[Ru
     run.same_screen()
 
 
+def test_a_relaying_terminal_is_drawn_the_screen_at_its_own_size(runs: list[Run]) -> None:
+    """``attach --relay`` says its terminal's size in HELLO, so the session takes it before the screen is drawn:
+    the terminal shows the session's screen at its own size (60x20 here, smaller than the session's 80x24, where
+    a drawing made at the old size would wrap every row; the program never redraws)."""
+    wide = ('import sys\nfor i in range(30): print("row %02d " % i + "z" * 68)\n'
+            'print("done", end="", flush=True)\nsys.stdin.readline()')
+    run = _run(runs, _python(wide), "rendered", "relay")
+    for term in run.both():
+        term.wait_text("done")
+    run.detach()
+    term = run.attach(60, 20)
+    term.wait_text("done")
+    shown = run.cli("screen", run.name, "--json")
+    assert shown.returncode == 0, shown.stderr
+    screen = json.loads(shown.stdout)
+    assert (screen["cols"], screen["rows"]) == (60, 20)
+    expected = [line.rstrip() for line in screen["lines"]]
+    term.wait_for(lambda e: [row.rstrip() for row in e.snapshot().text()] == expected,
+                  f"the session's screen at 60x20: {expected}")
+
+
 # Case 2: shell text, then vim scrolled through a long file (more than the replay window), then quit.
 # vim asks for no version (t_RV): its answer starts rounds of key queries (XTGETTCAP) that may still be
 # going when it quits, and the shell after it would echo the late answers, in either run, at its own moment.

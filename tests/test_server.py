@@ -236,6 +236,19 @@ def test_viewer_may_not_type_or_resize(sessions: Sessions) -> None:
     sessions.stop("vw")
 
 
+@pytest.mark.parametrize(("role", "size"), [("terminal", (100, 30)), ("viewer", (80, 24)), ("tower", (80, 24))])
+def test_a_relaying_terminal_gives_its_size_in_hello(sessions: Sessions, role: str, size: tuple[int, int]) -> None:
+    """HELLO's cols and rows (version 3) are a relaying terminal's size, taken before the replay; a viewer
+    never resizes, and a tower has no terminal."""
+    sessions.start("hs", ["cat"], cols=80, rows=24)
+    with sessions.connect("hs", role, size=(100, 30)) as client:
+        assert client.conn.welcome is not None
+        assert (client.conn.welcome.cols, client.conn.welcome.rows) == size
+        reply = status(client)
+        assert (reply.info["cols"], reply.info["rows"]) == size
+    sessions.stop("hs")
+
+
 def test_new_tower_replaces_old_one_and_terminal_is_unaffected(sessions: Sessions) -> None:
     sessions.start("tw", ["cat"])
     old = sessions.connect("tw", "tower")
@@ -325,6 +338,10 @@ _BAD_BEFORE_HELLO = [
     ("bool as uint", packed(wire.FrameType.HELLO, {"version": True, "role": "tower"}), "bad_field"),
     ("old version", packed(wire.FrameType.HELLO, {"version": 1, "role": "tower"}), "unsupported_version"),
     ("unknown role", packed(wire.FrameType.HELLO, {"version": 2, "role": "Tower"}), "bad_role"),
+    ("width without height", packed(wire.FrameType.HELLO, {"version": 3, "role": "terminal", "cols": 80}),
+     "bad_field"),
+    ("zero width", packed(wire.FrameType.HELLO, {"version": 3, "role": "terminal", "cols": 0, "rows": 24}),
+     "bad_field"),
     ("oversized", struct.pack(">BI", wire.FrameType.HELLO, wire.MAX_FRAME_SIZE + 1), "too_large"),
     ("oversized unknown type", struct.pack(">BI", 0x42, wire.MAX_FRAME_SIZE + 1), "too_large"),
     ("first frame not HELLO", wire.encode(wire.Ping(nonce=1)), "not_hello"),

@@ -251,14 +251,19 @@ class _Attachment:
 
         return FULL_RESET_SEQUENCE
 
-    def send_size(self) -> None:
+    def terminal_size(self) -> tuple[int, int] | None:
+        """This terminal's size for the session (None for a viewer, or input that is no terminal)."""
         if self.read_only or not self.stdin_is_tty:
-            return
+            return None
         size = window_size(self.stdin_fd)
+        return None if size is None else clamp_terminal_size(*size)
+
+    def send_size(self) -> None:
+        size = self.terminal_size()
         if size is None:
             return
         try:
-            cols, rows = clamp_terminal_size(*size)
+            cols, rows = size
             self.client.send(wire.Resize(cols=cols, rows=rows))
         except SessionGone:
             if not self.handed:
@@ -541,7 +546,8 @@ def attach(socket_path: str | os.PathLike[str], *, name: str | None = None,
         try:
             welcome = client.connect(replay_bytes=REPLAY_BYTES if replay else 0, terminal_fd=tty_fd,
                                      detach_byte=detach_byte,
-                                     rendered=SCREEN_SCROLLBACK_LINES if replay and not raw else None)
+                                     rendered=SCREEN_SCROLLBACK_LINES if replay and not raw else None,
+                                     size=session.terminal_size() if tty_fd is None else None)
         except ClientError as exc:  # connect() has closed what it opened; nothing was shown
             reset, bare = False, True
             message = exc.error.message if isinstance(exc, RemoteError) else str(exc)  # str: with the path

@@ -131,13 +131,14 @@ class Client(ConnectionView):
     def connect(self, *, resume_from: int | None = None, replay_bytes: int | None = None,
                 events_after: int | None = None, terminal_fd: int | None = None,
                 detach_byte: int | None = None, expect_instance_id: str | None = None,
-                rendered: int | None = None) -> wire.Welcome:
+                rendered: int | None = None, size: tuple[int, int] | None = None) -> wire.Welcome:
         """Connect, send HELLO, and wait for WELCOME and REPLAY (both always come). On any failure the
         socket is closed again: the caller has nothing to clean up.
 
         ``terminal_fd`` offers the shellper a terminal to read and write itself (protocol 7.4); it keeps
         a copy only if ``WELCOME.terminal`` says so, and the caller still owns and closes ``terminal_fd``.
         ``expect_instance_id`` refuses (InstanceMismatch) any other shellper instance than that one.
+        ``size``: a relaying terminal's (cols, rows), which the session takes before the replay is drawn.
         """
         sock = self._open_socket()
         self.sock = sock
@@ -147,7 +148,7 @@ class Client(ConnectionView):
         try:
             hello = conn.hello(resume_from=resume_from, replay_bytes=replay_bytes, events_after=events_after,
                                terminal=terminal_fd is not None, detach_byte=detach_byte,
-                               expect_instance_id=expect_instance_id, rendered=rendered)
+                               expect_instance_id=expect_instance_id, rendered=rendered, size=size)
             if terminal_fd is not None:
                 self._send_with_fd(hello, terminal_fd)
             else:

@@ -70,14 +70,14 @@ class RemoteClient(Client):
     def connect(self, *, resume_from: int | None = None, replay_bytes: int | None = None,
                 events_after: int | None = None, terminal_fd: int | None = None,
                 detach_byte: int | None = None, expect_instance_id: str | None = None,
-                rendered: int | None = None) -> wire.Welcome:
+                rendered: int | None = None, size: tuple[int, int] | None = None) -> wire.Welcome:
         """As Client.connect; a bridge or ssh that ended before WELCOME is reported in its own words:
         SessionNotFound when the remote has no such session, SessionGone (worth retrying) otherwise."""
         self.ended = None
         try:
             return super().connect(resume_from=resume_from, replay_bytes=replay_bytes, events_after=events_after,
                                    terminal_fd=terminal_fd, detach_byte=detach_byte,
-                                   expect_instance_id=expect_instance_id, rendered=rendered)
+                                   expect_instance_id=expect_instance_id, rendered=rendered, size=size)
         except ClientError as exc:
             why = self._reap() or self.ended  # a failed handshake has closed (and reaped) already
             if why is None:

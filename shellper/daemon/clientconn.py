@@ -599,7 +599,11 @@ class ClientConn:
         rendered = (hello.rendered if self.version >= 3 and hello.resume_from is None
                     and hello.role in ("terminal", "viewer") else None)
         self.wants_events = hello.role == "tower" or hello.events_after is not None
+        wire.check_request(hello)
         self._take_terminal(hello)
+        if (hello.cols is not None and hello.rows is not None and self.version >= 3 and self.role == "terminal"
+                and self.terminal is None):  # a relaying terminal's size: the drawing is made for it (8.6)
+            session.resize(hello.cols, hello.rows)
         welcome = session.welcome(self.role, terminal=self.terminal is not None)
         self.send_frame(welcome if welcome.version == self.version else structs.replace(welcome, version=self.version))
         if rendered is not None:

@@ -360,17 +360,22 @@ class Connection(Position):
     def hello(self, *, resume_from: int | None = None, replay_bytes: int | None = None,
               events_after: int | None = None, terminal: bool = False, detach_byte: int | None = None,
               expect_instance_id: str | None = None, expect_pid: int | None = None,
-              peer_pid: int | None = None, rendered: int | None = None) -> bytes:
+              peer_pid: int | None = None, rendered: int | None = None,
+              size: tuple[int, int] | None = None) -> bytes:
         """The HELLO that opens the connection. ``terminal``: these bytes carry the client's terminal
         (protocol 7.4), and typing ``detach_byte`` ends the attach. WELCOME must then name the instance
         ``expect_instance_id`` and, with ``expect_pid``, that pid, which ``peer_pid`` (what the socket
-        says is at the other end) must be too."""
+        says is at the other end) must be too. ``size``: the (cols, rows) of a terminal that relays, which
+        the session takes before the replay (InvalidRequest when out of range)."""
         if self.state is not ConnState.IDLE:
             raise ConnectionMisuse(f"{self.path}: HELLO was already sent ({self.state.value})")
-        data = wire.encode(wire.Hello(
+        cols, rows = size if size is not None else (None, None)
+        hello = wire.Hello(
             version=wire.PROTOCOL_VERSION, role=self.role, resume_from=resume_from, replay_bytes=replay_bytes,
             events_after=events_after, client=self.client_name, terminal=True if terminal else None,
-            detach_byte=detach_byte if terminal else None, rendered=rendered))
+            detach_byte=detach_byte if terminal else None, rendered=rendered, cols=cols, rows=rows)
+        self._check(hello)
+        data = wire.encode(hello)
         self._expect_instance, self._expect_pid, self._peer_pid = expect_instance_id, expect_pid, peer_pid
         self._events_after = events_after
         self.state = ConnState.AWAIT_WELCOME
@@ -382,12 +387,15 @@ class Connection(Position):
         grace): the mistake is the caller's, and the connection stays usable."""
         if self.state not in SENDING:
             raise self._not_connected()
+        self._check(frame)
+        return wire.encode(frame)
+
+    def _check(self, frame: wire.Frame) -> None:
         try:
             wire.check_fields(frame)
             wire.check_request(frame)
         except wire.BadField as exc:
             raise InvalidRequest(f"{self.path}: not sent: {exc}", exc.field_name) from None
-        return wire.encode(frame)
 
     def send_data(self, data: bytes | bytearray | memoryview) -> bytes:
         """The bytes of input for the child (a DATA frame, built without a frame object)."""

@@ -356,6 +356,9 @@ class Hello(Frame):
     rendered: int | None = wfield("uint", nullable=True, default=None)
     """Version 3, a terminal or viewer: replay the rendered screen instead of bytes, after up to this many
     lines of the main screen's scrollback (protocol/PROTOCOL.md, 8.6)."""
+    cols: int | None = wfield("uint", nullable=True, default=None)
+    """Version 3, a terminal that relays: its size, applied to the session before the replay (with ``rows``)."""
+    rows: int | None = wfield("uint", nullable=True, default=None)
 
 
 @_frame
@@ -625,9 +628,16 @@ def check_fields(frame: Frame) -> None:
 
 
 def check_request(frame: Frame) -> None:
-    """The ranges a shellper holds RESIZE and STOP to (a violation is a fatal bad_field). Pure, so a
+    """The ranges a shellper holds HELLO's size, RESIZE and STOP to (a violation is a fatal bad_field). Pure, so a
     client can apply the same rules before it sends, and keep its connection."""
-    if isinstance(frame, Resize):
+    if isinstance(frame, Hello) and (frame.cols is not None or frame.rows is not None):
+        if frame.cols is None or frame.rows is None:
+            raise BadField("cols and rows come together", frame.TYPE, "cols" if frame.cols is None else "rows")
+        for name in ("cols", "rows"):
+            if not terminal_size_in_range(getattr(frame, name), 1):
+                raise BadField(f"{name}: size {frame.cols}x{frame.rows} is outside {TERMINAL_SIZE_RANGE}", frame.TYPE,
+                               name)
+    elif isinstance(frame, Resize):
         for name in ("cols", "rows"):
             value = getattr(frame, name)
             if not terminal_size_in_range(value, 1):

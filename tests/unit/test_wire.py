@@ -504,6 +504,11 @@ def test_bare_signal(name: object, bare: str | None) -> None:
     (wire.Stop(grace=float("nan")), "grace"), (wire.Stop(grace=float("inf")), "grace"),
     (wire.Resize(cols=80, rows=24), None), (wire.Resize(cols=65535, rows=1), None), (wire.Stop(grace=None), None),
     (wire.Stop(grace=0), None), (wire.Signal(signal="BOGUS"), None),
+    (wire.Hello(version=3, role="terminal", cols=80, rows=24), None), (wire.Hello(version=3, role="terminal"), None),
+    (wire.Hello(version=3, role="terminal", cols=80), "rows"),
+    (wire.Hello(version=3, role="terminal", rows=24), "cols"),
+    (wire.Hello(version=3, role="terminal", cols=0, rows=24), "cols"),
+    (wire.Hello(version=3, role="terminal", cols=80, rows=65536), "rows"),
 ])
 def test_check_request(frame: wire.Frame, field: str | None) -> None:
     """One set of range rules, applied by the shellper (fatal bad_field) and by tower_client before sending."""

@@ -73,6 +73,9 @@ export interface ConnectOptions {
   /** Version 3, a terminal or viewer without resumeFrom: replay the rendered screen (REPLAY.preamble
    * draws it; REPLAY.offset is where live output continues), after up to this many scrollback lines. */
   rendered?: number | null;
+  /** Version 3, a terminal: its size, which the session takes before the replay (so a rendered replay is
+   * drawn for it), as if a RESIZE came first. */
+  size?: { cols: number; rows: number } | null;
   /** Bytes of frames held for the caller before this client stops reading the socket (default 4 MiB). */
   maxBuffered?: number;
 }
@@ -159,6 +162,8 @@ export class Client implements AsyncIterable<Frame> {
       events_after: big(options.eventsAfter),
       client: options.clientName ?? CLIENT_NAME,
       rendered: options.rendered ?? null,
+      cols: options.size?.cols ?? null,
+      rows: options.size?.rows ?? null,
     });
     const timeoutMs = options.handshakeTimeoutMs ?? HANDSHAKE_TIMEOUT_MS;
     const deadline = Date.now() + timeoutMs;

@@ -104,6 +104,9 @@ export interface Hello {
   detach_byte: number | null;
   /** Version 3, a terminal or viewer: replay the rendered screen, after up to this many scrollback lines. */
   rendered: number | null;
+  /** Version 3, a terminal that relays: its size, which the session takes before the replay. */
+  cols?: number | null;
+  rows?: number | null;
 }
 export interface Welcome {
   type: "WELCOME";
@@ -250,6 +253,8 @@ export const FIELDS: { readonly [N in FrameName]: readonly FieldSpec[] } = {
     nil("terminal", "bool"),
     nil("detach_byte", "uint"),
     nil("rendered", "uint"),
+    nil("cols", "uint"),
+    nil("rows", "uint"),
   ],
   WELCOME: [
     req("version", "uint"),
