@@ -9,6 +9,7 @@ import json
 import re
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 
 import pexpect
@@ -89,6 +90,40 @@ def test_header_drawn_once_comes_back_cell_by_cell(sessions: Sessions) -> None:
         term, received = attach_and_capture(sessions, "hdr", b"\x1b[?25h")
         assert render(received) == header_program_screen()
         detach(term)
+
+
+@pytest.fixture
+def handed_over() -> Iterator[Sessions]:
+    s = Sessions(tempfile.mkdtemp(prefix="shsr-", dir="/tmp"), _env())
+    try:
+        yield s
+    finally:
+        s.teardown()
+
+
+def test_a_terminal_that_fell_behind_is_drawn_the_screen_after_the_gap(handed_over: Sessions) -> None:
+    """A handed-over terminal too slow for a flood loses output (a GAP); after it, the shellper draws the
+    screen of the moment from the model, so the header drawn once before the flood is there again (a byte
+    catch-up from the gap's end could not show it). ``attach --relay`` writes the bytes after a gap as they
+    come (a limit the README names)."""
+    program = "import sys\nsys.stdin.readline()\n" + HEADER_PROGRAM.replace("range(4000)", "range(30_000)")
+    handed_over.run("gap", sys.executable, "-c", program, opts=("--ring-bytes", "64K"))
+    term = handed_over.attach("gap")
+    term.maxread = 65536
+    term.send(b"\r")  # start the flood, then read nothing until it is all in the ring
+    deadline = time.monotonic() + 60
+    while "READY" not in handed_over.cli("tail", "gap", "--plain", "-n", "1").stdout:
+        assert time.monotonic() < deadline, "the flood never ended"
+    received = io.BytesIO()
+    term.logfile_read = received
+    term.expect(rb"\[shellper: \d+ bytes skipped\]")
+    term.expect(b"READY")  # its last row (the reset before the drawing shows the cursor too)
+    term.expect(re.escape(b"\x1b[?25h"))  # the drawing's last sequence
+    expected = [line.rstrip() for line in json.loads(handed_over.cli("screen", "gap", "--json").stdout)["lines"]]
+    assert expected[0] == "STATUS drawn once" and expected[-1] == "READY"
+    shown = received.getvalue()
+    assert render(shown[shown.rindex(b"bytes skipped]"):]) == expected
+    detach(term)
 
 
 def test_main_screen_text_comes_back_after_vim_quits(sessions: Sessions) -> None:

@@ -124,6 +124,8 @@ class ClientConn:
         """The user's terminal, when ``shellper attach`` handed it over: output goes there, not in DATA."""
         self.released = False
         """The handed-over terminal was given back: this connection gets no more output."""
+        self.drawn = False
+        """The terminal was drawn the screen (a rendered replay, PROTOCOL.md 8.6), and is drawn it again after a gap."""
         self.detach_byte: int | None = None
         self._detach_timer: Handle | None = None
         """A lone detach key ended the last read: it detaches when this fires, unless doubled first."""
@@ -304,9 +306,13 @@ class ClientConn:
                 limit = max(0, min(limit, self._control[0][0] - max(self.pos, ring.start)))
             chunk = ring.read(self.pos, limit)
             if terminal is not None:
-                if chunk.gap:  # the modes it had are unknown now: reset, then those at the new start
-                    terminal.write(note(f"[shellper: {chunk.gap} bytes skipped]") + FULL_RESET_SEQUENCE
-                                   + ring.modes.preamble(chunk.offset))
+                if chunk.gap:  # what the terminal shows is unknown now: reset, then the screen or the modes anew
+                    skipped = note(f"[shellper: {chunk.gap} bytes skipped]") + FULL_RESET_SEQUENCE
+                    if self.drawn:  # the screen of the moment, drawn from the model; live output follows it
+                        terminal.write(skipped + self.session.rendered_replay(0))
+                        self.pos = ring.end
+                        continue
+                    terminal.write(skipped + ring.replay(chunk.offset, 0).preamble)  # exact, from checkpoints
                 terminal.write(chunk.data)
                 self.pos = chunk.offset + len(chunk.data)
                 continue
@@ -621,7 +627,7 @@ class ClientConn:
             # REPLAY leaves first: once a person sees output, the client has its whole handshake, so a
             # shellper killed an instant later reads as "[session closed]", not as a failed attach.
             if rendered is not None:
-                self.pos = ring.end
+                self.pos, self.drawn = ring.end, True
                 screen = session.rendered_replay(rendered)
                 self.send_frame(wire.Replay(offset=self.pos))
                 self.terminal.write(screen)
