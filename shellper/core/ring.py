@@ -220,11 +220,8 @@ class RingBuffer:
         end = self._end
         if cut >= end:
             return end
-        lo = max(floor, cut - LOOKBACK_WINDOW)
-        back = self._copy(lo, cut)
-        esc = back.rfind(b"\x1b")
-        if esc >= 0:
-            seq_start = lo + esc
+        seq_start = self.rfind(b"\x1b", max(floor, cut - LOOKBACK_WINDOW), cut)  # in place: every trim does this
+        if seq_start >= 0:
             # Most sequences are short: try a small window first, then the full one.
             for hi in (min(end, cut + 64), min(end, cut + FORWARD_WINDOW)):
                 window = self._copy(seq_start, hi)
@@ -235,8 +232,9 @@ class RingBuffer:
                     break  # finished before the cut: the cut is outside it
                 if hi == end or hi - cut >= FORWARD_WINDOW:
                     break  # unfinished within bounds: fall back to a UTF-8 cut
-        head = self._copy(cut, min(end, cut + 3))
-        m = _CONTINUATION.match(head)
+        if self._buf[cut % self._phys] & 0xC0 != 0x80:  # not a UTF-8 continuation byte: the usual case
+            return cut
+        m = _CONTINUATION.match(self._copy(cut, min(end, cut + 3)))
         return cut + (m.end() if m else 0)
 
     def _write(self, at: int, data: memoryview) -> None:
