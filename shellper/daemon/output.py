@@ -31,9 +31,12 @@ if TYPE_CHECKING:
     from shellper.host.logfile import LogFile
 
 READ_CHUNK = 64 * 1024
-"""Bytes asked for per read. Reads go into one reused buffer and are copied out at their real size:
-os.read allocates the whole request and shrinks it, which fragments the heap (bench/NOTES.md,
-"Reading the PTY into one buffer")."""
+"""The buffer reads go into, one after another, and what is handed on is copied out of at its real size:
+os.read allocates the whole request and shrinks it, which fragments the heap, and copying each read out
+and joining them copied every byte twice (bench/NOTES.md, "Reading the PTY into one buffer")."""
+PTY_READ_MAX = 4096
+"""The most one read of a PTY returns (4,095 bytes): the room a read is always given (a read of a pipe
+may fill what is left of the buffer)."""
 READS_PER_WAKEUP = 4
 """Reads per wakeup: drain what is there, but let clients and signals in between."""
 FORWARD_BATCH = 8000
@@ -65,7 +68,7 @@ class Output:
         self.stderr_tail = bytearray()
         """The end of what the child wrote to a stderr of its own: evidence for classifying its exit."""
         read_buffer = bytearray(READ_CHUNK)  # see READ_CHUNK
-        self._read_into, self._read_view = (read_buffer,), memoryview(read_buffer)
+        self._read_view = memoryview(read_buffer)
         self._starvation = Starvation()  # see FORWARD_BATCH
         self._clients = clients
         """The attached clients (shellper.daemon.registry keeps them): each gets every output it is ready for."""
@@ -137,31 +140,29 @@ class Output:
             self.pacer.on_progress()  # one fewer to wait for
 
     def _on_readable(self, child: Child, fd: int) -> None:
-        batch: list[bytes] = []
-        size = 0
-        forward_at = READ_CHUNK if self._starvation.starved else FORWARD_BATCH
+        # Reads go one after another into the one buffer, and what is handed on is copied out once.
+        view, size = self._read_view, 0
+        forward_at = READ_CHUNK - PTY_READ_MAX if self._starvation.starved else FORWARD_BATCH
         for _ in range(READS_PER_WAKEUP):
             try:
-                chunk = self._read_view[:os.readv(fd, self._read_into)].tobytes()
+                n = os.readv(fd, (view[size:],))
             except BlockingIOError:
                 break
             except OSError:  # EIO: every slave end is closed
-                chunk = b""
-            if not chunk:
+                n = 0
+            if not n:
                 self.loop.remove_reader(fd)
                 break
-            batch.append(chunk)
-            size += len(chunk)
+            size += n
             if size >= forward_at:
-                self._output_from(child, fd, batch)
-                batch, size = [], 0
-            elif len(chunk) < SHORT_READ:
+                self._output_from(child, fd, view[:size].tobytes())
+                size = 0
+            elif n < SHORT_READ:
                 break
-        if batch:
-            self._output_from(child, fd, batch)
+        if size:
+            self._output_from(child, fd, view[:size].tobytes())
 
-    def _output_from(self, child: Child, fd: int, chunks: list[bytes]) -> None:
-        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    def _output_from(self, child: Child, fd: int, data: bytes) -> None:
         self._starvation.output(len(data))
         merger = self._merger
         if merger is not None:
