@@ -139,6 +139,7 @@ export class Client implements AsyncIterable<Frame> {
   static async connect(path: string, options: ConnectOptions = {}): Promise<Client> {
     const role = options.role ?? "tower";
     if (!(ROLES as readonly string[]).includes(role)) throw new TypeError(`role must be one of ${ROLES.join(", ")}`);
+    if (options.size) checkSize(options.size.cols, options.size.rows);
     const socket = await open(path);
     const client = new Client(path, role, socket, options.maxFrame ?? MAX_FRAME_SIZE, options.maxBuffered ?? MAX_BUFFERED);
     try {
@@ -365,9 +366,7 @@ export class Client implements AsyncIterable<Frame> {
   }
 
   resize(cols: number, rows: number): void {
-    for (const [name, v] of [["cols", cols], ["rows", rows]] as const) {
-      if (!Number.isInteger(v) || v < 1 || v > 65535) throw new RangeError(`${name} ${v} is outside 1..65535`);
-    }
+    checkSize(cols, rows);
     this.send({ type: "RESIZE", cols, rows });
   }
 
@@ -530,3 +529,10 @@ function open(path: string): Promise<net.Socket> {
 }
 
 export { typeName };
+
+/** The terminal size range the shellper holds RESIZE and HELLO's size to (outside it, it closes the connection). */
+function checkSize(cols: number, rows: number): void {
+  for (const [name, v] of [["cols", cols], ["rows", rows]] as const) {
+    if (!Number.isInteger(v) || v < 1 || v > 65535) throw new RangeError(`${name} ${v} is outside 1..65535`);
+  }
+}

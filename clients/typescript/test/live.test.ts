@@ -386,5 +386,11 @@ describe("against a live shellper", { skip, concurrency: false, timeout: 240_000
       assert.equal(v.replay.offset, v.welcome.ring_end);
       assert.match(Buffer.from(v.replay.preamble).toString(), /line one[^]*line two/);
     });
+    // a terminal gives its size: the session takes it before the drawing (a viewer never resizes)
+    await connected(info.socket, { role: "terminal", rendered: 0, size: { cols: 100, rows: 30 } }, async (t) => {
+      assert.deepEqual([t.welcome.cols, t.welcome.rows], [100, 30]);
+      assert.match(Buffer.from(t.replay.preamble).toString(), /line one[^]*line two/);
+    });
+    await assert.rejects(connected(info.socket, { role: "terminal", size: { cols: 0, rows: 30 } }, async () => {}), RangeError);
   });
 });
