@@ -602,20 +602,21 @@ def _wait_for_output(sessions: Sessions, name: str, needle: str) -> None:
         assert time.monotonic() < deadline, f"{needle!r} never appeared in {name}"
 
 
-def test_output_lost_by_a_slow_terminal_is_reported(sessions: Sessions, how: str) -> None:
+@pytest.mark.parametrize("replay", ["rendered", "raw"])
+def test_output_lost_by_a_slow_terminal_is_reported(sessions: Sessions, how: str, replay: str) -> None:
     flood = "import sys; sys.stdin.readline(); sys.stdout.write('y' * 8_000_000 + '\\nDONE-' + 'X\\n'); " \
             "sys.stdout.flush(); sys.stdin.readline()"
     sessions.run("slow", sys.executable, "-c", flood, opts=("--ring-bytes", "64K"))
-    term = sessions.attach("slow")
+    term = sessions.attach("slow", *(("--raw",) if replay == "raw" else ()))
     term.maxread = 65536
     term.send(b"\r")  # start the flood, then read nothing until it is all in the ring
     _wait_for_output(sessions, "slow", "DONE-X")
     term.expect(rb"\[shellper: \d+ bytes skipped\]")
-    if how == "handoff":  # the shellper resets the terminal at the gap (the reset includes ?1049l)
-        term.expect(re.escape(b"\x1b[?1049l"))
+    if how == "handoff" or replay == "rendered":  # a full reset at the gap (it includes ?1049l), then the
+        term.expect(re.escape(b"\x1b[?1049l"))  # screen drawn again (rendered) or the modes at the gap's end
     term.expect("DONE-X")
     term.send(DETACH)
-    if how == "relay":  # after a gap attach does not know the terminal's modes: the full reset on detach
+    if how == "relay" and replay == "raw":  # attach does not know the terminal's modes: the full reset on detach
         term.expect(re.escape(b"\x1b[?1049l"))
     term.expect(re.escape(b"[detached]"))
     assert _finish(term) == 0

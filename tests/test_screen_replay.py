@@ -92,20 +92,11 @@ def test_header_drawn_once_comes_back_cell_by_cell(sessions: Sessions) -> None:
         detach(term)
 
 
-@pytest.fixture
-def handed_over() -> Iterator[Sessions]:
-    s = Sessions(tempfile.mkdtemp(prefix="shsr-", dir="/tmp"), _env())
-    try:
-        yield s
-    finally:
-        s.teardown()
-
-
-def test_a_terminal_that_fell_behind_is_drawn_the_screen_after_the_gap(handed_over: Sessions) -> None:
-    """A handed-over terminal too slow for a flood loses output (a GAP); after it, the shellper draws the
-    screen of the moment from the model, so the header drawn once before the flood is there again (a byte
-    catch-up from the gap's end could not show it). ``attach --relay`` writes the bytes after a gap as they
-    come (a limit the README names)."""
+def test_a_terminal_that_fell_behind_is_drawn_the_screen_after_the_gap(sessions: Sessions) -> None:
+    """A terminal too slow for a flood loses output (a GAP); after it, the screen of the moment is drawn from
+    the model, so the header drawn once before the flood is there again (a byte catch-up from the gap's end
+    could not show it). Handed over, the shellper draws it; relayed, the GAP carries the drawing."""
+    handed_over = sessions
     program = "import sys\nsys.stdin.readline()\n" + HEADER_PROGRAM.replace("range(4000)", "range(30_000)")
     handed_over.run("gap", sys.executable, "-c", program, opts=("--ring-bytes", "64K"))
     term = handed_over.attach("gap")

@@ -356,8 +356,11 @@ class _Attachment:
     def on_control(self, frame: wire.Frame) -> _Outcome | None:
         """A frame other than DATA, already delivered (its offset, gap or exit noted by the connection)."""
         if isinstance(frame, wire.Gap):
-            self.modes_known = False
             self.note(f"[shellper: {frame.missed} bytes skipped]")
+            if frame.preamble is not None:  # the screen of the moment, drawn after a full reset: modes known again
+                self.show(frame.preamble)
+            else:
+                self.modes_known = False
         elif isinstance(frame, wire.Exit):
             if frame.state == SessionState.BACKOFF:
                 # The shellper restarts the child: switch off what the dead one left on, carry on.

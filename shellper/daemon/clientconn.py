@@ -125,7 +125,7 @@ class ClientConn:
         self.released = False
         """The handed-over terminal was given back: this connection gets no more output."""
         self.drawn = False
-        """The terminal was drawn the screen (a rendered replay, PROTOCOL.md 8.6), and is drawn it again after a gap."""
+        """The client was drawn the screen (a rendered replay, PROTOCOL.md 8.6), and is drawn it again after a gap."""
         self.detach_byte: int | None = None
         self._detach_timer: Handle | None = None
         """A lone detach key ended the last read: it detaches when this fires, unless doubled first."""
@@ -315,6 +315,12 @@ class ClientConn:
                     terminal.write(skipped + ring.replay(chunk.offset, 0).preamble)  # exact, from checkpoints
                 terminal.write(chunk.data)
                 self.pos = chunk.offset + len(chunk.data)
+                continue
+            if chunk.gap and self.drawn:  # the screen of the moment drawn, for what was missed (PROTOCOL.md 8.4)
+                drawing = FULL_RESET_SEQUENCE + self.session.rendered_replay(0)
+                self.transport.write(wire.encode(wire.Gap(offset=ring.end, missed=ring.end - self.pos,
+                                                          preamble=drawing)))
+                self.pos = ring.end
                 continue
             if chunk.gap:
                 self.transport.write(wire.encode(wire.Gap(offset=chunk.offset, missed=chunk.gap)))
@@ -638,7 +644,7 @@ class ClientConn:
                     self.terminal.write(note(f"[shellper: {replay.gap} bytes skipped]"))
             self.terminal.start_reading()
         elif rendered is not None:  # the drawing is the preamble: it has no offset, live output follows
-            self.pos = ring.end
+            self.pos, self.drawn = ring.end, True
             self.send_frame(wire.Replay(offset=self.pos, preamble=session.rendered_replay(rendered)))
         else:
             self.send_frame(wire.Replay(offset=replay.offset, data=replay.data, gap=replay.gap,

@@ -534,6 +534,9 @@ class Gap(Frame):
     TYPE = FrameType.GAP
     offset: int = wfield("uint")
     missed: int = wfield("uint")
+    preamble: bytes | None = wfield("bin", nullable=True, default=None)
+    """Version 3, a connection whose HELLO asked ``rendered``: the screen at ``offset`` drawn for its terminal
+    (PROTOCOL.md 8.4), written instead of the missed bytes."""
 
 
 @_frame

@@ -144,7 +144,8 @@ export interface EventFrame { type: "EVENT"; seq: bigint; kind: string; time: nu
 export interface Status { type: "STATUS"; id: bigint | null }
 export interface StatusReply { type: "STATUS_REPLY"; state: string; info: ValueMap; id: bigint | null }
 export interface Stop { type: "STOP"; grace: number | null; id: bigint | null }
-export interface Gap { type: "GAP"; offset: bigint; missed: bigint }
+/** ``preamble`` (version 3, a connection that asked ``rendered``): the screen at ``offset`` drawn, for what was missed. */
+export interface Gap { type: "GAP"; offset: bigint; missed: bigint; preamble?: Uint8Array | null }
 export interface Release { type: "RELEASE"; reason: string; reset: Uint8Array; offset: bigint }
 /** Version 3: a request for the rendered screen (section 8.5), answered by SCREEN_REPLY. */
 export interface Screen { type: "SCREEN"; id: bigint | null; format: string; scrollback: number }
@@ -284,7 +285,7 @@ export const FIELDS: { readonly [N in FrameName]: readonly FieldSpec[] } = {
   STATUS: [nil("id", "u64")],
   STATUS_REPLY: [req("state", "str"), opt("info", "map", {}), nil("id", "u64")],
   STOP: [nil("grace", "float"), nil("id", "u64")],
-  GAP: [req("offset", "u64"), req("missed", "u64")],
+  GAP: [req("offset", "u64"), req("missed", "u64"), nil("preamble", "bin")],
   RELEASE: [req("reason", "str"), opt("reset", "bin", EMPTY), opt("offset", "u64", 0n)],
   REPLY: [req("id", "u64"), req("frame_type", "uint"), req("ok", "bool"), opt("code", "str", ""), opt("message", "str", ""),
     opt("result", "map", {})],
