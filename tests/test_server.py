@@ -249,6 +249,30 @@ def test_a_relaying_terminal_gives_its_size_in_hello(sessions: Sessions, role: s
     sessions.stop("hs")
 
 
+@pytest.mark.parametrize("fields", [{"version": 2, "role": "terminal", "cols": 100},
+                                    {"version": 2, "role": "terminal", "cols": 0, "rows": 0},
+                                    {"version": 3, "role": "viewer", "cols": 0, "rows": 24},
+                                    {"version": 3, "role": "tower", "cols": 100}],
+                         ids=["v2 width alone", "v2 zero", "v3 viewer zero", "v3 tower width alone"])
+def test_a_size_in_hello_where_it_means_nothing_is_ignored(sessions: Sessions, fields: dict[str, Any]) -> None:
+    """Only a version-3 terminal's HELLO size is used, and so only there checked: version 2 ignores keys it
+    does not know, and a viewer or tower never resizes."""
+    sessions.start("hn", ["cat"], cols=80, rows=24)
+    with contextlib.closing(raw_socket(sessions.dir / "hn.sock")) as sock:
+        sock.sendall(packed(wire.FrameType.HELLO, fields))
+        decoder, welcome = wire.Decoder(), None
+        while welcome is None:
+            data = sock.recv(65536)
+            assert data, "the shellper closed the connection"
+            decoder.feed(data)
+            for event in decoder.events():
+                assert not isinstance(event, wire.Error), event
+                if isinstance(event, wire.Welcome):
+                    welcome = event
+        assert (welcome.cols, welcome.rows) == (80, 24)
+    sessions.stop("hn")
+
+
 def test_new_tower_replaces_old_one_and_terminal_is_unaffected(sessions: Sessions) -> None:
     sessions.start("tw", ["cat"])
     old = sessions.connect("tw", "tower")

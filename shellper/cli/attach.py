@@ -357,7 +357,7 @@ class _Attachment:
         """A frame other than DATA, already delivered (its offset, gap or exit noted by the connection)."""
         if isinstance(frame, wire.Gap):
             self.note(f"[shellper: {frame.missed} bytes skipped]")
-            if frame.preamble is not None:  # the screen of the moment, drawn after a full reset: modes known again
+            if frame.preamble is not None:  # a full reset, then the screen drawn or the modes: known again
                 self.show(frame.preamble)
             else:
                 self.modes_known = False

@@ -97,14 +97,16 @@ class TerminalModes:
     scroll_region: tuple[int, int] | None = None
     origin_mode: bool = False
 
-    def enable_sequence(self) -> bytes:
+    def enable_sequence(self, keep_cursor: bool = False) -> bytes:
         """Sequences that take a default terminal to this state (non-default modes only).
 
         Synchronized output is not switched on: the replay that follows ends the frame, and a
-        terminal left waiting for that end would show nothing."""
+        terminal left waiting for that end would show nothing. ``keep_cursor``: output continues where
+        the terminal's cursor is (after a gap), so setting the scroll region does not move it home."""
         out = []
         if self.scroll_region is not None:  # first: setting it moves the cursor home
-            out.append(b"\x1b[%d;%dr" % self.scroll_region)
+            region = b"\x1b[%d;%dr" % self.scroll_region
+            out.append(b"\x1b7" + region + b"\x1b8" if keep_cursor else region)
         if self.origin_mode:
             out.append(b"\x1b[?6h")
         out += [b"\x1b[22;0t"] * self.title_stack  # pushed before the current title was set
@@ -181,7 +183,10 @@ def _switch(sequence: bytes, value: object) -> bytes:
 
 
 FULL_RESET_SEQUENCE = (
-    b"\x1b[?6l\x1b7\x1b[r\x1b8"  # origin mode off, whole-screen scroll region (cursor kept)
+    # Origin mode off and the whole screen as scroll region, the cursor kept: each alone moves it home, and
+    # output may go on where it is (after a gap). DECRC restores origin mode as DECSC found it, so a session
+    # that had it on keeps it on, which with a whole-screen region changes nothing.
+    b"\x1b7\x1b[?6l\x1b[r\x1b8"
     b"\x1b[?9l\x1b[?1000l\x1b[?1001l\x1b[?1002l\x1b[?1003l"  # mouse tracking off
     b"\x1b[?1005l\x1b[?1006l\x1b[?1015l\x1b[?1016l"  # mouse encodings off
     b"\x1b[?1004l\x1b[?2004l"  # focus reporting, bracketed paste off
@@ -483,10 +488,11 @@ class ModeTracker:
                     return _to_modes(flags, title)
         return _to_modes(*self._state_before(offset))
 
-    def preamble(self, offset: int, read: Callable[[int, int], bytes | None] | None = None) -> bytes:
+    def preamble(self, offset: int, read: Callable[[int, int], bytes | None] | None = None,
+                 keep_cursor: bool = False) -> bytes:
         """Sequences establishing the modes in effect at ``offset``, for a default terminal
-        (``read``: see :meth:`state_at`)."""
-        return self.state_at(offset, read).enable_sequence()
+        (``read``: see :meth:`state_at`; ``keep_cursor``: see :meth:`TerminalModes.enable_sequence`)."""
+        return self.state_at(offset, read).enable_sequence(keep_cursor)
 
     def reset_sequence(self) -> bytes:
         """Sequences returning a terminal that saw all output so far to default modes."""

@@ -331,10 +331,16 @@ class Scrollback:
         if not resume:
             preamble = self.modes.preamble(chunk.offset, self._held)
         elif chunk.gap:
-            preamble = FULL_RESET_SEQUENCE + self.modes.preamble(chunk.offset, self._held)
+            preamble = self.gap_preamble(chunk.offset)
         else:
             preamble = b""
         return Replay(chunk.offset, chunk.gap, preamble, chunk.data, ring.end)
+
+    def gap_preamble(self, offset: int) -> bytes:
+        """What a terminal that missed output up to ``offset`` is sent before the output from there: every
+        mode it may have switched off, then the modes in effect at ``offset``, its cursor kept where the
+        output it did get left it."""
+        return FULL_RESET_SEQUENCE + self.modes.preamble(offset, self._held, keep_cursor=True)
 
     def shown(self, replay: Replay, resized: bool) -> bytes:
         """What a terminal is shown for ``replay`` (shellper attach's raw replay): the preamble, the output

@@ -307,12 +307,12 @@ class ClientConn:
             chunk = ring.read(self.pos, limit)
             if terminal is not None:
                 if chunk.gap:  # what the terminal shows is unknown now: reset, then the screen or the modes anew
-                    skipped = note(f"[shellper: {chunk.gap} bytes skipped]") + FULL_RESET_SEQUENCE
+                    skipped = note(f"[shellper: {chunk.gap} bytes skipped]")
                     if self.drawn:  # the screen of the moment, drawn from the model; live output follows it
-                        terminal.write(skipped + self.session.rendered_replay(0))
+                        terminal.write(skipped + FULL_RESET_SEQUENCE + self.session.rendered_replay(0))
                         self.pos = ring.end
                         continue
-                    terminal.write(skipped + ring.replay(chunk.offset, 0).preamble)  # exact, from checkpoints
+                    terminal.write(skipped + ring.gap_preamble(chunk.offset))
                 terminal.write(chunk.data)
                 self.pos = chunk.offset + len(chunk.data)
                 continue
@@ -322,8 +322,10 @@ class ClientConn:
                                                           preamble=drawing)))
                 self.pos = ring.end
                 continue
-            if chunk.gap:
-                self.transport.write(wire.encode(wire.Gap(offset=chunk.offset, missed=chunk.gap)))
+            if chunk.gap:  # a terminal or viewer (version 3) is told what to write in place of the missed bytes
+                preamble = (ring.gap_preamble(chunk.offset)
+                            if self.version >= wire.SCREEN_VERSION and self.role in ("terminal", "viewer") else None)
+                self.transport.write(wire.encode(wire.Gap(offset=chunk.offset, missed=chunk.gap, preamble=preamble)))
             if chunk.data:
                 self.transport.write(wire.encode_data(chunk.data))
             self.pos = chunk.offset + len(chunk.data)
@@ -611,7 +613,8 @@ class ClientConn:
         rendered = (hello.rendered if self.version >= 3 and hello.resume_from is None
                     and hello.role in ("terminal", "viewer") else None)
         self.wants_events = hello.role == "tower" or hello.events_after is not None
-        wire.check_request(hello)
+        if self.version >= 3 and self.role == "terminal":  # where HELLO's size means something (else ignored)
+            wire.check_request(hello)
         self._take_terminal(hello)
         if (hello.cols is not None and hello.rows is not None and self.version >= 3 and self.role == "terminal"
                 and self.terminal is None):  # a relaying terminal's size: the drawing is made for it (8.6)

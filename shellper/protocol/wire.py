@@ -535,8 +535,8 @@ class Gap(Frame):
     offset: int = wfield("uint")
     missed: int = wfield("uint")
     preamble: bytes | None = wfield("bin", nullable=True, default=None)
-    """Version 3, a connection whose HELLO asked ``rendered``: the screen at ``offset`` drawn for its terminal
-    (PROTOCOL.md 8.4), written instead of the missed bytes."""
+    """Version 3, a terminal or viewer: what to write instead of the missed bytes (PROTOCOL.md 8.4): a full
+    mode reset, then the screen drawn (a connection that asked ``rendered``) or the modes at ``offset``."""
 
 
 @_frame

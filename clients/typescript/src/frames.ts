@@ -144,7 +144,7 @@ export interface EventFrame { type: "EVENT"; seq: bigint; kind: string; time: nu
 export interface Status { type: "STATUS"; id: bigint | null }
 export interface StatusReply { type: "STATUS_REPLY"; state: string; info: ValueMap; id: bigint | null }
 export interface Stop { type: "STOP"; grace: number | null; id: bigint | null }
-/** ``preamble`` (version 3, a connection that asked ``rendered``): the screen at ``offset`` drawn, for what was missed. */
+/** ``preamble`` (version 3, a terminal or viewer): what to write instead of the missed bytes (PROTOCOL.md 8.4). */
 export interface Gap { type: "GAP"; offset: bigint; missed: bigint; preamble?: Uint8Array | null }
 export interface Release { type: "RELEASE"; reason: string; reset: Uint8Array; offset: bigint }
 /** Version 3: a request for the rendered screen (section 8.5), answered by SCREEN_REPLY. */
