@@ -63,6 +63,7 @@ _PARTIAL = re.compile(r"\x1b(?:\[[\x20-\x3f]*|\][^\x07\x1b]*\x1b?|[P_^X][^\x1b]*
 _SGR_ONLY = re.compile(r"\x1b\[[0-9;:]*m")
 _PRINTABLE_BYTES = bytes(range(0x20, 0x7F))
 _SGR_BYTES = re.compile(rb"\x1b\[[0-9;:]*m")
+_ESC_NOT_SGR = re.compile(rb"\x1b(?!\[[0-9;:]*m)")
 """Plain text is printable ASCII, line feeds, carriage returns before them, and these (:func:`plain_lines`)."""
 
 _DEC_GRAPHICS = str.maketrans(dict(zip(
@@ -1016,7 +1017,7 @@ def plain_lines(data: bytes) -> int:
         return lfs
     crs, escapes = rest.count(b"\r"), rest.count(b"\x1b")
     if (lfs + crs + escapes != len(rest) or (crs and crs != data.count(b"\r\n"))
-            or (escapes and len(_SGR_BYTES.findall(data)) != escapes)):
+            or (escapes and _ESC_NOT_SGR.search(data) is not None)):
         return -1
     return lfs
 
