@@ -22,7 +22,7 @@ from shellper.core import structs
 from shellper.core.defaults import clamp_terminal_size
 from shellper.core.detachkeys import DOUBLE_KEY_WINDOW, KeysEnd, read_keys
 from shellper.core.modes import FULL_RESET_SEQUENCE
-from shellper.core.ring import OffsetError
+from shellper.core.ring import Chunk, OffsetError
 from shellper.core.states import SessionState
 from shellper.daemon.reactor import Future, Handle
 from shellper.daemon.terminal import Terminal, note, window_size
@@ -305,33 +305,37 @@ class ClientConn:
                 # the GAP alone takes us past it, and it goes out before any later output.
                 limit = max(0, min(limit, self._control[0][0] - max(self.pos, ring.start)))
             chunk = ring.read(self.pos, limit)
+            data, at = chunk.data, chunk.offset
+            if chunk.gap:
+                at = self._after_gap(chunk)
+                if at != chunk.offset:  # the screen drawn shows everything before ``at``
+                    data = b""
             if terminal is not None:
-                if chunk.gap:  # what the terminal shows is unknown now: reset, then the screen or the modes anew
-                    skipped = note(f"[shellper: {chunk.gap} bytes skipped]")
-                    if self.drawn:  # the screen of the moment, drawn from the model; live output follows it
-                        terminal.write(skipped + FULL_RESET_SEQUENCE + self.session.rendered_replay(0))
-                        self.pos = ring.end
-                        continue
-                    terminal.write(skipped + ring.gap_preamble(chunk.offset))
-                terminal.write(chunk.data)
-                self.pos = chunk.offset + len(chunk.data)
-                continue
-            if chunk.gap and self.drawn:  # the screen of the moment drawn, for what was missed (PROTOCOL.md 8.4)
-                drawing = FULL_RESET_SEQUENCE + self.session.rendered_replay(0)
-                self.transport.write(wire.encode(wire.Gap(offset=ring.end, missed=ring.end - self.pos,
-                                                          preamble=drawing)))
-                self.pos = ring.end
-                continue
-            if chunk.gap:  # a terminal or viewer (version 3) is told what to write in place of the missed bytes
-                preamble = (ring.gap_preamble(chunk.offset)
-                            if self.version >= wire.SCREEN_VERSION and self.role in ("terminal", "viewer") else None)
-                self.transport.write(wire.encode(wire.Gap(offset=chunk.offset, missed=chunk.gap, preamble=preamble)))
-            if chunk.data:
-                self.transport.write(wire.encode_data(chunk.data))
-            self.pos = chunk.offset + len(chunk.data)
+                terminal.write(data)
+            elif data:
+                self.transport.write(wire.encode_data(data))
+            self.pos = at + len(data)
         self._flush_control()
         if self.role in ("tower", "terminal"):
             self.session.output_taken()
+
+    def _after_gap(self, chunk: Chunk) -> int:
+        """Output before ``chunk`` is gone for this client: say so, with what a terminal is to write instead of
+        it (PROTOCOL.md 8.4): a full mode reset, then the screen of the moment drawn (after a rendered replay)
+        or the modes at the chunk's offset. Returns where its output continues: the chunk's offset, or the
+        ring's end once the screen was drawn."""
+        ring = self.session.scrollback
+        at, preamble = chunk.offset, None
+        if self.drawn:
+            at, preamble = ring.end, FULL_RESET_SEQUENCE + self.session.rendered_replay(0)
+        elif self.terminal is not None or (self.version >= wire.SCREEN_VERSION and self.role in ("terminal", "viewer")):
+            preamble = ring.gap_preamble(at)
+        if self.terminal is not None:
+            self.terminal.write(note(f"[shellper: {at - self.pos} bytes skipped]") + (preamble or b""))
+        else:
+            assert self.transport is not None
+            self.transport.write(wire.encode(wire.Gap(offset=at, missed=at - self.pos, preamble=preamble)))
+        return at
 
     def _flush_control(self) -> None:
         assert self.transport is not None

@@ -10,7 +10,7 @@ session. What a version-1 client may do is the table in shellper.protocol.legacy
 from __future__ import annotations
 
 from shellper.core.states import SessionState
-from shellper.daemon.clientconn import MAX_UNREAD_BYTES, REPLAY_CHUNK, ClientConn
+from shellper.daemon.clientconn import MAX_UNREAD_BYTES, ClientConn
 from shellper.protocol import legacy, wire
 from shellper.protocol.legacy import Action, LegacyError
 from shellper.protocol.wire import FrameType
@@ -18,6 +18,8 @@ from shellper.protocol.wire import FrameType
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
 if TYPE_CHECKING:
     from typing import Any
+
+    from shellper.core.ring import Chunk
 
 _SILENT_ERRORS = frozenset({"not_running"})
 """Refusals the original made without a word: input or a signal while no child runs."""
@@ -118,25 +120,9 @@ class LegacyConn(ClientConn):
 
     # ----------------------------------------------------------------------------------- what the session sends
 
-    def pump(self) -> None:
-        """ClientConn.pump without GAP frames (version 1 has none): output the ring no longer holds is skipped."""
-        if not self.registered or self._closing or self._transport_gone():
-            return
-        assert self.transport is not None
-        ring = self.session.scrollback
-        while not self.paused:
-            self._flush_control()
-            if self.pos >= ring.end or self._closing:
-                break
-            limit = REPLAY_CHUNK
-            if self._control:
-                limit = max(0, min(limit, self._control[0][0] - max(self.pos, ring.start)))
-            chunk = ring.read(self.pos, limit)
-            if chunk.data:
-                self.transport.write(wire.encode_data(chunk.data))
-            self.pos = chunk.offset + len(chunk.data)
-        self._flush_control()
-        self.session.output_taken()
+    def _after_gap(self, chunk: Chunk) -> int:
+        """Version 1 has no GAP: output the ring no longer holds is skipped without a word."""
+        return chunk.offset
 
     def send_exit_at(self, offset: int, frame: bytes, exit_frame: wire.Exit) -> None:
         if exit_frame.state == SessionState.STARTING:
