@@ -16,6 +16,7 @@ from typing import Any
 
 from shellper import __version__
 from shellper.core.defaults import DEFAULT_GRACE
+from shellper.core.errors import ShellperError
 from shellper.core.owner import BadOwner, default_owner, validate_owner
 from shellper.host.identity import IdentityError, ProcessGone
 from shellper.host.paths import PathError, SessionPaths, runtime_dir
@@ -223,10 +224,10 @@ def _reap(args: argparse.Namespace, directory: Path) -> int:
         return EXIT_OK
     data = {"name": args.name, "reaped": True, "pid": term.pid, "method": term.method,
             "tree": list(term.tree), "stragglers": list(term.stragglers), "removed": list(term.removed),
-            "stop_error": term.stop_error}
+            "stop_error": term.stop_error, "strangers": list(term.strangers), "kept": term.kept or None}
     _emit(args, data, [f"reaped {args.name} (pid {term.pid}, {len(term.tree)} descendant(s)) "
-                       f"via {term.method}"])
-    return EXIT_OK
+                       f"via {term.method}" + (f"; {term.kept}" if term.kept else "")])
+    return EXIT_FAILED if term.kept else EXIT_OK
 
 
 def _dead(o: Observed) -> bool:
@@ -243,11 +244,13 @@ def _reap_dead(args: argparse.Namespace, directory: Path, record: SessionRecord)
     except AlreadyRunning:
         removed = ()
     data = {"name": args.name, "reaped": True, "dead": True, "pid": record.shellper_pid,
-            "survivors": list(report.pids), "suspect": report.suspect or None, "removed": list(removed)}
+            "survivors": list(report.pids), "suspect": report.suspect or None, "removed": list(removed),
+            "strangers": list(report.strangers), "kept": report.kept or None}
     note = f"; nothing ended: {report.suspect}" if report.suspect else ""
+    note += f"; {report.kept}" if report.kept else ""
     _emit(args, data, [f"reaped {args.name}: its shellper {record.shellper_pid} was already dead; ended "
                        f"{len(report.pids)} process(es) it left, removed {len(removed)} file(s){note}"])
-    return EXIT_FAILED if report.suspect else EXIT_OK
+    return EXIT_FAILED if report.suspect or report.kept else EXIT_OK
 
 
 def _refuse_reap(o: Observed, owner: str) -> str:
@@ -281,8 +284,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (RegistryError, BadSessionId, BadOwner, PathError, ValueError) as exc:
         print(f"tower-client: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except (ClientError, IdentityError, OwnerBusy, OSError, SshError) as exc:
-        print(f"tower-client: {exc}", file=sys.stderr)
+    except (ClientError, IdentityError, OwnerBusy, OSError, SshError, ShellperError) as exc:
+        print(f"tower-client: {exc}", file=sys.stderr)  # every error raised on purpose is one line
         return EXIT_FAILED
 
 
