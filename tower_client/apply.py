@@ -28,7 +28,17 @@ from shellper.client.stop import send_stop
 from shellper.core.defaults import DEFAULT_GRACE
 from shellper.core.errors import ShellperError
 from shellper.core.owner import default_owner
-from shellper.host.cgroup import SHELLPER_SUB, LeafName, SessionCgroup, dir_key, find_mount, owner_key, proof
+from shellper.host.cgroup import (
+    SHELLPER_SUB,
+    LeafName,
+    SessionCgroup,
+    default_parent,
+    dir_key,
+    find_leaked_leaves,
+    find_mount,
+    owner_key,
+    proof,
+)
 from shellper.host.cleanup import (
     CONFIRM_TIMEOUT,
     CommandMismatch,
@@ -47,12 +57,14 @@ from tower_client.discover import PROBE_TIMEOUT, check_probe_timeout
 from tower_client.reconcile import Action, Decision
 
 __all__ = [
+    "LeakedCgroup",
     "Outcome",
     "OwnerBusy",
     "OwnerLockUnavailable",
     "Report",
     "apply",
     "clean_session",
+    "remove_leaked_cgroups",
     "terminate_session",
     "verify_session",
 ]
@@ -305,3 +317,49 @@ def _survivor_note(reaped: SurvivorReport) -> str:
     if reaped.kept:
         note += f"; {reaped.kept}"
     return note
+
+
+# --------------------------------------------------------------------------------------------- leaked
+
+
+@dataclass(frozen=True)
+class LeakedCgroup:
+    """A cgroup of this owner whose runtime directory is gone (shellper.host.cgroup.find_leaked_leaves), and
+    what was done with it: ``removed``, or why not in ``detail``."""
+
+    path: str
+    directory: str
+    removed: bool
+    detail: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"cgroup": self.path, "directory": self.directory, "removed": self.removed, "detail": self.detail}
+
+
+def remove_leaked_cgroups(owner: str | None = None, cgroup_parent: str | None = None, *,
+                          apply_: bool = True) -> list[LeakedCgroup]:
+    """Remove ``owner``'s empty session cgroups under ``cgroup_parent`` (default: the default parent) whose
+    runtime directory no longer exists; with ``apply_`` False, only say which. One that holds processes is
+    left and reported: a live shellper whose directory was removed recreates it on SIGUSR1, and nothing
+    proves its processes dead. Nothing is ever signalled here."""
+    parent = cgroup_parent or default_parent()
+    if parent is None:
+        return []
+    me = default_owner() if owner is None else owner
+    mount = find_mount() or "/"
+    out: list[LeakedCgroup] = []
+    for leaf in find_leaked_leaves(parent, me):
+        gone = f"its runtime directory {leaf.directory} no longer exists"
+        if leaf.populated:
+            out.append(LeakedCgroup(leaf.path, leaf.directory, False, f"{gone}, but processes are inside: left"))
+        elif not apply_:
+            out.append(LeakedCgroup(leaf.path, leaf.directory, False, f"{gone}: would be removed"))
+        else:
+            try:
+                removed = SessionCgroup(leaf.path, mount).remove()
+            except ShellperError as exc:
+                out.append(LeakedCgroup(leaf.path, leaf.directory, False, f"{gone}; {exc}"))
+                continue
+            out.append(LeakedCgroup(leaf.path, leaf.directory, removed, f"{gone}: " + (
+                "removed" if removed else "a process moved in meanwhile: left")))
+    return out

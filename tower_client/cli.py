@@ -23,7 +23,14 @@ from shellper.host.paths import PathError, SessionPaths, runtime_dir
 from shellper.host.record import AlreadyRunning, SessionRecord
 from shellper.host.ssh import SshError
 from shellper.host.survivors import reap_survivors
-from tower_client.apply import OwnerBusy, apply, clean_session, terminate_session
+from tower_client.apply import (
+    LeakedCgroup,
+    OwnerBusy,
+    apply,
+    clean_session,
+    remove_leaked_cgroups,
+    terminate_session,
+)
 from tower_client.client import ClientError
 from tower_client.discover import Observed, discover, observe
 from tower_client.holders import BadSessionId, find_holders
@@ -132,13 +139,22 @@ def _reconcile(args: argparse.Namespace, directory: Path) -> int:
     lines = [f"{d.action:9} {d.name:20} {d.reason:22} [{(d.observed.containment if d.observed else None) or '-'}] "
              f"{d.detail}" for d in decisions] or ["nothing to do"]
     if not args.apply:
-        _emit(args, {"applied": False, "decisions": [d.to_dict() for d in decisions]}, [*lines, DRY_RUN_NOTE])
+        leaked = remove_leaked_cgroups(args.owner, args.cgroup_parent, apply_=False)
+        _emit(args, {"applied": False, "decisions": [d.to_dict() for d in decisions],
+                     "leaked_cgroups": [c.to_dict() for c in leaked]},
+              [*(lines if decisions or not leaked else []), *_leaked_lines(leaked), DRY_RUN_NOTE])
         return EXIT_OK
     report = apply(decisions, grace=args.grace, owner=args.owner)
+    leaked = remove_leaked_cgroups(args.owner, args.cgroup_parent)
     lines = [f"{o.decision.action:9} {o.decision.name:20} {o.result:12} {o.error or o.detail}"
-             for o in report.outcomes] or ["nothing to do"]
-    _emit(args, {"applied": True, **report.to_dict()}, lines)
+             for o in report.outcomes] or ([] if leaked else ["nothing to do"])
+    _emit(args, {"applied": True, **report.to_dict(), "leaked_cgroups": [c.to_dict() for c in leaked]},
+          [*lines, *_leaked_lines(leaked)])
     return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def _leaked_lines(leaked: list[LeakedCgroup]) -> list[str]:
+    return [f"{'removed' if c.removed else 'leaked':9} {c.path}: {c.detail}" for c in leaked]
 
 
 def _reconcile_hosts(args: argparse.Namespace, raw: Any) -> int:

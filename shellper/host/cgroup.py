@@ -600,3 +600,37 @@ def find_session_cgroups(parent: str, runtime_dir: str) -> list[OrphanCgroup]:
         _, unproven = proof(group.path)
         out.append(OrphanCgroup(group.path, leaf, group.populated(), group.populated(SHELLPER_SUB), unproven))
     return out
+
+
+@record(frozen=True)
+class LeakedLeaf:
+    """A session cgroup of this owner, verifiably a shellper's, whose runtime directory (``directory``, from
+    its proof) no longer exists: discovery goes by directory, so nothing else would ever look at it again."""
+
+    path: str
+    directory: str
+    populated: bool
+
+
+def find_leaked_leaves(parent: str, owner: str) -> list[LeakedLeaf]:
+    """Every session cgroup under ``parent`` whose name carries ``owner``'s key, whose :func:`proof` holds,
+    and whose runtime directory is gone (a shellper killed, then its directory removed)."""
+    mount = find_mount()
+    out: list[LeakedLeaf] = []
+    if mount is None:
+        return out
+    try:
+        entries = sorted(os.listdir(parent))
+    except OSError:
+        return out
+    key = owner_key(owner)
+    for entry in entries:
+        leaf = LeafName.parse(entry)
+        if leaf is None or leaf.owner_key != key:
+            continue
+        path = os.path.join(parent, entry)
+        directory, _ = proof(path)
+        if directory is None or os.path.lexists(directory):
+            continue
+        out.append(LeakedLeaf(path, directory, SessionCgroup(path, mount).populated()))
+    return out
