@@ -205,23 +205,23 @@ def test_a_hand_made_cgroup_named_like_a_sessions_is_never_signalled(sessions: S
     attribute on a root-owned leaf, which its maker can set, proves nothing."""
     real = sessions.launch("r", ["sleep", "300"], containment="cgroup")
     rec = read_record(sessions.dir / "r.json")
-    assert rec.cgroup is not None
-    assert cgroup.proof(rec.cgroup) == (os.path.realpath(sessions.dir), "")
-    assert CGROUP_PARENT is not None
+    assert CGROUP_PARENT is not None and rec.cgroup is not None
     leaf = cgroup.LeafName.of(str(sessions.dir), default_owner(), "h", secrets.token_hex(16))
     path = os.path.join(CGROUP_PARENT, str(leaf))
     for sub in ("", "child", "shellper"):
         os.mkdir(os.path.join(path, sub))
-    os.setxattr(path, "user." + cgroup.PROOF_XATTR, os.fsencode(os.path.realpath(sessions.dir)))
+    os.setxattr(path, "user.shellper.dir", os.fsencode(os.path.realpath(sessions.dir)))
     victim = sessions.spawn(["sleep", "300"])
     ident = identity(victim.pid)
     with open(os.path.join(path, "child", "cgroup.procs"), "w") as f:
         f.write(str(victim.pid))
     found = reconcile(Registry(), discover(sessions.dir), now=time.time())
+    apply([d for d in found if d.name == "h"], grace=0.3)
+    assert alive(ident)
     assert [(d.name, d.action, d.reason) for d in found] == [("h", Action.LEAVE, "stray_cgroup_unproven"),
                                                              ("r", Action.TERMINATE, "unregistered")]
-    assert apply([d for d in found if d.name == "h"], grace=0.3).ok
-    assert alive(ident)
+    assert cgroup.proof(rec.cgroup) == (os.path.realpath(sessions.dir), "")
+    assert "carries no shellper proof" in cgroup.proof(path)[1]
     assert alive(identity(real.pid))
 
 
