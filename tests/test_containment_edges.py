@@ -164,10 +164,10 @@ def test_stop_does_not_claim_success_while_a_child_that_moved_into_shellper_live
 # --------------------------------------------------------------------------------------------- 7: sub-cgroups
 
 
-@pytest.mark.parametrize("where", ["child/sub", "sub"])
+@pytest.mark.parametrize("where", ["child/sub", "sub", "."])
 def test_stop_ends_and_removes_a_sub_cgroup_a_root_child_made(sessions: Sessions, tmp_path: Path, where: str) -> None:
     """Defect 7: a sub-cgroup made by a root child kept the session's cgroup after `stop` (rmdir of child/
-    failed, ENOTEMPTY), or, made beside child/, kept its process alive."""
+    failed, ENOTEMPTY), or, made beside child/ (or in the leaf itself), kept its process alive."""
     shellper_ident, mover = launch_mover(sessions, "s", where, tmp_path)
     group = settle(sessions, "s")
     done = shellper(sessions.dir, "stop", "s", "--grace", "0.3")
@@ -177,11 +177,12 @@ def test_stop_ends_and_removes_a_sub_cgroup_a_root_child_made(sessions: Sessions
     assert not os.path.exists(group.path)
 
 
+@pytest.mark.parametrize("where", ["child/sub", "."])
 def test_reconcile_removes_a_stray_cgroup_with_a_sub_cgroup_and_says_so_truthfully(
-        sessions: Sessions, tmp_path: Path) -> None:
+        sessions: Sessions, tmp_path: Path, where: str) -> None:
     """Defect 7: every `reconcile --apply` printed "removed cgroup X", rc 0, while X (holding a sub-cgroup a root
-    child made) was still there."""
-    shellper_ident, mover = launch_mover(sessions, "s", "child/sub", tmp_path)
+    child made) was still there. A process in the leaf itself is ended too (no cgroup.kill spares shellper/)."""
+    shellper_ident, mover = launch_mover(sessions, "s", where, tmp_path)
     group = settle(sessions, "s")
     kill9(shellper_ident)
     for p in sessions.dir.iterdir():
