@@ -8,7 +8,6 @@ cgroup (a sub-cgroup it makes, its own session's shellper/ part, or another sess
 
 from __future__ import annotations
 
-import contextlib
 import os
 import secrets
 import shutil
