@@ -330,7 +330,11 @@ def _reap_cgroup(record: SessionRecord, directory: str | os.PathLike[str] | None
 def shellpers_in(group: SessionCgroup) -> tuple[int, ...]:
     """The processes in ``group``'s shellper/ part that may be a live shellper: one that holds a listening
     socket (a shellper always does, wherever its files went). Any other there is a stranger."""
-    return tuple(sorted(pid for pid in group.procs(SHELLPER_SUB) if pid in live_shellpers() or listens(pid)))
+    members = group.procs(SHELLPER_SUB)
+    if not members:
+        return ()
+    live = live_shellpers()
+    return tuple(sorted(pid for pid in members if pid in live or listens(pid)))
 
 
 def end_cgroup(name: str, group: SessionCgroup, grace: float, confirm_timeout: float) -> SurvivorReport:
