@@ -49,7 +49,7 @@ process with CAP_SYS_ADMIN can set a trusted attribute), ``user.`` + this on a l
 user (only that user, or root, can write the leaf's attributes). Its value is the real path of the runtime
 directory, which must hash to the leaf's directory key: what proves a leaf is a shellper's (:func:`proof`)."""
 MAX_PROOF_BYTES = 4096
-"""A proof longer than this (PATH_MAX) is none: bounds what reading a stranger's attribute costs."""
+"""A proof longer than this (PATH_MAX) is none (the kernel bounds any attribute at 64 KiB)."""
 
 
 class CgroupError(ShellperError):
@@ -602,6 +602,17 @@ def find_session_cgroups(parent: str, runtime_dir: str) -> list[OrphanCgroup]:
     return out
 
 
+def _gone(path: str) -> bool:
+    """Nothing is at ``path`` (ENOENT, ENOTDIR); a path we may not look at is not gone."""
+    try:
+        os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return True
+    except OSError:
+        return False
+    return False
+
+
 @record(frozen=True)
 class LeakedLeaf:
     """A session cgroup of this owner, verifiably a shellper's, whose runtime directory (``directory``, from
@@ -630,7 +641,7 @@ def find_leaked_leaves(parent: str, owner: str) -> list[LeakedLeaf]:
             continue
         path = os.path.join(parent, entry)
         directory, _ = proof(path)
-        if directory is None or os.path.lexists(directory):
+        if directory is None or not _gone(directory):
             continue
         out.append(LeakedLeaf(path, directory, SessionCgroup(path, mount).populated()))
     return out
