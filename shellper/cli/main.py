@@ -994,16 +994,20 @@ def _check_cgroup_gone(name: str, record: SessionRecord | None, paths: SessionPa
     keeps it, and is named (not signalled: nothing proves it the session's, shellper.host.survivors)."""
     if record is None or record.cgroup is None or not os.path.isdir(record.cgroup):
         return
-    from shellper.host.cgroup import SHELLPER_SUB
+    from shellper.host.cgroup import SHELLPER_SUB, CgroupError
     from shellper.host.shellpers import session_cgroup
 
     group = session_cgroup(record, str(paths.dir))
     if group is None:
         return
+    if not group.populated():  # empty, yet left (the shellper could not remove it): verified ours, so do it
+        with contextlib.suppress(CgroupError):
+            if group.remove():
+                return
     strangers = group.procs(SHELLPER_SUB)
     what = (f"process(es) {', '.join(map(str, strangers))} moved into its {SHELLPER_SUB}/ part, not verifiably "
             "the session's, so not signalled: end them, then `tower-client reconcile --apply` removes it"
-            if strangers else f"still holds {group.procs() or 'no process'}")
+            if strangers else f"processes {group.procs()} are still inside")
     raise CliError(f"stop: session {name!r}: its shellper stopped, but its cgroup {group.path} is kept: {what}")
 
 
