@@ -37,13 +37,50 @@ SHELLPER_CLI = [str(_SCRIPT)] if _SCRIPT.exists() else [PY, "-m", "shellper.cli"
 """How a person runs ``shellper``: the installed console script (shellper.cli.entry.entry) when there is one."""
 
 
+TEST_PARENT_PREFIX = "shellper-test-"
+
+
+def _a_test_run(pid: int) -> bool:
+    """``pid`` is a live test run (pytest) that may own ``shellper-test-<pid>``; unreadable counts as yes, and
+    so does a number no pid can be (test_cli_containment names its parents with random hex)."""
+    with contextlib.suppress(OSError, ValueError), open("/proc/sys/kernel/pid_max", "rb") as f:
+        if pid > int(f.read()):
+            return True
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"pytest" in f.read()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+
+
+def sweep_dead_runs(mount: str) -> list[str]:
+    """Remove what test runs that were killed (no pytest_unconfigure) left: their ``shellper-test-<pid>``
+    parents, deepest cgroup first, rmdir only: a cgroup that still holds a process stays (it is not this
+    run's to kill). Returns the cgroups removed."""
+    removed: list[str] = []
+    with contextlib.suppress(OSError):
+        for entry in os.listdir(mount):
+            pid = entry[len(TEST_PARENT_PREFIX):]
+            if not entry.startswith(TEST_PARENT_PREFIX) or not pid.isdigit() or _a_test_run(int(pid)):
+                continue
+            for root, _dirs, _files in os.walk(os.path.join(mount, entry), topdown=False):
+                with contextlib.suppress(OSError):
+                    os.rmdir(root)
+                    removed.append(root)
+    return removed
+
+
 def _test_cgroup_parent() -> str | None:
     """Sessions started by the tests make their cgroups in a parent of this run's own (removed at exit), so
-    the leak check sees exactly what the tests leave and a run never touches the machine's other sessions."""
+    the leak check sees exactly what the tests leave and a run never touches the machine's other sessions.
+    What killed runs left is removed first (:func:`sweep_dead_runs`)."""
     mount = cgroup.find_mount()
     if mount is None or not os.access(mount, os.W_OK) or cgroup.systemd_manages_cgroups():
         return None
-    parent = os.path.join(mount, f"shellper-test-{os.getpid()}")
+    sweep_dead_runs(mount)
+    parent = os.path.join(mount, f"{TEST_PARENT_PREFIX}{os.getpid()}")
     try:
         os.mkdir(parent)
     except OSError:

@@ -28,7 +28,17 @@ from shellper.client.stop import send_stop
 from shellper.core.defaults import DEFAULT_GRACE
 from shellper.core.errors import ShellperError
 from shellper.core.owner import default_owner
-from shellper.host.cgroup import SHELLPER_SUB, LeafName, SessionCgroup, dir_key, find_mount, owner_key
+from shellper.host.cgroup import (
+    SHELLPER_SUB,
+    LeafName,
+    SessionCgroup,
+    default_parent,
+    dir_key,
+    find_leaked_leaves,
+    find_mount,
+    owner_key,
+    proof,
+)
 from shellper.host.cleanup import (
     CONFIRM_TIMEOUT,
     CommandMismatch,
@@ -39,7 +49,7 @@ from shellper.host.cleanup import (
 )
 from shellper.host.identity import IdentityMismatch, ProcessGone
 from shellper.host.paths import SessionPaths
-from shellper.host.record import AlreadyRunning, SessionLock, SessionRecord
+from shellper.host.record import AlreadyRunning, LockError, SessionLock, SessionRecord
 from shellper.host.survivors import SurvivorReport, end_cgroup, reap_survivors
 from shellper.protocol import wire
 from tower_client.client import InstanceMismatch, PeerMismatch
@@ -47,11 +57,14 @@ from tower_client.discover import PROBE_TIMEOUT, check_probe_timeout
 from tower_client.reconcile import Action, Decision
 
 __all__ = [
+    "LeakedCgroup",
     "Outcome",
     "OwnerBusy",
+    "OwnerLockUnavailable",
     "Report",
     "apply",
     "clean_session",
+    "remove_leaked_cgroups",
     "terminate_session",
     "verify_session",
 ]
@@ -154,14 +167,26 @@ class OwnerBusy(ShellperError, RuntimeError):
                          "nothing was done")
 
 
+class OwnerLockUnavailable(ShellperError):
+    """The owner lock of a runtime directory cannot be taken (a read-only directory, say): nothing is done."""
+
+    def __init__(self, owner: str, directory: str, reason: str) -> None:
+        self.owner = owner
+        self.directory = directory
+        super().__init__(f"cannot take owner {owner!r}'s lock in {directory} ({reason}): nothing was done")
+
+
 def hold_owner_lock(directory: str, owner: str) -> SessionLock:
     """The owner lock of ``directory``: held while a Tower applies decisions, so two Towers of one owner
-    never act at once (Towers of different owners take different locks). OwnerBusy if it is taken."""
+    never act at once (Towers of different owners take different locks). OwnerBusy if it is taken,
+    OwnerLockUnavailable if it cannot be (a read-only directory cannot be cleaned up either)."""
     path = os.path.join(directory, f".owner-{owner_key(owner)}.lock")
     try:
         return SessionLock.acquire(path, f"owner {owner}", write_pid=False)  # no write: works on a full disk
     except AlreadyRunning:
         raise OwnerBusy(owner, directory) from None
+    except LockError as exc:
+        raise OwnerLockUnavailable(owner, directory, exc.reason) from None
 
 
 def apply(decisions: Iterable[Decision], *, grace: float = DEFAULT_GRACE, stop_timeout: float | None = None,
@@ -208,6 +233,9 @@ def _clean_stray(d: Decision, directory: str, grace: float, confirm_timeout: flo
     leaf = LeafName.parse(os.path.basename(d.cgroup))
     if mount is None or leaf is None or leaf.dir_key != dir_key(directory) or leaf.name != d.name:
         return Outcome(d, "skipped", False, f"{d.cgroup} is not a session cgroup of {directory}")
+    _, unproven = proof(d.cgroup)
+    if unproven:
+        return Outcome(d, "skipped", False, f"{unproven}: nothing signalled")
     group = SessionCgroup(d.cgroup, mount)
     if SessionLock.is_locked(SessionPaths.for_name(directory, d.name).lock):
         return Outcome(d, "skipped", False, f"session {d.name!r} is starting or running now: {d.cgroup} may be "
@@ -215,6 +243,9 @@ def _clean_stray(d: Decision, directory: str, grace: float, confirm_timeout: flo
     if group.populated(SHELLPER_SUB):
         return Outcome(d, "skipped", False, f"a shellper now lives in {d.cgroup}: nothing signalled")
     ended = end_cgroup(d.name, group, grace, confirm_timeout)
+    if ended.suspect or ended.kept:  # say so, never "removed": the next reconcile would find it again
+        return Outcome(d, "failed", False, _survivor_note(ended).lstrip(", ;"), survivors=ended.pids,
+                       error=ended.suspect or ended.kept)
     return Outcome(d, "cleaned", True, f"removed cgroup {d.cgroup}" + _survivor_note(ended), survivors=ended.pids)
 
 
@@ -243,7 +274,7 @@ def _apply_one(d: Decision, grace: float, stop_timeout: float | None, probe_time
             return Outcome(d, "skipped", False, "a live process now holds the lock: nothing removed"
                            + _survivor_note(reaped), survivors=survivors)
         detail = f"removed {len(removed)} file(s)" + _survivor_note(reaped)
-        return Outcome(d, "cleaned", True, detail, removed, survivors=survivors)
+        return Outcome(d, "cleaned", not reaped.kept, detail, removed, survivors=survivors, error=reaped.kept or None)
     record = obs.record
     if record is None:
         return Outcome(d, "failed", False, error="decision carries no record")
@@ -270,7 +301,9 @@ def _apply_one(d: Decision, grace: float, stop_timeout: float | None, probe_time
         return Outcome(d, "already_gone", True, str(exc) + _survivor_note(gone), gone_removed,
                        survivors=gone.pids)
     detail = f"stopped via {term.method}" + (f" ({term.stop_error})" if term.stop_error else "")
-    return Outcome(d, "terminated", True, detail, term.removed, term)
+    if term.strangers:
+        detail += f"; not signalled: {list(term.strangers)}, strangers in the cgroup's shellper/ part"
+    return Outcome(d, "terminated", not term.kept, detail, term.removed, term, error=term.kept or None)
 
 
 def _survivor_note(reaped: SurvivorReport) -> str:
@@ -279,4 +312,54 @@ def _survivor_note(reaped: SurvivorReport) -> str:
         note += f"; spared {list(reaped.spared)}: under a live shellper"
     if reaped.suspect:
         note += f"; suspect record, no survivor ended: {reaped.suspect}"
+    if reaped.strangers:
+        note += f"; not signalled: {list(reaped.strangers)}, strangers in the cgroup's shellper/ part"
+    if reaped.kept:
+        note += f"; {reaped.kept}"
     return note
+
+
+# --------------------------------------------------------------------------------------------- leaked
+
+
+@dataclass(frozen=True)
+class LeakedCgroup:
+    """A cgroup of this owner whose runtime directory is gone (shellper.host.cgroup.find_leaked_leaves), and
+    what was done with it: ``removed``, or why not in ``detail``."""
+
+    path: str
+    directory: str
+    removed: bool
+    detail: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"cgroup": self.path, "directory": self.directory, "removed": self.removed, "detail": self.detail}
+
+
+def remove_leaked_cgroups(owner: str | None = None, cgroup_parent: str | None = None, *,
+                          apply_: bool = True) -> list[LeakedCgroup]:
+    """Remove ``owner``'s empty session cgroups under ``cgroup_parent`` (default: the default parent) whose
+    runtime directory no longer exists; with ``apply_`` False, only say which. One that holds processes is
+    left and reported: a live shellper whose directory was removed recreates it on SIGUSR1, and nothing
+    proves its processes dead. Nothing is ever signalled here."""
+    parent = cgroup_parent or default_parent()
+    if parent is None:
+        return []
+    me = default_owner() if owner is None else owner
+    mount = find_mount() or "/"
+    out: list[LeakedCgroup] = []
+    for leaf in find_leaked_leaves(parent, me):
+        gone = f"its runtime directory {leaf.directory} no longer exists"
+        if leaf.populated:
+            out.append(LeakedCgroup(leaf.path, leaf.directory, False, f"{gone}, but processes are inside: left"))
+        elif not apply_:
+            out.append(LeakedCgroup(leaf.path, leaf.directory, False, f"{gone}: would be removed"))
+        else:
+            try:
+                removed = SessionCgroup(leaf.path, mount).remove()
+            except ShellperError as exc:
+                out.append(LeakedCgroup(leaf.path, leaf.directory, False, f"{gone}; {exc}"))
+                continue
+            out.append(LeakedCgroup(leaf.path, leaf.directory, removed, f"{gone}: " + (
+                "removed" if removed else "a process moved in meanwhile: left")))
+    return out

@@ -16,13 +16,21 @@ from typing import Any
 
 from shellper import __version__
 from shellper.core.defaults import DEFAULT_GRACE
+from shellper.core.errors import ShellperError
 from shellper.core.owner import BadOwner, default_owner, validate_owner
 from shellper.host.identity import IdentityError, ProcessGone
 from shellper.host.paths import PathError, SessionPaths, runtime_dir
 from shellper.host.record import AlreadyRunning, SessionRecord
 from shellper.host.ssh import SshError
 from shellper.host.survivors import reap_survivors
-from tower_client.apply import OwnerBusy, apply, clean_session, terminate_session
+from tower_client.apply import (
+    LeakedCgroup,
+    OwnerBusy,
+    apply,
+    clean_session,
+    remove_leaked_cgroups,
+    terminate_session,
+)
 from tower_client.client import ClientError
 from tower_client.discover import Observed, discover, observe
 from tower_client.holders import BadSessionId, find_holders
@@ -131,13 +139,22 @@ def _reconcile(args: argparse.Namespace, directory: Path) -> int:
     lines = [f"{d.action:9} {d.name:20} {d.reason:22} [{(d.observed.containment if d.observed else None) or '-'}] "
              f"{d.detail}" for d in decisions] or ["nothing to do"]
     if not args.apply:
-        _emit(args, {"applied": False, "decisions": [d.to_dict() for d in decisions]}, [*lines, DRY_RUN_NOTE])
+        leaked = remove_leaked_cgroups(args.owner, args.cgroup_parent, apply_=False)
+        _emit(args, {"applied": False, "decisions": [d.to_dict() for d in decisions],
+                     "leaked_cgroups": [c.to_dict() for c in leaked]},
+              [*(lines if decisions or not leaked else []), *_leaked_lines(leaked), DRY_RUN_NOTE])
         return EXIT_OK
     report = apply(decisions, grace=args.grace, owner=args.owner)
+    leaked = remove_leaked_cgroups(args.owner, args.cgroup_parent)
     lines = [f"{o.decision.action:9} {o.decision.name:20} {o.result:12} {o.error or o.detail}"
-             for o in report.outcomes] or ["nothing to do"]
-    _emit(args, {"applied": True, **report.to_dict()}, lines)
+             for o in report.outcomes] or ([] if leaked else ["nothing to do"])
+    _emit(args, {"applied": True, **report.to_dict(), "leaked_cgroups": [c.to_dict() for c in leaked]},
+          [*lines, *_leaked_lines(leaked)])
     return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def _leaked_lines(leaked: list[LeakedCgroup]) -> list[str]:
+    return [f"{'removed' if c.removed else 'leaked':9} {c.path}: {c.detail}" for c in leaked]
 
 
 def _reconcile_hosts(args: argparse.Namespace, raw: Any) -> int:
@@ -223,10 +240,10 @@ def _reap(args: argparse.Namespace, directory: Path) -> int:
         return EXIT_OK
     data = {"name": args.name, "reaped": True, "pid": term.pid, "method": term.method,
             "tree": list(term.tree), "stragglers": list(term.stragglers), "removed": list(term.removed),
-            "stop_error": term.stop_error}
+            "stop_error": term.stop_error, "strangers": list(term.strangers), "kept": term.kept or None}
     _emit(args, data, [f"reaped {args.name} (pid {term.pid}, {len(term.tree)} descendant(s)) "
-                       f"via {term.method}"])
-    return EXIT_OK
+                       f"via {term.method}" + (f"; {term.kept}" if term.kept else "")])
+    return EXIT_FAILED if term.kept else EXIT_OK
 
 
 def _dead(o: Observed) -> bool:
@@ -243,11 +260,13 @@ def _reap_dead(args: argparse.Namespace, directory: Path, record: SessionRecord)
     except AlreadyRunning:
         removed = ()
     data = {"name": args.name, "reaped": True, "dead": True, "pid": record.shellper_pid,
-            "survivors": list(report.pids), "suspect": report.suspect or None, "removed": list(removed)}
+            "survivors": list(report.pids), "suspect": report.suspect or None, "removed": list(removed),
+            "strangers": list(report.strangers), "kept": report.kept or None}
     note = f"; nothing ended: {report.suspect}" if report.suspect else ""
+    note += f"; {report.kept}" if report.kept else ""
     _emit(args, data, [f"reaped {args.name}: its shellper {record.shellper_pid} was already dead; ended "
                        f"{len(report.pids)} process(es) it left, removed {len(removed)} file(s){note}"])
-    return EXIT_FAILED if report.suspect else EXIT_OK
+    return EXIT_FAILED if report.suspect or report.kept else EXIT_OK
 
 
 def _refuse_reap(o: Observed, owner: str) -> str:
@@ -281,8 +300,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (RegistryError, BadSessionId, BadOwner, PathError, ValueError) as exc:
         print(f"tower-client: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except (ClientError, IdentityError, OwnerBusy, OSError, SshError) as exc:
-        print(f"tower-client: {exc}", file=sys.stderr)
+    except (ClientError, IdentityError, OwnerBusy, OSError, SshError, ShellperError) as exc:
+        print(f"tower-client: {exc}", file=sys.stderr)  # every error raised on purpose is one line
         return EXIT_FAILED
 
 

@@ -19,6 +19,7 @@ situation                                         decisions                   re
 ================================================  ==========================  ======================
 a session cgroup the record does not name:        (one decision per cgroup, before the others)
   another owner's                                 leave                       other_owner
+  no proof it is a shellper's (hand-made)         leave                       stray_cgroup_unproven
   its shellper/ part populated                    leave                       stray_cgroup_live
   otherwise                                       clean (that cgroup)         stray_cgroup
 no files at all, row                              respawn                     not_running
@@ -127,6 +128,7 @@ REASONS = frozenset({
     "pid_reused", "identity_unreadable", "dead", "not_lock_owner", "instance_mismatch", "peer_mismatch",
     "stopping", "unreachable", "unregistered", "superseded", "husk_expired", "husk", "running",
     "other_owner", "lock_missing", "stray_cgroup", "stray_cgroup_live", "name_mismatch",
+    "stray_cgroup_unproven",
 })
 
 
@@ -308,9 +310,13 @@ def _strays(name: str, row: RegistryRow | None, obs: Observed | None, owner: str
     for found in obs.stray_cgroups if obs is not None else ():
         if found.leaf.owner_key != owner_key(owner):
             action, reason, detail = Action.LEAVE, "other_owner", f"cgroup {found.path} is another owner's"
+        elif found.unproven:
+            action, reason, detail = (Action.LEAVE, "stray_cgroup_unproven", f"{found.unproven}: named like a "
+                                      "session cgroup, but not verifiably one; left alone")
         elif found.shellper_alive:
-            action, reason, detail = (Action.LEAVE, "stray_cgroup_live", f"a shellper lives in {found.path} "
-                                      "but no record names it: left alone")
+            action, reason, detail = (Action.LEAVE, "stray_cgroup_live", f"a process is in {found.path}/shellper "
+                                      "(a shellper whose files are gone, or a stranger that moved in) but no record "
+                                      "names it: left alone")
         else:
             action, reason, detail = (Action.CLEAN, "stray_cgroup", f"no record names {found.path}"
                                       + (" (processes inside)" if found.populated else ""))

@@ -904,6 +904,8 @@ def _stop_unresponsive(args: argparse.Namespace, paths: SessionPaths, record: Se
     except IdentityError as exc:
         raise CliError(f"stop: session {args.name!r}: pid {record.shellper_pid} could not be verified as its "
                        f"shellper: {exc}; nothing signalled") from None
+    if term.kept:
+        raise CliError(f"stop: session {args.name!r}: ended via {term.method}, but {term.kept}")
     print(f"stopped {args.name} (its shellper did not answer; via {term.method})")
     return 0
 
@@ -959,15 +961,54 @@ def _confirm_stopped(name: str, paths: SessionPaths, pin: PidFd | None, record: 
                        + _what_remains(name, paths, pin))
     left = session_files(paths)
     if not left:
+        _check_cgroup_gone(name, record, paths)
         print(f"stopped {name}")
         return 0
     if SessionLock.is_locked(paths.lock):  # its files now: the name was taken by a new shellper
         print(f"stopped {name}; a new session {name!r} has started since")
         return 0
     pid = f" (pid {pin.pid})" if pin is not None else ""
+    unwritable = _unwritable(paths.dir)
+    if unwritable:
+        raise CliError(f"stop: session {name!r}: its shellper{pid} stopped but could not remove its files: "
+                       f"{paths.dir} {unwritable}; {_files_left(paths, left)}: run `shellper stop {name}` again "
+                       "once it is writable")
     raise CliError(f"stop: session {name!r}: its shellper{pid} died before it finished stopping (killed?); "
                    f"{_files_left(paths, left)}{_survivors_note(record, paths)}: run `shellper stop {name}` again "
                    "to end what it left running and remove its files")
+
+
+def _unwritable(directory: str | os.PathLike[str]) -> str:
+    """Why nobody here can remove files in ``directory`` ("" if they can): a read-only mount, or no write
+    permission."""
+    try:
+        if os.statvfs(directory).f_flag & os.ST_RDONLY:
+            return "is on a read-only file system"
+    except OSError:
+        return ""
+    return "" if os.access(directory, os.W_OK | os.X_OK) else "is not writable"
+
+
+def _check_cgroup_gone(name: str, record: SessionRecord | None, paths: SessionPaths) -> None:
+    """The stopped session's cgroup must be gone with it: a process that moved itself into its shellper/ part
+    keeps it, and is named (not signalled: nothing proves it the session's, shellper.host.survivors)."""
+    if record is None or record.cgroup is None or not os.path.isdir(record.cgroup):
+        return
+    from shellper.host.cgroup import SHELLPER_SUB, CgroupError
+    from shellper.host.shellpers import session_cgroup
+
+    group = session_cgroup(record, str(paths.dir))
+    if group is None:
+        return
+    if not group.populated():  # empty, yet left (the shellper could not remove it): verified ours, so do it
+        with contextlib.suppress(CgroupError):
+            if group.remove():
+                return
+    strangers = group.procs(SHELLPER_SUB)
+    what = (f"process(es) {', '.join(map(str, strangers))} moved into its {SHELLPER_SUB}/ part, not verifiably "
+            "the session's, so not signalled: end them, then `tower-client reconcile --apply` removes it"
+            if strangers else f"processes {group.procs()} are still inside")
+    raise CliError(f"stop: session {name!r}: its shellper stopped, but its cgroup {group.path} is kept: {what}")
 
 
 def _what_remains(name: str, paths: SessionPaths, pin: PidFd | None) -> str:
@@ -1033,10 +1074,14 @@ def _stop_stale(args: argparse.Namespace, paths: SessionPaths) -> int:
         except IdentityError as exc:
             raise CliError(f"stop: session {args.name!r} has no lock file, and pid {record.shellper_pid} "
                            f"could not be verified as its shellper: {exc}; nothing signalled") from None
+        if term.kept:
+            raise CliError(f"stop: session {args.name!r}: ended via {term.method}, but {term.kept}")
         print(f"stopped {args.name} (its lock file was missing; via {term.method})")
         return 0
+    kept = ""
     if record is not None:
-        ended = reap_survivors(record, directory=paths.dir, grace=grace).pids
+        reaped = reap_survivors(record, directory=paths.dir, grace=grace)
+        ended, kept = reaped.pids, reaped.kept
     try:
         removed = clean_session(paths)
     except AlreadyRunning:
@@ -1048,6 +1093,9 @@ def _stop_stale(args: argparse.Namespace, paths: SessionPaths) -> int:
         raise CliError(f"stop: session {args.name!r}: its shellper was already gone; removed {len(removed)} "
                        f"file(s){ended_note}, but left in {paths.dir}: {kinds}, which shellper never removes "
                        "(only its own sockets and regular files): check what they are and remove them yourself")
+    if kept:
+        raise CliError(f"stop: session {args.name!r}: its shellper was already gone; removed its "
+                       f"files{ended_note}, but {kept}")
     print(f"stopped {args.name}: its shellper was already gone; removed its files{ended_note}")
     return 0
 

@@ -78,7 +78,7 @@ class SessionTree:
                                   "or with a delegated cgroup")
             scope = delegated_scope()
             group = SessionCgroup.create(parent, LeafName.of(self.paths.dir, self.owner, self.config.name,
-                                                             self.instance_id))
+                                                             self.instance_id), str(self.paths.dir))
             try:
                 self.cgroup_id = group.inode()
             except OSError:
@@ -130,14 +130,22 @@ class SessionTree:
         return self.cgroup.open_procs(CHILD_SUB) if self.cgroup is not None else -1
 
     def release(self) -> None:
-        """Leave the session's cgroup and remove it: called once its child/ part is empty."""
+        """Leave the session's cgroup and remove it, deepest first: called once its child/ part is empty.
+        What a process inside moved elsewhere in it (a sub-cgroup it made, the leaf itself) is the session's
+        and is ended; a stranger in shellper/ (which only this shellper belongs in) is named, not signalled
+        (shellper.host.survivors.end_cgroup says why), and keeps the cgroup."""
         group = self.cgroup
         if group is None:
             return
         try:
             group.leave()
+            if group.procs(spare=SHELLPER_SUB) and not group.kill_outside(SHELLPER_SUB, 5.0):
+                self.log.write(f"processes survived cgroup.kill: {group.procs(spare=SHELLPER_SUB)}")
             if not group.remove():
-                self.log.write(f"cgroup {group.path} is not empty; left in place")
+                strangers = group.procs(SHELLPER_SUB)
+                self.log.write(f"cgroup {group.path} is not empty; left in place" + (
+                    f": process(es) {strangers} moved into its {SHELLPER_SUB}/ part; not signalled" if strangers
+                    else ""))
         except (CgroupError, OSError) as exc:
             self.log.write(f"could not remove cgroup {group.path}: {exc}")
         self.cgroup = None
@@ -217,12 +225,13 @@ class SessionTree:
             tree.close()
 
     async def _terminate_cgroup(self, group: SessionCgroup, grace: float, reap: Callable[[], None]) -> None:
-        """SIGTERM every verified member of child/, wait ``grace`` for it to empty, then cgroup.kill."""
+        """SIGTERM every verified member of child/ (and of what a process inside made of the rest of the cgroup
+        but shellper/), wait ``grace`` for child/ to empty, then cgroup.kill (:meth:`release` ends the rest)."""
         if not group.populated(CHILD_SUB):
             reap()
             return
-        group.signal_members(signal.SIGTERM, CHILD_SUB)
-        group.signal_members(signal.SIGCONT, CHILD_SUB)
+        group.signal_members(signal.SIGTERM, spare=SHELLPER_SUB)
+        group.signal_members(signal.SIGCONT, spare=SHELLPER_SUB)
         if not await self._cgroup_emptied(group, grace):
             try:
                 group.kill(CHILD_SUB)

@@ -40,7 +40,16 @@ SHELLPER_SUB = "shellper"
 CHILD_SUB = "child"
 KEY_HEX = 12
 INSTANCE_HEX = 32
+MAX_DIRECT_ROUNDS = 8
+"""SIGKILL rounds for processes sitting in a leaf itself (no cgroup.kill spares a part of a leaf)."""
 PARENT_ENV = "SHELLPER_CGROUP_PARENT"
+PROOF_XATTR = "shellper.dir"
+"""The attribute a shellper sets on the leaf it makes: ``trusted.`` + this on a leaf owned by root (only a
+process with CAP_SYS_ADMIN can set a trusted attribute), ``user.`` + this on a leaf owned by a delegated
+user (only that user, or root, can write the leaf's attributes). Its value is the real path of the runtime
+directory, which must hash to the leaf's directory key: what proves a leaf is a shellper's (:func:`proof`)."""
+MAX_PROOF_BYTES = 4096
+"""A proof longer than this (PATH_MAX) is none (the kernel bounds any attribute at 64 KiB)."""
 
 
 class CgroupError(ShellperError):
@@ -249,8 +258,9 @@ class SessionCgroup:
     # ------------------------------------------------------------------ making and joining
 
     @classmethod
-    def create(cls, parent: str, leaf: LeafName) -> SessionCgroup:
-        """Make PARENT/leaf with its shellper/ and child/ cgroups (the parent too, if missing)."""
+    def create(cls, parent: str, leaf: LeafName, runtime_dir: str) -> SessionCgroup:
+        """Make PARENT/leaf with its shellper/ and child/ cgroups (the parent too, if missing), and mark it as a
+        shellper's with ``runtime_dir`` (:data:`PROOF_XATTR`)."""
         mount = find_mount()
         if mount is None:
             raise CgroupError(parent, "no cgroup v2 hierarchy is mounted")
@@ -271,6 +281,10 @@ class SessionCgroup:
         except OSError as e:
             raise CgroupError(parent, f"cannot create a session cgroup: {e.strerror}") from e
         group = cls(path, mount)
+        # Without the proof (a kernel whose cgroupfs lacks user.* attributes, before 5.7) the session is still
+        # contained and ended through its record; only if its record is lost is its cgroup left for a human.
+        with contextlib.suppress(OSError):
+            _set_proof(path, runtime_dir)
         try:
             os.mkdir(group.sub(SHELLPER_SUB), 0o755)
             os.mkdir(group.sub(CHILD_SUB), 0o755)
@@ -307,25 +321,47 @@ class SessionCgroup:
         except FileNotFoundError:
             return False
 
-    def procs(self, which: str | None = None) -> list[int]:
-        """Pids directly in ``which`` and every cgroup below it (a snapshot: verify before use)."""
+    def procs(self, which: str | None = None, *, spare: str | None = None) -> list[int]:
+        """Pids directly in ``which`` and every cgroup below it but ``spare``'s (a snapshot: verify before use)."""
         out: list[int] = []
-        for root, _dirs, _files in os.walk(self.sub(which)):
+        top = self.sub(which)
+        for root, dirs, _files in os.walk(top):
+            if spare is not None and root == top and spare in dirs:
+                dirs.remove(spare)
             with contextlib.suppress(FileNotFoundError):
                 out += [int(t) for t in _read(os.path.join(root, "cgroup.procs")).split()]
         return out
 
-    def pinned_members(self, which: str | None = None) -> list[PidFd]:
-        """Pidfds of the processes in ``which``, each verified to be a member after it was pinned."""
+    def direct_procs(self) -> list[int]:
+        """Pids in the leaf itself, in none of its sub-cgroups (only a process that moved itself is there)."""
+        try:
+            return [int(t) for t in _read(os.path.join(self.path, "cgroup.procs")).split()]
+        except FileNotFoundError:
+            return []
+
+    def parts(self) -> list[str]:
+        """The names of the leaf's sub-cgroups: shellper/ and child/, and any a process inside made."""
+        try:
+            return sorted(e.name for e in os.scandir(self.path) if e.is_dir(follow_symlinks=False))
+        except FileNotFoundError:
+            return []
+
+    def pinned_members(self, which: str | None = None, *, spare: str | None = None,
+                       direct: bool = False) -> list[PidFd]:
+        """Pidfds of the processes in ``which`` (but ``spare``'s part; with ``direct``, only those in the leaf
+        itself), each verified to be a member after it was pinned."""
         relative = self.relative if which is None else self.relative.rstrip("/") + "/" + which
+        excluded = relative.rstrip("/") + "/" + spare if spare is not None else None
         pinned: list[PidFd] = []
-        for pid in self.procs(which):
+        for pid in self.direct_procs() if direct else self.procs(which, spare=spare):
             try:
                 fd = PidFd.open(pid)
             except ProcessGone:
                 continue
             try:
-                ok = member_of(pid, relative) and fd.is_unreaped()
+                where = own_cgroup(pid)
+                ok = (member_of(pid, relative) and fd.is_unreaped() and (not direct or where == relative)
+                      and (excluded is None or not member_of(pid, excluded)))
             except OSError:
                 ok = False
             if ok:
@@ -334,10 +370,10 @@ class SessionCgroup:
                 fd.close()
         return pinned
 
-    def signal_members(self, sig: int, which: str | None = None) -> int:
-        """Send ``sig`` to every verified member; how many were signalled."""
+    def signal_members(self, sig: int, which: str | None = None, *, spare: str | None = None) -> int:
+        """Send ``sig`` to every verified member (but ``spare``'s part); how many were signalled."""
         sent = 0
-        for fd in self.pinned_members(which):
+        for fd in self.pinned_members(which, spare=spare):
             with fd, contextlib.suppress(ProcessGone, PermissionError):
                 fd.send_signal(sig)
                 sent += 1
@@ -384,19 +420,55 @@ class SessionCgroup:
         finally:
             os.close(fd)
 
+    def wait_empty_outside(self, spare: str, timeout: float) -> bool:
+        """:meth:`wait_empty` for everything in the leaf but ``spare``'s part, up to ``timeout``."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        for part in self.parts():
+            if part != spare and not self.wait_empty(deadline - time.monotonic(), part):
+                return False
+        direct = self.pinned_members(direct=True)
+        try:
+            if not all(fd.wait_dead(max(0.0, deadline - time.monotonic())) for fd in direct):
+                return False
+        finally:
+            for fd in direct:
+                fd.close()
+        return not self.direct_procs()  # an exited process leaves its cgroup's list at once, zombie or not
+
+    def kill_outside(self, spare: str, timeout: float) -> bool:
+        """SIGKILL everything in the leaf but ``spare``'s part (cgroup.kill of every other sub-cgroup, pidfd
+        SIGKILL of what sits in the leaf itself, in rounds: it may fork meanwhile) and wait up to ``timeout``
+        for it to go; True if it did."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        for _ in range(MAX_DIRECT_ROUNDS):
+            for part in self.parts():
+                if part != spare:
+                    self.kill(part)
+            for fd in self.pinned_members(direct=True):
+                with fd, contextlib.suppress(ProcessGone, PermissionError):
+                    fd.send_signal(signal.SIGKILL)
+            if self.wait_empty_outside(spare, deadline - time.monotonic()):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+        return False
+
     def remove(self) -> bool:
-        """rmdir child/, shellper/ and the leaf; False if something is still inside (EBUSY) or in the way."""
+        """rmdir every cgroup of the leaf, deepest first (child/, shellper/ and any a process inside made),
+        and the leaf; False if one is still populated (EBUSY), so the leaf stays."""
+        if not os.path.isdir(self.path):
+            return True
         ok = True
-        for path in (self.sub(CHILD_SUB), self.sub(SHELLPER_SUB), self.path):
+        for root, _dirs, _files in os.walk(self.path, topdown=False):
             try:
-                os.rmdir(path)
+                os.rmdir(root)
             except FileNotFoundError:
                 continue
             except OSError as e:
                 if e.errno not in (errno.EBUSY, errno.ENOTEMPTY):
-                    raise CgroupError(path, f"cannot remove: {e.strerror}") from e
+                    raise CgroupError(root, f"cannot remove: {e.strerror}") from e
                 ok = False
-        return ok
+        return ok and not os.path.isdir(self.path)
 
     def leave(self) -> None:
         """Move the caller out of the leaf so it can be removed: to the leaf's parent, else the hierarchy's
@@ -408,6 +480,47 @@ class SessionCgroup:
             except OSError as e:
                 failure = e
         raise CgroupError(self.path, f"cannot move out of it: {failure.strerror}")
+
+
+# --------------------------------------------------------------------------------------------- proof
+
+
+def _proof_attribute(st: os.stat_result) -> str:
+    return ("trusted." if st.st_uid == 0 else "user.") + PROOF_XATTR
+
+
+def _set_proof(path: str, runtime_dir: str) -> None:
+    """Mark a leaf just made (by this process, so owned by its euid) as a shellper's; OSError if it cannot."""
+    os.setxattr(path, _proof_attribute(os.stat(path)), os.fsencode(os.path.realpath(runtime_dir)))
+
+
+def proof(path: str) -> tuple[str | None, str]:
+    """The runtime directory a leaf's proof names, if the leaf is verifiably a shellper's: (directory, "") or
+    (None, why not). The proof is the attribute :func:`_set_proof` set, in the namespace only the leaf's
+    maker could write (``trusted.`` for a leaf owned by root, ``user.`` for one owned by this process's
+    user; another user's leaf is never ours), naming a directory whose key is the one in the leaf's name.
+    A hand-made cgroup named like a session's has none: both keys in a name are hashes of public strings."""
+    leaf = LeafName.parse(os.path.basename(path))
+    if leaf is None:
+        return None, f"{path} is not named like a session cgroup"
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError as e:
+        return None, f"{path}: {e.strerror}"
+    if st.st_uid not in (0, os.geteuid()):
+        return None, f"{path} belongs to uid {st.st_uid}"
+    attribute = _proof_attribute(st)
+    try:
+        value = os.getxattr(path, attribute, follow_symlinks=False)
+    except OSError as e:
+        why = "none" if e.errno == errno.ENODATA else e.strerror
+        return None, f"{path} carries no shellper proof ({attribute}: {why}): not made by a shellper"
+    if len(value) > MAX_PROOF_BYTES:
+        return None, f"{path}: its {attribute} is too long to be a shellper's"
+    directory = os.fsdecode(value)
+    if _key(directory) != leaf.dir_key:
+        return None, f"{path}: its {attribute} names {directory!r}, whose key is not the one in its name"
+    return directory, ""
 
 
 # --------------------------------------------------------------------------------------------- records
@@ -457,12 +570,15 @@ def verify_dead_session(path: str | None, inode: int | None, runtime_dir: str, n
 @record(frozen=True)
 class OrphanCgroup:
     """A session cgroup of a runtime directory that no record names; ``shellper_alive``: its shellper/ is
-    populated (a live shellper whose files are gone), so it is reported, never killed."""
+    populated (a live shellper whose files are gone, or a stranger that moved in), so it is reported, never
+    killed; ``unproven``: why it is not verifiably a shellper's (:func:`proof`; "" if it is), so it is
+    reported, never touched."""
 
     path: str
     leaf: LeafName
     populated: bool
     shellper_alive: bool
+    unproven: str = ""
 
 
 def find_session_cgroups(parent: str, runtime_dir: str) -> list[OrphanCgroup]:
@@ -481,5 +597,51 @@ def find_session_cgroups(parent: str, runtime_dir: str) -> list[OrphanCgroup]:
         if leaf is None or leaf.dir_key != key:
             continue
         group = SessionCgroup(os.path.join(parent, entry), mount)
-        out.append(OrphanCgroup(group.path, leaf, group.populated(), group.populated(SHELLPER_SUB)))
+        _, unproven = proof(group.path)
+        out.append(OrphanCgroup(group.path, leaf, group.populated(), group.populated(SHELLPER_SUB), unproven))
+    return out
+
+
+def _gone(path: str) -> bool:
+    """Nothing is at ``path`` (ENOENT, ENOTDIR); a path we may not look at is not gone."""
+    try:
+        os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return True
+    except OSError:
+        return False
+    return False
+
+
+@record(frozen=True)
+class LeakedLeaf:
+    """A session cgroup of this owner, verifiably a shellper's, whose runtime directory (``directory``, from
+    its proof) no longer exists: discovery goes by directory, so nothing else would ever look at it again."""
+
+    path: str
+    directory: str
+    populated: bool
+
+
+def find_leaked_leaves(parent: str, owner: str) -> list[LeakedLeaf]:
+    """Every session cgroup under ``parent`` whose name carries ``owner``'s key, whose :func:`proof` holds,
+    and whose runtime directory is gone (a shellper killed, then its directory removed)."""
+    mount = find_mount()
+    out: list[LeakedLeaf] = []
+    if mount is None:
+        return out
+    try:
+        entries = sorted(os.listdir(parent))
+    except OSError:
+        return out
+    key = owner_key(owner)
+    for entry in entries:
+        leaf = LeafName.parse(entry)
+        if leaf is None or leaf.owner_key != key:
+            continue
+        path = os.path.join(parent, entry)
+        directory, _ = proof(path)
+        if directory is None or not _gone(directory):
+            continue
+        out.append(LeakedLeaf(path, directory, SessionCgroup(path, mount).populated()))
     return out

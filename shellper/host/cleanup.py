@@ -171,6 +171,11 @@ class Termination:
     stragglers: tuple[int, ...]
     removed: tuple[str, ...]
     report: TerminateReport | None = None
+    strangers: tuple[int, ...] = ()
+    """Processes found in the session cgroup's shellper/ part once the shellper was gone: named, not signalled
+    (shellper.host.survivors.end_cgroup)."""
+    kept: str = ""
+    """Why the session's cgroup is still there ("" if it was removed, or there was none)."""
 
 
 def _check_leader(leader: PidFd, ident: ProcessIdentity, record: SessionRecord, paths: SessionPaths) -> None:
@@ -268,6 +273,8 @@ def terminate_shellper(record: SessionRecord, paths: SessionPaths, *, grace: flo
     members = tuple(sorted(group.procs(CHILD_SUB))) if group is not None else tuple(tree)
     report: TerminateReport | None = None
     stop_error: str | None = None
+    strangers: tuple[int, ...] = ()
+    kept = ""
     try:
         dead = False
         if ask_stop is not None:
@@ -289,7 +296,9 @@ def terminate_shellper(record: SessionRecord, paths: SessionPaths, *, grace: flo
                 report = terminate_tree(ident, grace, include_group=False, confirm_timeout=confirm_timeout)
         stragglers = _finish_stragglers(tree, grace, confirm_timeout)
         if group is not None and leader.wait_dead(0):
-            stragglers += end_cgroup(record.name, group, grace, confirm_timeout).pids
+            ended = end_cgroup(record.name, group, grace, confirm_timeout)
+            stragglers += ended.pids
+            strangers, kept = ended.strangers, ended.kept or ended.suspect
     finally:
         for fd in tree.values():
             fd.close()
@@ -299,4 +308,4 @@ def terminate_shellper(record: SessionRecord, paths: SessionPaths, *, grace: flo
         with contextlib.suppress(AlreadyRunning):  # a new shellper took the name: its files now
             removed = clean_session(paths)
     return Termination(record.name, record.shellper_pid, method, stop_error, members, stragglers, removed,
-                       report)
+                       report, strangers, kept)

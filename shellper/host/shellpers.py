@@ -51,6 +51,23 @@ def _socket_inodes(pid: int) -> set[int]:
     return out
 
 
+def listens(pid: int) -> bool:
+    """``pid`` holds a listening Unix socket (bound anywhere): as every live shellper does, even one whose
+    files were removed or whose record was copied elsewhere."""
+    inodes: set[int] = set()
+    try:
+        with open("/proc/net/unix", "rb") as f:
+            lines = f.read().decode("utf-8", "surrogateescape").splitlines()[1:]
+    except OSError:
+        return True  # cannot tell: whoever asks wants to spare such a process
+    for line in lines:
+        parts = line.split(None, 7)
+        with contextlib.suppress(ValueError, IndexError):
+            if int(parts[3], 16) & _LISTENING:
+                inodes.add(int(parts[6]))
+    return bool(inodes & _socket_inodes(pid))
+
+
 def holds_listener(pid: int, path: str) -> bool:
     """``pid`` holds the listening socket bound at ``path``."""
     inodes = listening_inodes(path)

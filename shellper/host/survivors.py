@@ -2,10 +2,16 @@
 
 **Contained sessions** (``record.containment`` cgroup or systemd-scope): everything the session's child ever
 forked is in the recorded cgroup and nothing else is, so that is what is ended (SIGTERM to the verified
-members, ``grace``, ``cgroup.kill``, confirmed by ``populated 0``), and the cgroup is removed. Only a cgroup
-that :func:`shellper.host.cgroup.verify_dead_session` accepts is touched (the runtime directory's key, the
-session's name and instance in its name, the recorded inode, no live shellper inside); otherwise nothing is
-signalled and the report says why. No marks are used: a cgroup cannot be left.
+members, ``grace``, ``cgroup.kill``, confirmed by ``populated 0``), and the cgroup is removed, deepest
+sub-cgroup first. Only a cgroup that :func:`shellper.host.cgroup.verify_cgroup` accepts is touched (the
+runtime directory's key, the session's name and instance in its name, the recorded inode) and only if
+nothing in its shellper/ part may be a live shellper (:func:`shellper.host.shellpers.listens`); otherwise
+nothing is signalled and the report says why. No marks are used: a cgroup cannot be left.
+
+Once the shellper is dead its shellper/ part is nobody's: a process in it moved itself there (root can),
+from this session or another, and nothing proves which (its environment is its own to rewrite). Such a
+*stranger* is named (:attr:`SurvivorReport.strangers`) and never signalled; the rest of the cgroup is ended
+all the same, and the cgroup stays (:attr:`SurvivorReport.kept`) until the stranger leaves.
 
 **Uncontained sessions** (containment none, the fallback):
 
@@ -50,12 +56,12 @@ import time
 from shellper.core import structs
 from shellper.core.containment import Containment
 from shellper.core.defaults import DEFAULT_GRACE
-from shellper.host.cgroup import SessionCgroup, verify_dead_session
+from shellper.host.cgroup import SHELLPER_SUB, SessionCgroup, verify_cgroup
 from shellper.host.identity import IdentityError, PidFd, ProcessGone, boot_id, read_stat
 from shellper.host.paths import PathError, SessionPaths, UnsafeDirError, check_dir, session_names
 from shellper.host.reaper import SurvivorError
 from shellper.host.record import LockError, RecordError, SessionLock, SessionRecord, read_record
-from shellper.host.shellpers import live_shellpers, lock_owners, record_is_alive, under
+from shellper.host.shellpers import listens, live_shellpers, lock_owners, record_is_alive, under
 
 __all__ = ["INSTANCE_ENV", "MAX_ROUNDS", "Guard", "SurvivorReport", "end_cgroup", "find_survivors", "guard",
            "protected_pids", "reap_survivors"]
@@ -71,7 +77,9 @@ class SurvivorReport:
     """``termed``: got SIGTERM (all found at first); ``killed``: still alive after ``grace``, SIGKILLed.
 
     ``spared``: carried the marks but are (under) a live shellper: not touched. ``suspect``: why nothing
-    at all was ended ("" if the record was not suspect).
+    at all was ended ("" if the record was not suspect). ``strangers``: processes in a dead session's
+    shellper/ part, named, never signalled (module docstring). ``kept``: why the session's cgroup is still
+    there after its processes were ended ("" if it was removed, or there was none).
     """
 
     name: str
@@ -79,6 +87,8 @@ class SurvivorReport:
     killed: tuple[int, ...]
     spared: tuple[int, ...] = ()
     suspect: str = ""
+    strangers: tuple[int, ...] = ()
+    kept: str = ""
 
     @property
     def pids(self) -> tuple[int, ...]:
@@ -306,30 +316,50 @@ def _reap_cgroup(record: SessionRecord, directory: str | os.PathLike[str] | None
         return SurvivorReport(record.name, (), ())  # the cgroup went with the boot
     if where is None:
         return SurvivorReport(record.name, (), (), suspect="the record names no runtime directory")
-    group, why = verify_dead_session(record.cgroup, record.cgroup_id, where, record.name, record.instance_id,
-                                     record.owner)
+    group, why = verify_cgroup(record.cgroup, record.cgroup_id, where, record.name, record.instance_id,
+                               record.owner)
     if group is None:
         return SurvivorReport(record.name, (), (), suspect="" if why == "gone" else why)
+    shellpers = shellpers_in(group)
+    if shellpers:
+        return SurvivorReport(record.name, (), (), suspect=f"a process in {group.sub(SHELLPER_SUB)} may be a live "
+                              f"shellper ({', '.join(map(str, shellpers))} listens on a socket): nothing ended")
     return end_cgroup(record.name, group, grace, confirm_timeout)
 
 
+def shellpers_in(group: SessionCgroup) -> tuple[int, ...]:
+    """The processes in ``group``'s shellper/ part that may be a live shellper: one that holds a listening
+    socket (a shellper always does, wherever its files went). Any other there is a stranger."""
+    members = group.procs(SHELLPER_SUB)
+    if not members:
+        return ()
+    live = live_shellpers()
+    return tuple(sorted(pid for pid in members if pid in live or listens(pid)))
+
+
 def end_cgroup(name: str, group: SessionCgroup, grace: float, confirm_timeout: float) -> SurvivorReport:
-    """SIGTERM every verified member, wait ``grace``, cgroup.kill, confirm it empty, remove it. Nothing at all
-    if this process or an ancestor is inside (a Tower run from what the session left): cgroup.kill cannot
-    spare one member."""
+    """For a cgroup whose shellper is dead: SIGTERM every verified member outside shellper/, wait ``grace``,
+    SIGKILL what is left there (cgroup.kill of every sub-cgroup but shellper/), confirm it empty, remove the
+    cgroup deepest first. Strangers in shellper/ are named, not signalled; they keep the cgroup (module
+    docstring). Nothing at all if this process or an ancestor is inside (a Tower run from what the session
+    left): cgroup.kill cannot spare one member."""
     inside = set(group.procs()) & protected_pids()
     if inside:
         return SurvivorReport(name, (), (), suspect=f"this process or an ancestor ({sorted(inside)}) is inside "
                               f"{group.path}: nothing ended")
-    termed = tuple(sorted(group.procs()))
+    termed = tuple(sorted(group.procs(spare=SHELLPER_SUB)))
     killed: tuple[int, ...] = ()
     if termed:
-        group.signal_members(signal.SIGTERM)
-        group.signal_members(signal.SIGCONT)
-        if not group.wait_empty(grace):
-            killed = tuple(sorted(group.procs()))
-            group.kill()
-            if not group.wait_empty(confirm_timeout):
-                raise SurvivorError(tuple(sorted(group.procs())))
-    group.remove()
-    return SurvivorReport(name, termed, killed)
+        group.signal_members(signal.SIGTERM, spare=SHELLPER_SUB)
+        group.signal_members(signal.SIGCONT, spare=SHELLPER_SUB)
+        if not group.wait_empty_outside(SHELLPER_SUB, grace):
+            killed = tuple(sorted(group.procs(spare=SHELLPER_SUB)))
+            if not group.kill_outside(SHELLPER_SUB, confirm_timeout):
+                raise SurvivorError(tuple(sorted(group.procs(spare=SHELLPER_SUB))))
+    strangers = tuple(sorted(group.procs(SHELLPER_SUB)))
+    kept = ""
+    if not group.remove():
+        kept = (f"{group.path} is kept: process(es) {', '.join(map(str, strangers))} moved into its "
+                f"{SHELLPER_SUB}/ part and are not verifiably the session's, so not signalled" if strangers else
+                f"{group.path} could not be removed: something is still inside")
+    return SurvivorReport(name, termed, killed, strangers=strangers, kept=kept)

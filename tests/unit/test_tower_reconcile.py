@@ -141,6 +141,9 @@ CASES: list[tuple[str, RegistryRow | None, Observed | None, float | None, list[t
     ("stray-cgroup-live", None, replace(LIVE, files=frozenset(), record=None,
                                          stray_cgroups=(OrphanCgroup(STRAY.path, STRAY.leaf, True, True),)), None,
      [(L, "stray_cgroup_live")]),
+    ("stray-cgroup-unproven", None, replace(LIVE, files=frozenset(), record=None, stray_cgroups=(
+        OrphanCgroup(STRAY.path, STRAY.leaf, True, False, "carries no shellper proof"),)), None,
+     [(L, "stray_cgroup_unproven")]),
     ("stray-cgroup-other-owner", None, replace(LIVE, files=frozenset(), record=None, stray_cgroups=(
         OrphanCgroup(STRAY.path, LeafName.of("/r", "someone-else", "s", "d" * 32), True, False),)), None,
      [(L, "other_owner")]),
