@@ -1,0 +1,232 @@
+"""Issue 27: no client trusts whatever listens at a path. Every command and library client, pointed at a
+socket another user planted (tests/planted.py: a directory of theirs, a world-writable one of ours, a
+symlink to theirs, or a directory of ours with their server in it), refuses it with UntrustedSocket (or the
+CLI's one line naming the path, the owner found and why) before sending anything: the planted server, run
+as ``nobody``, must see no byte, no frame and no terminal descriptor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pty
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pexpect
+import pytest
+from conftest import SHELLPER_CLI
+from planted import DIR_KINDS, KINDS, MARKER, NOBODY, Planted, plant
+
+from shellper.client.blocking import Client
+from shellper.client.bridge import bridge
+from shellper.client.sessions import list_sessions
+from shellper.client.stop import send_stop
+from shellper.core.trust import UntrustedSocket
+from shellper.host.cleanup import StopNotDelivered
+from shellper.protocol import wire
+from tower_client.client import AsyncClient, AsyncResumingClient, ResumingClient
+
+TIMEOUT = 60
+
+
+@pytest.fixture(params=KINDS)
+def planted(request: pytest.FixtureRequest) -> Iterator[Planted]:
+    with plant(request.param) as p:
+        yield p
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("SHELLPER_DIR", "SHELLPER_SESSION")}
+    return env
+
+
+def nothing_delivered(p: Planted) -> None:
+    """The planted server got no byte, no frame and no descriptor (a bare connect closed unused, which is how
+    the SO_PEERCRED check looks from its side, is allowed)."""
+    got = p.received()
+    assert p.delivered() == [], got
+    assert not any(r.marker for r in got), got
+
+
+def refused_line(p: Planted, text: str) -> None:
+    """The CLI's message: one line naming the socket, the owner or server found and why."""
+    assert "not trusted" in text, text
+    assert p.socket in text, text
+    if p.kind == "foreign":
+        assert f"is owned by uid {NOBODY}" in text, text
+    elif p.kind == "open":
+        assert "is group/world accessible (mode 1777)" in text, text
+    elif p.kind == "symlink":
+        assert "is a symlink" in text, text
+    else:
+        assert f"served by a process of uid {NOBODY}" in text, text
+
+
+def refused(p: Planted, exc: UntrustedSocket) -> None:
+    assert exc.path == p.socket
+    assert exc.owner == (0 if p.kind in ("open", "symlink") else NOBODY)  # lstat's owner of what is at the path
+    refused_line(p, str(exc))
+
+
+def cli(p: Planted, *args: str, stdin: bytes = b"", module: bool = False) -> subprocess.CompletedProcess[bytes]:
+    command = [sys.executable, "-m", "shellper"] if module else SHELLPER_CLI
+    return subprocess.run([*command, "--dir", str(p.dir), *args], input=stdin, capture_output=True,
+                          timeout=TIMEOUT, env=_env())
+
+
+# --------------------------------------------------------------------------------------------- commands
+
+COMMANDS = {
+    "send": ["send", "work", MARKER.decode(), "--enter"],
+    "tail": ["tail", "work", "-n", "5"],
+    "screen": ["screen", "work"],
+    "status": ["status", "work"],
+    "signal": ["signal", "work", "INT"],
+    "resize": ["resize", "work", "100", "30"],
+    "restart": ["restart", "work"],
+    "stop": ["stop", "work", "--grace", "0"],
+}
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_command_refuses_a_planted_socket(planted: Planted, command: str) -> None:
+    done = cli(planted, *COMMANDS[command])
+    err = done.stderr.decode(errors="replace")
+    nothing_delivered(planted)
+    assert done.returncode == 1, (done.stdout, err)
+    assert len(err.strip().splitlines()) == 1, err
+    refused_line(planted, err)
+
+
+@pytest.mark.parametrize("module", [False, True], ids=["quick", "cli"])
+def test_bridge_refuses_a_planted_socket_and_forwards_nothing(planted: Planted, module: bool) -> None:
+    """What a remote Tower sends through the bridge (a SPAWN with its environment) never reaches it."""
+    spawn = wire.encode(wire.Spawn(argv=["sh"], env={"TOKEN": MARKER.decode()}))
+    done = cli(planted, "bridge", "work", stdin=spawn, module=module)
+    err = done.stderr.decode(errors="replace")
+    nothing_delivered(planted)
+    assert done.returncode == 1 and done.stdout == b"", (done.stdout, err)
+    refused_line(planted, err)
+
+
+def _attach(p: Planted, *args: str, module: bool = False) -> tuple[int, str]:
+    """Attach from a real terminal (pexpect's PTY): the terminal it would hand over is there to be stolen."""
+    command = [sys.executable, "-m", "shellper"] if module else SHELLPER_CLI
+    term = pexpect.spawn(command[0], [*command[1:], "--dir", str(p.dir), *args], env=_env(), timeout=TIMEOUT)
+    try:
+        term.expect(pexpect.EOF)
+        out = term.before.decode(errors="replace")
+    finally:
+        term.close()
+    return term.exitstatus, out
+
+
+@pytest.mark.parametrize(("how", "args"), [
+    ("quick", ["attach", "work"]),  # the console script's quick path (shellper.cli.attach.quick_main)
+    ("cli", ["attach", "work"]),  # the full CLI (python -m shellper)
+    ("relay", ["attach", "work", "--relay"]),
+    ("create", ["attach", "-c", "work", "--", "sh"]),  # -c: the planted lock says it runs
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_attach_never_hands_its_terminal_to_a_planted_socket(planted: Planted, how: str, args: list[str]) -> None:
+    status, out = _attach(planted, *args, module=how in ("cli", "create"))
+    nothing_delivered(planted)
+    assert status == 1, out
+    refused_line(planted, out)
+
+
+# --------------------------------------------------------------------------------------------- library clients
+
+
+def test_the_blocking_client_refuses_before_passing_a_terminal(planted: Planted) -> None:
+    primary, secondary = pty.openpty()
+    try:
+        client = Client(planted.socket, "terminal")
+        with pytest.raises(UntrustedSocket) as caught:
+            client.connect(replay_bytes=0, terminal_fd=secondary)
+        assert client.sock is None
+    finally:
+        os.close(primary)
+        os.close(secondary)
+    refused(planted, caught.value)
+    nothing_delivered(planted)
+
+
+def test_the_asyncio_client_refuses(planted: Planted) -> None:
+    async def go() -> UntrustedSocket:
+        client = AsyncClient(planted.socket, "tower")
+        try:
+            with pytest.raises(UntrustedSocket) as caught:
+                await client.connect(replay_bytes=0)
+            return caught.value
+        finally:
+            await client.close()
+
+    refused(planted, asyncio.run(go()))
+    nothing_delivered(planted)
+
+
+def test_the_resuming_client_refuses_and_does_not_retry(planted: Planted) -> None:
+    client = ResumingClient(planted.socket, "tower")
+    try:
+        with pytest.raises(UntrustedSocket) as caught:
+            client.connect(replay_bytes=0)
+    finally:
+        client.close()
+    refused(planted, caught.value)
+    nothing_delivered(planted)
+
+
+def test_the_asyncio_resuming_client_refuses(planted: Planted) -> None:
+    async def go() -> UntrustedSocket:
+        client = AsyncResumingClient(planted.socket, "tower")
+        try:
+            with pytest.raises(UntrustedSocket) as caught:
+                await client.connect(replay_bytes=0)
+            return caught.value
+        finally:
+            await client.close()
+
+    refused(planted, asyncio.run(go()))
+    nothing_delivered(planted)
+
+
+def test_send_stop_refuses(planted: Planted) -> None:
+    """What ``shellper stop`` and tower_client's terminate send STOP with."""
+    with pytest.raises(StopNotDelivered) as caught:
+        send_stop(planted.socket, 0.0, lambda client, welcome: None, client_name="test")
+    assert isinstance(caught.value.__cause__, UntrustedSocket)
+    refused(planted, caught.value.__cause__)
+    nothing_delivered(planted)
+
+
+def test_the_bridge_function_refuses(planted: Planted) -> None:
+    read_end, write_end = os.pipe()
+    out_r, out_w = os.pipe()
+    try:
+        os.write(write_end, wire.encode(wire.Spawn(argv=["sh"], env={"TOKEN": MARKER.decode()})))
+        with pytest.raises(UntrustedSocket) as caught:
+            bridge(planted.socket, read_end, out_w)
+    finally:
+        for fd in (read_end, write_end, out_r, out_w):
+            os.close(fd)
+    refused(planted, caught.value)
+    nothing_delivered(planted)
+
+
+@pytest.mark.parametrize("kind", ["peer"])
+def test_listing_a_directory_with_a_foreign_server_asks_it_nothing(kind: str) -> None:
+    """``ls`` (list_sessions) probes each socket: a server of another user in our directory is not asked."""
+    with plant(kind) as p:
+        found = list_sessions(str(p.dir))
+        assert [s.name for s in found] == ["work"]
+        nothing_delivered(p)
+
+
+@pytest.mark.parametrize("kind", DIR_KINDS)
+def test_ls_refuses_a_planted_directory(kind: str) -> None:
+    with plant(kind) as p:
+        done = cli(p, "ls")
+        assert done.returncode == 1, done
+        nothing_delivered(p)
