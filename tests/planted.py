@@ -147,7 +147,7 @@ def _serve(listener: socket.socket, control: int, report: int) -> None:
     os.write(report, json.dumps(done).encode())
 
 
-def _child(kind: str, serve_dir: Path, name: str, control: int, report: int, ready: int) -> None:
+def _child(kind: str, serve_dir: Path, name: str, control: int, report: int, ready: int, locked: bool) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -162,7 +162,8 @@ def _child(kind: str, serve_dir: Path, name: str, control: int, report: int, rea
     if kind != "peer":
         listener.bind(sock_path)
         lock = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
-    fcntl.flock(lock, fcntl.LOCK_EX)
+    if locked:
+        fcntl.flock(lock, fcntl.LOCK_EX)
     listener.listen(16)
     os.write(ready, b"x")
     os.close(ready)
@@ -170,9 +171,10 @@ def _child(kind: str, serve_dir: Path, name: str, control: int, report: int, rea
 
 
 @contextlib.contextmanager
-def plant(kind: str, name: str = "work") -> Iterator[Planted]:
+def plant(kind: str, name: str = "work", *, locked: bool = True, record: bytes | None = None) -> Iterator[Planted]:
     """A planted runtime directory of ``kind`` with a live fake server for session ``name`` in it; the server
-    ended (reported, reaped) and everything removed afterwards."""
+    ended (reported, reaped) and everything removed afterwards. ``locked``: the server holds ``NAME.lock``
+    (the session looks alive); ``record``: the ``NAME.json`` they put there (a forged or copied record)."""
     assert os.geteuid() == 0, "planting needs root (the server runs as another user)"
     base = Path(tempfile.mkdtemp(prefix="spt-", dir="/tmp"))
     os.chmod(base, 0o755)  # the other user must reach a directory inside
@@ -194,6 +196,9 @@ def plant(kind: str, name: str = "work") -> Iterator[Planted]:
         assert kind == "peer", kind
         victim.mkdir(0o700)
         serve_dir = victim
+    if record is not None:
+        (serve_dir / f"{name}.json").write_bytes(record)
+        os.chown(serve_dir / f"{name}.json", NOBODY, NOBODY)
     control_r, control_w = os.pipe()
     report_r, report_w = os.pipe()
     ready_r, ready_w = os.pipe()
@@ -204,7 +209,7 @@ def plant(kind: str, name: str = "work") -> Iterator[Planted]:
             os.close(control_w)
             os.close(report_r)
             os.close(ready_r)
-            _child(kind, serve_dir, name, control_r, report_w, ready_w)
+            _child(kind, serve_dir, name, control_r, report_w, ready_w, locked)
             code = 0
         finally:
             os._exit(code)

@@ -8,25 +8,36 @@ as ``nobody``, must see no byte, no frame and no terminal descriptor.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import pty
+import random
 import subprocess
 import sys
+import time
+from collections import Counter
 from collections.abc import Iterator
 
 import pexpect
 import pytest
-from conftest import SHELLPER_CLI
+from conftest import SHELLPER_CLI, Sessions, poll_until, read_until
 from planted import DIR_KINDS, KINDS, MARKER, NOBODY, Planted, plant
+from test_containment import MODES
 
-from shellper.client.blocking import Client
+from shellper.client.blocking import Client, ClientError
 from shellper.client.bridge import bridge
 from shellper.client.sessions import list_sessions
 from shellper.client.stop import send_stop
 from shellper.core.trust import UntrustedSocket
 from shellper.host.cleanup import StopNotDelivered
+from shellper.host.identity import ProcessIdentity
+from shellper.host.paths import PathError
+from shellper.host.record import read_record
 from shellper.protocol import wire
+from tower_client.apply import apply
 from tower_client.client import AsyncClient, AsyncResumingClient, ResumingClient
+from tower_client.discover import discover
+from tower_client.reconcile import Registry, reconcile
 
 TIMEOUT = 60
 
@@ -230,3 +241,83 @@ def test_ls_refuses_a_planted_directory(kind: str) -> None:
         done = cli(p, "ls")
         assert done.returncode == 1, done
         nothing_delivered(p)
+
+
+# --------------------------------------------------------------------------------------------- chaos (make soak)
+
+ACTIONS = ("send", "tail", "screen", "status", "signal", "resize", "restart", "stop", "bridge", "ls", "attach",
+           "attach-c", "client", "async", "resuming", "send_stop", "discover")
+
+
+def _act(p: Planted, action: str) -> None:
+    """One thing a person or a Tower does with the planted directory; whatever it says, it must send nothing."""
+    if action in COMMANDS:
+        cli(p, *COMMANDS[action])
+    elif action == "bridge":
+        cli(p, "bridge", "work", stdin=wire.encode(wire.Spawn(argv=["sh"], env={"TOKEN": MARKER.decode()})))
+    elif action == "ls":
+        cli(p, "ls")
+    elif action in ("attach", "attach-c"):
+        _attach(p, *(["attach", "work"] if action == "attach" else ["attach", "-c", "work", "--", "sh"]),
+                module=action == "attach-c")
+    elif action == "client":
+        primary, secondary = pty.openpty()
+        try:
+            with contextlib.suppress(ClientError), Client(p.socket, "terminal") as client:
+                client.connect(replay_bytes=0, terminal_fd=secondary)
+        finally:
+            os.close(primary)
+            os.close(secondary)
+    elif action == "async":
+        async def go() -> None:
+            client = AsyncClient(p.socket, "tower")
+            try:
+                with contextlib.suppress(ClientError):
+                    await client.connect(replay_bytes=0)
+            finally:
+                await client.close()
+        asyncio.run(go())
+    elif action == "resuming":
+        client = ResumingClient(p.socket, "tower")
+        with contextlib.suppress(ClientError):
+            client.connect(replay_bytes=0)
+        client.close()
+    elif action == "send_stop":
+        with contextlib.suppress(StopNotDelivered):
+            send_stop(p.socket, 0.0, lambda client, welcome: None, client_name="chaos").close()
+    else:
+        assert action == "discover"
+        with contextlib.suppress(PathError):
+            decisions = reconcile(Registry(()), discover(p.dir), now=time.time())
+            apply(decisions, grace=0.5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", MODES)
+def test_planted_directories_under_chaos(sessions: Sessions, mode: str) -> None:
+    """``make soak``: a real session runs (in each containment mode) while, for PLANTED_ROUNDS rounds, a random
+    command or client is pointed at a random planting, with a random lock and sometimes a copy of the real
+    session's record (its shellper's identity, its cgroup) put there by the other user. Nothing reaches any
+    planted server, and the real session, its child and its cgroup are never touched."""
+    rounds = int(os.environ.get("PLANTED_ROUNDS", "60"))
+    rng = random.Random(int(os.environ.get("PLANTED_SEED", "27")))
+    info = sessions.start("work", ["sh", "-c", "while :; do echo tick; sleep 0.2; done"], containment=mode)
+    record = read_record(sessions.dir / "work.json")
+    shellper = ProcessIdentity(record.boot_id, record.shellper_pid, record.shellper_start_time)
+    child = ProcessIdentity.of(poll_until(lambda: read_record(sessions.dir / "work.json").child_pid, what="the child"))
+    assert child is not None
+    forged = (sessions.dir / "work.json").read_bytes()
+    counts: Counter[str] = Counter()
+    for _ in range(rounds):
+        kind, action = rng.choice(KINDS), rng.choice(ACTIONS)
+        copy = kind != "peer" and rng.random() < 0.5  # only root could write into our directory
+        with plant(kind, locked=rng.random() < 0.7, record=forged if copy else None) as p:
+            _act(p, action)
+            assert p.delivered() == [], (kind, action, p.received())
+        assert shellper.is_alive() and child.is_alive(), (kind, action)
+        counts[action] += 1
+    with sessions.connect("work", "viewer", replay_bytes=0) as viewer:  # still serving, still ticking
+        read_until(viewer, b"tick")
+    assert read_record(sessions.dir / "work.json").instance_id == info.instance_id
+    sessions.stop("work", grace=0.5)
+    print(f"\nplanted chaos ({mode}): {rounds} rounds, {dict(sorted(counts.items()))}")
