@@ -22,10 +22,13 @@ import pexpect
 import pytest
 from conftest import SHELLPER_CLI, Sessions, poll_until, read_until
 from planted import DIR_KINDS, KINDS, MARKER, NOBODY, Planted, plant
+from sshd_support import SshWorld
 from test_containment import MODES
+from test_remote import remote, world
 
 from shellper.client.blocking import Client, ClientError
 from shellper.client.bridge import bridge
+from shellper.client.remote import RemoteClient
 from shellper.client.sessions import list_sessions
 from shellper.client.stop import send_stop
 from shellper.core.trust import UntrustedSocket
@@ -38,6 +41,9 @@ from tower_client.apply import apply
 from tower_client.client import AsyncClient, AsyncResumingClient, ResumingClient
 from tower_client.discover import discover
 from tower_client.reconcile import Registry, reconcile
+from tower_client.remote import AsyncRemoteClient
+
+__all__ = ["remote", "world"]  # fixtures of test_remote, used here
 
 TIMEOUT = 60
 
@@ -61,18 +67,16 @@ def nothing_delivered(p: Planted) -> None:
     assert not any(r.marker for r in got), got
 
 
+REASONS = {"foreign": f"is owned by uid {NOBODY}, not by us (uid 0)", "open": "is group/world accessible (mode 1777)",
+           "symlink": "is a symlink", "peer": f"is served by a process of uid {NOBODY}, not by us (uid 0)"}
+"""What the refusal of each kind of planting says it found."""
+
+
 def refused_line(p: Planted, text: str) -> None:
     """The CLI's message: one line naming the socket, the owner or server found and why."""
     assert "not trusted" in text, text
     assert p.socket in text, text
-    if p.kind == "foreign":
-        assert f"is owned by uid {NOBODY}" in text, text
-    elif p.kind == "open":
-        assert "is group/world accessible (mode 1777)" in text, text
-    elif p.kind == "symlink":
-        assert "is a symlink" in text, text
-    else:
-        assert f"served by a process of uid {NOBODY}" in text, text
+    assert REASONS[p.kind] in text, text
 
 
 def refused(p: Planted, exc: UntrustedSocket) -> None:
@@ -243,6 +247,21 @@ def test_ls_refuses_a_planted_directory(kind: str) -> None:
         nothing_delivered(p)
 
 
+@pytest.mark.parametrize("kind", DIR_KINDS)
+@pytest.mark.parametrize("command", ["stop", "status"])
+def test_stop_and_status_read_and_remove_nothing_in_a_planted_directory(kind: str, command: str) -> None:
+    """With no lock held there, ``stop`` would take the session for a dead one and clean its files up, and
+    ``status`` would show its record: in a directory of another user, neither looks before refusing."""
+    with plant(kind, locked=False, record=b'{"name": "work", "command": ["PLANTED-RECORD"]}') as p:
+        files = sorted(os.listdir(p.dir))
+        done = cli(p, command, "work")
+        err = done.stderr.decode(errors="replace")
+        assert sorted(os.listdir(p.dir)) == files
+        assert done.returncode == 1 and b"PLANTED-RECORD" not in done.stdout + done.stderr, (done.stdout, err)
+        refused_line(p, err)
+        nothing_delivered(p)
+
+
 # --------------------------------------------------------------------------------------------- chaos (make soak)
 
 ACTIONS = ("send", "tail", "screen", "status", "signal", "resize", "restart", "stop", "bridge", "ls", "attach",
@@ -321,3 +340,34 @@ def test_planted_directories_under_chaos(sessions: Sessions, mode: str) -> None:
     assert read_record(sessions.dir / "work.json").instance_id == info.instance_id
     sessions.stop("work", grace=0.5)
     print(f"\nplanted chaos ({mode}): {rounds} rounds, {dict(sorted(counts.items()))}")
+
+
+# --------------------------------------------------------------------------------------------- remote clients
+
+
+@pytest.mark.parametrize("kind", ["foreign", "peer"])
+def test_remote_clients_get_the_bridges_refusal_and_do_not_retry(remote: SshWorld, kind: str) -> None:
+    """Through ssh, the bridge on the far host refuses; the client here raises UntrustedSocket (not SessionGone,
+    which a resuming client would retry), and the planted server there got nothing."""
+    with plant(kind) as p:
+        client = RemoteClient("alpha", "work", directory=str(p.dir), timeout=20.0)
+        try:
+            with pytest.raises(UntrustedSocket) as caught:
+                client.connect(replay_bytes=0)
+        finally:
+            client.close()
+        text = str(caught.value)
+        assert caught.value.path == "alpha:work" and "not trusted: on the remote host" in text, text
+        assert REASONS[kind] in text, text
+
+        async def go() -> UntrustedSocket:
+            aclient = AsyncRemoteClient("alpha", "work", directory=str(p.dir))
+            try:
+                with pytest.raises(UntrustedSocket) as caught:
+                    await aclient.connect(replay_bytes=0)
+                return caught.value
+            finally:
+                await aclient.close()
+
+        assert "on the remote host" in str(asyncio.run(go()))
+        nothing_delivered(p)

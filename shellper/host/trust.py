@@ -50,12 +50,14 @@ def check_socket_file(path: str) -> None:
 
 
 def peer_uid(sock: socket.socket) -> int | None:
-    """The uid of the process at the other end of a connected Unix socket (SO_PEERCRED), None if unreadable."""
+    """The uid of the process at the other end of a connected Unix socket (SO_PEERCRED), None if unreadable
+    or if there is no peer (pid 0: a connect() that did not complete)."""
     try:
         creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
     except OSError:
         return None
-    return int(_UCRED.unpack(creds)[1])
+    pid, uid, _ = _UCRED.unpack(creds)
+    return int(uid) if pid > 0 else None
 
 
 def check_server(sock: socket.socket, path: str) -> None:
