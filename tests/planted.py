@@ -30,6 +30,7 @@ import signal
 import socket
 import struct
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +47,9 @@ WELCOME = wire.Welcome(version=2, name="work", shellper_pid=1, shellper_start_ti
                        instance_id="e" * 32, state="running", cols=80, rows=24, ring_start=0, ring_end=0)
 HANDSHAKE = wire.encode(WELCOME) + wire.encode(wire.Replay(offset=0, data=b""))
 READY_TIMEOUT = 10.0
+IDLE = 1.5
+"""Seconds of silence after which the planted server hangs up, so a client that trusted it (the code before
+issue 27) ends and the test can say what it delivered instead of waiting out the client's own timeout."""
 
 
 @dataclass
@@ -102,15 +106,23 @@ class Planted:
 def _serve(listener: socket.socket, control: int, report: int) -> None:
     """The planted server's loop, in the child: accept, read with descriptors, answer like a shellper."""
     conns: dict[int, tuple[socket.socket, wire.Decoder, dict[str, object]]] = {}
+    active: dict[int, float] = {}
     done: list[dict[str, object]] = []
     while True:
-        ready, _, _ = select.select([listener, control, *conns], [], [])
+        ready, _, _ = select.select([listener, control, *conns], [], [], IDLE / 4)
         if control in ready:
             break
+        now = time.monotonic()
+        for fd in [fd for fd, last in active.items() if now - last > IDLE and fd not in ready]:
+            conns[fd][0].close()  # hangs up on a client that waits for more than it answers
+            done.append(conns.pop(fd)[2])
+            del active[fd]
         if listener in ready:
             conn, _ = listener.accept()
             conns[conn.fileno()] = (conn, wire.Decoder(), {"bytes": 0, "fds": 0, "frames": [], "marker": False})
+            active[conn.fileno()] = now
         for fd in [fd for fd in ready if fd in conns]:
+            active[fd] = now
             conn, decoder, seen = conns[fd]
             try:
                 data, ancdata, _, _ = conn.recvmsg(65536, socket.CMSG_SPACE(16 * 4))
@@ -125,6 +137,7 @@ def _serve(listener: socket.socket, control: int, report: int) -> None:
             if not data:
                 conn.close()
                 done.append(conns.pop(fd)[2])
+                del active[fd]
                 continue
             seen["bytes"] = int(seen["bytes"]) + len(data)  # type: ignore[call-overload]
             seen["marker"] = bool(seen["marker"]) or MARKER in data
