@@ -207,6 +207,54 @@ def test_the_asyncio_resuming_client_refuses(planted: Planted) -> None:
     nothing_delivered(planted)
 
 
+@pytest.mark.parametrize("how", ["blocking", "asyncio"])
+def test_a_resuming_client_does_not_reconnect_into_a_planted_directory(sessions: Sessions, how: str) -> None:
+    """The runtime directory goes (a tmp cleaner) and another user makes one of theirs at its path while a
+    Tower's resuming client is connected: the reconnection is refused (UntrustedSocket, not retried), not
+    made to their socket."""
+    sessions.start("work", ["sh", "-c", "while :; do echo tick; sleep 0.2; done"])
+    path = str(sessions.dir / "work.sock")
+    moved = sessions.dir.with_name(sessions.dir.name + "-away")
+    with plant("foreign") as p:
+        theirs = p.dir
+        try:
+            if how == "blocking":
+                client = ResumingClient(path, "tower")
+                try:
+                    client.connect(replay_bytes=0)
+                    os.rename(sessions.dir, moved)
+                    os.rename(theirs, sessions.dir)
+                    client.abort()
+                    with pytest.raises(UntrustedSocket) as caught:
+                        while True:
+                            client.recv(timeout=10)
+                finally:
+                    client.close()
+                error = caught.value
+            else:
+                async def go() -> UntrustedSocket:
+                    aclient = AsyncResumingClient(path, "tower")
+                    try:
+                        await aclient.connect(replay_bytes=0)
+                        os.rename(sessions.dir, moved)
+                        os.rename(theirs, sessions.dir)
+                        aclient.abort()
+                        with pytest.raises(UntrustedSocket) as caught:
+                            while True:
+                                await aclient.recv(timeout=10)
+                        return caught.value
+                    finally:
+                        await aclient.close()
+                error = asyncio.run(go())
+        finally:
+            if moved.exists():
+                os.rename(sessions.dir, theirs)
+                os.rename(moved, sessions.dir)
+        assert error.path == path and error.owner == NOBODY and REASONS["foreign"] in str(error)
+        nothing_delivered(p)
+    sessions.stop("work", grace=0.5)
+
+
 def test_send_stop_refuses(planted: Planted) -> None:
     """What ``shellper stop`` and tower_client's terminate send STOP with."""
     with pytest.raises(StopNotDelivered) as caught:
