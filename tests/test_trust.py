@@ -375,8 +375,9 @@ def test_planted_directories_under_chaos(sessions: Sessions, mode: str) -> None:
     assert child is not None
     forged = (sessions.dir / "work.json").read_bytes()
     counts: Counter[str] = Counter()
-    for _ in range(rounds):
-        kind, action = rng.choice(KINDS), rng.choice(ACTIONS)
+    actions = [a for _ in range(rounds // len(ACTIONS) + 1) for a in rng.sample(ACTIONS, len(ACTIONS))][:rounds]
+    for action in actions:  # every action in each pass over them, in a random order
+        kind = rng.choice(KINDS)
         copy = kind != "peer" and rng.random() < 0.5  # only root could write into our directory
         with plant(kind, locked=rng.random() < 0.7, record=forged if copy else None) as p:
             _act(p, action)
