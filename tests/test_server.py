@@ -329,10 +329,10 @@ def test_peer_uid_is_refused_by_so_peercred(sessions: Sessions) -> None:
     dir_mode = stat.S_IMODE(os.stat(sessions.dir).st_mode)
     sock_mode = stat.S_IMODE(os.stat(sock_path).st_mode)
     assert (dir_mode, sock_mode) == (0o700, 0o600)
-    os.chmod(sessions.dir, 0o711)  # only for this test: let nobody reach the socket, so that
-    os.chmod(sock_path, 0o666)  # the credentials check is the only thing left to refuse it
-    try:
-        with sessions.connect("uid", "terminal") as observer:
+    with sessions.connect("uid", "terminal") as observer:  # first: no client of ours trusts a loosened directory
+        os.chmod(sessions.dir, 0o711)  # only for this test: let nobody reach the socket, so that
+        os.chmod(sock_path, 0o666)  # the credentials check is the only thing left to refuse it
+        try:
             out = subprocess.run(
                 ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
                  SYSTEM_PY, "-c", _NOBODY_CLIENT, str(sock_path), hello("tower").hex()],
@@ -341,10 +341,10 @@ def test_peer_uid_is_refused_by_so_peercred(sessions: Sessions) -> None:
             err = only_error(events)
             assert err.code == "forbidden"
             assert len(events) == 1  # no WELCOME, nothing else
-            echo_roundtrip(observer, b"still-served")
-    finally:
-        os.chmod(sock_path, 0o600)
-        os.chmod(sessions.dir, 0o700)
+        finally:
+            os.chmod(sock_path, 0o600)
+            os.chmod(sessions.dir, 0o700)
+        echo_roundtrip(observer, b"still-served")
     sessions.stop("uid")
 
 

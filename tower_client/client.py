@@ -21,7 +21,9 @@ from typing import Generic, TypeVar
 from shellper.client.blocking import Client, check_role, checked_socket_path, peer_pid
 from shellper.core import names
 from shellper.core.errors import BadArgumentType
+from shellper.core.trust import UntrustedSocket
 from shellper.host.identity import ProcessIdentity
+from shellper.host.trust import check_server, check_socket_dir, check_socket_file
 from shellper.protocol import wire
 from shellper.protocol.connection import (
     Answered,
@@ -77,6 +79,7 @@ __all__ = [
     "ShellperDead",
     "SpawnFailed",
     "Timeout",
+    "UntrustedSocket",
     "socket_path",
 ]
 
@@ -205,8 +208,20 @@ class AsyncClient(ConnectionView):
         return conn.welcome
 
     async def _open_stream(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        """The connected stream the handshake runs on (tower_client.remote's runs over ssh instead)."""
-        return await asyncio.open_unix_connection(self.path)
+        """The connected stream the handshake runs on (tower_client.remote's runs over ssh instead, to a
+        bridge that checks there). The checks of every client's connect (shellper.host.trust.connect_session)
+        around a non-blocking one: nothing is sent to a socket in a directory others could have planted
+        it in, nor to a server that is not ours."""
+        check_socket_dir(self.path)
+        check_socket_file(self.path)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC)
+        try:
+            await asyncio.get_running_loop().sock_connect(sock, self.path)
+            check_server(sock, self.path)  # closes it if it refuses
+            return await asyncio.open_unix_connection(sock=sock)
+        except BaseException:
+            sock.close()
+            raise
 
     async def _read(self) -> None:
         assert self._reader is not None

@@ -16,7 +16,7 @@ import socket
 import tempfile
 from typing import IO
 
-from shellper.client.remote import CLOSE_WAIT, RemoteClient, last_line, remote_address
+from shellper.client.remote import CLOSE_WAIT, RemoteClient, bridge_refusal, last_line, remote_address
 from shellper.core.names import validate_name
 from shellper.host.ssh import (
     SSH_UNREACHABLE,
@@ -28,7 +28,7 @@ from shellper.host.ssh import (
     ssh_argv,
 )
 from shellper.protocol import wire
-from shellper.protocol.connection import ClientError, SessionGone, SessionNotFound
+from shellper.protocol.connection import ClientError, SessionGone
 from tower_client.client import (
     CLIENT_NAME,
     CONNECT_TIMEOUT,
@@ -134,8 +134,7 @@ class AsyncRemoteClient(AsyncClient):
             why = await self._reap() or self.ended  # a failed handshake has closed (and reaped) already
             if why is None or self.conn.welcome is not None or not isinstance(exc, SessionGone):
                 raise  # not a bridge that ended unanswered: the shellper's own refusal, as is
-            if "no such session" in why[1] or "no socket" in why[1]:
-                raise SessionNotFound(self.path, why[1]) from exc
+            bridge_refusal(self.path, why[1], exc)
             what = "ssh could not connect" if why[0] == SSH_UNREACHABLE else f"the bridge exited {why[0]}"
             raise SessionGone(self.path, f"{what}: {why[1]}") from exc
 

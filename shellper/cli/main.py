@@ -29,7 +29,7 @@ from shellper.core.defaults import (
     TERMINAL_SIZE_RANGE,
     terminal_size_in_range,
 )
-from shellper.core.errors import ShellperError
+from shellper.core.errors import ClientError, ShellperError
 from shellper.core.exits import PolicyError, RestartPolicy
 from shellper.core.names import socket_path, validate_name
 from shellper.core.owner import OWNER_ENV, BadOwner, validate_owner
@@ -352,14 +352,24 @@ def _reader_left() -> int:
 
 
 def _user_errors() -> tuple[type[Exception], ...]:
-    """Failures that deserve one line, not a traceback (a client error only if the client was loaded)."""
-    errors: tuple[type[Exception], ...] = (CliError, LaunchError, PathError, ConfigError, PolicyError, LockError)
-    client = sys.modules.get("shellper.client.blocking")
-    return (*errors, client.ClientError) if client is not None else errors
+    """Failures that deserve one line, not a traceback."""
+    return (CliError, LaunchError, PathError, ConfigError, PolicyError, LockError, ClientError)
 
 
 def _dir(args: argparse.Namespace) -> str:
     return runtime_dir(args.dir)
+
+
+def _trusted_paths(args: argparse.Namespace) -> SessionPaths:
+    """The session's paths, once its directory is one a client may trust (shellper.host.trust): ``stop`` and
+    ``status`` read its lock and record, which another user could have planted, before they connect.
+    UntrustedSocket if not."""
+    from shellper.host.trust import check_socket_dir
+
+    validate_name(args.name)
+    paths = SessionPaths.for_name(_dir(args), args.name)
+    check_socket_dir(paths.socket)
+    return paths
 
 
 def _connect(args: argparse.Namespace, role: str = "tower", **hello: Any) -> Client:
@@ -814,8 +824,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
     if isinstance(args.name, list):
         return _stop_each(args)
-    validate_name(args.name)
-    paths = SessionPaths.for_name(_dir(args), args.name)
+    paths = _trusted_paths(args)
     if not SessionLock.is_locked(paths.lock) and session_files(paths):
         return _stop_stale(args, paths)
     record = _read_record(paths)
@@ -1126,7 +1135,7 @@ def cmd_bridge(args: argparse.Namespace) -> int:
     validate_name(args.name)
     try:
         return bridge(socket_path(_dir(args), args.name))
-    except BridgeError as exc:
+    except (BridgeError, ClientError) as exc:  # ClientError: a socket refused as not ours (shellper.host.trust)
         raise CliError(f"session {args.name!r}: {exc}") from None
 
 
@@ -1134,10 +1143,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     from shellper.core.exitrecord import ExitRecordError, exit_line
     from shellper.protocol import wire
 
+    paths = _trusted_paths(args)
     try:
         client = _connect(args, "viewer", replay_bytes=0)
     except CliError as exc:  # no answer: if the shellper is gone and left its record, show what that says
-        paths = SessionPaths.for_name(_dir(args), args.name)
         silent = _not_answering(paths, exc)
         if silent is not None:
             pid = silent[0].shellper_pid

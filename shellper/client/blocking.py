@@ -11,12 +11,13 @@ import contextlib
 import os
 import select
 import socket
-import stat
 import struct
 import time
 from collections import deque
 
 from shellper.core.errors import BadArgument, BadArgumentType
+from shellper.core.trust import UntrustedSocket
+from shellper.host.trust import connect_session
 from shellper.protocol import wire
 from shellper.protocol.connection import (
     Answered,
@@ -65,6 +66,7 @@ __all__ = [
     "SessionStopping",
     "SpawnFailed",
     "Timeout",
+    "UntrustedSocket",
     "check_role",
     "checked_socket_path",
 ]
@@ -88,21 +90,6 @@ def check_role(role: str) -> str:
     if role not in wire.ROLES:
         raise BadArgument(f"role {role!r} is not one of {', '.join(wire.ROLES)}")
     return role
-
-
-def _check_not_a_link(path: str) -> None:
-    """NotASocket if lstat finds a symlink or another non-socket at ``path``: connect() would follow a
-    symlink to whatever it names, and report a file as "nothing is listening"."""
-    try:
-        mode = os.lstat(path).st_mode
-    except OSError:
-        return  # connect() says what is wrong
-    if stat.S_ISLNK(mode):
-        raise NotASocket(path, "is a symlink, not a session socket; shellper never connects through one: "
-                         "remove it if it is not needed")
-    if not stat.S_ISSOCK(mode):
-        kind = "a directory" if stat.S_ISDIR(mode) else "a regular file" if stat.S_ISREG(mode) else "a FIFO or device"
-        raise NotASocket(path, f"is {kind}, not a session socket: remove it if it is not needed")
 
 
 class Client(ConnectionView):
@@ -163,16 +150,12 @@ class Client(ConnectionView):
         return conn.welcome
 
     def _open_socket(self) -> socket.socket:
-        """The connected socket the handshake runs on (shellper.client.remote's runs over ssh instead)."""
-        _check_not_a_link(self.path)
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-        sock.settimeout(self.timeout)
-        try:
-            sock.connect(self.path)
+        """The connected socket the handshake runs on (shellper.client.remote's runs over ssh instead, to a
+        bridge that makes the same checks there)."""
+        try:  # the directory, the file and the server checked: nothing is sent to a socket others planted
+            return connect_session(self.path, self.timeout)
         except OSError as exc:
-            sock.close()
             raise connect_error(self.path, exc, self.timeout) from None
-        return sock
 
     # ----------------------------------------------------------------------------------- I/O
 

@@ -2,7 +2,8 @@
 
 The remote end of an ssh channel: a Tower or ``shellper.client.remote`` speaks the protocol through it to a
 shellper on another host. The bridge runs as the remote user, so the shellper's peer-credential checks
-see that user, as for any local client; it reads and writes nothing of its own on the stream.
+see that user, as for any local client; it reads and writes nothing of its own on the stream. It connects
+only as every client does (shellper.host.trust), and refuses otherwise before reading its stdin.
 
 Every connection to a remote session starts one, so the console script runs it without argparse or the
 protocol's codec (:func:`quick_main`; bench/NOTES.md, "Sessions over ssh"): it imports the socket and
@@ -15,10 +16,10 @@ import errno
 import os
 import select
 import socket
-import stat
 import sys
 
 from shellper.core.errors import ShellperError
+from shellper.host.trust import connect_session
 
 CHUNK = 256 * 1024
 """Bytes moved per read, each way."""
@@ -56,25 +57,15 @@ def bridge(path: str, infd: int = 0, outfd: int = 1, timeout: float = 5.0) -> in
 
 
 def _connect(path: str, timeout: float) -> socket.socket:
-    """A connected socket, refusing what is not a socket (connect() would follow a symlink)."""
+    """A connected socket, checked as every client's is (shellper.host.trust): its directory ours alone,
+    not a symlink, served by us. What a remote Tower sends through (a SPAWN's environment, keys) never
+    reaches a socket another user planted."""
     try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        raise BridgeError(f"{path}: no such session socket") from None
+        return connect_session(path, timeout)
     except OSError as exc:
-        raise BridgeError(f"{path}: {exc.strerror or exc}") from None
-    if not stat.S_ISSOCK(mode):
-        raise BridgeError(f"{path}: is not a session socket (shellper never connects through a symlink)")
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-    sock.settimeout(timeout)
-    try:
-        sock.connect(path)
-    except OSError as exc:
-        sock.close()
         why = {FileNotFoundError: "no such session socket", ConnectionRefusedError: "nothing is listening "
                "(stale socket)", TimeoutError: f"connect timed out after {timeout:g} s"}.get(type(exc))
         raise BridgeError(f"{path}: {why or exc.strerror or exc}") from None
-    return sock
 
 
 def _read(fd: int) -> bytes:

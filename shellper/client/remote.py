@@ -12,6 +12,7 @@ from typing import IO
 
 from shellper.client.blocking import Client
 from shellper.core.names import validate_name
+from shellper.core.trust import UntrustedSocket, untrusted_reason
 from shellper.host.ssh import (
     SSH_UNREACHABLE,
     HostUnreachable,
@@ -82,8 +83,7 @@ class RemoteClient(Client):
             why = self._reap() or self.ended  # a failed handshake has closed (and reaped) already
             if why is None:
                 raise
-            if "no such session" in why[1] or "no socket" in why[1]:
-                raise SessionNotFound(self.path, why[1]) from exc
+            bridge_refusal(self.path, why[1], exc)
             what = "ssh could not connect" if why[0] == SSH_UNREACHABLE else f"the bridge exited {why[0]}"
             raise SessionGone(self.path, f"{what}: {why[1]}") from exc
 
@@ -104,6 +104,17 @@ class RemoteClient(Client):
         super().close()  # the socket's end-of-file ends the bridge, then ssh
         with contextlib.suppress(OSError):
             self.ended = self._reap() or self.ended
+
+
+def bridge_refusal(path: str, line: str, exc: ClientError) -> None:
+    """Raise what the remote bridge's last line says, when it says the session is not there
+    (SessionNotFound) or that its socket was refused as not the remote user's (UntrustedSocket: never
+    retried, as a local one is not)."""
+    if "no such session" in line or "no socket" in line:
+        raise SessionNotFound(path, line) from exc
+    reason = untrusted_reason(line)
+    if reason is not None:
+        raise UntrustedSocket(path, None, f"on the remote host, {reason}") from exc
 
 
 def last_line(err: IO[bytes] | None) -> str:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
+if TYPE_CHECKING:
+    import os
+
 
 class ShellperError(Exception):
     """Catch this to catch any of shellper's own errors. Subclasses keep a standard mixin where callers
@@ -19,3 +23,13 @@ class BadArgumentType(ShellperError, TypeError):
 class InsideEventLoop(ShellperError, RuntimeError):
     """A blocking call made from inside a running asyncio event loop, which it would have to block: await
     its ``_async`` form instead."""
+
+
+class ClientError(ShellperError):
+    """Talking to a session failed; ``path`` is its socket. Here, not with the protocol's other client errors
+    (shellper.protocol.connection), so what refuses a socket before any frame is sent needs no codec."""
+
+    def __init__(self, path: str | os.PathLike[str], message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = str(path)
+        self.message = message

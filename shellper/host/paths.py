@@ -31,6 +31,7 @@ from shellper.core.names import (
 )
 from shellper.core.names import PathError as PathError  # re-exported: the base of this module's errors
 from shellper.core.structs import record
+from shellper.core.trust import dir_refusal
 
 SUN_PATH_MAX = 108
 """sizeof(sockaddr_un.sun_path) on Linux, including the terminating NUL."""
@@ -86,18 +87,9 @@ _warned_xdg = False
 
 
 def _check_dir_stat(path: str, st: os.stat_result) -> None:
-    if stat.S_ISLNK(st.st_mode):
-        raise UnsafeDirError(path, "is a symlink; remove it (shellper never follows a symlinked directory)")
-    if not stat.S_ISDIR(st.st_mode):
-        raise UnsafeDirError(path, "exists but is not a directory")
-    uid = os.geteuid()
-    if st.st_uid != uid:
-        raise UnsafeDirError(path, f"is owned by uid {st.st_uid}, not by us (uid {uid})")
-    perm = stat.S_IMODE(st.st_mode)
-    if perm & 0o077:
-        raise UnsafeDirError(
-            path, f"is group/world accessible (mode {perm:04o}); fix with chmod 700 {path}"
-        )
+    why = dir_refusal(path, st.st_mode, st.st_uid, os.geteuid())  # the rule every client applies too
+    if why is not None:
+        raise UnsafeDirError(path, why)
 
 
 def lstat_dir(path: str | os.PathLike[str]) -> os.stat_result | None:

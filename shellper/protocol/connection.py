@@ -22,7 +22,9 @@ from enum import Enum
 
 from shellper.core import structs
 from shellper.core.errors import BadArgument, ShellperError
+from shellper.core.errors import ClientError as ClientError  # re-exported: its home is core, for the trust checks
 from shellper.core.structs import field, record
+from shellper.core.trust import NotASocket as NotASocket
 from shellper.protocol import wire
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: `shellper attach` starts without typing (see shellper.core.structs)
@@ -33,15 +35,6 @@ if TYPE_CHECKING:
 
 
 # --------------------------------------------------------------------------------------------- errors
-
-
-class ClientError(ShellperError):
-    """Talking to a session failed; ``path`` is its socket."""
-
-    def __init__(self, path: str | os.PathLike[str], message: str) -> None:
-        super().__init__(f"{path}: {message}")
-        self.path = str(path)
-        self.message = message
 
 
 class InvalidRequest(BadArgument):
@@ -59,10 +52,6 @@ class SessionNotFound(ClientError):
 
 class ConnectionRefused(ClientError):
     """A socket file is there but nothing answers: a stale file, or a shellper that died."""
-
-
-class NotASocket(ClientError):
-    """Something other than a socket is at the path (a symlink is never connected through)."""
 
 
 class SessionGone(ClientError):

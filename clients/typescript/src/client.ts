@@ -2,8 +2,9 @@
 // then frames as they come, with the output position and the last event tracked as they are handed
 // out (section 8.2), so that `nextOffset` is always what a reconnection resumes from.
 
-import { readFileSync } from "node:fs";
+import { lstatSync, readFileSync } from "node:fs";
 import net from "node:net";
+import { dirname, resolve } from "node:path";
 
 import { ProtocolError, FrameDecoder, encodeData, encodeFrame, typeName } from "./codec.js";
 import {
@@ -26,6 +27,16 @@ export class ClientError extends Error {
     this.name = new.target.name;
   }
 }
+/** A socket refused before anything was sent to it: its directory is not ours alone (protocol/RUNTIME.md,
+ * "The runtime directory"), so another user could have planted it. `owner` is the uid lstat found. */
+export class UntrustedSocket extends ClientError {
+  constructor(path: string, readonly owner: number | null, readonly reason: string) {
+    super(path, `not trusted: ${reason}; another user could have put it there, so nothing was sent to it ` +
+      "(use a directory of your own)");
+  }
+}
+/** Something other than a socket is at the path (a symlink is never connected through). */
+export class NotASocket extends ClientError {}
 /** No socket at that path. */
 export class SessionNotFound extends ClientError {}
 /** A socket nobody accepts on (a shellper that died without removing it). */
@@ -511,8 +522,47 @@ export function shellperAlive(welcome: Welcome): boolean {
   return fields[0] !== "Z" && Number(fields[19]) === welcome.shellper_start_time;
 }
 
+/** Why a runtime directory (lstat's `mode` and `uid`) cannot be trusted by `euid`, or null: the rule the
+ * shellper applies to the directory it creates (shellper.core.trust.dir_refusal). */
+export function dirRefusal(path: string, mode: number, uid: number, euid: number): string | null {
+  const type = mode & 0o170000;
+  if (type === 0o120000) return "is a symlink; remove it (shellper never follows a symlinked directory)";
+  if (type !== 0o040000) return "exists but is not a directory";
+  if (uid !== euid) return `is owned by uid ${uid}, not by us (uid ${euid})`;
+  const perm = mode & 0o7777;
+  if (perm & 0o077) return `is group/world accessible (mode ${perm.toString(8).padStart(4, "0")}); fix with chmod 700 ${path}`;
+  return null;
+}
+
+/** Refuse a socket whose directory another user could have planted it in, and a path that is not a socket.
+ * Node reads no SO_PEERCRED without native code, so the server's uid, which the Python clients check too
+ * once connected, is not checked here: the directory is all that stands (README, "Limits"). */
+export function checkSocketPath(path: string): void {
+  const dir = dirname(resolve(path));
+  const euid = process.geteuid?.();
+  let st;
+  try {
+    st = lstatSync(dir);
+  } catch {
+    st = undefined; // nothing there: connect() says there is no session
+  }
+  if (st !== undefined && euid !== undefined) {
+    const why = dirRefusal(dir, st.mode, st.uid, euid);
+    if (why !== null) throw new UntrustedSocket(path, st.uid, `its directory ${dir} ${why}`);
+  }
+  let file;
+  try {
+    file = lstatSync(path);
+  } catch {
+    return;
+  }
+  if (file.isSymbolicLink()) throw new NotASocket(path, "is a symlink, not a session socket; shellper never connects through one");
+  if (!file.isSocket()) throw new NotASocket(path, "is not a session socket");
+}
+
 function open(path: string): Promise<net.Socket> {
   return new Promise((resolve, reject) => {
+    checkSocketPath(path); // a throw here rejects: nothing was connected
     const socket = net.createConnection({ path });
     const fail = (error: NodeJS.ErrnoException): void => {
       socket.destroy();
