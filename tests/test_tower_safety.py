@@ -338,12 +338,13 @@ def test_observe_refuses_a_directory_others_could_plant_records_in(sessions: Ses
     from shellper.host.paths import UnsafeDirError
 
     sessions.launch("one", ["cat"])
-    os.chmod(sessions.dir, 0o777)
-    try:
-        with pytest.raises(UnsafeDirError, match="writable by group or others"):
-            observe(sessions.dir, "one")
-    finally:
-        os.chmod(sessions.dir, 0o700)
+    for mode in (0o777, 0o750):  # 0750: not writable by others, but a client would refuse to connect there
+        os.chmod(sessions.dir, mode)
+        try:
+            with pytest.raises(UnsafeDirError, match="group/world accessible"):
+                observe(sessions.dir, "one")
+        finally:
+            os.chmod(sessions.dir, 0o700)
     assert observe(sessions.dir, "one").record is not None
 
 

@@ -105,30 +105,18 @@ def lstat_dir(path: str | os.PathLike[str]) -> os.stat_result | None:
 def existing_runtime_dir(path: str | os.PathLike[str]) -> bool:
     """Whether the runtime directory exists (False: nothing in it yet); UnsafeDirError if it exists but
     ``run`` would refuse it, so ``ls`` does not report "no sessions" from a place sessions never go."""
-    p = os.path.abspath(os.fspath(path))
-    st = lstat_dir(p)
-    if st is not None:
-        _check_dir_stat(p, st)
-    return st is not None
+    return check_dir(path) is not None
 
 
 def check_dir(directory: str | os.PathLike[str]) -> str | None:
     """The runtime directory to look in (absolute), or None if it does not exist; UnsafeDirError if what is
-    there cannot be trusted as evidence: a symlink, not a directory, not ours, or writable by group or
-    others (who could plant records and sockets in it)."""
+    there cannot be trusted as evidence: the rule every client applies before it connects (a symlink, not a
+    directory, not ours, or open to group or others, who could plant records and sockets in it)."""
     p = os.path.abspath(os.fspath(directory))
     st = lstat_dir(p)
-    if st is None:
-        return None
-    if stat.S_ISLNK(st.st_mode):
-        raise UnsafeDirError(p, "is a symlink (never followed)")
-    if not stat.S_ISDIR(st.st_mode):
-        raise UnsafeDirError(p, "is not a directory")
-    if st.st_uid != os.geteuid():
-        raise UnsafeDirError(p, f"is owned by uid {st.st_uid}, not by us (uid {os.geteuid()})")
-    if stat.S_IMODE(st.st_mode) & 0o022:
-        raise UnsafeDirError(p, f"is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})")
-    return p
+    if st is not None:
+        _check_dir_stat(p, st)
+    return None if st is None else p
 
 
 def check_socket_path(path: str | os.PathLike[str]) -> None:
