@@ -17,6 +17,7 @@ from typing import Any
 from shellper import __version__
 from shellper.core.defaults import DEFAULT_GRACE
 from shellper.core.owner import BadOwner, default_owner, validate_owner
+from shellper.core.text import printable
 from shellper.host.identity import IdentityError, ProcessGone
 from shellper.host.paths import PathError, SessionPaths, runtime_dir
 from shellper.host.record import AlreadyRunning, SessionRecord
@@ -97,8 +98,9 @@ def _ls(args: argparse.Namespace, directory: Path) -> int:
         lock = {True: "held", False: "free", None: "?"}[o.locked]
         owner = o.record.owner if o.record is not None else "-"
         strays = f" (+{len(o.stray_cgroups)} stray cgroup(s))" if o.stray_cgroups else ""
-        rows.append(f"{o.name:20} {o.state or '-':10} {o.pid or '-':>8} {_identity(o):11} {lock:6} "
-                    f"{o.probe:9} {o.child:10} {o.containment or '-':13} {owner or '-'}{strays}")
+        # printable(): a name, state or owner read from a file is shown, never obeyed, by the terminal
+        rows.append(printable(f"{o.name:20} {o.state or '-':10} {o.pid or '-':>8} {_identity(o):11} {lock:6} "
+                              f"{o.probe:9} {o.child:10} {o.containment or '-':13} {owner or '-'}{strays}"))
     _emit(args, [o.to_dict() for o in seen], rows if seen else [f"no sessions in {directory}"])
     return EXIT_OK
 

@@ -28,7 +28,7 @@ import re
 
 from shellper.core import vtparse
 
-__all__ = ["strip_queries"]
+__all__ = ["is_query", "strip_queries"]
 
 _CANDIDATE = (
     # Only what may be a query is matched (and looked at in Python): a CSI with a private marker or an
@@ -43,7 +43,8 @@ _XTWINOPS_REPORTS = frozenset(("11", "13", "14", "15", "16", "17", "18", "19", "
 _OSC_FIELDS_BEFORE_QUERY = re.compile(r"(?:[0-9]*;)+\?(?:;|\Z)")
 
 
-def _is_query(seq: vtparse.Sequence) -> bool:
+def is_query(seq: vtparse.Sequence) -> bool:
+    """Whether a terminal answers ``seq`` (or, for OSC 52, writes the clipboard)."""
     kind = seq.kind
     if kind is vtparse.Kind.CSI:
         if not seq.dispatched:
@@ -70,7 +71,7 @@ def _is_query(seq: vtparse.Sequence) -> bool:
     if kind is vtparse.Kind.ESC:
         return seq.dispatched and seq.final == "Z" and not seq.intermediates
     if kind is vtparse.Kind.CONTROL:
-        return True  # DECID's 8-bit form
+        return seq.data in ("\x9a", "\udc9a")  # DECID's 8-bit form
     if kind is vtparse.Kind.OSC:
         data = seq.data
         return (data.startswith("52;") or data == "52" or data.startswith("1337;Report")
@@ -88,7 +89,7 @@ def _keep_or_drop(m: re.Match[str]) -> str:
     seq = vtparse.parse(token)
     if not seq.complete and m.end() == len(m.string):
         return token  # cut by the end: half a sequence is not answered
-    if _is_query(seq):
+    if is_query(seq):
         return seq.controls.replace("\x7f", "")
     return token
 

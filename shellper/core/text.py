@@ -51,12 +51,15 @@ class PlainStream:
     read with the next piece, so its second half is not shown as text."""
 
     def __init__(self) -> None:
+        import codecs
+
         self._carry = ""
+        self._decoder = codecs.getincrementaldecoder("utf-8")("surrogateescape")  # a character cut: held too
 
     def feed(self, data: bytes) -> bytes:
         from shellper.core import vtparse
 
-        text = self._carry + vtparse.decode(data)
+        text = self._carry + self._decoder.decode(data)
         self._carry = ""
         cut = vtparse.unfinished(text)
         if cut >= 0:

@@ -64,7 +64,7 @@ CSI = f"{CSI_START}[{EXECUTED}\x20-\x3f]*+(?P<csi_final>[\x40-\x7e])?"
 OSC = f"{OSC_START}[^\x07{STOP}]*+(?P<osc_end>\x07|{ST})?"
 DCS = f"{DCS_START}[^{STOP}]*+(?P<dcs_end>{ST})?"
 SOS_PM_APC = f"{SOS_PM_APC_START}[^{STOP}]*+(?P<str_end>{ST})?"
-ESCAPE = f"{ESC}(?:(?P<esc_final>[\x30-\x4f\x51-\x57\x59\x5a\x5c\x60-\x7e])" \
+ESCAPE = f"{ESC}(?:(?P<esc_final>[\x30-\x4f\x51-\x57\x59\x5a\\\\\x60-\x7e])" \
          f"|[\x20-\x2f][{EXECUTED}\x20-\x2f]*+(?P<esc_final2>[\x30-\x7e])?)?"
 CONTROL = f"[\x00-\x1a\x1c-\x1f\x7f{C1}]"
 """One control on its own (C1 ones that start nothing: the starting ones are tried first)."""
