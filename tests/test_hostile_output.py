@@ -77,7 +77,7 @@ def test_tail_plain_bytes_drops_c1_bel_and_bs(sessions: Sessions) -> None:
 def test_status_shows_a_hostile_command_line_and_directory_harmless(sessions: Sessions, tmp_path: Path) -> None:
     cwd = tmp_path / "dir\x1b]0;pwned\x07\u009b2J"
     cwd.mkdir()
-    info = launch(SessionConfig(name="argv", argv=["sleep", "300", "\x1b]52;c;aGFjaw==\x07", "\u009b2J"],
+    info = launch(SessionConfig(name="argv", argv=["sh", "-c", "sleep 300", "\x1b]52;c;aGFjaw==\x07", "\u009b2J"],
                                 dir=str(sessions.dir), cwd=str(cwd), env=dict(os.environ), grace=1.0,
                                 policy=RestartPolicy()))
     sessions.launched.append(info)
