@@ -147,3 +147,21 @@ def test_a_replay_asks_nothing_and_writes_no_clipboard(sessions: Sessions) -> No
     rendered = _attach(sessions)
     assert b"beforafter" in rendered and b"\x1b]2;title\x07" in rendered, rendered  # the BS was executed
     assert [q for q in ASKED if q in rendered] == [], rendered
+
+
+def test_attach_shows_the_exit_reason_harmless(sessions: Sessions) -> None:
+    script = (f"import sys; print('WAITING', flush=True); sys.stdin.readline(); "
+              f"sys.stdout.write({HOSTILE!r} + '\\n'); sys.stdout.flush(); sys.exit(3)")
+    sessions.launch("late", [sys.executable, "-c", script], policy=RestartPolicy(mode="no"))
+    term = pexpect.spawn(SHELLPER_CLI[0], [*SHELLPER_CLI[1:], "--dir", str(sessions.dir), "attach", "late"],
+                         timeout=TIMEOUT, cwd=str(REPO), dimensions=(24, 80))
+    try:
+        term.expect_exact(b"WAITING")
+        term.send(b"\r")
+        term.expect_exact(b"[exited: ")
+        term.expect_exact(b"(restart mode no)]")
+        reason = bytes(term.before)
+        term.expect(pexpect.EOF)
+    finally:
+        term.close(force=True)
+    assert b"boom" in reason and harmful(reason) == [], reason
