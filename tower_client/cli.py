@@ -87,7 +87,8 @@ def _emit(args: argparse.Namespace, data: Any, lines: list[str]) -> None:
         print(json.dumps(data, indent=1, default=str))
     else:
         for line in lines:
-            print(line)
+            # a name, an owner or a reason read from a file, a process's argv: shown, never obeyed, by the terminal
+            print(printable(line))
 
 
 def _ls(args: argparse.Namespace, directory: Path) -> int:
@@ -98,9 +99,8 @@ def _ls(args: argparse.Namespace, directory: Path) -> int:
         lock = {True: "held", False: "free", None: "?"}[o.locked]
         owner = o.record.owner if o.record is not None else "-"
         strays = f" (+{len(o.stray_cgroups)} stray cgroup(s))" if o.stray_cgroups else ""
-        # printable(): a name, state or owner read from a file is shown, never obeyed, by the terminal
-        rows.append(printable(f"{o.name:20} {o.state or '-':10} {o.pid or '-':>8} {_identity(o):11} {lock:6} "
-                              f"{o.probe:9} {o.child:10} {o.containment or '-':13} {owner or '-'}{strays}"))
+        rows.append(f"{o.name:20} {o.state or '-':10} {o.pid or '-':>8} {_identity(o):11} {lock:6} "
+                    f"{o.probe:9} {o.child:10} {o.containment or '-':13} {owner or '-'}{strays}")
     _emit(args, [o.to_dict() for o in seen], rows if seen else [f"no sessions in {directory}"])
     return EXIT_OK
 

@@ -563,9 +563,10 @@ def _ls_row(s: SessionInfo) -> tuple[str, ...]:
         command = command[:LS_COMMAND_WIDTH - 1] + "…"
     # Every cell that came from a record or a shellper's answer is printable: a record is a file anyone with
     # the directory's access may have written, and LAST EXIT quotes what a program wrote.
-    return (finished, printable(s.name), printable(s.state), str(s.pid or "-"), str(s.child_pid or "-"),
-            _duration(s.uptime), "-" if s.clients is None else str(s.clients), _bytes(s.ring_bytes),
-            printable(s.owner or "-"), printable(s.containment or "-"), command, printable(s.last_exit or "-"))
+    cells = (finished, s.name, s.state, str(s.pid or "-"), str(s.child_pid or "-"), _duration(s.uptime),
+             "-" if s.clients is None else str(s.clients), _bytes(s.ring_bytes), s.owner or "-",
+             s.containment or "-", command, s.last_exit or "-")
+    return tuple(map(printable, cells))
 
 
 def _duration(seconds: float | None) -> str:
@@ -1124,12 +1125,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     # Every line goes through printable(): the reason quotes what a program wrote, the command and directory
     # are whatever the session was started with (as ls shows them).
     print(printable(f"{info.get('name')}: {reply.state}" + (f" ({reason})" if reason else "")))
-    print(f"  shellper pid {info.get('shellper_pid')}, child pid {info.get('child_pid') or '-'}, "
-          f"up {_duration(info.get('uptime'))}")
+    print(printable(f"  shellper pid {info.get('shellper_pid')}, child pid {info.get('child_pid') or '-'}, "
+                    f"up {_duration(info.get('uptime'))}"))
     _print_containment(info.get("owner"), info.get("containment"), info.get("cgroup"))
     print("  command " + printable(f"{' '.join(info.get('argv') or [])} in {info.get('cwd')}"))
-    print(f"  output {info.get('ring_end')} bytes, ring holds {info.get('ring_end', 0) - info.get('ring_start', 0)}")
-    print(f"  exits {info.get('exit_count')}, restarts {info.get('restarts')}")
+    print(printable(f"  output {info.get('ring_end')} bytes, ring holds "
+                    f"{info.get('ring_end', 0) - info.get('ring_start', 0)}"))
+    print(printable(f"  exits {info.get('exit_count')}, restarts {info.get('restarts')}"))
     if unreadable is not None:
         print(printable(f"  last exit: unreadable ({unreadable})"))
     elif last is not None:
