@@ -456,3 +456,10 @@ def test_every_way_to_a_sessions_socket_names_one_file(tmp_path: Path, name: str
     bound = SessionPaths.for_name(tmp_path, name).socket
     assert socket_path(str(tmp_path), name) == bound
     assert str(client_socket_path(tmp_path, name)) == bound
+
+
+def test_format_line_shows_controls_as_escapes() -> None:
+    """A reason may quote a program's output or its command line: ``cat NAME.log`` shows it, never obeys it."""
+    line = logfile.format_line("spawn failed: \x1b]52;c;aGk=\x07\u009b2J\rX\ncontinued\tthere")
+    text = line.decode()
+    assert text.endswith("spawn failed: \\x1b]52;c;aGk=\\x07\\x9b2J\\rX\n  continued\\tthere\n"), text

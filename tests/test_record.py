@@ -186,6 +186,14 @@ def test_group_ids_of_zero_are_valid() -> None:
         (_mutated(breaker=[]), "'breaker'"),
         (_mutated(restarts=-1), "'restarts'"),
         (_mutated(ring_bytes=None), "'ring_bytes'"),
+        # fields with a grammar that ls and status print: refused rather than printed (issue 27)
+        (_mutated(owner="evil\x1b]52;c;aGk=\x07"), "'owner'"),
+        (_mutated(owner="a\u009b2J"), "'owner'"),
+        (_mutated(owner="two words"), "'owner'"),
+        (_mutated(owner="x" * 65), "'owner'"),
+        (_mutated(owner=5), "'owner'"),
+        (_mutated(name="main\x1b[2J"), "'name'"),
+        (_mutated(name="../main"), "'name'"),
     ],
 )
 def test_bad_records_raise_record_error(data: bytes, reason: str) -> None:

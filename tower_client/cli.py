@@ -18,6 +18,7 @@ from shellper import __version__
 from shellper.core.defaults import DEFAULT_GRACE
 from shellper.core.errors import ShellperError
 from shellper.core.owner import BadOwner, default_owner, validate_owner
+from shellper.core.text import printable
 from shellper.host.identity import IdentityError, ProcessGone
 from shellper.host.paths import PathError, SessionPaths, runtime_dir
 from shellper.host.record import AlreadyRunning, SessionRecord
@@ -94,7 +95,8 @@ def _emit(args: argparse.Namespace, data: Any, lines: list[str]) -> None:
         print(json.dumps(data, indent=1, default=str))
     else:
         for line in lines:
-            print(line)
+            # a name, an owner or a reason read from a file, a process's argv: shown, never obeyed, by the terminal
+            print(printable(line))
 
 
 def _ls(args: argparse.Namespace, directory: Path) -> int:

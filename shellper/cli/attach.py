@@ -108,8 +108,11 @@ def exit_status(frame: wire.Exit) -> int:
 
 
 def describe(frame: wire.Exit) -> str:
-    """The child's end in one line: the shellper's reason if it gave one, else the code or signal."""
-    return frame.describe()
+    """The child's end in one line: the shellper's reason if it gave one, else the code or signal; printable,
+    as ``ls`` shows it (a reason may quote what the program wrote)."""
+    from shellper.core.text import printable  # here: only at the end
+
+    return printable(frame.describe())
 
 
 # ----------------------------------------------------------------------------------------- plumbing

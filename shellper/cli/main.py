@@ -565,13 +565,18 @@ LS_COMMAND_WIDTH = 30
 
 
 def _ls_row(s: SessionInfo) -> tuple[str, ...]:
+    from shellper.core.text import printable
+
     finished = "+" if s.state in _ENDED else " "
-    command = "".join(c if c.isprintable() else repr(c)[1:-1] for c in s.command or "-")  # one line: \n as \\n
+    command = printable(s.command or "-")  # one line: \n as \\n, an escape sequence inert and visible
     if len(command) > LS_COMMAND_WIDTH:
         command = command[:LS_COMMAND_WIDTH - 1] + "…"
-    return (finished, s.name, s.state, str(s.pid or "-"), str(s.child_pid or "-"), _duration(s.uptime),
-            "-" if s.clients is None else str(s.clients), _bytes(s.ring_bytes), s.owner or "-",
-            s.containment or "-", command, s.last_exit or "-")
+    # Every cell that came from a record or a shellper's answer is printable: a record is a file anyone with
+    # the directory's access may have written, and LAST EXIT quotes what a program wrote.
+    cells = (finished, s.name, s.state, str(s.pid or "-"), str(s.child_pid or "-"), _duration(s.uptime),
+             "-" if s.clients is None else str(s.clients), _bytes(s.ring_bytes), s.owner or "-",
+             s.containment or "-", command, s.last_exit or "-")
+    return tuple(map(printable, cells))
 
 
 def _duration(seconds: float | None) -> str:
@@ -664,7 +669,7 @@ def cmd_tail(args: argparse.Namespace) -> int:
     printed output switched on (alternate screen, hidden cursor, mouse reporting) are switched off at the end, as
     ``attach`` does, so the user's terminal is left as it was."""
     from shellper.client.blocking import SessionGone
-    from shellper.core.text import last_lines, strip_ansi
+    from shellper.core.text import PlainStream, last_lines
     from shellper.protocol import wire
 
     if args.lines is not None and args.lines < 0:
@@ -693,10 +698,12 @@ def cmd_tail(args: argparse.Namespace) -> int:
                 lines = lines[len(lines) - args.lines:] if args.lines else []
             replay = wire.Replay(offset=end, data="".join(line + "\n" for line in lines).encode())
 
+        plain = PlainStream() if args.plain else None  # a sequence cut between two DATA is still dropped whole
+
         def emit(data: bytes) -> None:
             if modes is not None:
                 modes.feed(data)
-            _write_all(out, strip_ansi(data) if args.plain else data)
+            _write_all(out, plain.feed(data) if plain is not None else data)
             out.flush()
 
         try:
@@ -1141,6 +1148,7 @@ def cmd_bridge(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from shellper.core.exitrecord import ExitRecordError, exit_line
+    from shellper.core.text import printable
     from shellper.protocol import wire
 
     paths = _trusted_paths(args)
@@ -1171,17 +1179,20 @@ def cmd_status(args: argparse.Namespace) -> int:
     reason = info.get("state_reason") or ""
     if last is not None and reason == last.reason:  # "...; restart #2 (crash) in 0.87 s": counted down from now
         reason = exit_line(last, reply.state, next_restart_at, now)
-    print(f"{info.get('name')}: {reply.state}" + (f" ({reason})" if reason else ""))
-    print(f"  shellper pid {info.get('shellper_pid')}, child pid {info.get('child_pid') or '-'}, "
-          f"up {_duration(info.get('uptime'))}")
+    # Every line goes through printable(): the reason quotes what a program wrote, the command and directory
+    # are whatever the session was started with (as ls shows them).
+    print(printable(f"{info.get('name')}: {reply.state}" + (f" ({reason})" if reason else "")))
+    print(printable(f"  shellper pid {info.get('shellper_pid')}, child pid {info.get('child_pid') or '-'}, "
+                    f"up {_duration(info.get('uptime'))}"))
     _print_containment(info.get("owner"), info.get("containment"), info.get("cgroup"))
-    print(f"  command {' '.join(info.get('argv') or [])} in {info.get('cwd')}")
-    print(f"  output {info.get('ring_end')} bytes, ring holds {info.get('ring_end', 0) - info.get('ring_start', 0)}")
-    print(f"  exits {info.get('exit_count')}, restarts {info.get('restarts')}")
+    print("  command " + printable(f"{' '.join(info.get('argv') or [])} in {info.get('cwd')}"))
+    print(printable(f"  output {info.get('ring_end')} bytes, ring holds "
+                    f"{info.get('ring_end', 0) - info.get('ring_start', 0)}"))
+    print(printable(f"  exits {info.get('exit_count')}, restarts {info.get('restarts')}"))
     if unreadable is not None:
-        print(f"  last exit: unreadable ({unreadable})")
+        print(printable(f"  last exit: unreadable ({unreadable})"))
     elif last is not None:
-        print(f"  last exit: {exit_line(last, reply.state, next_restart_at, now)}")
+        print(printable(f"  last exit: {exit_line(last, reply.state, next_restart_at, now)}"))
     print(f"  clients: {max(0, len(info.get('clients') or []) - 1)}")  # not counting this status query
     if info.get("output_held"):
         print("  output held: the tower or a terminal is more than half a ring behind (the child waits for it)")
@@ -1189,15 +1200,18 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def _print_containment(owner: str | None, containment: str | None, cgroup: str | None) -> None:
-    print(f"  owner {owner or '-'}, containment {containment or '-'}")
+    from shellper.core.text import printable
+
+    print(printable(f"  owner {owner or '-'}, containment {containment or '-'}"))
     if cgroup:
-        print(f"  cgroup {cgroup}")
+        print(printable(f"  cgroup {cgroup}"))
 
 
 def _status_of_dead(args: argparse.Namespace, paths: SessionPaths) -> int:
     """No live shellper holds the lock, but the record is there: what it last said (owner, containment, its
     cgroup, the exits), marked stale; exit 1, as for any session that is not running."""
     from shellper.core.exitrecord import exit_line
+    from shellper.core.text import printable
     from shellper.host.record import RecordError, read_record
 
     try:
@@ -1213,13 +1227,13 @@ def _status_of_dead(args: argparse.Namespace, paths: SessionPaths) -> int:
                           "containment": record.containment, "cgroup": record.cgroup, "record": record.to_dict()},
                          indent=2, default=str))
     else:
-        print(f"{record.name}: stale ({reason})")
+        print(printable(f"{record.name}: stale ({reason})"))
         print(f"  shellper pid {record.shellper_pid} (gone), child pid {record.child_pid or '-'} (recorded)")
         _print_containment(record.owner, record.containment, record.cgroup)
-        print(f"  command {' '.join(record.command)} in {record.cwd}")
+        print("  command " + printable(f"{' '.join(record.command)} in {record.cwd}"))
         print(f"  exits {record.exit_count}, restarts {record.restarts}")
         if record.exits:  # nobody is left to restart it: no countdown
-            print(f"  last exit: {exit_line(record.exits[-1], 'stale', None, time.time())}")
+            print(printable(f"  last exit: {exit_line(record.exits[-1], 'stale', None, time.time())}"))
     print(f"shellper: session {args.name!r} is not running (shown from its record)", file=sys.stderr)
     return 1
 

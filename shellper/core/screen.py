@@ -25,6 +25,7 @@ import re
 import unicodedata
 from collections import deque
 
+from shellper.core import vtparse
 from shellper.core.defaults import SCREEN_SCROLLBACK_LINES
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
@@ -50,16 +51,20 @@ FAST_FORWARD_MIN = 32 * 1024
 """Characters of plain text below which fast-forwarding is not tried (finding where to start costs)."""
 
 _TOKEN = re.compile(
+    # The grammar is shellper.core.vtparse's; the commonest well-formed sequences come first, as groups a
+    # branch in _run tells apart at once, and everything else (8-bit C1 forms, C0 controls inside a
+    # sequence, aborted ones) is one token of the grammar, classified by vtparse.parse. Both end a
+    # sequence in the same place.
     r"([^\x00-\x1f\x7f-\x9f]+)"  # 1: printable run
-    r"|\x1b\[([\x30-\x3f]*)([\x20-\x2f]*)([\x40-\x7e])"  # 2, 3, 4: CSI params, intermediates, final
-    r"|\x1b\]([^\x07\x1b]*)(?:\x07|\x1b\\)"  # 5: OSC
-    r"|\x1b[P_^X][^\x1b]*\x1b\\"  # DCS, APC, PM, SOS: skipped
+    r"|\x1b\[([\x3c-\x3f]?[\x30-\x3b]*)([\x20-\x2f]*)([\x40-\x7e])"  # 2, 3, 4: CSI params, intermediates, final
+    r"|\x1b\]([^\x00-\x1f\x7f-\x9f]*)(?:\x07|\x1b\\)"  # 5: OSC
     r"|\x1b([\x20-\x2f]+)([\x30-\x7e])"  # 6, 7: ESC with intermediates (charsets, DECALN)
-    r"|\x1b([\x30-\x7e])"  # 8: ESC final
-    r"|([\x00-\x1f\x7f-\x9f])",  # 9: a control character (a lone ESC too)
+    r"|\x1b([\x30-\x4f\x51-\x57\x59\x5a\x5c\x60-\x7e])"  # 8: ESC final
+    r"|([\x00-\x1a\x1c-\x1f\x7f])"  # 9: a C0 control (not ESC)
+    r"|(" + vtparse.SEQUENCE + r")",  # 10: any other token of the grammar
     re.S,
 )
-_PARTIAL = re.compile(r"\x1b(?:\[[\x20-\x3f]*|\][^\x07\x1b]*\x1b?|[P_^X][^\x1b]*\x1b?|[\x20-\x2f]*)\Z")
+_CONTROLS = re.compile(f"[\x00-\x1f\x7f{vtparse.C1}]")
 _SGR_ONLY = re.compile(r"\x1b\[[0-9;:]*m")
 _PRINTABLE_BYTES = bytes(range(0x20, 0x7F))
 _SGR_BYTES = re.compile(rb"\x1b\[[0-9;:]*m")
@@ -278,12 +283,10 @@ class Screen:
             data = self._fast_forward_bytes(data)
         text = self._carry + self._decoder.decode(data)
         self._carry = ""
-        esc = text.rfind("\x1b")
-        if esc >= 0:
-            partial = _PARTIAL.search(text, esc)
-            if partial is not None:
-                self._carry = text[esc:] if len(text) - esc <= CARRY_MAX else ""
-                text = text[:esc]
+        cut = vtparse.unfinished(text)
+        if cut >= 0:
+            self._carry = text[cut:] if len(text) - cut <= CARRY_MAX else ""
+            text = text[:cut]
         if len(text) >= FAST_FORWARD_MIN:
             text = self._fast_forward(text)
         self._run(text)
@@ -305,6 +308,28 @@ class Screen:
                 self._esc_intermediate(m.group(6), m.group(7))
             elif m.group(5) is not None:
                 self._osc(m.group(5))
+            elif m.group(10) is not None:
+                self._sequence(m.group(10))
+
+    def _sequence(self, token: str) -> None:
+        """A token of the grammar none of the fast forms took: its C0 controls are executed, then it."""
+        seq = vtparse.parse(token)
+        for control in seq.controls:
+            self._control(control)
+        if not seq.dispatched:
+            return
+        kind = seq.kind
+        if kind is vtparse.Kind.CSI:
+            self._csi(seq.private + seq.params, seq.intermediates, seq.final)
+        elif kind is vtparse.Kind.ESC:
+            if seq.intermediates:
+                self._esc_intermediate(seq.intermediates, seq.final)
+            else:
+                self._esc(seq.final)
+        elif kind is vtparse.Kind.OSC:
+            self._osc(seq.data)
+        elif kind is vtparse.Kind.CONTROL:
+            self._control(seq.data)
 
     def _fast_forward_bytes(self, data: bytes) -> bytes:
         """:meth:`_fast_forward` for a batch of plain ASCII text, line feeds and SGR sequences (the usual
@@ -689,7 +714,7 @@ class Screen:
     def _osc(self, body: str) -> None:
         code, _, text = body.partition(";")
         if code in ("0", "2"):
-            self.title = text
+            self.title = _CONTROLS.sub("", text)  # a terminal ignores them in an OSC; redrawn, they would act
 
     def _restore_cursor(self) -> None:
         saved = self.saved[self.alternate]

@@ -1,30 +1,79 @@
-"""Terminal output as plain text: escape sequences removed, for ``tail --plain`` and the exit classifier.
+"""What a program wrote, made fit for the place a person reads it (sans-IO).
 
-One pattern for both, kept as a string: ``re`` compiles it on first use (and caches it), so a process
-that never strips anything, a shellper whose child never fails, does not pay for compiling it.
+Whatever a program wrote reaches a person only through the sanitiser for its place:
+
+- plain text (``tail --plain``, the exit classifier that makes exit reasons): :func:`strip_escapes`
+  and :func:`strip_ansi`, every escape sequence and control removed but the few the place allows, by the
+  grammar the screen model reads (:mod:`shellper.core.vtparse`), so they agree on where each sequence
+  ends, C1 (8-bit) forms and C0 controls inside a sequence included;
+- a table cell or one line of a log or of ``status`` (a command line, a directory, an owner, a reason
+  read from a record): :func:`printable`, every character that is not printable shown as its escape, so
+  what is there can be seen and nothing in it acts on the terminal;
+- a replay: :mod:`shellper.core.queries`.
+
+The patterns are strings: ``re`` compiles each on first use (and caches it), so a process that never
+strips anything, a shellper whose child never fails, does not pay for compiling them.
 """
 
 from __future__ import annotations
 
 import re
 
-ESCAPE_SEQUENCE = (
-    r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC, to BEL or ST (or to the next ESC, when cut short)
-    r"|\x1b[P^_X][^\x1b]*(?:\x1b\\)?"      # DCS, PM, APC, SOS, to ST
-    r"|\x1b\[[0-?]*[ -/]*[@-~]"            # CSI
-    r"|\x1b[ -/]*[0-~]"                    # two-byte escapes (ESC 7, ESC c, ...) and nF ones (ESC ( B)
-)
-_ESCAPE_SEQUENCE_BYTES = ESCAPE_SEQUENCE.encode("ascii")
+PLAIN_CARRY_MAX = 4096
+"""Longest unfinished escape sequence :class:`PlainStream` holds back for the next piece; a longer one (a
+huge OSC cut by a piece's end) is dropped."""
 
 
-def strip_escapes(text: str) -> str:
-    """``text`` without its terminal escape sequences: a TUI's stderr is full of them."""
-    return re.sub(ESCAPE_SEQUENCE, "", text)
+def _pattern(keep: str) -> str:
+    from shellper.core import vtparse  # here: a shellper imports this module at start, and may never strip
+
+    controls = "".join(c for c in map(chr, range(0x20)) if c not in keep and c != "\x1b") + "\x7f"
+    return (f"{vtparse.CSI}|{vtparse.OSC}|{vtparse.DCS}|{vtparse.SOS_PM_APC}|{vtparse.ESCAPE}"
+            f"|[{re.escape(controls)}{vtparse.C1}]")
+
+
+def strip_escapes(text: str, keep: str = "\t\n\r") -> str:
+    """``text`` without its escape sequences (whole, with any controls inside them) and without the control
+    characters, C0 and C1, that are not in ``keep``: a TUI's stderr is full of them."""
+    return re.sub(_pattern(keep), "", text)
 
 
 def strip_ansi(data: bytes) -> bytes:
-    """Escape sequences and carriage returns removed; everything else untouched."""
-    return re.sub(_ESCAPE_SEQUENCE_BYTES, b"", data).replace(b"\r", b"")
+    """Output bytes as plain text lines: escape sequences and every control but line feeds and tabs removed
+    (carriage returns, BEL, BS, C1 ones); any other byte, even one that is not UTF-8, is kept."""
+    from shellper.core import vtparse
+
+    return vtparse.encode(strip_escapes(vtparse.decode(data), "\t\n"))
+
+
+class PlainStream:
+    """:func:`strip_ansi` over output that comes in pieces: a sequence cut by a piece's end is held back and
+    read with the next piece, so its second half is not shown as text."""
+
+    def __init__(self) -> None:
+        import codecs
+
+        self._carry = ""
+        self._decoder = codecs.getincrementaldecoder("utf-8")("surrogateescape")  # a character cut: held too
+
+    def feed(self, data: bytes) -> bytes:
+        from shellper.core import vtparse
+
+        text = self._carry + self._decoder.decode(data)
+        self._carry = ""
+        cut = vtparse.unfinished(text)
+        if cut >= 0:
+            self._carry = text[cut:] if len(text) - cut <= PLAIN_CARRY_MAX else ""
+            text = text[:cut]
+        return vtparse.encode(strip_escapes(text, "\t\n"))
+
+
+def printable(text: str) -> str:
+    """``text`` for one line of a table or a log: a character that is not printable (a control, a line
+    break, a lone surrogate, a bidirectional override) as its Python escape (``\\x1b``, ``\\n``, ``\\u202e``)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def last_lines(data: bytes, count: int) -> bytes:
@@ -38,3 +87,6 @@ def last_lines(data: bytes, count: int) -> bytes:
         if cut < 0:
             return data
     return data[cut + 1:]
+
+
+__all__ = ["PlainStream", "last_lines", "printable", "strip_ansi", "strip_escapes"]

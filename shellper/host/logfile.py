@@ -14,6 +14,7 @@ import stat
 import sys
 import time
 
+from shellper.core.text import printable
 from shellper.host.paths import open_nofollow
 
 DEFAULT_MAX_BYTES = 1024 * 1024
@@ -27,8 +28,10 @@ def _timestamp() -> str:
 
 
 def format_line(message: str, *, limit: int | None = None) -> bytes:
-    """One log record; continuation lines are indented so every record starts with '['."""
-    text = message.rstrip("\n").replace("\n", "\n  ")
+    """One log record; continuation lines are indented so every record starts with '['. A control character
+    (an escape sequence's ESC, a C1 control, a CR) is written as its escape: a reason may quote what a
+    program wrote or the command it was started with, and ``cat NAME.log`` must show it, not obey it."""
+    text = "\n  ".join(map(printable, message.rstrip("\n").split("\n")))
     line = f"[{_timestamp()}] {text}\n".encode("utf-8", "backslashreplace")
     if limit is not None and len(line) > limit:
         marker = b"... [truncated]\n"

@@ -27,6 +27,8 @@ from shellper.core.containment import Containment
 from shellper.core.defaults import STDERR_MODES
 from shellper.core.errors import ShellperError
 from shellper.core.exitrecord import ExitRecord, ExitRecordError
+from shellper.core.names import BadName, validate_name
+from shellper.core.owner import BadOwner, validate_owner
 from shellper.core.states import SessionState
 from shellper.core.structs import field, record
 from shellper.host.paths import describe_error, open_nofollow, record_temp_name
@@ -230,10 +232,30 @@ def _nonneg(v: Any) -> bool:
     return _is_int(v) and v >= 0
 
 
+def _is_owner(v: Any) -> bool:
+    """An owner as :func:`~shellper.core.owner.validate_owner` allows one (or "", from before owners): the
+    record is a file, and an owner holding an escape sequence would be printed by ``ls`` and ``status``."""
+    if v == "":
+        return True
+    try:
+        validate_owner(v)
+    except BadOwner:
+        return False
+    return True
+
+
+def _is_name(v: Any) -> bool:
+    try:
+        validate_name(v)
+    except BadName:
+        return False
+    return True
+
+
 _FLOAT_FIELDS = {"created_at", "last_exit_at", "next_restart_at"}
 _CHECKS: dict[str, Callable[[Any], bool]] = {
     "format": _is_int,
-    "name": lambda v: isinstance(v, str) and v != "",
+    "name": _is_name,
     "boot_id": _is_str,
     "shellper_pid": _is_pid,
     "shellper_start_time": _nonneg,
@@ -259,7 +281,7 @@ _CHECKS: dict[str, Callable[[Any], bool]] = {
     "ring_bytes": _nonneg,
     "stderr_mode": lambda v: v in STDERR_MODES,
     "version": _is_str,
-    "owner": _is_str,
+    "owner": _is_owner,
     "containment": lambda v: v in tuple(Containment),
     "cgroup": _opt(lambda v: isinstance(v, str) and v.startswith("/")),
     "cgroup_id": _opt(_nonneg),

@@ -28,6 +28,11 @@ QUERIES = [
     b"\x1bP+q544e\x1b\\",  # XTGETTCAP
     b"\x1b_Gi=31,s=1,v=1,a=q,t=d,f=24;AAAA\x1b\\",  # kitty graphics query
     b"\x05",  # ENQ
+    b"\x1bZ", b"\xc2\x9a", b"\x9a",  # DECID, as ESC Z, as the C1 control U+009A, as a lone byte 0x9A
+    b"\x1b]52;c;aGk=\x07", b"\x1b]52;p;aGk=\x1b\\",  # clipboard writes: replayed, they would write again
+    b"\xc2\x9b6n", b"\x9b6n", b"\xc2\x9b>c",  # 8-bit CSI: U+009B (UTF-8), a lone byte 0x9B (an 8-bit terminal's)
+    b"\xc2\x9d11;?\xc2\x9c", b"\x1b]11;?\x9c",  # an OSC query, 8-bit OSC and ST
+    b"\x1b]1337;ReportCellSize\x07",  # iTerm2
 ]
 
 NOT_QUERIES = [
@@ -37,7 +42,9 @@ NOT_QUERIES = [
     b"\x1b[>1u", b"\x1b[<u", b"\x1b[=1;1u", b"\x1b[u", b"\x1b[s",  # kitty keyboard set, SCORC, SCOSC
     b"\x1b[2 q", b"\x1b[!p", b"\x1b[1;23r",
     b"\x1b]0;a title?\x07", b"\x1b]2;what?\x1b\\", b"\x1b]8;;http://x/?a=1\x1b\\", b"\x1b]11;rgb:0/0/0\x07",
-    b"\x1b]52;c;aGk=\x07",  # a clipboard write
+    b"\x1b[6\x18n", b"\x1b[6\x1an",  # CAN and SUB abort a sequence: the n is text
+    b"\x1b[1?6n",  # a private marker after a parameter: the grammar ignores the sequence
+    "caf\u00e9 \u2014 \u009c".encode(),  # non-ASCII text, and an ST on its own
     b"\x1bPq#0;2;0;0;0#0~~\x1b\\",  # sixel
     b"\x1b_Gi=31,a=T;AAAA\x1b\\",  # kitty graphics display
 ]
@@ -59,6 +66,22 @@ def test_other_sequences_are_kept(kept: bytes) -> None:
 ])
 def test_an_unterminated_string_does_not_hide_a_query(text: bytes) -> None:
     assert b"\x1b[6n" not in strip_queries(text)
+
+
+@pytest.mark.parametrize(("text", "left"), [
+    (b"a\x1b[6\x08nb", b"a\x08b"),  # a DSR to a VT500 parser: the BS is executed, the DSR answered
+    (b"a\x1b\x08[6nb", b"a\x08b"),  # a C0 control between ESC and [ too
+    (b"a\x1b[\x056nb", b"ab"),  # ENQ inside a query goes with it
+    (b"a\x1b[31\x05mb", b"a\x1b[31mb"),  # and inside any other sequence
+    (b"a\x1b[6\x7fnb", b"ab"),  # DEL is ignored
+])
+def test_controls_inside_a_query(text: bytes, left: bytes) -> None:
+    assert strip_queries(text) == left
+
+
+def test_bytes_that_are_not_utf8_are_kept_as_they_are() -> None:
+    data = b"\xff\xfe\xe2\x80 \x1b[6n\xc3"
+    assert strip_queries(data) == b"\xff\xfe\xe2\x80 \xc3"
 
 
 def test_a_query_inside_a_string_sequence_is_its_text() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from shellper.core.exits import last_error_line, normalise_error_line
-from shellper.core.text import strip_ansi, strip_escapes
+from shellper.core.text import printable, strip_ansi, strip_escapes
 
 ESCAPES = [
     # (terminal text, what is left of it)
@@ -24,6 +24,15 @@ ESCAPES = [
     ("\x1b(Bcharset\x1b)0", "charset"),                  # nF: charset selection
     ("\x1bMup", "up"),                                   # two-byte: reverse index
     ("tab\tand é", "tab\tand é"),
+    ("a\u009b2Jb", "ab"),                                 # 8-bit CSI (U+009B): erase display
+    ("a\u009d52;c;aGk=\u009cb", "ab"),                   # 8-bit OSC 52 to 8-bit ST: a clipboard write
+    ("a\x1b]52;c;aGk=\u009cb", "ab"),                    # 7-bit OSC, 8-bit ST
+    ("a\u0085b\u0084c", "abc"),                           # other C1 controls (NEL, IND)
+    ("a\x1b[6\x08nb", "ab"),                             # a C0 control inside a CSI does not end it
+    ("a\x1b\x08[2Jb", "ab"),                             # nor between ESC and [
+    ("a\x1b[2\x18Jb", "aJb"),                            # CAN aborts it: the J is text
+    ("a\x1b]0;t\u009b6nb", "ab"),                        # a C1 control ends an OSC and starts its own
+    ("bell\x07 and \x00nul", "bell and nul"),            # C0 controls but tab, LF and CR
 ]
 
 
@@ -31,6 +40,22 @@ ESCAPES = [
 def test_one_rule_for_text_and_bytes(text: str, left: str) -> None:
     assert strip_escapes(text) == left
     assert strip_ansi(text.encode()) == left.encode()
+
+
+def test_the_bytes_version_drops_bel_bs_and_c1_and_keeps_bytes_that_are_not_utf8() -> None:
+    assert strip_ansi(b"a\x07b\x08c\xc2\x9b2Jd\x9b2Je\xff\xe2\x80\x94") == b"abcde\xff\xe2\x80\x94"
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ("plain, with spaces: é —", "plain, with spaces: é —"),
+    ("evil\x1b]52;c;aGk=\x07", "evil\\x1b]52;c;aGk=\\x07"),
+    ("a\u009b2J", "a\\x9b2J"),
+    ("two\nlines\r", "two\\nlines\\r"),
+    ("right\u202eleft", "right\\u202eleft"),  # a bidirectional override
+    ("lone \udc9b byte", "lone \\udc9b byte"),
+])
+def test_printable_shows_every_control_as_its_escape(text: str, shown: str) -> None:
+    assert printable(text) == shown
 
 
 def test_only_the_bytes_version_drops_carriage_returns() -> None:
