@@ -57,7 +57,7 @@ print(t1 - t0, t3 - t2, rss0, private0, rss1, private1)
 """
 
 _ENTRY = "from shellper.cli import entry as e\n{patch}e.entry()"
-_NO_PREFORK = "e.wants_prefork = lambda argv: False\n"
+_NO_PREFORK = "e.may_detach = lambda line: False\n"
 
 
 def probe(modules: str, then: str = "pass", records: str = "") -> list[float]:

@@ -93,7 +93,7 @@ def test_launch_contract_stdout_line_socket_modes_and_command_line(legacy_env: L
         assert welcome["startTime"] == s.start_ms
     lines = s.log_text().splitlines()
     assert any(f"WELCOME sent: pid={welcome['pid']}, version=1" in line for line in lines)
-    assert any("HELLO: version=1, clientType=tower" in line for line in lines)
+    assert any("HELLO: version=1, clientType='tower'" in line for line in lines)
     assert lines and all(LOG_LINE.match(line) or line.startswith("  ") for line in lines), lines
     assert any("Shellper started: pid=" in line for line in lines)
     assert any("Socket listening: " in line for line in lines)
@@ -439,7 +439,7 @@ def test_survives_the_parent_that_launched_it(legacy_env: Legacy) -> None:
             c.hello()
             c.send(FrameType.DATA, b"orphaned-but-fine\n")
             c.output_until(b"orphaned-but-fine\r\n")
-        assert "HELLO: version=1, clientType=tower" in sock.with_suffix(".log").read_text()
+        assert "HELLO: version=1, clientType='tower'" in sock.with_suffix(".log").read_text()
     finally:
         os.kill(pid, 15)
         assert wait_gone(pid, 20)

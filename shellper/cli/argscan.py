@@ -2,7 +2,7 @@
 
 argparse, and what the CLI imports with it, cost a command more than the interpreter's own start-up
 (bench/NOTES.md, "Start-up"). So three questions are answered before the full parser runs, or instead of
-it: is this a plain ``attach`` (shellper.cli.attach.quick_main), may it be a detached ``run``, worth forking
+it: is this a plain ``attach`` (shellper.cli.attach.quick_main), may it be a detached ``run``, worth starting
 the daemon-to-be for now (shellper.daemon.prefork), and where does a ``run``'s child command begin
 (shellper.cli.main). All three read :func:`scan`'s answer; the tables below are the one place outside the
 parser that says which options there are and which take a value, and tests/unit/test_argscan.py holds
@@ -140,6 +140,6 @@ def names_a_host(line: Scan) -> bool:
 
 
 def may_detach(line: Scan) -> bool:
-    """Whether ``line`` may be a detached ``run``, worth forking the daemon-to-be before parsing it; a wrong
-    guess costs a fork and a kill."""
+    """Whether ``line`` may be a detached ``run``, worth starting the daemon-to-be before parsing it; a
+    wrong guess costs a spawn and a kill."""
     return line.command == "run" and not _NO_DETACH.intersection(line.options)

@@ -102,9 +102,15 @@ def _nonempty(text: str) -> str:
 
 
 def _env_pair(text: str) -> tuple[str, str]:
+    """``--env KEY=VALUE``, or ``--env KEY`` for this process's $KEY: a secret passed so is in no command
+    line, not even the CLI's. Never quotes what follows the ``=``."""
     key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    if not key:
+        raise argparse.ArgumentTypeError("expected KEY=VALUE or KEY, got no KEY")
+    if not sep:
+        if key not in os.environ:
+            raise argparse.ArgumentTypeError(f"{key!r:.80} is not set here (give {key:.80}=VALUE)")
+        value = os.environ[key]
     return key, value
 
 
@@ -164,7 +170,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="replace a session of this name whose program has ended (exited or fatal)")
     run.add_argument("--cwd", help="working directory of the child (default: the current one)")
     run.add_argument("--env", action="append", type=_env_pair, default=[], metavar="K=V",
-                     help="set a variable for the child (repeatable)")
+                     help="set a variable for the child (repeatable); a plain K passes this shell's $K, which "
+                          "keeps its value out of every command line")
     run.add_argument("--no-inherit-env", dest="inherit_env", action="store_false",
                      help="start the child with only --env variables (plus TERM)")
     run.add_argument("--cols", type=int, default=DEFAULT_COLS,
@@ -268,7 +275,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None, prefork: Prefork | None = None) -> int:
-    """Run one command; ``prefork`` is the daemon-to-be that the console script forked early, if any."""
+    """Run one command; ``prefork`` is the daemon-to-be that the console script started early, if any."""
     argv = list(sys.argv[1:] if argv is None else argv)
     line = scan(argv)
     try:
@@ -397,7 +404,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.foreground:
         return run_foreground(config)
     try:
-        info = launch(config, fork=True, prefork=args.prefork)  # the CLI is single-threaded: no second interpreter
+        info = launch(config, fork=True, prefork=args.prefork)  # the CLI is single-threaded: posix_spawn is safe
     except LaunchError as exc:
         _failed_line(args, config.name, str(exc), exc.reason)
         raise
