@@ -9,7 +9,7 @@ characters into escapes; this only cuts it short and says how long the original 
 from __future__ import annotations
 
 PEER_QUOTE_CHARS = 80
-"""At most this many characters of a peer's string are quoted (docs/DESIGN.md, "Limits")."""
+"""At most this many characters of a peer's string are quoted (protocol/PROTOCOL.md, section 11)."""
 
 
 def quote_peer(value: object, limit: int = PEER_QUOTE_CHARS) -> str:
