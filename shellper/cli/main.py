@@ -31,7 +31,7 @@ from shellper.core.defaults import (
 )
 from shellper.core.errors import ShellperError
 from shellper.core.exits import PolicyError, RestartPolicy
-from shellper.core.names import socket_path, validate_name
+from shellper.core.names import BadHost, BadName, socket_path, validate_host, validate_name
 from shellper.core.owner import OWNER_ENV, BadOwner, validate_owner
 from shellper.core.states import SessionState
 from shellper.daemon.launch import LaunchError, LaunchFailure, LaunchInfo, launch, run_foreground
@@ -101,6 +101,14 @@ def _nonempty(text: str) -> str:
     return text
 
 
+def _host(text: str) -> str:
+    """``--host``/``--attach-host``: an ssh destination as shellper.core.names.validate_host accepts it."""
+    try:
+        return validate_host(text)
+    except BadHost as exc:
+        raise argparse.ArgumentTypeError(exc.reason) from None
+
+
 def _env_pair(text: str) -> tuple[str, str]:
     """``--env KEY=VALUE``, or ``--env KEY`` for this process's $KEY: a secret passed so is in no command
     line, not even the CLI's. Never quotes what follows the ``=``."""
@@ -144,8 +152,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"shellper {__version__}")
     p.add_argument("--dir", type=_nonempty, help="runtime directory (default $SHELLPER_DIR, $XDG_RUNTIME_DIR/shellper, "
                    "/tmp/shellper-$UID)")
-    p.add_argument("--host", metavar="HOST", help="run the command on this ssh destination (user@host, an alias "
-                   "of ~/.ssh/config) through its shared connection; HOST:NAME names a session there too "
+    p.add_argument("--host", metavar="HOST", type=_host, help="run the command on this ssh destination (user@host, "
+                   "an alias of ~/.ssh/config) through its shared connection; HOST:NAME names a session there too "
                    "($SHELLPER_SSH: the ssh command; $SHELLPER_REMOTE: shellper's command there)")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
@@ -154,7 +162,7 @@ def _parser() -> argparse.ArgumentParser:
         # also after the command (`shellper run NAME --dir D`), as people type it; SUPPRESS: not given there,
         # it leaves the one given before the command alone
         parser.add_argument("--dir", type=_nonempty, default=argparse.SUPPRESS, help="as before the command")
-        parser.add_argument("--host", default=argparse.SUPPRESS, help="as before the command")
+        parser.add_argument("--host", type=_host, default=argparse.SUPPRESS, help="as before the command")
         return parser
 
     run = command("run", "start a session: shellper run NAME [options] -- COMMAND [ARGS...]")
@@ -162,7 +170,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("command", nargs="*", help="the program to run and its arguments, after --")
     run.add_argument("--foreground", action="store_true", help="run in this process instead of detaching")
     # set by `shellper --host H run` for the remote run, so its line names the session as H:NAME
-    run.add_argument("--attach-host", metavar="HOST", help=argparse.SUPPRESS)
+    run.add_argument("--attach-host", metavar="HOST", type=_host, help=argparse.SUPPRESS)
     run.add_argument("--json", action="store_true",
                      help="print the session's info as one JSON line, for programs; on failure, a line with the "
                           "error and its reason (protocol/RUNTIME.md)")
@@ -280,7 +288,7 @@ def main(argv: list[str] | None = None, prefork: Prefork | None = None) -> int:
     line = scan(argv)
     try:
         host = remote_host(line)
-    except MixedHosts as exc:
+    except (MixedHosts, BadHost, BadName) as exc:  # before anything runs, here or on a host
         print(f"shellper: {exc}", file=sys.stderr)
         return 2
     if host is not None:
