@@ -36,3 +36,19 @@ def test_a_quote_is_bounded_whatever_the_characters() -> None:
     worst = "\U0010ffff" * 10_000
     assert len(quote_peer(worst)) <= 10 * PEER_QUOTE_CHARS + 40
     assert quote_peer("abc", limit=2) == "'ab'... (3 chars)"
+
+
+def test_a_bad_environment_is_described_not_quoted() -> None:
+    """What names a bad variable says which, and of what type its value is, never the values: those of
+    the others may be secrets, and these messages reach logs and error replies."""
+    from shellper.core.execve import env_problem
+    from shellper.protocol import wire
+
+    secret = "s3cret-value"
+    with pytest.raises(wire.BadField) as err:
+        wire.check_fields(wire.Spawn(argv=["sh"], env={"API_KEY": secret, "COUNT": 1}))  # type: ignore[dict-item]
+    assert secret not in str(err.value) and "<dict of 2>" in str(err.value)
+    for key, value in ((1, secret), ("COUNT", 1), (secret, None)):
+        problem = env_problem(key, value)
+        assert problem is not None and "expected strings" in problem
+        assert secret not in problem or key == secret  # a name is shown; a value never
