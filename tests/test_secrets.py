@@ -80,8 +80,12 @@ def _stop(directory: Path, name: str, pid: int) -> None:
     assert wait_gone(pid, 30)
 
 
-@pytest.mark.parametrize("how", ["KEY=VALUE", "KEY from the environment"])
-def test_run_env_is_in_no_long_lived_command_line_nor_log(cli_runtime_dir: Path, how: str) -> None:
+@pytest.mark.parametrize(("how", "command"), [
+    ("KEY=VALUE", SHELLPER_CLI), ("KEY from the environment", SHELLPER_CLI),
+    ("KEY=VALUE", [sys.executable, "-m", "shellper"]),  # no prefork: the daemon is started after parsing
+], ids=["KEY=VALUE", "KEY", "KEY=VALUE, python -m shellper"])
+def test_run_env_is_in_no_long_lived_command_line_nor_log(cli_runtime_dir: Path, how: str,
+                                                          command: list[str]) -> None:
     """``shellper run --env KEY=VALUE``: the console script starts the daemon-to-be before parsing; it must
     not keep the CLI's argv (a fork would). With ``--env KEY`` the CLI's own argv is clean too."""
     secret = _sentinel()
@@ -91,7 +95,7 @@ def test_run_env_is_in_no_long_lived_command_line_nor_log(cli_runtime_dir: Path,
         env.pop("SECRET_TOKEN", None)
     else:
         env["SECRET_TOKEN"] = secret
-    proc = subprocess.Popen([*SHELLPER_CLI, "--dir", str(cli_runtime_dir), "run", "--json", "sec",
+    proc = subprocess.Popen([*command, "--dir", str(cli_runtime_dir), "run", "--json", "sec",
                              "--no-inherit-env", "--env", option, "--", "sh", "-c", 'echo "got ${#SECRET_TOKEN}"; cat'],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT, env=env)
     seen = watch(proc)
