@@ -33,10 +33,14 @@ def package_command(module: str, *label: str) -> list[str]:
 
 
 def package_env(extra: dict[str, str]) -> dict[str, str]:
-    """The environment for :func:`package_command`: the caller's with ``extra``, and the directory this
-    package was loaded from first on PYTHONPATH, so the new process runs the same code as its caller,
-    installed or run from a checkout (``-P`` drops the working directory from the path)."""
+    """The environment for :func:`package_command`: the caller's with ``extra``. When this package was
+    loaded from a directory the new interpreter would not search (a checkout run as ``python -m shellper``
+    from it: ``-P`` drops the working directory), that directory goes first on PYTHONPATH, so the new
+    process runs the same code as its caller. An installed package's directory is not added: it would go
+    before the standard library."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if root in {os.path.abspath(p) for p in sys.path[1:] if p}:  # sys.path[0]: the script's or working dir
+        return {**os.environ, **extra}
     path = os.environ.get("PYTHONPATH")
     return {**os.environ, **extra, "PYTHONPATH": f"{root}{os.pathsep}{path}" if path else root}
 
