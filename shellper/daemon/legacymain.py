@@ -18,17 +18,15 @@ import os
 import signal
 import sys
 
-from shellper.core.config import SessionConfig
-from shellper.core.defaults import MAX_RING_BYTES, MIN_RING_BYTES
-from shellper.core.exits import RestartPolicy
 from shellper.daemon.prefork import package_command, package_env
 from shellper.host.logfile import LogFile, format_line
-from shellper.host.paths import SessionPaths, ensure_runtime_dir
 from shellper.protocol import legacy
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
 if TYPE_CHECKING:
+    from shellper.core.config import SessionConfig
     from shellper.daemon.session import Session
+    from shellper.host.paths import SessionPaths
 
 USAGE = "Usage: shellper legacy-main '<json config>'"
 CONFIG_FD_ENV = "SHELLPER_LEGACY_CONFIG_FD"
@@ -80,7 +78,17 @@ def legacy_main(argv: list[str]) -> int:
         _say(str(exc))
         return 1
     if inherited is None:
-        _reexec(text, launch.socket_path)
+        try:
+            _reexec(text, launch.socket_path)
+        except OSError as exc:  # no memfd, no interpreter: nothing started, the Tower reads EOF and a log line
+            _say(f"Shellper fatal: cannot re-execute: {exc.strerror or exc}")
+            return 1
+    # Imported only by the re-executed image: the first one, whose command line shows the config, ends sooner.
+    from shellper.core.config import SessionConfig
+    from shellper.core.defaults import MAX_RING_BYTES, MIN_RING_BYTES
+    from shellper.core.exits import RestartPolicy
+    from shellper.host.paths import SessionPaths, ensure_runtime_dir
+
     if os.getsid(0) != os.getpid():
         os.setsid()  # detached, as the original was spawned: no terminal's or caller's signals reach us
     null = os.open(os.devnull, os.O_RDONLY)
