@@ -118,7 +118,7 @@ def legacy_main(argv: list[str]) -> int:
 
 
 def _reexec(text: str, socket_path: str) -> None:
-    """Become, with the same pid, ``python -m shellper.daemon.legacymain shellper-main.js {"socketPath":…}``.
+    """Become, same pid, ``python -P -m shellper.daemon.legacymain shellper-main.js {"socketPath":…}``.
 
     A Tower's process scanners look for the marker and ``"socketPath":"<socketDir>/…"`` in the command line
     (compact JSON, as JavaScript writes it). Only that: the config, its ``env`` above all, would be readable
