@@ -8,7 +8,8 @@
   with the standard ``dataclasses`` in its place (``SHELLPER_RECORDS=dataclasses``).
 * launch: ``shellper run`` (the console script's code, to the socket accepting) with the prefork forked
   before the CLI's imports and without it (forked once the CLI has parsed, as :func:`launch` does when it is
-  given none), each with both record kinds; containment none, so a cgroup move's RCU wait is not in it.
+  given none), each with both record kinds, and with an ``--env`` (the daemon-to-be is then a fresh
+  interpreter, not a fork); containment none, so a cgroup move's RCU wait is not in it.
 
 Variants take turns, run by run, so a busy stretch of the machine hits all of them alike; medians are
 printed. Run it after ``make compile`` (stale bytecode is recompiled in every process). Figures and what
@@ -57,7 +58,7 @@ print(t1 - t0, t3 - t2, rss0, private0, rss1, private1)
 """
 
 _ENTRY = "from shellper.cli import entry as e\n{patch}e.entry()"
-_NO_PREFORK = "e.wants_prefork = lambda argv: False\n"
+_NO_PREFORK = "e.may_detach = lambda line: False\n"
 
 
 def probe(modules: str, then: str = "pass", records: str = "") -> list[float]:
@@ -68,12 +69,15 @@ def probe(modules: str, then: str = "pass", records: str = "") -> list[float]:
     return [float(x) for x in done.stdout.split()]
 
 
-def launch_once(lab: Lab, prefork: bool, records: str) -> float:
+def launch_once(lab: Lab, prefork: bool, records: str, secret: bool = False) -> float:
+    """One ``shellper run``; ``secret``: with an ``--env K=V``, so the daemon-to-be is a fresh interpreter
+    instead of a fork (shellper.daemon.prefork.holds_secrets)."""
     name = lab.name("su")
     code = _ENTRY.format(patch="" if prefork else _NO_PREFORK)
     env = {**os.environ, STANDARD_ENV: records}
+    extra = ["--env", "BENCH_TOKEN=x"] if secret else []
     t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", code, "--dir", str(lab.dir), "run", "--json", name,
+    done = subprocess.run([sys.executable, "-c", code, "--dir", str(lab.dir), "run", "--json", name, *extra,
                            "--containment", "none", "--", "cat"], env=env, capture_output=True, check=True, timeout=60)
     elapsed = time.perf_counter() - t0
     lab.shellpers.adopt(name, LaunchInfo(**json.loads(done.stdout)))
@@ -113,15 +117,17 @@ def main() -> int:
     if not args.launches:
         return 0
 
-    kinds = [(True, ""), (False, ""), (True, "dataclasses"), (False, "dataclasses")]
-    times: dict[tuple[bool, str], list[float]] = {k: [] for k in kinds}
+    kinds = [(True, "", False), (False, "", False), (True, "", True), (False, "", True), (True, "dataclasses", False),
+             (False, "dataclasses", False)]
+    times: dict[tuple[bool, str, bool], list[float]] = {k: [] for k in kinds}
     with Lab() as lab:
         for i in range(args.launches):
             for kind in kinds[i % len(kinds):] + kinds[:i % len(kinds)]:
                 times[kind].append(launch_once(lab, *kind))
     print(f"shellper run to socket accepting, {args.launches} each (medians, containment none)")
-    for (prefork, records), values in times.items():
-        print(f"  {'prefork' if prefork else 'no prefork'}, {records or 'structs'}: {median(values) * 1000:.1f} ms "
+    for (prefork, records, secret), values in times.items():
+        print(f"  {'prefork' if prefork else 'no prefork'}{', --env (spawned)' if secret else ''}, "
+              f"{records or 'structs'}: {median(values) * 1000:.1f} ms "
               f"(min {min(values) * 1000:.1f})")
     return 0
 

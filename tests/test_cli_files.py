@@ -368,23 +368,26 @@ def test_stop_fails_when_its_connection_ends_while_the_shellper_is_stopped(sessi
 # --------------------------------------------------------------------------------------------- 16: errors
 
 
-def test_run_says_so_in_one_line_when_the_forked_daemon_to_be_dies(sessions: Sessions, tmp_path: Path) -> None:
-    """The process `shellper run` forks early to become the shellper is killed before it gets the config:
-    a BrokenPipeError traceback; now one line naming the session and its log."""
+@pytest.mark.parametrize("extra", [[], ["--env", "K=V"]], ids=["forked", "spawned"])
+def test_run_says_so_in_one_line_when_the_forked_daemon_to_be_dies(sessions: Sessions, tmp_path: Path,
+                                                                   extra: list[str]) -> None:
+    """The process `shellper run` starts early to become the shellper (forked, or spawned for an --env) is
+    killed before it gets the config: a BrokenPipeError traceback; now one line naming the session and its
+    log."""
     (tmp_path / "sitecustomize.py").write_text(
         "import os, signal\n"
         "from shellper.daemon import prefork\n"
         "_start = prefork.Prefork.start.__func__\n"
-        "def start(cls):\n"
-        "    forked = _start(cls)\n"
+        "def start(cls, *args, **kwargs):\n"
+        "    forked = _start(cls, *args, **kwargs)\n"
         "    os.kill(forked.pid, signal.SIGKILL)  # dead (not reaped) before the CLI writes the config\n"
         "    os.waitid(os.P_PID, forked.pid, os.WEXITED | os.WNOWAIT)\n"
         "    return forked\n"
         "prefork.Prefork.start = classmethod(start)\n")
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    done = shellper(sessions.dir, "run", "pf", "--", "sleep", "300", env=env)
+    done = shellper(sessions.dir, "run", "pf", *extra, "--", "sleep", "300", env=env)
     assert done.returncode == 1 and done.stdout == "" and one_line(done.stderr), done.stderr
-    assert done.stderr.startswith("shellper: session 'pf' did not start: the process forked to become its "
+    assert done.stderr.startswith("shellper: session 'pf' did not start: the process started to become its "
                                   "shellper died before it got its config (killed by SIGKILL)")
     assert f"{sessions.dir}/pf.log" in done.stderr
     assert files_of(sessions.dir, "pf") == []

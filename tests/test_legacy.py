@@ -93,7 +93,7 @@ def test_launch_contract_stdout_line_socket_modes_and_command_line(legacy_env: L
         assert welcome["startTime"] == s.start_ms
     lines = s.log_text().splitlines()
     assert any(f"WELCOME sent: pid={welcome['pid']}, version=1" in line for line in lines)
-    assert any("HELLO: version=1, clientType=tower" in line for line in lines)
+    assert any("HELLO: version=1, clientType='tower'" in line for line in lines)
     assert lines and all(LOG_LINE.match(line) or line.startswith("  ") for line in lines), lines
     assert any("Shellper started: pid=" in line for line in lines)
     assert any("Socket listening: " in line for line in lines)
@@ -439,7 +439,7 @@ def test_survives_the_parent_that_launched_it(legacy_env: Legacy) -> None:
             c.hello()
             c.send(FrameType.DATA, b"orphaned-but-fine\n")
             c.output_until(b"orphaned-but-fine\r\n")
-        assert "HELLO: version=1, clientType=tower" in sock.with_suffix(".log").read_text()
+        assert "HELLO: version=1, clientType='tower'" in sock.with_suffix(".log").read_text()
     finally:
         os.kill(pid, 15)
         assert wait_gone(pid, 20)
@@ -508,3 +508,25 @@ def test_a_version_1_client_is_served_by_any_session_not_only_legacy_main(sessio
         c.send(FrameType.DATA, b"v1-on-a-run-session\n")
         c.output_until(b"v1-on-a-run-session\r\n")
     sessions.stop("plain")
+
+
+def test_a_stop_keeps_the_log_without_complaint_and_leaves_another_stderr_alone(legacy_env: Legacy,
+                                                                                  tmp_path: Path) -> None:
+    """The stderr a Tower gives is NAME.log as a rule: a stop moves it to logs/ and says nothing about it. A
+    Tower that gave another file (or none) leaves no NAME.log: nothing is moved, and the log kept by the
+    name's previous stop stays where it is, with no "could not keep the log" line anywhere."""
+    first = legacy_env.start("cat", name="shellper-k1")
+    assert first.stop() == 0 and wait_gone(first.pid, 10)
+    kept = legacy_env.dir / "logs" / "shellper-k1.log"
+    text = kept.read_text()
+    assert text.rstrip().endswith("stopped") and "could not keep" not in text
+    sock = legacy_env.dir / "shellper-k1.sock"
+    other = tmp_path / "tower-stderr.txt"
+    with open(other, "ab") as err:
+        second = launch(sock, config(sock, "cat"), stderr=err)
+    legacy_env.started.append(second)
+    assert second.stop() == 0 and wait_gone(second.pid, 10)
+    said = other.read_text()
+    assert said.rstrip().endswith("stopped") and "could not keep" not in said
+    assert kept.read_text() == text and not (legacy_env.dir / "logs" / "shellper-k1.log.1").exists()
+    assert not (legacy_env.dir / "shellper-k1.log").exists()

@@ -17,6 +17,7 @@ from typing import Any
 from shellper import __version__
 from shellper.core.defaults import DEFAULT_GRACE
 from shellper.core.errors import ShellperError
+from shellper.core.names import BadHost, validate_host
 from shellper.core.owner import BadOwner, default_owner, validate_owner
 from shellper.core.text import printable
 from shellper.host.identity import IdentityError, ProcessGone
@@ -49,6 +50,15 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 DRY_RUN_NOTE = "dry run: nothing was done; --apply carries out terminate and clean"
 
 
+def _host(text: str) -> str:
+    """``--host``: an ssh destination as shellper.core.names.validate_host accepts it, checked before
+    anything runs."""
+    try:
+        return validate_host(text)
+    except BadHost as exc:
+        raise argparse.ArgumentTypeError(exc.reason) from None
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tower-client", description="Adopt or terminate shellper sessions.")
     p.add_argument("--version", action="version", version=f"tower-client (shellper) {__version__}")
@@ -58,8 +68,9 @@ def _parser() -> argparse.ArgumentParser:
                    "name); sessions of other owners are left alone")
     p.add_argument("--cgroup-parent", metavar="PATH", help="where session cgroups are looked for (default: "
                    "$SHELLPER_CGROUP_PARENT, else detected)")
-    p.add_argument("--host", metavar="HOST", help="run the command on this ssh destination's tower-client, through "
-                   "its shared connection (shellper --host's); a registry row's \"host\" does the same per session")
+    p.add_argument("--host", metavar="HOST", type=_host,
+                   help="run the command on this ssh destination's tower-client, through its shared connection "
+                   "(shellper --host's); a registry row's \"host\" does the same per session")
     p.add_argument("--host-timeout", type=float, default=HOST_TIMEOUT, metavar="S",
                    help=f"seconds each host has to answer (default {HOST_TIMEOUT:g}); one that does not gets "
                    "leave (host_unreachable) for its sessions")

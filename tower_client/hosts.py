@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from shellper.core.names import BadHost, validate_host
 from shellper.host.ssh import SshError, check_version, remote_tower, run_remote
 from tower_client.apply import apply
 from tower_client.discover import discover
@@ -57,8 +58,11 @@ def split_by_host(registry: Mapping[str, Any]) -> dict[str | None, dict[str, Any
         if not isinstance(row, Mapping):
             raise RegistryShapeError(None, f"sessions[{i}] is {type(row).__name__}, expected an object")
         host = row.get("host")
-        if host is not None and (not isinstance(host, str) or not host):
-            raise RegistryShapeError(None, f"sessions[{i}].host must be a non-empty string or absent")
+        if host is not None:
+            try:
+                validate_host(host)
+            except BadHost as exc:
+                raise RegistryShapeError(None, f"sessions[{i}].host: {exc}") from None
         split.setdefault(host, []).append({k: v for k, v in row.items() if k != "host"})
     for host, rows in split.items():
         parse_registry({"sessions": rows}, host)  # each host's part is checked before any host is asked
@@ -79,7 +83,7 @@ def reconcile_hosts(registry: Mapping[str, Any], *, hosts: Sequence[str] = (), a
     wants), in parallel; one :class:`HostOutcome` per host, this machine's (rows without a host) first."""
     parts = split_by_host(registry)
     for host in hosts:
-        parts.setdefault(host, {"sessions": []})
+        parts.setdefault(validate_host(host), {"sessions": []})  # BadHost before any host is asked
     options = [*(["--owner", owner] if owner else [])]
     extra = [*(["--grace", str(grace)] if grace is not None else []),
              *(["--husk-max-age", str(husk_max_age)] if husk_max_age is not None else [])]

@@ -2,7 +2,7 @@
 
 argparse, and what the CLI imports with it, cost a command more than the interpreter's own start-up
 (bench/NOTES.md, "Start-up"). So three questions are answered before the full parser runs, or instead of
-it: is this a plain ``attach`` (shellper.cli.attach.quick_main), may it be a detached ``run``, worth forking
+it: is this a plain ``attach`` (shellper.cli.attach.quick_main), may it be a detached ``run``, worth starting
 the daemon-to-be for now (shellper.daemon.prefork), and where does a ``run``'s child command begin
 (shellper.cli.main). All three read :func:`scan`'s answer; the tables below are the one place outside the
 parser that says which options there are and which take a value, and tests/unit/test_argscan.py holds
@@ -57,16 +57,18 @@ class Scan:
     arguments; ``child``: what follows the first ``--`` (None without one); ``exact``: every option was
     known and spelled in full, and each one that takes a value had one, so argparse reads the line the
     same way. When it is False (an abbreviation, an unknown option or command, a missing value, a value
-    that looks like an option) argparse must decide, and the rest is a guess.
+    that looks like an option) argparse must decide, and the rest is a guess. ``missing``: the options
+    that take a value but were given none (the next word looked like an option, or there was none).
     """
 
-    __slots__ = ("child", "command", "exact", "operands", "options")
+    __slots__ = ("child", "command", "exact", "missing", "operands", "options")
 
     def __init__(self) -> None:
         self.command: str | None = None
         self.options: dict[str, str | bool] = {}
         self.operands: list[str] = []
         self.child: list[str] | None = None
+        self.missing: set[str] = set()
         self.exact = True
 
 
@@ -81,6 +83,22 @@ def _resolve(option: str, table: dict[str, bool]) -> str | None:
     return matches[0] if len(matches) == 1 else None
 
 
+def _looks_like_option(token: str, table: dict[str, bool]) -> bool:
+    """Whether argparse reads ``token`` as an option rather than as an operand or the value of the option
+    before it, in its order: one of ``table``'s options (``--opt=value`` too, with a space in the value),
+    else not a negative number, and no space in it (``--host '-F /dev/null gpu1'`` gives --host that
+    value, which must then be judged as a host, not skipped)."""
+    if not token.startswith("-") or token == "-":
+        return False
+    if _resolve(token.partition("=")[0], table) is not None:
+        return True
+    if " " in token:
+        return False
+    whole, dot, fraction = token[1:].partition(".")  # argparse: -\d+ or -\d*\.\d+
+    number = (whole.isdigit() and not dot) or (fraction.isdigit() and (not whole or whole.isdigit()))
+    return not (number and token.isascii())
+
+
 def scan(argv: list[str]) -> Scan:
     """Split ``argv`` (without the program name) as the CLI's parser would; see :class:`Scan`."""
     line = Scan()
@@ -93,7 +111,7 @@ def scan(argv: list[str]) -> Scan:
             line.child = argv[i:]
             line.exact = line.exact and line.command is not None  # argparse takes a -- before one as the command
             break
-        if token == "-" or not token.startswith("-"):
+        if not _looks_like_option(token, table):
             if line.command is not None:
                 line.operands.append(token)
                 continue
@@ -116,8 +134,9 @@ def scan(argv: list[str]) -> Scan:
                 line.exact = False
             continue
         if not equals:
-            if i == len(argv) or (argv[i].startswith("-") and argv[i] != "-"):
+            if i == len(argv) or _looks_like_option(argv[i], table):
                 line.exact = False
+                line.missing.add(name)
                 continue
             value = argv[i]
             i += 1
@@ -133,13 +152,14 @@ NO_SESSION_OPERANDS = frozenset({"legacy-main"})
 
 def names_a_host(line: Scan) -> bool:
     """Whether ``line`` may be for another host (``--host``, or a ``:`` in an operand that may name a
-    session): then shellper.cli.remote decides, and the console script takes none of its quick paths."""
-    if "--host" in line.options:
+    session): then shellper.cli.remote decides (and refuses a host that is no ssh destination,
+    shellper.core.names.validate_host), and the console script takes none of its quick paths."""
+    if "--host" in line.options or "--host" in line.missing:
         return True
     return line.command not in NO_SESSION_OPERANDS and any(":" in operand for operand in line.operands)
 
 
 def may_detach(line: Scan) -> bool:
-    """Whether ``line`` may be a detached ``run``, worth forking the daemon-to-be before parsing it; a wrong
-    guess costs a fork and a kill."""
+    """Whether ``line`` may be a detached ``run``, worth starting the daemon-to-be before parsing it; a
+    wrong guess costs a spawn and a kill."""
     return line.command == "run" and not _NO_DETACH.intersection(line.options)

@@ -1,7 +1,7 @@
 """The ``shellper`` console script: a plain attach without argparse, else a prefork (for ``run``) and the CLI.
 
 Like :mod:`shellper.daemon.prefork` and :mod:`shellper.cli.argscan`, this imports only os and sys at first,
-so the prefork is forked before any of the package's other imports.
+so the prefork is started before any of the package's other imports.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 
-from shellper.cli.argscan import may_detach, names_a_host, scan
+from shellper.cli.argscan import Scan, may_detach, names_a_host, scan
 from shellper.daemon.prefork import Prefork
 
 
@@ -29,13 +29,18 @@ def entry() -> None:
 
         directory = line.options.get("--dir")
         _leave(bridge_main(directory if isinstance(directory, str) else None, line.operands[0]))
+    if line.command == "legacy-main" and line.exact and len(line.operands) == 1 and not line.options \
+            and line.child is None:  # its argv holds the Tower's config, env and all, until it re-executes
+        from shellper.daemon.legacymain import legacy_main
+
+        _leave(legacy_main(line.operands))
     if line.command == "attach":  # the command people wait on: started without argparse when it is plain
         from shellper.cli.attach import quick_main
 
         code = quick_main(line)
         if code is not None:
             _leave(code)
-    prefork = Prefork.start() if may_detach(line) else None
+    prefork = Prefork.start(_label(line)) if may_detach(line) else None
     try:
         from shellper.cli.main import main
 
@@ -46,6 +51,16 @@ def entry() -> None:
         if prefork is not None:
             prefork.cancel()
     _leave(code)
+
+
+def _label(line: Scan) -> tuple[str, ...]:
+    """The prefork's argv after ``python -m shellper.daemon``, for ``ps``: the session's name and ``--dir``
+    as far as the scan tells (a guess until argparse has read the line), never another argument; nothing
+    when the scan is unsure which operand is the name (an unknown option might take a value)."""
+    if not line.exact:
+        return ()
+    directory = line.options.get("--dir")
+    return (*line.operands[:1], *((directory,) if isinstance(directory, str) else ()))
 
 
 def _leave(code: int | str | None) -> None:

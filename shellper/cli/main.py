@@ -31,7 +31,7 @@ from shellper.core.defaults import (
 )
 from shellper.core.errors import ClientError, ShellperError
 from shellper.core.exits import PolicyError, RestartPolicy
-from shellper.core.names import socket_path, validate_name
+from shellper.core.names import BadHost, BadName, socket_path, validate_host, validate_name
 from shellper.core.owner import OWNER_ENV, BadOwner, validate_owner
 from shellper.core.states import SessionState
 from shellper.daemon.launch import LaunchError, LaunchFailure, LaunchInfo, launch, run_foreground
@@ -101,10 +101,24 @@ def _nonempty(text: str) -> str:
     return text
 
 
+def _host(text: str) -> str:
+    """``--host``/``--attach-host``: an ssh destination as shellper.core.names.validate_host accepts it."""
+    try:
+        return validate_host(text)
+    except BadHost as exc:
+        raise argparse.ArgumentTypeError(exc.reason) from None
+
+
 def _env_pair(text: str) -> tuple[str, str]:
+    """``--env KEY=VALUE``, or ``--env KEY`` for this process's $KEY: a secret passed so is in no command
+    line, not even the CLI's. Never quotes what follows the ``=``."""
     key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    if not key:
+        raise argparse.ArgumentTypeError("expected KEY=VALUE or KEY, got no KEY")
+    if not sep:
+        if key not in os.environ:
+            raise argparse.ArgumentTypeError(f"{key!r:.80} is not set here (give {key:.80}=VALUE)")
+        value = os.environ[key]
     return key, value
 
 
@@ -138,8 +152,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"shellper {__version__}")
     p.add_argument("--dir", type=_nonempty, help="runtime directory (default $SHELLPER_DIR, $XDG_RUNTIME_DIR/shellper, "
                    "/tmp/shellper-$UID)")
-    p.add_argument("--host", metavar="HOST", help="run the command on this ssh destination (user@host, an alias "
-                   "of ~/.ssh/config) through its shared connection; HOST:NAME names a session there too "
+    p.add_argument("--host", metavar="HOST", type=_host, help="run the command on this ssh destination (user@host, "
+                   "an alias of ~/.ssh/config) through its shared connection; HOST:NAME names a session there too "
                    "($SHELLPER_SSH: the ssh command; $SHELLPER_REMOTE: shellper's command there)")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
@@ -148,7 +162,7 @@ def _parser() -> argparse.ArgumentParser:
         # also after the command (`shellper run NAME --dir D`), as people type it; SUPPRESS: not given there,
         # it leaves the one given before the command alone
         parser.add_argument("--dir", type=_nonempty, default=argparse.SUPPRESS, help="as before the command")
-        parser.add_argument("--host", default=argparse.SUPPRESS, help="as before the command")
+        parser.add_argument("--host", type=_host, default=argparse.SUPPRESS, help="as before the command")
         return parser
 
     run = command("run", "start a session: shellper run NAME [options] -- COMMAND [ARGS...]")
@@ -156,7 +170,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("command", nargs="*", help="the program to run and its arguments, after --")
     run.add_argument("--foreground", action="store_true", help="run in this process instead of detaching")
     # set by `shellper --host H run` for the remote run, so its line names the session as H:NAME
-    run.add_argument("--attach-host", metavar="HOST", help=argparse.SUPPRESS)
+    run.add_argument("--attach-host", metavar="HOST", type=_host, help=argparse.SUPPRESS)
     run.add_argument("--json", action="store_true",
                      help="print the session's info as one JSON line, for programs; on failure, a line with the "
                           "error and its reason (protocol/RUNTIME.md)")
@@ -164,7 +178,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="replace a session of this name whose program has ended (exited or fatal)")
     run.add_argument("--cwd", help="working directory of the child (default: the current one)")
     run.add_argument("--env", action="append", type=_env_pair, default=[], metavar="K=V",
-                     help="set a variable for the child (repeatable)")
+                     help="set a variable for the child (repeatable); a plain K passes this shell's $K, which "
+                          "keeps its value out of every command line")
     run.add_argument("--no-inherit-env", dest="inherit_env", action="store_false",
                      help="start the child with only --env variables (plus TERM)")
     run.add_argument("--cols", type=int, default=DEFAULT_COLS,
@@ -268,12 +283,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None, prefork: Prefork | None = None) -> int:
-    """Run one command; ``prefork`` is the daemon-to-be that the console script forked early, if any."""
+    """Run one command; ``prefork`` is the daemon-to-be that the console script started early, if any."""
     argv = list(sys.argv[1:] if argv is None else argv)
     line = scan(argv)
     try:
         host = remote_host(line)
-    except MixedHosts as exc:
+    except (MixedHosts, BadHost, BadName) as exc:  # before anything runs, here or on a host
         print(f"shellper: {exc}", file=sys.stderr)
         return 2
     if host is not None:
@@ -407,7 +422,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.foreground:
         return run_foreground(config)
     try:
-        info = launch(config, fork=True, prefork=args.prefork)  # the CLI is single-threaded: no second interpreter
+        info = launch(config, fork=True, prefork=args.prefork)  # the CLI is single-threaded: posix_spawn is safe
     except LaunchError as exc:
         _failed_line(args, config.name, str(exc), exc.reason)
         raise

@@ -34,11 +34,23 @@ def _names(line: Scan) -> list[str]:
 
 def remote_host(line: Scan) -> str | None:
     """The host a command line is for: ``--host H``, else the ``HOST:`` of its session names; None: here.
-    Session names have no ``:`` (shellper.core.names), so one in a name always names a host."""
+    Session names have no ``:`` (shellper.core.names), so one in a name always names a host. A host that
+    is no ssh destination shellper uses, or a ``HOST:`` with no name after it, raises BadHost or BadName
+    (shellper.core.names): nothing runs, here or there. A ``--host`` given without a value (the next word
+    looked like an option) is refused too, rather than read as "here"."""
+    from shellper.core.names import BadHost, validate_host, validate_name
+
     host = line.options.get("--host")
     if isinstance(host, str):
-        return host
-    hosts = {name.split(":", 1)[0] for name in _names(line) if ":" in name}
+        return validate_host(host)
+    if host is not None or "--host" in line.missing:
+        raise BadHost("", "--host needs a value")
+    hosts = set()
+    for name in _names(line):
+        if ":" in name:
+            host, _, session = name.partition(":")
+            hosts.add(validate_host(host))
+            validate_name(session)
     if len(hosts) > 1:
         raise MixedHosts(f"sessions on different hosts in one command: {', '.join(sorted(hosts))}")
     return hosts.pop() if hosts else None

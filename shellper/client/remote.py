@@ -16,6 +16,7 @@ from shellper.core.trust import UntrustedSocket, untrusted_reason
 from shellper.host.ssh import (
     SSH_UNREACHABLE,
     HostUnreachable,
+    check_host,
     check_version,
     ensure_master,
     remote_shellper,
@@ -40,6 +41,7 @@ class RemoteClient(Client):
     def __init__(self, host: str, name: str, role: str = "tower", *, directory: str | None = None,
                  client_name: str = "", timeout: float = 10.0) -> None:
         validate_name(name)
+        check_host(host)  # before anything starts; ssh_argv checks it again
         super().__init__(remote_address(host, name), role, client_name=client_name, timeout=timeout)
         self.host, self.name, self.directory = host, name, directory
         self.proc: subprocess.Popen[bytes] | None = None

@@ -10,7 +10,9 @@ from __future__ import annotations
 def env_problem(key: object, value: object) -> str | None:
     """Why ``key=value`` cannot be in a child's environment, or None."""
     if not isinstance(key, str) or not isinstance(value, str):
-        return f"expected strings, got {key!r:.40}: {value!r:.40}"
+        # The value is not quoted, nor the key when the value is a string: either may be a secret.
+        return (f"expected strings, got a {type(key).__name__} name" if not isinstance(key, str) else
+                f"expected strings, got a {type(value).__name__} for {key!r:.40}")
     if not key or "=" in key or "\0" in key:
         return f"invalid variable name {key!r:.80} (environment variable names are non-empty, without '=' or NUL)"
     if "\0" in value:

@@ -78,3 +78,66 @@ def missing_xdg_runtime_dir(explicit: str | os.PathLike[str] | None = None) -> s
 def socket_path(directory: str, name: str) -> str:
     """Where session ``name``'s socket is in ``directory`` (neither checked: see shellper.host.paths)."""
     return os.path.join(directory, name + SOCKET_SUFFIX)
+
+
+MAX_HOST_LEN = 255
+"""The longest host (``user@host`` or ``ssh://user@host:port``) accepted; a DNS name is at most 253."""
+_HOST_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
+_IPV6_CHARS = frozenset("0123456789abcdefABCDEF:.")
+
+
+class BadHost(ShellperError, ValueError):
+    """A host that is not an ssh destination this project passes on: it could be read as an option (``-F
+    file``), carries shell syntax (``a$(cmd)``), or is empty or cut (``box:``)."""
+
+    def __init__(self, host: object, reason: str) -> None:
+        self.host = host
+        self.reason = reason
+        shown = repr(host[:80]) + ("..." if len(host) > 80 else "") if isinstance(host, str) else repr(type(host))
+        super().__init__(f"invalid host {shown}: {reason}")
+
+
+def _host_word(word: str, what: str) -> None:
+    if not word:
+        raise ValueError(f"has no {what}")
+    if word[0] in ".-":
+        raise ValueError(f"its {what} must not start with {word[0]!r}")
+    bad = next((c for c in word if c not in _HOST_CHARS), None)
+    if bad is not None:
+        raise ValueError(f"its {what} contains {bad!r}; only letters, digits, '.', '_' and '-' are allowed")
+
+
+def validate_host(host: str) -> str:
+    """Return ``host`` if it is an ssh destination shellper passes on: ``[user@]name`` (a host name, an
+    address or an alias of ~/.ssh/config) or ``ssh://[user@]name[:port]`` (where ``name`` may also be an
+    IPv6 address in brackets). User and name are letters, digits, '.', '_' and '-', not starting with '.'
+    or '-'; so nothing ssh could read as an option, no shell syntax, no white space, and no ':' outside the
+    ``ssh://`` form (``HOST:NAME`` names a session on HOST). Raises :class:`BadHost`."""
+    if not isinstance(host, str):
+        raise BadHost(host, "must be a string")
+    if len(host) > MAX_HOST_LEN:
+        raise BadHost(host, f"is {len(host)} characters; at most {MAX_HOST_LEN} allowed")
+    rest, url = (host[len("ssh://"):], True) if host.startswith("ssh://") else (host, False)
+    user, at, rest = rest.rpartition("@") if "@" in rest else ("", "", rest)
+    try:
+        if at:
+            _host_word(user, "user")
+        port = ""
+        if url and rest.startswith("["):
+            address, bracket, port = rest[1:].partition("]")
+            if not bracket or not address or any(c not in _IPV6_CHARS for c in address) or ":" not in address:
+                raise ValueError("its [address] is not an IPv6 address")
+            if port and not port.startswith(":"):
+                raise ValueError("has something after its [address] that is not :PORT")
+            port = port[1:] if port else ""
+        else:
+            if url:
+                rest, colon, port = rest.partition(":")
+                if colon and not port:
+                    raise ValueError("has a ':' but no port")
+            _host_word(rest, "host name")
+        if url and port and not (port.isdigit() and port.isascii() and 1 <= int(port) <= 65535):
+            raise ValueError(f"its port {port!r:.20} is not a number in 1..65535")
+    except ValueError as exc:
+        raise BadHost(host, str(exc)) from None
+    return host

@@ -1,7 +1,9 @@
 """``python -m shellper.daemon NAME DIR``: the detached session process; its argv names it for ``ps``."""
 
-import sys
+import os
 
 from shellper.daemon.main import daemon_main
 
-sys.exit(daemon_main(sys.argv[1:]))
+# os._exit: the intermediate process only forks the daemon (which never returns here), and its launcher
+# waits for it; the interpreter's teardown would be time on that wait and nothing else.
+os._exit(daemon_main([]))

@@ -22,6 +22,7 @@ from shellper.core import structs
 from shellper.core.defaults import clamp_terminal_size
 from shellper.core.detachkeys import DOUBLE_KEY_WINDOW, KeysEnd, read_keys
 from shellper.core.modes import FULL_RESET_SEQUENCE
+from shellper.core.peertext import quote_peer
 from shellper.core.ring import Chunk, OffsetError
 from shellper.core.states import SessionState
 from shellper.daemon.reactor import Future, Handle
@@ -592,7 +593,7 @@ class ClientConn:
                             wire.FrameType.HELLO, fatal=True)
             return
         if hello.role not in wire.ROLES:
-            self.send_error("bad_role", f"role {hello.role!r} is not one of {', '.join(wire.ROLES)}",
+            self.send_error("bad_role", f"role {quote_peer(hello.role)} is not one of {', '.join(wire.ROLES)}",
                             wire.FrameType.HELLO, fatal=True)
             return
         ring = session.scrollback

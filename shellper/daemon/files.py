@@ -119,4 +119,5 @@ class SessionFiles:
             unlink_if_regular(self.paths.log)
             unlink_if_regular(self.paths.log + ".1")
             return
-        self.log.path = kept  # a late line goes to the kept log, not to a new NAME.log
+        if kept is not None:
+            self.log.path = kept  # a late line goes to the kept log, not to a new NAME.log

@@ -22,6 +22,7 @@ from shellper.core.launchfailure import LaunchFailure as LaunchFailure  # re-exp
 from shellper.core.names import validate_name
 from shellper.core.owner import OWNER_ENV, BadOwner, default_owner
 from shellper.core.structs import fields, record, replace
+from shellper.daemon.prefork import READY_FD_ENV, Prefork
 from shellper.host.cgroup import scope_prefix
 from shellper.host.logfile import LogFile
 from shellper.host.paths import SessionPaths, ensure_runtime_dir, open_nofollow
@@ -30,8 +31,6 @@ from shellper.host.record import SessionLock
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
 if TYPE_CHECKING:
     from typing import Any
-
-    from shellper.daemon.prefork import Prefork
 
 LAUNCH_TIMEOUT = 10.0
 LOG_TAIL_BYTES = 4096
@@ -133,25 +132,23 @@ def launch(
 ) -> LaunchInfo:
     """Start a detached shellper and return once its socket accepts connections.
 
-    By default the daemon is a fresh interpreter, which is safe from any caller (a Tower with threads
-    and an event loop). ``fork=True`` forks this process instead, skipping a second interpreter start
-    and its imports: only for a single-threaded caller such as the ``shellper`` CLI, which may also pass
-    the ``prefork`` it started before parsing (see shellper.daemon.prefork).
+    The daemon is a fresh interpreter either way, whose argv names the session and nothing else. By
+    default it is started with subprocess, which is safe from any caller (a Tower with threads and an
+    event loop). ``fork=True`` spawns it with shellper.daemon.prefork instead, which the ``shellper`` CLI
+    uses and may have done before parsing (``prefork``).
     """
     scope = None if config.containment == "none" else scope_prefix(config.name, config.cgroup_parent)
     if scope is not None and prefork is not None:
-        prefork.cancel()  # a forked daemon would stay in the caller's cgroup: start one inside a systemd scope
+        prefork.cancel()  # a prefork would stay in the caller's cgroup: start one inside a systemd scope
     if scope is None and (prefork is not None or fork):
         try:
             config, paths = prepare(config)
             if prefork is None:
-                from shellper.daemon.prefork import Prefork
-
-                prefork = Prefork.start()
+                prefork = Prefork.start((config.name, str(paths.dir)))
             try:
                 prefork.send(config.to_json().encode())
-            except OSError as exc:  # EPIPE: the forked daemon-to-be died (killed, out of memory) first
-                raise LaunchError(config.name, f"session {config.name!r} did not start: the process forked to "
+            except OSError as exc:  # EPIPE: the daemon-to-be died (killed, out of memory) first
+                raise LaunchError(config.name, f"session {config.name!r} did not start: the process started to "
                                   f"become its shellper died before it got its config "
                                   f"({prefork.describe_exit() or exc.strerror or exc}), so nothing was started "
                                   f"and nothing logged to {paths.log}; run it again", paths.log,
@@ -170,7 +167,7 @@ def launch(
             [*(scope or ()), sys.executable, "-m", "shellper.daemon", config.name, str(paths.dir)],
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             pass_fds=(ready_w,), start_new_session=True, close_fds=True,
-            env={**os.environ, "SHELLPER_READY_FD": str(ready_w)},
+            env={**os.environ, READY_FD_ENV: str(ready_w)},
         )
     except OSError:
         os.close(ready_r)

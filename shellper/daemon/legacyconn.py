@@ -9,6 +9,7 @@ session. What a version-1 client may do is the table in shellper.protocol.legacy
 
 from __future__ import annotations
 
+from shellper.core.peertext import quote_peer
 from shellper.core.states import SessionState
 from shellper.daemon.clientconn import MAX_UNREAD_BYTES, ClientConn
 from shellper.protocol import legacy, wire
@@ -84,7 +85,7 @@ class LegacyConn(ClientConn):
         if self._handshake_timer is not None:
             self._handshake_timer.cancel()
             self._handshake_timer = None
-        session.log.write(f"HELLO: version={hello.version}, clientType={hello.client_type}")
+        session.log.write(f"HELLO: version={quote_peer(hello.version)}, clientType={quote_peer(hello.client_type)}")
         self.role, self.name = legacy.client_kind(hello.client_type), hello.client_type[:200]
         state = session.welcome(self.role)
         start_ms = int(session.created_at * 1000)

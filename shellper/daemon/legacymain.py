@@ -13,22 +13,26 @@ Underneath it is a whole shellper session named after the socket (``shellper-<id
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import sys
 
-from shellper.core.config import SessionConfig
-from shellper.core.defaults import MAX_RING_BYTES, MIN_RING_BYTES
-from shellper.core.exits import RestartPolicy
+from shellper.daemon.prefork import package_command, package_env
 from shellper.host.logfile import LogFile, format_line
-from shellper.host.paths import SessionPaths, ensure_runtime_dir
 from shellper.protocol import legacy
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
 if TYPE_CHECKING:
+    from shellper.core.config import SessionConfig
     from shellper.daemon.session import Session
+    from shellper.host.paths import SessionPaths
 
 USAGE = "Usage: shellper legacy-main '<json config>'"
+CONFIG_FD_ENV = "SHELLPER_LEGACY_CONFIG_FD"
+"""Names the descriptor the config crosses the re-exec on (see :func:`_reexec`)."""
+CONFIG_MAX = 128 * 1024
+"""The most a config can be: Linux's limit on one argument of a command line (MAX_ARG_STRLEN)."""
 
 
 class StderrLog(LogFile):
@@ -60,21 +64,31 @@ def _say(message: str) -> None:
 
 def legacy_main(argv: list[str]) -> int:
     """Entry of ``shellper legacy-main JSON`` (and, after the re-exec, of ``python -m
-    shellper.daemon.legacymain shellper-main.js JSON``)."""
+    shellper.daemon.legacymain shellper-main.js {"socketPath":…}`` with the config on a descriptor)."""
     args = [a for a in argv if a != legacy.MARKER]
     if len(args) != 1:
         _say(USAGE)
         return 1
-    text = args[0]
+    inherited = os.environ.pop(CONFIG_FD_ENV, None) if legacy.MARKER in argv else None
     try:
+        text = args[0] if inherited is None else _read_config(inherited)
         launch = legacy.parse_launch_config(text)
         name = launch.session_name
     except legacy.LegacyError as exc:
         _say(str(exc))
         return 1
-    if legacy.MARKER not in argv:
-        # Same pid, new command line: a Tower's process scanners look for the marker and the JSON in argv.
-        os.execv(sys.executable, [sys.executable, "-m", "shellper.daemon.legacymain", legacy.MARKER, text])
+    if inherited is None:
+        try:
+            _reexec(text, launch.socket_path)
+        except OSError as exc:  # no memfd, no interpreter: nothing started, the Tower reads EOF and a log line
+            _say(f"Shellper fatal: cannot re-execute: {exc.strerror or exc}")
+            return 1
+    # Imported only by the re-executed image: the first one, whose command line shows the config, ends sooner.
+    from shellper.core.config import SessionConfig
+    from shellper.core.defaults import MAX_RING_BYTES, MIN_RING_BYTES
+    from shellper.core.exits import RestartPolicy
+    from shellper.host.paths import SessionPaths, ensure_runtime_dir
+
     if os.getsid(0) != os.getpid():
         os.setsid()  # detached, as the original was spawned: no terminal's or caller's signals reach us
     null = os.open(os.devnull, os.O_RDONLY)
@@ -101,6 +115,40 @@ def legacy_main(argv: list[str]) -> int:
     except Exception as exc:
         log.write(f"Shellper fatal: {type(exc).__name__}: {exc}")
         return 1
+
+
+def _reexec(text: str, socket_path: str) -> None:
+    """Become, same pid, ``python -P -m shellper.daemon.legacymain shellper-main.js {"socketPath":…}``.
+
+    A Tower's process scanners look for the marker and ``"socketPath":"<socketDir>/…"`` in the command line
+    (compact JSON, as JavaScript writes it). Only that: the config, its ``env`` above all, would be readable
+    in ``ps`` by every user for the session's whole life, so it travels to the new image in a memfd, named by
+    CONFIG_FD_ENV (docs/LEGACY.md). The command line this process was started with is the Tower's to choose;
+    it lasts until here."""
+    fd = os.memfd_create("shellper-legacy-config", 0)  # no MFD_CLOEXEC: the new image reads it
+    data = text.encode()
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    visible = json.dumps({"socketPath": socket_path}, separators=(",", ":"), ensure_ascii=False)
+    os.execve(sys.executable, package_command("shellper.daemon.legacymain", legacy.MARKER, visible),
+              package_env({CONFIG_FD_ENV: str(fd)}))
+
+
+def _read_config(fd_text: str) -> str:
+    """The config the first image left in the memfd named by CONFIG_FD_ENV; it is closed after. At most
+    CONFIG_MAX bytes: it was one argument of a command line."""
+    try:
+        fd = int(fd_text)
+        try:
+            data = os.pread(fd, CONFIG_MAX + 1, 0)
+        finally:
+            os.close(fd)
+    except (ValueError, OSError) as exc:
+        raise legacy.LegacyError(f"Invalid config: cannot read it from ${CONFIG_FD_ENV}: {exc}") from None
+    if len(data) > CONFIG_MAX:
+        raise legacy.LegacyError(f"Invalid config: more than {CONFIG_MAX} bytes")
+    return data.decode(errors="replace")
 
 
 def _serve(config: SessionConfig, paths: SessionPaths, log: LogFile) -> int:

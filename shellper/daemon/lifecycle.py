@@ -117,7 +117,9 @@ class Lifecycle:
         self.input.attach(child)
         self.output.attach(child)
         self.journal.set_state(SessionState.RUNNING, "", announce=False)
-        self.log.write(f"spawned pid={child.pid} argv={argv!r}")
+        # The program, not its arguments: a log outlives the process (logs/, 7 days), and arguments can
+        # carry secrets (--api-key), which `ps` shows only while the child runs; the record has the command.
+        self.log.write(f"spawned pid={child.pid}: {argv[0]!r:.200} with {len(argv) - 1} arguments")
         self.journal.event("spawned", {"child_pid": child.pid, "argv": argv})
         self.journal.announce_state()
         return True

@@ -1,11 +1,10 @@
-"""``python -m shellper.daemon NAME DIR``: the detached session process (argv names it for ``ps``), and the
-fork that detaches it, shared with the console script's prefork."""
+"""``python -m shellper.daemon NAME DIR``: the detached session process (argv names it for ``ps``, and says
+nothing else: the config comes on stdin), and the fork that detaches it."""
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 
 from shellper.core.config import SessionConfig
 from shellper.core.launchfailure import LaunchFailure
@@ -19,9 +18,19 @@ if TYPE_CHECKING:
 
 
 def daemon_main(argv: list[str]) -> int:
-    """Entry of ``python -m shellper.daemon``: fork once more, detach, serve, report readiness."""
-    ready_fd = int(os.environ.pop("SHELLPER_READY_FD", "-1"))
-    config = SessionConfig.from_json(sys.stdin.buffer.read().decode())
+    """Entry of ``python -m shellper.daemon``: take the config from stdin, fork once more, detach, serve,
+    report readiness. ``argv`` is only a label. The server is imported before the config is read: started
+    early by the console script (shellper.daemon.prefork), this runs while the CLI parses; an empty stdin
+    is a launch called off."""
+    ready_fd = int(os.environ.pop("SHELLPER_READY_FD", "-1"))  # prefork.READY_FD_ENV: prefork imports this module
+    import shellper.daemon.session  # noqa: F401  (the point of starting early)
+
+    chunks = []
+    while chunk := os.read(0, 65536):
+        chunks.append(chunk)
+    if not chunks:
+        return 0
+    config = SessionConfig.from_json(b"".join(chunks).decode())
     return detached_daemon(config, ready_fd)
 
 

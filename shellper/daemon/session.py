@@ -29,6 +29,7 @@ from collections.abc import Callable
 from shellper import __version__
 from shellper.core.config import SessionConfig, resolve_stderr_mode
 from shellper.core.owner import default_owner
+from shellper.core.peertext import quote_peer
 from shellper.daemon.clientconn import ClientConn
 from shellper.daemon.files import SessionFiles
 from shellper.daemon.inputqueue import InputQueue
@@ -234,7 +235,8 @@ class Session:
 
     def register(self, client: ClientConn) -> None:
         self.registry.register(client)
-        self.log.write(f"client {client.client_id} attached: {client.role}, pid {client.peer_pid} ({client.name!r})")
+        self.log.write(f"client {client.client_id} attached: {client.role}, pid {client.peer_pid} "
+                       f"({quote_peer(client.name)})")
         self.journal.event("client_attached", {"client_id": client.client_id, "role": client.role,
                                                "client": client.name})
 

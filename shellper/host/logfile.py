@@ -201,13 +201,15 @@ STOPPED_LOG_DAYS = 7
 """Logs of sessions stopped longer ago than this are removed by the next stop in the directory."""
 
 
-def keep_stopped_log(directory: str, name: str, now: float | None = None) -> str:
+def keep_stopped_log(directory: str, name: str, now: float | None = None) -> str | None:
     """Move ``NAME.log`` to ``logs/NAME.log`` when its session stops (the one before to ``logs/NAME.log.1``;
     the live rotation ``NAME.log.1`` goes), and remove kept logs older than :data:`STOPPED_LOG_DAYS`.
 
     The session's name stays free of files, and what it said on the way out can still be read. Only a
     ``logs`` directory that is ours and private is used; the moves happen inside directory fds, so no
-    symlink is followed. Returns the kept log's path; raises OSError (the caller then removes the log)."""
+    symlink is followed. Returns the kept log's path, or None when there is no ``NAME.log`` to keep (a
+    legacy session's log is whatever file its Tower gave it as stderr, maybe another or none): then
+    ``logs/NAME.log`` is left as it is. Raises OSError (the caller then removes the log)."""
     logs = os.path.join(directory, LOGS_DIR)
     with contextlib.suppress(FileExistsError):
         os.mkdir(logs, 0o700)
@@ -219,9 +221,19 @@ def keep_stopped_log(directory: str, name: str, now: float | None = None) -> str
             if st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) & 0o077:
                 raise OSError(errno.EPERM, "not a private directory of ours", logs)
             log = f"{name}.log"
-            with contextlib.suppress(FileNotFoundError):
-                os.rename(log, f"{log}.1", src_dir_fd=logs_fd, dst_dir_fd=logs_fd)
-            os.rename(log, log, src_dir_fd=dir_fd, dst_dir_fd=logs_fd)
+            try:
+                os.stat(log, dir_fd=dir_fd, follow_symlinks=False)
+                present = True
+            except FileNotFoundError:
+                present = False
+            if present:
+                with contextlib.suppress(FileNotFoundError):
+                    os.rename(log, f"{log}.1", src_dir_fd=logs_fd, dst_dir_fd=logs_fd)
+                try:
+                    os.rename(log, log, src_dir_fd=dir_fd, dst_dir_fd=logs_fd)
+                except OSError as exc:  # its message would read 'NAME.log' -> 'NAME.log': name the directories
+                    raise OSError(exc.errno, exc.strerror, os.path.join(directory, log), None,
+                                  os.path.join(logs, log)) from None
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(f"{log}.1", dir_fd=dir_fd)
             _prune(logs_fd, (time.time() if now is None else now) - STOPPED_LOG_DAYS * 86400)
@@ -229,7 +241,7 @@ def keep_stopped_log(directory: str, name: str, now: float | None = None) -> str
             os.close(logs_fd)
     finally:
         os.close(dir_fd)
-    return os.path.join(logs, f"{name}.log")
+    return os.path.join(logs, f"{name}.log") if present else None
 
 
 def _prune(logs_fd: int, older_than: float) -> None:

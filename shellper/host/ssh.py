@@ -23,6 +23,7 @@ from pathlib import Path
 
 from shellper import __version__
 from shellper.core.errors import ShellperError
+from shellper.core.names import BadHost, validate_host
 
 SSH_ENV = "SHELLPER_SSH"
 """The ssh command, split as a shell would (default ``ssh``)."""
@@ -71,10 +72,13 @@ class VersionMismatch(SshError):
 
 
 def check_host(host: str) -> str:
-    """An ssh destination, refused when ssh would read it as an option or it cannot be one word."""
-    if not host or host.startswith("-") or any(c.isspace() or not c.isprintable() for c in host):
-        raise SshError(host, "is not an ssh destination (user@host, an alias of ~/.ssh/config, ssh://host:port)")
-    return host
+    """``host`` if shellper.core.names.validate_host accepts it, else SshError: every command line given to
+    ssh goes through here, whatever checked the host before."""
+    try:
+        return validate_host(host)
+    except BadHost as exc:
+        raise SshError(str(host)[:80], f"is not an ssh destination shellper uses ({exc.reason}; user@host, an "
+                       "alias of ~/.ssh/config, ssh://user@host:port)") from None
 
 
 def ssh_command() -> list[str]:

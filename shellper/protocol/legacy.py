@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from enum import IntEnum
 
 from shellper.core.errors import ShellperError
+from shellper.core.peertext import quote_peer
 from shellper.core.signals import signal_number
 from shellper.core.structs import record
 from shellper.protocol.wire import FrameType
@@ -307,17 +308,20 @@ def parse_launch_config(text: str) -> LaunchConfig:
     if not isinstance(value, dict):
         raise LegacyError("Invalid JSON config")
 
-    def need(key: str, ok: bool) -> None:
+    def need(key: str, ok: bool, what: str | None = None) -> None:
+        """The numbers are quoted (bounded); the strings, lists and objects are described, never quoted:
+        this lands in the log, and ``env`` and ``args`` are where a Tower puts the child's secrets."""
         if not ok:
-            raise LegacyError(f"Invalid config: {key} {value.get(key)!r:.80}")
+            raise LegacyError(f"Invalid config: {key} {quote_peer(value.get(key)) if what is None else what}")
 
     command, args, cwd, env = (value.get(k) for k in ("command", "args", "cwd", "env"))
     args = [] if args is None else args
     env = {} if env is None else env
-    need("command", isinstance(command, str) and bool(command))
-    need("args", isinstance(args, list) and all(isinstance(a, str) for a in args))
-    need("cwd", isinstance(cwd, str) and bool(cwd))
-    need("env", isinstance(env, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()))
+    need("command", isinstance(command, str) and bool(command), "must be a non-empty string")
+    need("args", isinstance(args, list) and all(isinstance(a, str) for a in args), "must be an array of strings")
+    need("cwd", isinstance(cwd, str) and bool(cwd), "must be a non-empty string")
+    need("env", isinstance(env, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()),
+         "must be an object of strings")
     need("socketPath", isinstance(value.get("socketPath"), str) and bool(value.get("socketPath")))
     sizes = {}
     for key, default in (("cols", 80), ("rows", 24)):

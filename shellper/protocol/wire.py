@@ -19,6 +19,7 @@ from shellper.core import structs
 from shellper.core.defaults import TERMINAL_SIZE_RANGE, terminal_size_in_range
 from shellper.core.errors import ShellperError
 from shellper.core.exitrecord import ExitRecord, ExitRecordError, check_exit_record
+from shellper.core.peertext import quote_peer
 from shellper.core.signals import bare_name
 from shellper.core.structs import field, record
 
@@ -627,7 +628,8 @@ def check_fields(frame: Frame) -> None:
         if not _check_kind(f.metadata["kind"], value):
             key = f.metadata["key"] or f.name
             want = _KIND_WORDS[f.metadata["kind"]] + (" or nil" if f.metadata["nullable"] else "")
-            raise BadField(f"field {key!r} must be {want}, got {value!r:.60}", frame.TYPE, key)
+            # quote_peer: a map (SPAWN's env) is named by its type and size, never shown
+            raise BadField(f"field {key!r} must be {want}, got {quote_peer(value)}", frame.TYPE, key)
 
 
 def check_request(frame: Frame) -> None:

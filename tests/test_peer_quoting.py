@@ -1,0 +1,43 @@
+"""What a peer sends is quoted in the log and in error replies with a bound (shellper.core.peertext): two
+frames with a long string must not push the session's own lines out of NAME.log and NAME.log.1."""
+
+from __future__ import annotations
+
+import contextlib
+
+import msgpack
+from conftest import Sessions
+from legacy_support import V1Client
+from test_legacy import Legacy, legacy_env  # noqa: F401 - the fixture
+from test_server import frame, frames_until_eof, only_error, raw_socket
+
+from shellper.core.peertext import PEER_QUOTE_CHARS
+from shellper.protocol import wire
+
+LONG = 1_000_000
+
+
+def test_a_long_role_is_quoted_bounded_in_the_error_and_the_log(sessions: Sessions) -> None:
+    sessions.start("pq", ["cat"])
+    for _ in range(2):
+        with contextlib.closing(raw_socket(sessions.dir / "pq.sock")) as s:
+            role = "r" * LONG
+            s.sendall(frame(wire.FrameType.HELLO, msgpack.packb({"version": 3, "role": role})))
+            err = only_error(frames_until_eof(s))
+        assert err.code == "bad_role" and f"({LONG} chars)" in err.message
+        assert len(err.message) < PEER_QUOTE_CHARS + 120, len(err.message)
+    log = sessions.dir / "pq.log"
+    text = log.read_text()
+    assert "shellper 0" in text and " started: " in text and len(text) < 16_384, len(text)
+    assert not (sessions.dir / "pq.log.1").exists()
+    sessions.stop("pq")
+
+
+def test_a_long_client_type_is_quoted_bounded_in_the_legacy_log(legacy_env: Legacy) -> None:  # noqa: F811
+    s = legacy_env.start("cat")
+    for _ in range(2):
+        with V1Client(s.sock) as c:
+            c.hello("t" * LONG)  # its WELCOME comes after the HELLO's log line
+    text = s.log_text()
+    assert len(text) < 16_384, len(text)
+    assert text.count(f"clientType={'t' * PEER_QUOTE_CHARS!r}... ({LONG} chars)") == 2
