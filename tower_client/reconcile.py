@@ -58,7 +58,9 @@ verified running/backoff/starting, row            adopt                       ru
 
 One name can get two decisions, in the order they must be carried out: ``clean`` or ``terminate``
 first (it frees the name), then ``respawn`` (the Tower launches a fresh shellper with its own
-parameters). Both carry the same reason. ``respawn`` is never emitted while something keeps the lock.
+parameters). Both carry the same reason. ``respawn`` is never emitted while something keeps the lock,
+nor while a shellper of the name lives in a cgroup no record names (``stray_cgroup_live``, of any
+owner): the respawned one would run beside it, two shellpers and two children for one name.
 A ``husk_expired`` terminate has no respawn: the child ended for good; the Tower drops the row.
 
 Owners: every decision is taken for one ``owner`` (default: shellper.core.owner.default_owner). A record of
@@ -298,8 +300,12 @@ def reconcile(registry: Registry, observed: Iterable[Observed], *, now: float,
     decisions: list[Decision] = []
     for name in sorted(set(by_name) | {row.name for row in registry.rows}):
         seen, row = by_name.get(name), registry.get(name)
+        decided = _decide(name, row, seen, now, husk_max_age, me)
+        if seen is not None and any(found.shellper_alive for found in seen.stray_cgroups):
+            # A shellper of this name lives in a cgroup no record names: a respawn would run a second one.
+            decided = [d for d in decided if d.action is not Action.RESPAWN]
         decisions.extend(_strays(name, row, seen, me))
-        decisions.extend(_decide(name, row, seen, now, husk_max_age, me))
+        decisions.extend(decided)
     return decisions
 
 
@@ -310,7 +316,8 @@ def _strays(name: str, row: RegistryRow | None, obs: Observed | None, owner: str
             action, reason, detail = Action.LEAVE, "other_owner", f"cgroup {found.path} is another owner's"
         elif found.shellper_alive:
             action, reason, detail = (Action.LEAVE, "stray_cgroup_live", f"a shellper lives in {found.path} "
-                                      "but no record names it: left alone")
+                                      "but no record names it: left alone"
+                                      + ("; registered, but not respawned while it lives" if row else ""))
         else:
             action, reason, detail = (Action.CLEAN, "stray_cgroup", f"no record names {found.path}"
                                       + (" (processes inside)" if found.populated else ""))
