@@ -322,6 +322,37 @@ def test_a_live_shellper_whose_lock_file_was_removed_is_left_by_reconcile_and_st
     poll_until(lambda: is_dead(shellper), what="the shellper to be stopped")
 
 
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("variant", ["copy", "name_and_socket_edited", "hard_linked"])
+def test_stop_of_a_copied_record_signals_nothing_and_removes_nothing(sessions: Sessions, mode: str,
+                                                                     variant: str) -> None:
+    """Issue 27, defect 1: `cp keep.json copy.json; shellper stop copy` printed "stopped copy (its lock file was
+    missing; via signals)" and killed keep's shellper and tree: the lock-missing path trusted the copied
+    record. Now `stop` judges the files as reconcile and reap do (shellper.host.ownfiles): a record naming
+    another session, a socket elsewhere, a hard link, a socket answering as another session, or a shellper
+    proven live as another session (the copy with its name and socket edited, in keep's cgroup) is refused."""
+    info = sessions.launch("keep", ["sh", "-c", ESCAPER], containment=mode)
+    kept = [identity(info.pid), escapee(info.pid)]
+    d = sessions.dir
+    rec = read_record(d / "keep.json")
+    if variant == "name_and_socket_edited":
+        write_record(d / "copy.json", replace(rec, name="copy", socket=str(d / "copy.sock")))
+    else:
+        (d / "copy.json").write_bytes((d / "keep.json").read_bytes())
+    if variant == "hard_linked":  # the lock held by keep: `stop` speaks to the socket, which answers as keep
+        os.link(d / "keep.lock", d / "copy.lock")
+        os.link(d / "keep.sock", d / "copy.sock")
+    before = sorted(p.name for p in d.iterdir())
+    done = subprocess.run([*SHELLPER_CLI, "--dir", str(d), "stop", "copy", "--grace", "0.3"],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert "nothing signalled" in done.stderr and "stopped" not in done.stdout, (done.stdout, done.stderr)
+    assert all(alive(p) for p in kept), "stop copy ended keep's shellper or tree"
+    assert sorted(p.name for p in d.iterdir()) == before
+    with Client(d / "keep.sock", "viewer") as client:
+        assert client.connect(replay_bytes=0).instance_id == info.instance_id
+
+
 def test_a_live_shellper_whose_lock_file_alone_was_removed_is_stopped_over_its_socket(sessions: Sessions) -> None:
     """With its socket still answering as the recorded shellper, `stop` asks it to STOP (it ends its own tree
     and removes its files) rather than signalling it."""

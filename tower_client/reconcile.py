@@ -82,10 +82,11 @@ from pathlib import Path
 from typing import Any
 
 from shellper.core.errors import BadArgument, ShellperError
-from shellper.core.names import SOCKET_SUFFIX, BadName, validate_name
+from shellper.core.names import BadName, validate_name
 from shellper.core.owner import default_owner
 from shellper.core.states import SessionState
 from shellper.host.cgroup import owner_key
+from shellper.host.ownfiles import mismatch
 from tower_client.discover import Observed
 
 __all__ = [
@@ -326,21 +327,15 @@ def _strays(name: str, row: RegistryRow | None, obs: Observed | None, owner: str
 
 
 def name_mismatch(obs: Observed) -> str | None:
-    """Why the files observed under ``obs.name`` are not that session's own, or None if they are.
+    """Why the files observed under ``obs.name`` are not that session's own, or None if they are
+    (:func:`shellper.host.ownfiles.mismatch`, which ``shellper stop`` judges its files with too).
 
     A hard link of a live session's lock and socket under another name, with its record copied, would
     otherwise verify as a session of that name: its lock is held by the recorded pid and its socket
     answers as the recorded instance. A shellper creates each of its files with one link."""
-    name, rec = obs.name, obs.record
-    if rec is not None and rec.name != name:
-        return f"the record names session {rec.name!r}"
-    if obs.record_socket_ok is False and rec is not None:
-        return f"the record's socket {rec.socket!r} is not {name}{SOCKET_SUFFIX} in {obs.dir or 'this directory'}"
-    if obs.probe == "answered" and obs.welcome_name != name:
-        return f"the socket answers as session {obs.welcome_name!r}"
-    if obs.hard_linked:
-        return f"{', '.join(f'{name}.{kind}' for kind in sorted(obs.hard_linked))} has more than one link"
-    return None
+    return mismatch(obs.name, obs.record, record_socket_ok=obs.record_socket_ok,
+                    welcome_name=obs.welcome_name if obs.probe == "answered" else None,
+                    hard_linked=obs.hard_linked, where=obs.dir)
 
 
 def _decide(name: str, row: RegistryRow | None, obs: Observed | None, now: float,

@@ -829,6 +829,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
     pin: PidFd | None = None
     try:
         with client:
+            _refuse_foreign(args.name, paths, None, client.welcome.name if client.welcome else None)
             pin = _pin_shellper(client, record)
             grace = DEFAULT_GRACE if args.grace is None else args.grace
             deadline = time.monotonic() + grace + 15.0
@@ -898,6 +899,7 @@ def _stop_unresponsive(args: argparse.Namespace, paths: SessionPaths, record: Se
     from shellper.host.identity import IdentityError
 
     grace = DEFAULT_GRACE if args.grace is None else args.grace
+    _refuse_foreign(args.name, paths, record)
     print(f"shellper: session {args.name!r}: {why}; ending it with signals", file=sys.stderr, flush=True)
     try:
         term = terminate_shellper(record, paths, grace=grace)
@@ -1023,6 +1025,8 @@ def _stop_stale(args: argparse.Namespace, paths: SessionPaths) -> int:
     ended: tuple[int, ...] = ()
     grace = DEFAULT_GRACE if args.grace is None else args.grace
     record = _read_record(paths)
+    if record is not None:
+        _refuse_foreign(args.name, paths, record)
     if record is not None and record_is_alive(record):
         # Its lock file was removed (a tmp cleaner), not its shellper: end it as a Tower would, verified.
         from shellper.host.cleanup import terminate_shellper
@@ -1052,6 +1056,20 @@ def _stop_stale(args: argparse.Namespace, paths: SessionPaths) -> int:
     return 0
 
 
+def _refuse_foreign(name: str, paths: SessionPaths, record: SessionRecord | None,
+                    welcome_name: str | None = None) -> None:
+    """Nothing is signalled or removed for files that are not this name's own (a record copied from
+    another session, files hard-linked from it, a socket answering as another session): acting on them
+    would end that session (shellper.host.ownfiles, the check tower_client's reconcile and reap make)."""
+    from shellper.host.ownfiles import mismatch, not_own
+
+    why = mismatch(name, None, welcome_name=welcome_name) if record is None else not_own(paths, record,
+                                                                                          welcome_name)
+    if why is not None:
+        raise CliError(f"stop: session {name!r}: {why}: these files may be another session's; nothing "
+                       f"signalled, nothing removed (if they are litter, remove them yourself)")
+
+
 def _ask_stop(args: argparse.Namespace, record: SessionRecord, grace: float) -> Client:
     """STOP over the session's socket, for :func:`shellper.host.cleanup.terminate_shellper`, only to the
     recorded shellper: its instance id in WELCOME, its pid at the other end of the socket."""
@@ -1060,6 +1078,7 @@ def _ask_stop(args: argparse.Namespace, record: SessionRecord, grace: float) -> 
     from shellper.protocol import wire
 
     def recorded(client: Client, welcome: wire.Welcome) -> None:
+        _refuse_foreign(args.name, SessionPaths.for_name(_dir(args), args.name), None, welcome.name)
         peer = peer_pid(client.sock) if client.sock is not None else None
         if (welcome.instance_id, welcome.shellper_pid, peer) != (record.instance_id, record.shellper_pid,
                                                                  record.shellper_pid):
