@@ -41,13 +41,15 @@ ESCAPER = ("trap '' HUP TERM; (setsid sh -c 'trap \"\" HUP TERM; while :; do sle
 
 
 def escapee(info_pid: int) -> ProcessIdentity:
-    """The setsid'd grandchild of ESCAPER (the inner sh), once it exists."""
+    """The setsid'd grandchild of ESCAPER (the inner sh), once it exists: of the two sh that lead a session,
+    the younger (the other is the session's child itself, which dies with a killed shellper)."""
     def find() -> ProcessIdentity | None:
+        leaders = []
         for member in tree(info_pid):
             st = read_stat(member.pid)
             if st is not None and st.comm == "sh" and st.session == member.pid:
-                return member
-        return None
+                leaders.append(member)
+        return max(leaders, key=lambda m: m.start_time) if len(leaders) == 2 else None
     found: ProcessIdentity = poll_until(find, what="the escaping grandchild")
     return found
 
@@ -395,6 +397,43 @@ def test_run_over_a_killed_sessions_files_ends_what_it_left_running(sessions: Se
     second = sessions.launch("r", ["sleep", "300"], containment=mode)
     poll_until(lambda: is_dead(grandchild), what="the first session's leftover to be ended")
     assert alive(identity(second.pid))
+
+
+def test_another_owners_run_of_a_killed_sessions_name_keeps_its_record_for_its_reconcile(
+        sessions: Sessions) -> None:
+    """Issue 27, defect 4 (containment none): bob's `run x` over alice's killed x overwrote x.json, and alice's
+    reconcile never found what x left running (only the record's instance id finds it). Now bob's launch is
+    refused (reason other_owner) and the record stays alice's, until her reconcile has ended the survivor."""
+    from shellper.daemon.launch import LaunchError, LaunchFailure
+
+    first = sessions.launch("x", ["sh", "-c", ESCAPER], containment="none", owner="alice")
+    grandchild = escapee(first.pid)
+    sessions.track(grandchild)
+    kill9(first.pid)
+    with pytest.raises(LaunchError) as refused:
+        sessions.launch("x", ["sleep", "300"], containment="none", owner="bob")
+    assert refused.value.reason == LaunchFailure.OTHER_OWNER, refused.value
+    assert "alice" in str(refused.value) and str(grandchild.pid) in str(refused.value), str(refused.value)
+    kept = read_record(sessions.dir / "x.json")
+    assert (kept.owner, kept.instance_id) == ("alice", first.instance_id)
+    assert alive(grandchild)
+    found = decide(sessions.dir, owner="alice")
+    assert [(d.action, d.reason) for d in found] == [(Action.CLEAN, "dead")]
+    assert apply(found, owner="alice", grace=0.3).ok
+    assert is_dead(grandchild)
+    second = sessions.launch("x", ["sleep", "300"], containment="none", owner="bob")  # nothing left: the name is free
+    assert read_record(sessions.dir / "x.json").instance_id == second.instance_id
+
+
+def test_another_owners_killed_session_that_left_nothing_running_does_not_block_its_name(
+        sessions: Sessions) -> None:
+    first = sessions.launch("y", ["sleep", "300"], containment="none", owner="alice")
+    assert first.child_pid is not None
+    child = identity(first.child_pid)
+    kill9(first.pid)
+    poll_until(lambda: is_dead(child), what="the child to die with its shellper")
+    second = sessions.launch("y", ["sleep", "300"], containment="none", owner="bob")
+    assert read_record(sessions.dir / "y.json").instance_id == second.instance_id
 
 
 # --------------------------------------------------------------------------------------------- owners

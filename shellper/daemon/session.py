@@ -38,7 +38,7 @@ from shellper.daemon.lifecycle import Lifecycle
 from shellper.daemon.output import Output
 from shellper.daemon.reactor import Future, Reactor
 from shellper.daemon.registry import ClientRegistry
-from shellper.daemon.tree import SessionTree
+from shellper.daemon.tree import OwnerRemains, SessionTree
 from shellper.host.identity import boot_id, start_time
 from shellper.host.logfile import LogFile
 from shellper.host.paths import SessionPaths, unlink_if_socket
@@ -101,11 +101,14 @@ class Session:
             self.tree.contain()
             self.lifecycle.spawn_first()
             self.files.listen()
-        except BaseException:
+        except BaseException as exc:
             child = self.lifecycle.child
             self.lifecycle.close_child()
             self.tree.kill_at_once(child.pid if child is not None else None)
-            self.files.remove(keep_log=False)  # a session that never started leaves nothing behind
+            if isinstance(exc, OwnerRemains):  # the record is that owner's only way to its processes: kept
+                self.journal.release_lock()
+            else:
+                self.files.remove(keep_log=False)  # a session that never started leaves nothing behind
             self.tree.release()
             raise
         self.loop.add_signal_handler(signal.SIGCHLD, self.lifecycle.reap)

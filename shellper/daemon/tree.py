@@ -14,6 +14,7 @@ import time
 
 from shellper.core.config import ConfigError
 from shellper.core.containment import Containment
+from shellper.core.errors import ShellperError
 from shellper.host.cgroup import (
     CHILD_SUB,
     SHELLPER_SUB,
@@ -40,6 +41,23 @@ if TYPE_CHECKING:
     from shellper.daemon.reactor import Future, Reactor
     from shellper.host.logfile import LogFile
     from shellper.host.paths import SessionPaths
+    from shellper.host.record import SessionRecord
+
+class OwnerRemains(ShellperError):
+    """The name's previous session, another owner's, was killed and left processes running that only its
+    record lets that owner's reconcile find: overwriting the record would lose them, so the name is refused
+    (and the record left) until that owner reconciles or reaps it."""
+
+    def __init__(self, name: str, previous: SessionRecord, pids: tuple[int, ...]) -> None:
+        super().__init__(
+            f"session {name!r}: its previous shellper (instance {previous.instance_id}, owner {previous.owner!r}) "
+            f"was killed and left {len(pids)} process(es) running ({', '.join(map(str, pids[:10]))}"
+            f"{', ...' if len(pids) > 10 else ''}); only its record lets that owner's reconcile find them: "
+            f"`tower-client --owner {previous.owner} reap {name}` (or that owner's reconcile) first, or another "
+            "name")
+        self.pids = pids
+        self.owner = previous.owner
+
 
 KILL_ROUNDS = 8
 """SIGKILL rounds of a teardown without a cgroup before what is left is logged as surviving."""
@@ -152,8 +170,11 @@ class SessionTree:
         except (OSError, RecordError):
             return
         if previous.owner != self.owner:
-            self.log.write(f"instance {previous.instance_id} was owner {previous.owner!r}'s: what it left running "
-                           "is theirs to end")
+            left = self._left_unnamed(previous)
+            if left:
+                raise OwnerRemains(self.config.name, previous, left)
+            self.log.write(f"instance {previous.instance_id} was owner {previous.owner!r}'s and left nothing "
+                           "running")
             return
         from shellper.host.survivors import reap_survivors  # only on this path: a name reused after a crash
 
@@ -165,6 +186,23 @@ class SessionTree:
         if report.pids or report.suspect:
             self.log.write(f"instance {previous.instance_id} left {list(report.pids)} running: ended"
                            + (f"; not ended: {report.suspect}" if report.suspect else ""))
+
+    def _left_unnamed(self, previous: SessionRecord) -> tuple[int, ...]:
+        """What another owner's killed session left running that only its record lets that owner's reconcile
+        find: the processes carrying its mark (containment none). A contained session's cgroup carries its
+        owner's key in its name, and that owner's reconcile finds it without the record."""
+        if previous.containment != Containment.NONE:
+            return ()
+        from shellper.host.survivors import find_survivors  # only on this path: a name reused after a crash
+
+        try:
+            found = find_survivors(previous, directory=self.paths.dir)
+        except (IdentityError, OSError) as exc:
+            self.log.write(f"could not look for what instance {previous.instance_id} left running: {exc}")
+            return ()
+        for fd in found.values():
+            fd.close()
+        return tuple(sorted(found))
 
     def kill_at_once(self, leader: int | None) -> None:
         """A start that failed: SIGKILL what it started (and reap the child) before its files go."""
