@@ -25,6 +25,7 @@ from shellper.core.defaults import (
     DEFAULT_RING_BYTES,
     DEFAULT_ROWS,
     DEFAULT_TERM,
+    KILL_SECONDS,
     SCREEN_SCROLLBACK_LINES,
     TERMINAL_SIZE_RANGE,
     terminal_size_in_range,
@@ -852,6 +853,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
     pin = _pin_recorded(paths, record)
     try:
         instance: str | None = None
+        failure = ""
         for _ in range(STOP_ATTEMPTS):
             try:
                 client = _connect(args, "tower", replay_bytes=0)
@@ -875,8 +877,11 @@ def cmd_stop(args: argparse.Namespace) -> int:
                     if pin is not None:
                         pin.close()
                     pin = _pin_shellper(client, record)
-                if _send_stop(args, client, paths, pin):
+                delivered, failure = _send_stop(args, client, paths, pin)
+                if delivered:
                     break
+        if failure:
+            _failed_stop(args.name, paths, pin, record, failure)
         return _confirm_stopped(args.name, paths, pin, record)
     finally:
         if pin is not None:
@@ -887,28 +892,46 @@ STOP_ATTEMPTS = 3
 """Connections ``stop`` makes to deliver STOP while other tower connections replace its own."""
 
 
-def _send_stop(args: argparse.Namespace, client: Client, paths: SessionPaths, pin: PidFd | None) -> bool:
-    """STOP, then read until the shellper closes the connection: True. False if another tower connection
-    replaced ours first (the shellper may never have read our STOP)."""
+def _send_stop(args: argparse.Namespace, client: Client, paths: SessionPaths,
+               pin: PidFd | None) -> tuple[bool, str]:
+    """STOP, then read until the shellper closes the connection: (True, why the stop failed, "" if it did
+    not: a version-3 shellper answers a STOP with an id, not ok when processes survived it). (False, "") if
+    another tower connection replaced ours first (the shellper may never have read our STOP)."""
     from shellper.client.blocking import RemoteError, SessionGone
     from shellper.protocol import wire
 
     grace = DEFAULT_GRACE if args.grace is None else args.grace
-    deadline = time.monotonic() + grace + 15.0
+    bound = grace + KILL_SECONDS + 15.0  # the shellper's own: its grace, then freezing and killing a tree
+    deadline = time.monotonic() + bound
+    stop_id = 1 if client.conn.replies else None
+    failure = ""
     try:
-        client.send(wire.Stop(grace=args.grace))
+        client.send(wire.Stop(grace=args.grace, id=stop_id))
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise CliError(f"stop: session {args.name!r} did not stop within {grace + 15.0:g} s: "
+                raise CliError(f"stop: session {args.name!r} did not stop within {bound:g} s: "
                                + _what_remains(args.name, paths, pin))
             frame = client.recv(timeout=left)
-            if isinstance(frame, wire.Error):
+            if isinstance(frame, wire.Reply) and stop_id is not None and frame.id == stop_id and not frame.ok:
+                failure = frame.message or frame.code
+            elif isinstance(frame, wire.Error):
                 if frame.code == "replaced":
-                    return False
+                    return False, ""
                 raise RemoteError(client.path, frame)
     except SessionGone:
-        return True
+        return True, failure
+
+
+def _failed_stop(name: str, paths: SessionPaths, pin: PidFd | None, record: SessionRecord | None,
+                 failure: str) -> None:
+    """The shellper said its stop failed (processes survived SIGKILL): once it is gone, say so, naming what
+    still runs; never "stopped". Its record is kept: it is how they are found again."""
+    if pin is not None:
+        pin.wait_dead(STOP_EXIT_WAIT)
+    note = _survivors_note(_read_record(paths) or record, paths)
+    raise CliError(f"stop: session {name!r}: {failure}{note}; {_files_left(paths, session_files(paths))}: "
+                   f"`shellper stop {name}` again, or a Tower's reconcile, ends what is left and removes them")
 
 
 def _pin_recorded(paths: SessionPaths, record: SessionRecord | None) -> PidFd | None:
@@ -1129,7 +1152,14 @@ def _stop_stale(args: argparse.Namespace, paths: SessionPaths) -> int:
         print(f"stopped {args.name} (its lock file was missing; via {term.method})")
         return 0
     if record is not None:
-        ended = reap_survivors(record, directory=paths.dir, grace=grace).pids
+        from shellper.host.reaper import SurvivorError
+
+        try:
+            ended = reap_survivors(record, directory=paths.dir, grace=grace).pids
+        except SurvivorError as exc:  # the record is how they are found again: kept, like every file
+            raise CliError(f"stop: session {args.name!r}: its shellper was already gone, and processes it left "
+                           f"survived SIGKILL: {', '.join(map(str, exc.pids))}; nothing removed: run `shellper "
+                           f"stop {args.name}` again once they can die") from None
     try:
         removed = clean_session(paths)
     except AlreadyRunning:

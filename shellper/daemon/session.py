@@ -42,7 +42,7 @@ from shellper.daemon.tree import OwnerRemains, SessionTree
 from shellper.host.identity import boot_id, start_time
 from shellper.host.logfile import LogFile
 from shellper.host.paths import SessionPaths, unlink_if_socket
-from shellper.host.reaper import set_child_subreaper
+from shellper.host.reaper import SurvivorError, set_child_subreaper
 from shellper.host.record import SessionRecord, cmdline_sha256, new_instance_id
 from shellper.protocol import wire
 
@@ -166,19 +166,28 @@ class Session:
         self.stop_error = f"{type(error).__name__}: {error}"
         self._answer_stops("internal", f"stop failed ({self.stop_error}); the session is ended anyway")
         self.log.write(f"stop failed ({self.stop_error}): ending the session anyway; its log is kept")
-        ending = self.loop.create_task(self._end_after_failed_stop())
+        ending = self.loop.create_task(self._end_after_failed_stop(stop))
         ending.add_done_callback(lambda _: self.loop.stop())
 
-    async def _end_after_failed_stop(self) -> None:
+    async def _end_after_failed_stop(self, stop: Future[None] | None = None) -> None:
         """What a stop must not skip, each step on its own: the child's tree (SIGKILL now: the grace may
         have passed already), the cgroup, the files."""
+        left: tuple[int, ...] = ()
         try:
-            await self.lifecycle.terminate_tree(0.0)
+            # Survivors of the stop's own freezing and killing: another round would only double the wait.
+            known = stop.exception() if stop is not None else None
+            if isinstance(known, SurvivorError):
+                left = known.pids
+            else:
+                left = await self.lifecycle.terminate_tree(0.0)
         except Exception as exc:
+            left = (-1,)  # unknown: kept as if something survived
             self.log.write(f"could not end the session's processes: {type(exc).__name__}: {exc}")
         self.tree.release()  # never raises: says in the log what it could not do
+        if left:
+            self.log.write("the record is kept: a reconcile (or `shellper stop NAME`) finds what survived by it")
         try:
-            self.files.remove(keep_log=True)
+            self.files.remove(keep_log=True, keep_record=bool(left))
         except Exception as exc:
             self.log.write(f"could not remove the session's files: {type(exc).__name__}: {exc}")
         self.log.write("stopped after a failed stop")

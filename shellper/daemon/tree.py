@@ -14,6 +14,7 @@ import time
 
 from shellper.core.config import ConfigError
 from shellper.core.containment import Containment
+from shellper.core.defaults import KILL_SECONDS
 from shellper.core.errors import ShellperError
 from shellper.host.cgroup import (
     CHILD_SUB,
@@ -28,10 +29,10 @@ from shellper.host.cgroup import (
     own_cgroup,
     session_cgroup_of,
 )
-from shellper.host.identity import IdentityError, PidFd, ProcessGone
-from shellper.host.reaper import OwnTree
+from shellper.host.identity import IdentityError, PidFd, ProcessGone, read_stat
+from shellper.host.reaper import OwnTree, descendants
 from shellper.host.record import RecordError, read_record
-from shellper.host.shellpers import live_shellpers
+from shellper.host.shellpers import live_shellpers, under
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
 if TYPE_CHECKING:
@@ -59,8 +60,6 @@ class OwnerRemains(ShellperError):
         self.owner = previous.owner
 
 
-KILL_ROUNDS = 8
-"""SIGKILL rounds of a teardown without a cgroup before what is left is logged as surviving."""
 
 
 class SessionTree:
@@ -216,49 +215,60 @@ class SessionTree:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(leader, 0)
 
-    async def terminate(self, grace: float, leader: int | None, reap: Callable[[], None]) -> None:
-        """SIGTERM the child's group (``leader``) and every descendant, wait ``grace``, SIGKILL, and confirm
-        death; ``reap`` reaps what died after each wait.
+    async def terminate(self, grace: float, leader: int | None, reap: Callable[[], None]) -> tuple[int, ...]:
+        """SIGTERM the child's group (``leader``) and every descendant, wait ``grace``, then freeze and SIGKILL
+        until nothing is left; ``reap`` reaps what died after each wait. Returns what survived (logged).
 
         Without a cgroup, every process is pinned by a pidfd and only signalled if, after the pinning, it is
         still under a pinned parent of this shellper (shellper.host.reaper.OwnTree): a pid recycled since /proc
-        listed it is never hit."""
+        listed it is never hit. A stopped process cannot fork, so every pinned member is SIGSTOPped and the
+        tree scanned again until a scan finds nobody new, and only then SIGKILLed; that repeats until a scan
+        finds nobody alive, for at most KILL_SECONDS (a fork bomb outruns plain SIGKILL rounds)."""
         if self.cgroup is not None:
-            await self._terminate_cgroup(self.cgroup, grace, reap)
-            return
+            return await self._terminate_cgroup(self.cgroup, grace, reap)
+        spare = frozenset(live_shellpers()) - {os.getpid()}
         try:
             # A session started from inside this one is not part of it: its shellper ends its own tree.
-            tree = OwnTree(spare=frozenset(live_shellpers()) - {os.getpid()})
+            tree = OwnTree(spare=spare)
         except (OSError, IdentityError) as exc:  # no pidfd to spare (EMFILE): a stop must not hang on it
             self.log.write(f"cannot pin the process tree, nothing signalled: {exc}")
-            return
+            return ()
         try:
             self._pin_new(tree)
             if not tree.alive():
-                return
+                return ()
             if leader is not None:
                 tree.signal_group(leader, signal.SIGCONT)
                 tree.signal_group(leader, signal.SIGTERM)
             await self._signal_and_wait(tree.alive(), signal.SIGTERM, grace, reap)
-            # SIGKILL in rounds: a process forked between a round's scan and its parent's death is found
-            # (re-parented to us, the subreaper) by the next. Each round's victims can fork no more.
-            for _ in range(KILL_ROUNDS):
-                self._pin_new(tree)
-                if not tree.alive():
-                    return
-                await self._signal_and_wait(tree.alive(), signal.SIGKILL, 5.0, reap)
-            self._pin_new(tree)
-            left = [fd.pid for fd in tree.alive()]
-            if left:
-                self.log.write(f"processes survived SIGKILL: {left}")
+            deadline = time.monotonic() + KILL_SECONDS
+            while True:
+                tree.prune()
+                while True:  # freeze: a scan after every member was stopped finds nobody new
+                    new = self._pin_new(tree)
+                    self._signal(tree.alive(), signal.SIGSTOP)
+                    if not new or time.monotonic() >= deadline:
+                        break
+                left = max(0.0, deadline - time.monotonic())
+                await self._signal_and_wait(tree.alive(), signal.SIGKILL, min(5.0, left), reap)
+                tree.prune()
+                survivors = self._still_there(tree, spare)
+                if not survivors:
+                    return ()
+                if time.monotonic() >= deadline:
+                    break
+            self._signal(tree.alive(), signal.SIGKILL)  # whatever else happens, none is left stopped by us
+            self.log.write(f"processes survived SIGKILL for {KILL_SECONDS:g} s: {list(survivors)}")
+            return survivors
         finally:
             tree.close()
 
-    async def _terminate_cgroup(self, group: SessionCgroup, grace: float, reap: Callable[[], None]) -> None:
-        """SIGTERM every verified member of child/, wait ``grace`` for it to empty, then cgroup.kill."""
+    async def _terminate_cgroup(self, group: SessionCgroup, grace: float, reap: Callable[[], None]) -> tuple[int, ...]:
+        """SIGTERM every verified member of child/, wait ``grace`` for it to empty, then cgroup.kill; what survived."""
+        left: tuple[int, ...] = ()
         if not group.populated(CHILD_SUB):
             reap()
-            return
+            return left
         group.signal_members(signal.SIGTERM, CHILD_SUB)
         group.signal_members(signal.SIGCONT, CHILD_SUB)
         if not await self._cgroup_emptied(group, grace):
@@ -267,8 +277,10 @@ class SessionTree:
             except CgroupError as exc:
                 self.log.write(f"could not kill the child's cgroup: {exc}")
             if not await self._cgroup_emptied(group, 5.0):
-                self.log.write(f"processes survived cgroup.kill: {group.procs(CHILD_SUB)}")
+                left = tuple(sorted(group.procs(CHILD_SUB)))
+                self.log.write(f"processes survived cgroup.kill: {list(left)}")
         reap()
+        return left
 
     async def _cgroup_emptied(self, group: SessionCgroup, timeout: float) -> bool:
         """Wait until child/ holds no process (the kernel flags cgroup.events with POLLPRI) or ``timeout``."""
@@ -289,11 +301,37 @@ class SessionTree:
             self.loop.forget_fd(fd)
             os.close(fd)
 
-    def _pin_new(self, tree: OwnTree) -> None:
+    def _still_there(self, tree: OwnTree, spare: frozenset[int]) -> tuple[int, ...]:
+        """What of the tree is alive: the pinned members, and whatever /proc shows under this shellper that
+        is neither a spared shellper nor under one (a process a failed pinning missed is not pinned, but it
+        is still there). Empty only when a scan found nobody."""
+        self._pin_new(tree)
+        found = {fd.pid for fd in tree.alive()}
+        me = os.getpid()
+        for pid in descendants(me):
+            if pid in spare or under(pid, spare):
+                continue
+            try:
+                st = read_stat(pid)
+            except IdentityError:
+                continue
+            if st is not None and st.state != "Z":
+                found.add(pid)
+        return tuple(sorted(found))
+
+    def _pin_new(self, tree: OwnTree) -> list[int]:
+        """Pin the descendants not pinned yet; the new pids."""
         try:
-            tree.scan()
+            return tree.scan()
         except (OSError, IdentityError) as exc:  # what is pinned so far still gets the signals
             self.log.write(f"could not pin every descendant: {exc}")
+            return []
+
+    @staticmethod
+    def _signal(members: list[PidFd], sig: int) -> None:
+        for member in members:
+            with contextlib.suppress(ProcessGone, PermissionError):
+                member.send_signal(sig)
 
     async def _signal_and_wait(self, members: list[PidFd], sig: int, timeout: float,
                                reap: Callable[[], None]) -> None:
