@@ -399,19 +399,21 @@ def test_run_over_a_killed_sessions_files_ends_what_it_left_running(sessions: Se
     assert alive(identity(second.pid))
 
 
+@pytest.mark.parametrize("mode", MODES)
 def test_another_owners_run_of_a_killed_sessions_name_keeps_its_record_for_its_reconcile(
-        sessions: Sessions) -> None:
-    """Issue 27, defect 4 (containment none): bob's `run x` over alice's killed x overwrote x.json, and alice's
-    reconcile never found what x left running (only the record's instance id finds it). Now bob's launch is
-    refused (reason other_owner) and the record stays alice's, until her reconcile has ended the survivor."""
+        sessions: Sessions, mode: str) -> None:
+    """Issue 27, defect 4: bob's `run x` over alice's killed x overwrote x.json, and alice's reconcile never
+    found what x left running (under none only the record's instance id finds it; under cgroup her reconcile
+    may not end a stray cgroup of a name someone holds). Now bob's launch is refused (reason other_owner)
+    and the record stays alice's, until her reconcile has ended the survivor."""
     from shellper.daemon.launch import LaunchError, LaunchFailure
 
-    first = sessions.launch("x", ["sh", "-c", ESCAPER], containment="none", owner="alice")
+    first = sessions.launch("x", ["sh", "-c", ESCAPER], containment=mode, owner="alice")
     grandchild = escapee(first.pid)
     sessions.track(grandchild)
     kill9(first.pid)
     with pytest.raises(LaunchError) as refused:
-        sessions.launch("x", ["sleep", "300"], containment="none", owner="bob")
+        sessions.launch("x", ["sleep", "300"], containment=mode, owner="bob")
     assert refused.value.reason == LaunchFailure.OTHER_OWNER, refused.value
     assert "alice" in str(refused.value) and str(grandchild.pid) in str(refused.value), str(refused.value)
     kept = read_record(sessions.dir / "x.json")
@@ -421,7 +423,7 @@ def test_another_owners_run_of_a_killed_sessions_name_keeps_its_record_for_its_r
     assert [(d.action, d.reason) for d in found] == [(Action.CLEAN, "dead")]
     assert apply(found, owner="alice", grace=0.3).ok
     assert is_dead(grandchild)
-    second = sessions.launch("x", ["sleep", "300"], containment="none", owner="bob")  # nothing left: the name is free
+    second = sessions.launch("x", ["sleep", "300"], containment=mode, owner="bob")  # nothing left: the name is free
     assert read_record(sessions.dir / "x.json").instance_id == second.instance_id
 
 

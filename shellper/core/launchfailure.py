@@ -26,6 +26,6 @@ class LaunchFailure(StrEnum):
     TIMEOUT = "timeout"
     """The shellper did not report ready in time."""
     OTHER_OWNER = "other_owner"
-    """The name's previous session, another owner's, was killed and left processes that only its record lets
-    that owner's reconcile find: that owner reconciles (or reaps the name) first."""
+    """The name's previous session, another owner's, was killed and left processes that its record is how
+    that owner's reconcile finds: that owner reconciles (or reaps the name) first."""
     OTHER = "other"

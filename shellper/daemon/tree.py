@@ -28,6 +28,7 @@ from shellper.host.cgroup import (
     find_mount,
     own_cgroup,
     session_cgroup_of,
+    verify_dead_session,
 )
 from shellper.host.identity import IdentityError, PidFd, ProcessGone, read_stat
 from shellper.host.reaper import OwnTree, descendants
@@ -45,15 +46,15 @@ if TYPE_CHECKING:
     from shellper.host.record import SessionRecord
 
 class OwnerRemains(ShellperError):
-    """The name's previous session, another owner's, was killed and left processes running that only its
-    record lets that owner's reconcile find: overwriting the record would lose them, so the name is refused
-    (and the record left) until that owner reconciles or reaps it."""
+    """The name's previous session, another owner's, was killed and left processes running that its record
+    is how that owner's reconcile finds and ends: overwriting the record would lose them, so the name is
+    refused (and the record left) until that owner reconciles or reaps it."""
 
     def __init__(self, name: str, previous: SessionRecord, pids: tuple[int, ...]) -> None:
         super().__init__(
             f"session {name!r}: its previous shellper (instance {previous.instance_id}, owner {previous.owner!r}) "
             f"was killed and left {len(pids)} process(es) running ({', '.join(map(str, pids[:10]))}"
-            f"{', ...' if len(pids) > 10 else ''}); only its record lets that owner's reconcile find them: "
+            f"{', ...' if len(pids) > 10 else ''}); its record is how that owner's reconcile finds them: "
             f"`tower-client --owner {previous.owner} reap {name}` (or that owner's reconcile) first, or another "
             "name")
         self.pids = pids
@@ -187,16 +188,19 @@ class SessionTree:
                            + (f"; not ended: {report.suspect}" if report.suspect else ""))
 
     def _left_unnamed(self, previous: SessionRecord) -> tuple[int, ...]:
-        """What another owner's killed session left running that only its record lets that owner's reconcile
-        find: the processes carrying its mark (containment none). A contained session's cgroup carries its
-        owner's key in its name, and that owner's reconcile finds it without the record."""
-        if previous.containment != Containment.NONE:
-            return ()
-        from shellper.host.survivors import find_survivors  # only on this path: a name reused after a crash
-
+        """What another owner's killed session left running, which that owner's reconcile finds through its
+        record: the processes in its cgroup (verified as that session's), or those carrying its mark
+        (containment none; the record is the only way to them). A record overwritten now would leave that
+        owner's reconcile nothing to act on, or a stray cgroup it may not end while this name is held."""
         try:
+            if previous.containment != Containment.NONE:
+                group, _ = verify_dead_session(previous.cgroup, previous.cgroup_id, self.paths.dir, previous.name,
+                                               previous.instance_id, previous.owner)
+                return tuple(sorted(group.procs())) if group is not None else ()
+            from shellper.host.survivors import find_survivors  # only on this path: a name reused after a crash
+
             found = find_survivors(previous, directory=self.paths.dir)
-        except (IdentityError, OSError) as exc:
+        except (IdentityError, CgroupError, OSError) as exc:
             self.log.write(f"could not look for what instance {previous.instance_id} left running: {exc}")
             return ()
         for fd in found.values():
