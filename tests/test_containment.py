@@ -7,6 +7,7 @@ that exactly the session's processes end and nothing else is touched, in the con
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -458,8 +459,9 @@ while True:  # churn: fork, the child leaves the session, the parent exits half 
 
 
 @needs_cgroup
-@pytest.mark.parametrize("nofile", [100, pytest.param(400, marks=pytest.mark.slow)])
-def test_stop_of_a_churning_fork_bomb_ends_it_or_fails_naming_what_survived(sessions: Sessions,
+@pytest.mark.parametrize(("mode", "nofile"), [("none", 100), ("cgroup", 100),
+                                              pytest.param("none", 400, marks=pytest.mark.slow)])
+def test_stop_of_a_churning_fork_bomb_ends_it_or_fails_naming_what_survived(sessions: Sessions, mode: str,
                                                                              nofile: int) -> None:
     """Issue 27, defect 2 (containment none): `stop` of a session running a churning fork bomb as uid 65534
     said "stopped", exit 0, and left every bomb process running, orphaned, with no record: each SIGKILL round
@@ -467,8 +469,9 @@ def test_stop_of_a_churning_fork_bomb_ends_it_or_fails_naming_what_survived(sess
     used up the shellper's descriptors (limited here to ``nofile``, so it happens within seconds; at 100 not
     even the live processes can all be pinned at once, at 400 they can). Now the tree is frozen
     (SIGSTOP, rescan) before each SIGKILL, exited members' pidfds are closed, and a stop that leaves anything
-    running fails, naming it, with the record kept. The bomb runs in a cgroup of the test's own, by which
-    the test ends it whatever happens (the session itself is uncontained)."""
+    running fails, naming it, with the record kept. Under cgroup, cgroup.kill ends it. The bomb runs in a
+    cgroup of the test's own (under cgroup, inside the session's in it), by which the test ends it whatever
+    happens."""
     assert CGROUP_PARENT is not None
     jail = os.path.join(CGROUP_PARENT, f"bomb-jail-{os.getpid()}")
     os.mkdir(jail)
@@ -479,15 +482,19 @@ def test_stop_of_a_churning_fork_bomb_ends_it_or_fails_naming_what_survived(sess
                 procs.write("0")
 
         started = subprocess.run(
-            [*SHELLPER_CLI, "--dir", str(d), "run", "bomb", "--containment", "none", "--grace", "0.5", "--cwd", "/",
+            [*SHELLPER_CLI, "--dir", str(d), "run", "bomb", "--containment", mode, "--cgroup-parent", jail,
+             "--grace", "0.5", "--cwd", "/",
              "--", "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--", sys.executable, "-c",
              FORK_BOMB], capture_output=True, text=True, timeout=30, preexec_fn=enter_jail)
         assert started.returncode == 0, started.stderr
         rec = read_record(d / "bomb.json")
 
-        def jailed() -> list[int]:
-            with open(os.path.join(jail, "cgroup.procs")) as procs:
-                return [int(p) for p in procs.read().split()]
+        def jailed() -> list[int]:  # the jail and every cgroup below it (the session's, under cgroup)
+            out: list[int] = []
+            for root, _dirs, _files in os.walk(jail):
+                with contextlib.suppress(FileNotFoundError), open(os.path.join(root, "cgroup.procs")) as procs:
+                    out += [int(p) for p in procs.read().split()]
+            return out
 
         poll_until(lambda: len(jailed()) >= 100, 30, what="the bomb to grow")
         import resource
