@@ -1122,7 +1122,8 @@ def _survivors_note(record: SessionRecord | None, paths: SessionPaths) -> str:
     finally:
         for fd in found.values():
             fd.close()
-    return f"; processes it started still running: {', '.join(map(str, pids))}" if pids else ""
+    shown = ", ".join(map(str, pids[:20])) + (f", ... ({len(pids)} in all)" if len(pids) > 20 else "")
+    return f"; processes it started still running: {shown}" if pids else ""
 
 
 def _stop_stale(args: argparse.Namespace, paths: SessionPaths) -> int:

@@ -163,8 +163,13 @@ class Session:
         error = stop.exception()
         if error is None:
             return
-        self.stop_error = f"{type(error).__name__}: {error}"
-        self._answer_stops("internal", f"stop failed ({self.stop_error}); the session is ended anyway")
+        if isinstance(error, SurvivorError):  # the pids named, a bounded few: a fork bomb leaves hundreds
+            shown = ", ".join(map(str, error.pids[:20])) + (", ..." if len(error.pids) > 20 else "")
+            self.stop_error = f"{len(error.pids)} process(es) survived SIGKILL: {shown}"
+            self._answer_stops("internal", f"stop failed: {self.stop_error}; the record is kept, to find them by")
+        else:
+            self.stop_error = f"{type(error).__name__}: {error}"
+            self._answer_stops("internal", f"stop failed ({self.stop_error}); the session is ended anyway")
         self.log.write(f"stop failed ({self.stop_error}): ending the session anyway; its log is kept")
         ending = self.loop.create_task(self._end_after_failed_stop(stop))
         ending.add_done_callback(lambda _: self.loop.stop())
