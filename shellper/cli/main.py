@@ -847,7 +847,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
         return _stop_each(args)
     validate_name(args.name)
     paths = SessionPaths.for_name(_dir(args), args.name)
-    if not SessionLock.is_locked(paths.lock) and session_files(paths):
+    if not SessionLock.is_locked(paths.lock) and session_files(paths) and not _starting(paths):
         return _stop_stale(args, paths)
     record = _read_record(paths)
     pin = _pin_recorded(paths, record)
@@ -886,6 +886,27 @@ def cmd_stop(args: argparse.Namespace) -> int:
     finally:
         if pin is not None:
             pin.close()
+
+
+STARTING_WAIT = 1.0
+"""Seconds ``stop`` gives a name with a log but no record and a free lock to be taken by a shellper that is
+starting (its log comes first, then its lock): cleaning its files then would take its log and its name."""
+
+
+def _starting(paths: SessionPaths) -> bool:
+    """A shellper may be starting under this name: only its log (and no record) is there, and its lock is
+    taken within STARTING_WAIT. A launch killed before its lock leaves such a log too: it waits that long."""
+    if os.path.lexists(paths.record) or os.path.lexists(paths.socket):
+        return False
+    deadline = time.monotonic() + STARTING_WAIT
+    while time.monotonic() < deadline:
+        time.sleep(0.02)
+        try:
+            if SessionLock.is_locked(paths.lock):
+                return True
+        except LockError:
+            return False
+    return False
 
 
 STOP_ATTEMPTS = 3
