@@ -65,6 +65,7 @@ from conftest import poll_until
 from shellper.client.blocking import Client, ClientError
 from shellper.core.config import SessionConfig
 from shellper.core.exits import RestartPolicy
+from shellper.core.structs import replace as replace_record
 from shellper.daemon.launch import LaunchInfo, launch
 from shellper.host.cgroup import LeafName, find_mount
 from shellper.host.identity import IdentityError, PidFd, ProcessGone, ProcessIdentity, open_verified, read_stat
@@ -74,6 +75,28 @@ PY = sys.executable
 CHILD = str(Path(__file__).resolve().parent / "killsoak_child.py")
 _TOWER_SCRIPT = Path(PY).with_name("tower-client")
 TOWER_CLIENT = [str(_TOWER_SCRIPT)] if _TOWER_SCRIPT.exists() else [PY, "-m", "tower_client.cli"]
+_SHELLPER_SCRIPT = Path(PY).with_name("shellper")
+SHELLPER_CLI = [str(_SHELLPER_SCRIPT)] if _SHELLPER_SCRIPT.exists() else [PY, "-m", "shellper.cli"]
+FORK_BOMB = """
+import os, resource, signal, time
+for sig in (signal.SIGTERM, signal.SIGHUP):
+    signal.signal(sig, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_NPROC, (150, 150))
+while True:
+    try:
+        pid = os.fork()
+    except OSError:
+        time.sleep(0.001)
+        continue
+    if pid == 0:
+        os.setsid()
+    elif os.urandom(1)[0] < 128:
+        os._exit(0)
+"""
+"""The fork-bomb state's child: churning (fork, the child leaves the session, the parent exits half of the
+time), deaf to SIGTERM, capped at 150 processes by RLIMIT_NPROC as uid 65534."""
+INTRUDER = "killsoak-intruder"
+"""Another owner, whose `shellper run` of the victim's name follows the kill in the foreign-owner state."""
 VICTIM = "victim"
 BYSTANDER = "bystander"
 OWNER = "killsoak"
@@ -93,6 +116,9 @@ class State(StrEnum):
     HUSK = "husk"
     STOP_GRACE = "stop grace"
     SPAWN = "SPAWN"
+    COPIED_RECORD = "copied record"
+    FOREIGN_OWNER = "foreign owner"
+    FORK_BOMB = "fork bomb"
 
 
 class Mode(StrEnum):
@@ -403,6 +429,10 @@ class Trial:
         self.victim: LaunchInfo | None = None
         self.victim_shellper: tuple[int, int] | None = None
         self.tower: Client | None = None
+        self.intruder = False
+        """Another owner's session of the victim's name runs (the foreign-owner state)."""
+        self.jail: str | None = None
+        """Under none, the fork bomb's cgroup of the trial's own: the harness's net, never the product's."""
 
     def path(self, name: str) -> str:
         return os.path.join(self.work, name)
@@ -607,6 +637,79 @@ class Trial:
         self.kill_victim(started)
         self.result.note = f"grace {grace:.2f} s"
 
+    def _copied_record(self) -> None:
+        """The bystander's record copied under another name, and `shellper stop` of that name, which must
+        refuse and signal nothing (issue 27, defect 1: it killed the bystander); then the victim is killed
+        idle. Reconcile removes the copy (a record naming another session) and must not touch the bystander."""
+        shutil.copyfile(os.path.join(self.run, BYSTANDER + ".json"), os.path.join(self.run, "copy.json"))
+        done = subprocess.run([*SHELLPER_CLI, "--dir", self.run, "stop", "copy", "--grace", str(TOWER_GRACE)],
+                              env=self.env, capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+        if done.returncode == 0:
+            self.result.signalled.append(f"`shellper stop copy` of the bystander's copied record said "
+                                         f"{done.stdout.decode(errors='replace').strip()!r}")
+        self.launch_victim("idle")
+        started = time.monotonic()
+        time.sleep(self.rng.uniform(0.0, 0.5))
+        self.kill_victim(started)
+        self.result.note = f"stop copy: exit {done.returncode}"
+
+    def _foreign_owner(self) -> None:
+        """The victim is killed idle, then another owner runs a session of its name (issue 27, defect 4): that
+        is refused while what the victim left runs (its record is how our reconcile finds it), so our
+        reconcile still ends it. Should it start, it is stopped once our reconcile is done."""
+        self.launch_victim("idle")
+        started = time.monotonic()
+        time.sleep(self.rng.uniform(0.0, 0.5))
+        self.kill_victim(started)
+        where = ["--cgroup-parent", self.cg_parent] if self.cg_parent is not None else []
+        done = subprocess.run([*SHELLPER_CLI, "--dir", self.run, "run", VICTIM, "--owner", INTRUDER, "--containment",
+                               self.cfg.mode.value, *where, "--cwd", self.work, "--", "sleep", "600"], env=self.env,
+                              capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+        self.intruder = done.returncode == 0
+        self.result.note = "the other owner's run " + ("started" if self.intruder else "was refused")
+        if self.intruder:
+            self.result.cleanup.append("another owner's run of the killed victim's name started: its record, "
+                                       "the only way to what the victim left, is gone")
+
+    def _stop_intruder(self) -> None:
+        """The other owner's session, if it started: stopped (by name; `stop` does not ask whose it is)."""
+        if not self.intruder:
+            return
+        self.intruder = False
+        done = subprocess.run([*SHELLPER_CLI, "--dir", self.run, "stop", VICTIM, "--grace", str(TOWER_GRACE)],
+                              env=self.env, capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+        if done.returncode != 0:
+            why = done.stderr.decode(errors="replace")
+            self.result.cleanup.append(f"the other owner's session did not stop: {why}")
+
+    def _fork_bomb(self) -> None:
+        """A churning fork bomb as uid 65534 (issue 27, defect 2), STOPped with a grace of 0.2-0.5 s, and the
+        shellper SIGKILLed 0 to grace + 2 s into the stop: while it freezes and kills the tree, or after it
+        is done (then what it did is measured). Under none the bomb first joins a cgroup of the trial's own,
+        by which clean-up ends it whatever happened (the session itself is uncontained)."""
+        prefix = ""
+        if self.cfg.mode is Mode.NONE:
+            mount = cgroup_available()
+            if mount is None:
+                raise TrialFailed("the fork bomb needs a cgroup v2 hierarchy to be cleaned up by")
+            self.jail = os.path.join(mount, f"killsoak-jail-{os.getpid()}-{self.index}")
+            os.mkdir(self.jail)
+            prefix = f"echo $$ > {self.jail}/cgroup.procs && "
+        argv = ["sh", "-c", prefix + f'exec setpriv --reuid=65534 --regid=65534 --clear-groups -- {PY} -c "$KS_BOMB"']
+        grace = self.rng.uniform(0.2, 0.5)
+        config = replace_record(self.config(VICTIM, argv, grace), cwd="/", env={**self.env, "KS_BOMB": FORK_BOMB})
+        self.victim = launch(config)
+        self.victim_shellper = (self.victim.pid, self.victim.start_time)
+        self.tower = self.connect(self.victim)
+        instance = self.victim.instance_id
+        _wait_for(lambda: sum(p.instance == instance for p in processes().values()) >= 100, 30.0, "the bomb to grow",
+                  interval=0.05)
+        self.tower.send(wire.Stop(grace=grace))
+        started = time.monotonic()
+        self.read_until(self.tower, started + self.rng.uniform(0.0, grace + 2.0))
+        self.kill_victim(started)
+        self.result.note = f"grace {grace:.2f} s"
+
     # ------------------------------------------------------------------ the Tower comes back
 
     def reconcile(self) -> None:
@@ -630,6 +733,7 @@ class Trial:
                 self.result.signalled.append(f"bystander session not adopted: {adopted}")
         except (ValueError, KeyError, TypeError):
             pass  # the failure shows as apply_rc and apply_output
+        self._stop_intruder()  # our reconcile has left it alone (or not: then it is gone already)
 
     # ------------------------------------------------------------------ measure
 
@@ -746,7 +850,7 @@ class Trial:
     def cleanup(self) -> None:
         """End everything the trial started, whatever happened; raise if a process or cgroup could not be."""
         problems: list[str] = []
-        for step in (self._stop_bystander, self._end_processes, self._remove_cgroups):
+        for step in (self._stop_intruder, self._stop_bystander, self._end_processes, self._remove_cgroups):
             try:
                 step()
             except Exception as exc:
@@ -783,6 +887,13 @@ class Trial:
             notes.append(f"the bystander's STOP left files {files}")
 
     def _end_processes(self) -> None:
+        # A fork bomb outruns kills one by one: its cgroup (the trial's jail, or the victim's) ends it at once.
+        bombed = self.state is State.FORK_BOMB
+        for top in ([self.jail] if self.jail is not None else []) + (self.victim_cgroups() if bombed else []):
+            problems = remove_cgroup_tree(top)
+            if problems:
+                raise RuntimeError(f"the fork bomb's cgroup: {problems}")
+        self.jail = None
         if self.plain is not None:
             self.plain.kill()
             self.plain.wait(10)
@@ -840,7 +951,7 @@ def run_trial(cfg: KillSoakConfig, run_parent: str | None, index: int, state: St
 
 
 def state_of(seed: int, mode: Mode, index: int) -> State:
-    """Trial ``index``'s state: each block of seven trials is the seven states in an order drawn from the
+    """Trial ``index``'s state: each block of ten trials is the ten states in an order drawn from the
     seed; the none mode takes each block's order from its sixth place, so five trials of each mode
     together cover every state. A trial's state does not depend on how many trials run."""
     block = list(State)

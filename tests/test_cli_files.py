@@ -460,3 +460,46 @@ def test_a_fifo_at_the_log_neither_hangs_a_launch_nor_is_removed(sessions: Sessi
     assert done.returncode == 1 and one_line(done.stderr), done.stderr
     assert f"session log {d}/ff.log: cannot open it: not a regular file" in done.stderr
     assert stat.S_ISFIFO(os.lstat(d / "ff.log").st_mode) and files_of(d, "ff") == ["ff.log"]
+
+
+RACES = 10
+"""Rounds of `run --replace` racing `stop` on a husk: before the fix about half of them failed."""
+
+
+def test_run_replace_racing_stop_on_a_husk_always_starts_the_new_session(sessions: Sessions) -> None:
+    """Issue 27, defect 11: `run --replace p1` racing `stop p1` on a husk failed 1 time in 10 (the stop closed
+    the connection its status request was on, or its tower connection was replaced by the stop's, or launch
+    found the old lock still held) and started nothing. Now run waits for a husk someone else is stopping,
+    and every round starts the new session. The racing stop says it stopped p1 (the husk, or the new
+    session if it came second), or that there was no such session between the two."""
+    d = sessions.dir
+    for _ in range(RACES):
+        assert shellper(d, "run", "p1", "--restart", "no", "--", "sh", "-c", "exit 0").returncode == 0
+        poll_until(lambda: json.loads(shellper(d, "status", "p1", "--json").stdout)["state"] == "exited",
+                   30, interval=0.05, what="p1 to be a husk")
+        base = [*SHELLPER_CLI, "--dir", str(d)]
+        stop = subprocess.Popen([*base, "stop", "p1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                cwd=REPO)
+        run = subprocess.Popen([*base, "run", "--replace", "p1", "--", "sleep", "300"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, cwd=REPO)
+        run_out, run_err = run.communicate(timeout=60)
+        stop_out, stop_err = stop.communicate(timeout=60)
+        assert run.returncode == 0 and run_out.startswith("started p1 "), (run_out, run_err, stop_out, stop_err)
+        assert (stop.returncode == 0 and stop_out.startswith("stopped p1")) or (
+            stop.returncode == 1 and "no such session socket" in stop_err), (stop_out, stop_err, run_out)
+        if (d / "p1.sock").exists():
+            done = shellper(d, "stop", "p1")
+            assert done.returncode == 0, done.stderr
+        assert files_of(d, "p1") == []
+
+
+def test_the_hint_for_a_name_without_a_socket_never_suggests_that_name(sessions: Sessions) -> None:
+    """The "did you mean 'p1'?" hint suggested the name typed itself when p1 had files but no socket (a
+    session starting or stopping)."""
+    (sessions.dir / "p1.log").write_text("")
+    (sessions.dir / "other.log").write_text("")
+    done = shellper(sessions.dir, "send", "p1", "x")
+    assert done.returncode == 1
+    assert "did you mean" not in done.stderr and "starting or stopping" in done.stderr, done.stderr
+    typo = shellper(sessions.dir, "send", "p11", "x")
+    assert "did you mean 'p1'?" in typo.stderr, typo.stderr

@@ -30,6 +30,7 @@ from shellper.host.cgroup import (
     find_session_cgroups,
 )
 from shellper.host.identity import IdentityUnreadable, ProcessIdentity, boot_id, read_stat
+from shellper.host.ownfiles import hard_linked, is_this_socket
 from shellper.host.paths import PathError, SessionPaths, check_dir, record_temp_files, session_names
 from shellper.host.record import LockError, RecordError, SessionLock, SessionRecord, read_record
 from shellper.host.shellpers import lock_owners, serves
@@ -209,31 +210,6 @@ def _files(paths: SessionPaths) -> frozenset[str]:
     return frozenset(present)
 
 
-def _hard_linked(paths: SessionPaths) -> frozenset[str]:
-    """Which of the socket, record and lock have other links: a shellper creates each with one."""
-    linked = set()
-    for kind, path in (("sock", paths.socket), ("json", paths.record), ("lock", paths.lock)):
-        try:
-            if os.lstat(path).st_nlink != 1:
-                linked.add(kind)
-        except OSError:
-            continue
-    return frozenset(linked)
-
-
-def _is_this_socket(recorded: str, paths: SessionPaths) -> bool:
-    """The record's socket path is this name's: the same text, or the same file name in the same
-    directory spelled another way (a symlinked parent)."""
-    if recorded == paths.socket:
-        return True
-    if os.path.basename(recorded) != os.path.basename(paths.socket):
-        return False
-    try:
-        return os.path.samestat(os.stat(os.path.dirname(recorded)), os.stat(paths.dir))
-    except (OSError, ValueError):
-        return False
-
-
 def _identity(ident: ProcessIdentity) -> tuple[IdentityState, str]:
     try:
         st = read_stat(ident.pid)
@@ -328,7 +304,7 @@ async def observe_async(directory: str | os.PathLike[str], name: str, *,
     check_dir(directory)
     paths = SessionPaths.for_name(directory, name)
     facts: dict[str, Any] = {"name": name, "dir": str(paths.dir), "files": _files(paths),
-                             "hard_linked": _hard_linked(paths)}
+                             "hard_linked": hard_linked(paths)}
     record: SessionRecord | None = None
     try:
         record = read_record(paths.record)
@@ -343,7 +319,7 @@ async def observe_async(directory: str | os.PathLike[str], name: str, *,
         record = None
     facts["record"] = record
     if record is not None:
-        facts["record_socket_ok"] = _is_this_socket(record.socket, paths)
+        facts["record_socket_ok"] = is_this_socket(record.socket, paths)
     try:
         facts["locked"] = SessionLock.is_locked(paths.lock)
     except LockError as e:

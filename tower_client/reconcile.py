@@ -59,7 +59,9 @@ verified running/backoff/starting, row            adopt                       ru
 
 One name can get two decisions, in the order they must be carried out: ``clean`` or ``terminate``
 first (it frees the name), then ``respawn`` (the Tower launches a fresh shellper with its own
-parameters). Both carry the same reason. ``respawn`` is never emitted while something keeps the lock.
+parameters). Both carry the same reason. ``respawn`` is never emitted while something keeps the lock,
+nor while a shellper of the name lives in a cgroup no record names (``stray_cgroup_live``, of any
+owner): the respawned one would run beside it, two shellpers and two children for one name.
 A ``husk_expired`` terminate has no respawn: the child ended for good; the Tower drops the row.
 
 Owners: every decision is taken for one ``owner`` (default: shellper.core.owner.default_owner). A record of
@@ -81,10 +83,11 @@ from pathlib import Path
 from typing import Any
 
 from shellper.core.errors import BadArgument, ShellperError
-from shellper.core.names import SOCKET_SUFFIX, BadName, validate_name
+from shellper.core.names import BadName, validate_name
 from shellper.core.owner import default_owner
 from shellper.core.states import SessionState
 from shellper.host.cgroup import owner_key
+from shellper.host.ownfiles import mismatch
 from tower_client.discover import Observed
 
 __all__ = [
@@ -300,8 +303,12 @@ def reconcile(registry: Registry, observed: Iterable[Observed], *, now: float,
     decisions: list[Decision] = []
     for name in sorted(set(by_name) | {row.name for row in registry.rows}):
         seen, row = by_name.get(name), registry.get(name)
+        decided = _decide(name, row, seen, now, husk_max_age, me)
+        if seen is not None and any(found.shellper_alive for found in seen.stray_cgroups):
+            # A shellper of this name lives in a cgroup no record names: a respawn would run a second one.
+            decided = [d for d in decided if d.action is not Action.RESPAWN]
         decisions.extend(_strays(name, row, seen, me))
-        decisions.extend(_decide(name, row, seen, now, husk_max_age, me))
+        decisions.extend(decided)
     return decisions
 
 
@@ -316,7 +323,8 @@ def _strays(name: str, row: RegistryRow | None, obs: Observed | None, owner: str
         elif found.shellper_alive:
             action, reason, detail = (Action.LEAVE, "stray_cgroup_live", f"a process is in {found.path}/shellper "
                                       "(a shellper whose files are gone, or a stranger that moved in) but no record "
-                                      "names it: left alone")
+                                      "names it: left alone"
+                                      + ("; registered, but not respawned while it lives" if row else ""))
         else:
             action, reason, detail = (Action.CLEAN, "stray_cgroup", f"no record names {found.path}"
                                       + (" (processes inside)" if found.populated else ""))
@@ -325,21 +333,15 @@ def _strays(name: str, row: RegistryRow | None, obs: Observed | None, owner: str
 
 
 def name_mismatch(obs: Observed) -> str | None:
-    """Why the files observed under ``obs.name`` are not that session's own, or None if they are.
+    """Why the files observed under ``obs.name`` are not that session's own, or None if they are
+    (:func:`shellper.host.ownfiles.mismatch`, which ``shellper stop`` judges its files with too).
 
     A hard link of a live session's lock and socket under another name, with its record copied, would
     otherwise verify as a session of that name: its lock is held by the recorded pid and its socket
     answers as the recorded instance. A shellper creates each of its files with one link."""
-    name, rec = obs.name, obs.record
-    if rec is not None and rec.name != name:
-        return f"the record names session {rec.name!r}"
-    if obs.record_socket_ok is False and rec is not None:
-        return f"the record's socket {rec.socket!r} is not {name}{SOCKET_SUFFIX} in {obs.dir or 'this directory'}"
-    if obs.probe == "answered" and obs.welcome_name != name:
-        return f"the socket answers as session {obs.welcome_name!r}"
-    if obs.hard_linked:
-        return f"{', '.join(f'{name}.{kind}' for kind in sorted(obs.hard_linked))} has more than one link"
-    return None
+    return mismatch(obs.name, obs.record, record_socket_ok=obs.record_socket_ok,
+                    welcome_name=obs.welcome_name if obs.probe == "answered" else None,
+                    hard_linked=obs.hard_linked, where=obs.dir)
 
 
 def _decide(name: str, row: RegistryRow | None, obs: Observed | None, now: float,

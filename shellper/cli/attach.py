@@ -605,6 +605,9 @@ def sessions_hint(directory: str, name: str) -> str:
     names = session_names(directory)
     if not names:
         return f"; there are no sessions in {directory}"
+    if name in names:  # its files without its socket: not a name to suggest to itself
+        return (f"; its other files are in {directory}: it is starting or stopping, or its shellper is gone "
+                f"(`shellper stop {name}` then ends what it left running and removes them)")
     import difflib
 
     close = difflib.get_close_matches(name, names, n=1)

@@ -25,6 +25,7 @@ from shellper.core.defaults import (
     DEFAULT_RING_BYTES,
     DEFAULT_ROWS,
     DEFAULT_TERM,
+    KILL_SECONDS,
     SCREEN_SCROLLBACK_LINES,
     TERMINAL_SIZE_RANGE,
     terminal_size_in_range,
@@ -457,12 +458,17 @@ def _started_line(args: argparse.Namespace, info: LaunchInfo) -> str:
 
 def _make_room(args: argparse.Namespace) -> None:
     """A session of this name whose program has ended blocks the name: say so, or with --replace stop it
-    first. A running one is left to launch(), which refuses it."""
+    first. A running one is left to launch(), which refuses it. One that is stopping (a `shellper stop`,
+    another --replace, its husk time) is waited for: the name is about to be free."""
     validate_name(args.name)
     paths = SessionPaths.for_name(_dir(args), args.name)
     if not SessionLock.is_locked(paths.lock):
         return
-    ended = _ended(args)
+    try:
+        ended = _ended(args, paths)
+    except _Stopping:
+        _lock_freed(paths, STOPPING_WAIT)  # still held afterwards: launch() says so
+        return
     if ended is None:
         return
     if not args.replace:
@@ -471,23 +477,46 @@ def _make_room(args: argparse.Namespace) -> None:
     import contextlib
     import io
 
-    with contextlib.redirect_stdout(io.StringIO()):  # its "stopped NAME": this run's own line follows
-        cmd_stop(argparse.Namespace(**{**vars(args), "cmd": "stop", "grace": None}))
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # its "stopped NAME": this run's own line follows
+            cmd_stop(argparse.Namespace(**{**vars(args), "cmd": "stop", "grace": None}))
+    except _user_errors():
+        # Another stop of the husk may have come first (its connection replaced ours, or it closed ours):
+        # what --replace needs is the name free, whoever freed it.
+        if not _lock_freed(paths, STOPPING_WAIT):
+            raise
 
 
-def _ended(args: argparse.Namespace) -> str | None:
+class _Stopping(CliError):
+    """The session is on its way out: it says it is stopping, or closed the connection it had accepted."""
+
+
+STOPPING_WAIT = DEFAULT_GRACE + 15.0
+"""Seconds ``run`` waits for a stopping session of its name to exit (``stop``'s own bound at the default
+grace); a session still there afterwards is refused by launch() as running."""
+
+
+def _ended(args: argparse.Namespace, paths: SessionPaths) -> str | None:
     """How the session's program ended ("exited 3 min ago: clean exit"), or None if it has not (or the
-    session does not answer: launch() then says what it finds)."""
+    session does not answer: launch() then says what it finds). _Stopping if it is stopping."""
+    from shellper.client.blocking import SessionGone
     from shellper.core.exitrecord import ExitRecordError
     from shellper.protocol import wire
 
     try:
         client = _connect(args, "viewer", replay_bytes=0)
-    except CliError:
+    except CliError as exc:
+        if _on_its_way_out(exc, paths):  # its lock is held (the caller checked), yet it does not take us
+            raise _Stopping(str(exc)) from None
         return None
     with client:
-        reply = client.request(wire.Status(), wire.StatusReply)
+        try:
+            reply = client.request(wire.Status(), wire.StatusReply)
+        except SessionGone as exc:
+            raise _Stopping(str(exc)) from None
     assert isinstance(reply, wire.StatusReply)
+    if reply.state == SessionState.STOPPING:
+        raise _Stopping(f"session {args.name!r} is stopping")
     if reply.state not in (SessionState.EXITED, SessionState.FATAL):
         return None
     try:
@@ -840,45 +869,150 @@ def _confirm(client: Client) -> None:
 
 def cmd_stop(args: argparse.Namespace) -> int:
     """STOP over the socket, then make sure: the shellper (pinned by a pidfd before asking) has exited and
-    its files are gone. A closed connection alone proves neither (the shellper killed or stopped mid-way)."""
-    from shellper.client.blocking import RemoteError, SessionGone
-    from shellper.protocol import wire
+    its files are gone. A closed connection alone proves neither (the shellper killed or stopped mid-way).
 
+    Another stop may race this one (a `shellper stop`, a `run --replace`): a session that is already on its
+    way out (it closes the connection, or its socket is gone, while the recorded shellper pinned at the
+    start is alive) is waited for, and when another tower connection replaces ours before the shellper has
+    read our STOP, it is sent again (STOP_ATTEMPTS), but only to the shellper this stop first reached."""
     if isinstance(args.name, list):
         return _stop_each(args)
     paths = _trusted_paths(args)
-    if not SessionLock.is_locked(paths.lock) and session_files(paths):
+    if not SessionLock.is_locked(paths.lock) and session_files(paths) and not _starting(paths):
         return _stop_stale(args, paths)
     record = _read_record(paths)
+    pin = _pin_recorded(paths, record)
     try:
-        client = _connect(args, "tower", replay_bytes=0)
-    except CliError as exc:
-        silent = _not_answering(paths, exc)
-        if silent is None:
-            raise
-        return _stop_unresponsive(args, paths, *silent)
-    pin: PidFd | None = None
-    try:
-        with client:
-            pin = _pin_shellper(client, record)
-            grace = DEFAULT_GRACE if args.grace is None else args.grace
-            deadline = time.monotonic() + grace + 15.0
+        instance: str | None = None
+        failure = ""
+        for _ in range(STOP_ATTEMPTS):
             try:
-                client.send(wire.Stop(grace=args.grace))
-                while True:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        raise CliError(f"stop: session {args.name!r} did not stop within {grace + 15.0:g} s: "
-                                       + _what_remains(args.name, paths, pin))
-                    frame = client.recv(timeout=left)
-                    if isinstance(frame, wire.Error):
-                        raise RemoteError(client.path, frame)
-            except SessionGone:
-                pass
+                client = _connect(args, "tower", replay_bytes=0)
+            except CliError as exc:
+                if instance is None:
+                    silent = _not_answering(paths, exc)
+                    if silent is not None:
+                        return _stop_unresponsive(args, paths, *silent)
+                    if pin is None or record is None or not _on_its_way_out(exc, paths, record.instance_id):
+                        raise
+                break  # on its way out: STOPped by us before, or by another stop meanwhile
+            with client:
+                welcome = client.welcome
+                assert welcome is not None
+                if instance is not None and welcome.instance_id != instance:
+                    break  # the shellper we were stopping is gone and a new session has the name: not ours
+                _refuse_foreign(args.name, paths, None, welcome.name)
+                instance = welcome.instance_id
+                if pin is None or (welcome.instance_id, welcome.shellper_pid) != (
+                        record.instance_id if record else None, pin.pid):
+                    if pin is not None:
+                        pin.close()
+                    pin = _pin_shellper(client, record)
+                delivered, failure = _send_stop(args, client, paths, pin)
+                if delivered:
+                    break
+        if failure:
+            _failed_stop(args.name, paths, pin, record, failure)
         return _confirm_stopped(args.name, paths, pin, record)
     finally:
         if pin is not None:
             pin.close()
+
+
+STARTING_WAIT = 1.0
+"""Seconds ``stop`` gives a name with a log but no record and a free lock to be taken by a shellper that is
+starting (its log comes first, then its lock): cleaning its files then would take its log and its name."""
+
+
+def _starting(paths: SessionPaths) -> bool:
+    """A shellper may be starting under this name: only its log (and no record) is there, and its lock is
+    taken within STARTING_WAIT. A launch killed before its lock leaves such a log too: it waits that long."""
+    if os.path.lexists(paths.record) or os.path.lexists(paths.socket):
+        return False
+    deadline = time.monotonic() + STARTING_WAIT
+    while time.monotonic() < deadline:
+        time.sleep(0.02)
+        try:
+            if SessionLock.is_locked(paths.lock):
+                return True
+        except LockError:
+            return False
+    return False
+
+
+STOP_ATTEMPTS = 3
+"""Connections ``stop`` makes to deliver STOP while other tower connections replace its own."""
+
+
+def _send_stop(args: argparse.Namespace, client: Client, paths: SessionPaths,
+               pin: PidFd | None) -> tuple[bool, str]:
+    """STOP, then read until the shellper closes the connection: (True, why the stop failed, "" if it did
+    not: a version-3 shellper answers a STOP with an id, not ok when processes survived it). (False, "") if
+    another tower connection replaced ours first (the shellper may never have read our STOP)."""
+    from shellper.client.blocking import RemoteError, SessionGone
+    from shellper.protocol import wire
+
+    grace = DEFAULT_GRACE if args.grace is None else args.grace
+    bound = grace + KILL_SECONDS + 15.0  # the shellper's own: its grace, then freezing and killing a tree
+    deadline = time.monotonic() + bound
+    stop_id = 1 if client.conn.replies else None
+    failure = ""
+    try:
+        client.send(wire.Stop(grace=args.grace, id=stop_id))
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise CliError(f"stop: session {args.name!r} did not stop within {bound:g} s: "
+                               + _what_remains(args.name, paths, pin))
+            frame = client.recv(timeout=left)
+            if isinstance(frame, wire.Reply) and stop_id is not None and frame.id == stop_id and not frame.ok:
+                failure = frame.message or frame.code
+            elif isinstance(frame, wire.Error):
+                if frame.code == "replaced":
+                    return False, ""
+                raise RemoteError(client.path, frame)
+    except SessionGone:
+        return True, failure
+
+
+def _failed_stop(name: str, paths: SessionPaths, pin: PidFd | None, record: SessionRecord | None,
+                 failure: str) -> None:
+    """The shellper said its stop failed (processes survived SIGKILL): once it is gone, say so, naming what
+    still runs; never "stopped". Its record is kept: it is how they are found again."""
+    if pin is not None:
+        pin.wait_dead(STOP_EXIT_WAIT)
+    note = _survivors_note(_read_record(paths) or record, paths)
+    raise CliError(f"stop: session {name!r}: {failure}{note}; {_files_left(paths, session_files(paths))}: "
+                   f"`shellper stop {name}` again, or a Tower's reconcile, ends what is left and removes them")
+
+
+def _pin_recorded(paths: SessionPaths, record: SessionRecord | None) -> PidFd | None:
+    """A pidfd on the recorded shellper, taken before connecting, if it is alive and the record is this
+    session's own: only ever waited on, never signalled."""
+    from shellper.host.identity import IdentityError, ProcessIdentity, open_verified
+    from shellper.host.ownfiles import not_own
+
+    if record is None or not_own(paths, record) is not None:
+        return None
+    try:
+        return open_verified(ProcessIdentity(record.boot_id, record.shellper_pid, record.shellper_start_time))
+    except IdentityError:
+        return None
+
+
+def _on_its_way_out(exc: CliError, paths: SessionPaths, instance: str | None = None) -> bool:
+    """The connection failed as it does to a shellper that is stopping: closed after accepting; or its socket
+    is gone or silent and its record is gone, says stopping, or is no longer that of ``instance`` (the
+    shellper we pinned). A starting session has no socket yet either, but a record that says so."""
+    from shellper.client.blocking import ConnectionRefused, SessionGone, SessionNotFound
+
+    if isinstance(exc.__context__, SessionGone):
+        return True
+    if not isinstance(exc.__context__, SessionNotFound | ConnectionRefused):
+        return False
+    now = _read_record(paths)
+    return now is None or now.state == SessionState.STOPPING or (instance is not None
+                                                                 and now.instance_id != instance)
 
 
 def _stop_each(args: argparse.Namespace) -> int:
@@ -929,6 +1063,7 @@ def _stop_unresponsive(args: argparse.Namespace, paths: SessionPaths, record: Se
     from shellper.host.identity import IdentityError
 
     grace = DEFAULT_GRACE if args.grace is None else args.grace
+    _refuse_foreign(args.name, paths, record)
     print(f"shellper: session {args.name!r}: {why}; ending it with signals", file=sys.stderr, flush=True)
     try:
         term = terminate_shellper(record, paths, grace=grace)
@@ -1080,7 +1215,8 @@ def _survivors_note(record: SessionRecord | None, paths: SessionPaths) -> str:
     finally:
         for fd in found.values():
             fd.close()
-    return f"; processes it started still running: {', '.join(map(str, pids))}" if pids else ""
+    shown = ", ".join(map(str, pids[:20])) + (f", ... ({len(pids)} in all)" if len(pids) > 20 else "")
+    return f"; processes it started still running: {shown}" if pids else ""
 
 
 def _stop_stale(args: argparse.Namespace, paths: SessionPaths) -> int:
@@ -1095,6 +1231,8 @@ def _stop_stale(args: argparse.Namespace, paths: SessionPaths) -> int:
     ended: tuple[int, ...] = ()
     grace = DEFAULT_GRACE if args.grace is None else args.grace
     record = _read_record(paths)
+    if record is not None:
+        _refuse_foreign(args.name, paths, record)
     if record is not None and record_is_alive(record):
         # Its lock file was removed (a tmp cleaner), not its shellper: end it as a Tower would, verified.
         from shellper.host.cleanup import terminate_shellper
@@ -1111,7 +1249,14 @@ def _stop_stale(args: argparse.Namespace, paths: SessionPaths) -> int:
         return 0
     kept = ""
     if record is not None:
-        reaped = reap_survivors(record, directory=paths.dir, grace=grace)
+        from shellper.host.reaper import SurvivorError
+
+        try:
+            reaped = reap_survivors(record, directory=paths.dir, grace=grace)
+        except SurvivorError as exc:  # the record is how they are found again: kept, like every file
+            raise CliError(f"stop: session {args.name!r}: its shellper was already gone, and processes it left "
+                           f"survived SIGKILL: {', '.join(map(str, exc.pids))}; nothing removed: run `shellper "
+                           f"stop {args.name}` again once they can die") from None
         ended, kept = reaped.pids, reaped.kept
     try:
         removed = clean_session(paths)
@@ -1131,6 +1276,20 @@ def _stop_stale(args: argparse.Namespace, paths: SessionPaths) -> int:
     return 0
 
 
+def _refuse_foreign(name: str, paths: SessionPaths, record: SessionRecord | None,
+                    welcome_name: str | None = None) -> None:
+    """Nothing is signalled or removed for files that are not this name's own (a record copied from
+    another session, files hard-linked from it, a socket answering as another session): acting on them
+    would end that session (shellper.host.ownfiles, the check tower_client's reconcile and reap make)."""
+    from shellper.host.ownfiles import mismatch, not_own
+
+    why = mismatch(name, None, welcome_name=welcome_name) if record is None else not_own(paths, record,
+                                                                                          welcome_name)
+    if why is not None:
+        raise CliError(f"stop: session {name!r}: {why}: these files may be another session's; nothing "
+                       f"signalled, nothing removed (if they are litter, remove them yourself)")
+
+
 def _ask_stop(args: argparse.Namespace, record: SessionRecord, grace: float) -> Client:
     """STOP over the session's socket, for :func:`shellper.host.cleanup.terminate_shellper`, only to the
     recorded shellper: its instance id in WELCOME, its pid at the other end of the socket."""
@@ -1139,6 +1298,7 @@ def _ask_stop(args: argparse.Namespace, record: SessionRecord, grace: float) -> 
     from shellper.protocol import wire
 
     def recorded(client: Client, welcome: wire.Welcome) -> None:
+        _refuse_foreign(args.name, SessionPaths.for_name(_dir(args), args.name), None, welcome.name)
         peer = peer_pid(client.sock) if client.sock is not None else None
         if (welcome.instance_id, welcome.shellper_pid, peer) != (record.instance_id, record.shellper_pid,
                                                                  record.shellper_pid):

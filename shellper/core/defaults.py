@@ -23,6 +23,9 @@ MAX_RING_BYTES = 1024 * 1024 * 1024
 
 DEFAULT_GRACE = 5.0
 """Seconds between SIGTERM and SIGKILL when a session's processes are ended."""
+KILL_SECONDS = 10.0
+"""How long a teardown that cannot use a cgroup (containment none) freezes and SIGKILLs a tree that keeps
+forking before what is left counts as surviving: the stop then fails, naming it, and the record is kept."""
 DEFAULT_HUSK_TTL = 3600.0
 """Seconds a session started by ``shellper run`` stays after its child ended for good (a husk: ~12 MiB, its ring
 and exits kept for ``tail`` and ``status``) before it stops itself: long enough to come back and read why it

@@ -25,4 +25,7 @@ class LaunchFailure(StrEnum):
     """The process meant to become the shellper died before it was ready."""
     TIMEOUT = "timeout"
     """The shellper did not report ready in time."""
+    OTHER_OWNER = "other_owner"
+    """The name's previous session, another owner's, was killed and left processes that its record is how
+    that owner's reconcile finds: that owner reconciles (or reaps the name) first."""
     OTHER = "other"

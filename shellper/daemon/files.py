@@ -86,16 +86,18 @@ class SessionFiles:
         except (OSError, PathError, LockError) as exc:
             self.log.write(f"could not recreate socket: {exc}")
 
-    def remove(self, keep_log: bool, *, retire_log: bool = False) -> None:
+    def remove(self, keep_log: bool, *, retire_log: bool = False, keep_record: bool = False) -> None:
         """Remove the socket, the record (and temps a killed writer left), the lock and, unless kept, the log:
-        with ``retire_log`` (a stop) it moves to logs/NAME.log instead."""
+        with ``retire_log`` (a stop) it moves to logs/NAME.log instead. ``keep_record``: processes survived
+        the stop, and the record is how a reconcile finds them (their instance mark)."""
         # Displaced (our files were removed and another shellper took the name): its files, not ours.
         displaced = os.path.lexists(self.paths.lock) and not self.journal.lock_is_ours()
         if displaced:
             self.log.write(f"{self.paths.lock} is another shellper's: leaving the session's files to it")
         else:
             unlink_if_socket(self.paths.socket)
-            unlink_if_regular(self.paths.record)
+            if not keep_record:
+                unlink_if_regular(self.paths.record)
         if self.journal.lock_is_ours():  # then nobody else writes this record: the temps are a killed writer's
             remove_record_temps(self.paths)
         if not keep_log:  # before the lock goes: then the name's next shellper cannot have a log here yet

@@ -17,7 +17,7 @@ from shellper.daemon.reactor import Lock
 from shellper.host.cgroup import CgroupError
 from shellper.host.child import SpawnError, build_env, check_spawnable, spawn_child
 from shellper.host.child import resize as resize_child
-from shellper.host.reaper import reap_children_nohang
+from shellper.host.reaper import SurvivorError, reap_children_nohang
 from shellper.host.record import MAX_EXITS
 from shellper.protocol import wire
 
@@ -368,11 +368,13 @@ class Lifecycle:
         self.journal.set_state(SessionState.STOPPING, "stop requested")
         self._cancel_timers()
         self._mark_requested()
-        await self.terminate_tree(grace)
+        left = await self.terminate_tree(grace)
         self.reap()
         if self.child is not None:  # exit not seen (reaped elsewhere?): report it anyway
             self._child_gone(None, requested=True)
+        if left:  # a stop that leaves processes running has failed, whatever else went well
+            raise SurvivorError(left)
 
-    async def terminate_tree(self, grace: float) -> None:
-        """End the child's tree (shellper.daemon.tree), reaping as its processes die."""
-        await self.tree.terminate(grace, self.child.pid if self.child is not None else None, self.reap)
+    async def terminate_tree(self, grace: float) -> tuple[int, ...]:
+        """End the child's tree (shellper.daemon.tree), reaping as its processes die; what survived."""
+        return await self.tree.terminate(grace, self.child.pid if self.child is not None else None, self.reap)

@@ -74,12 +74,15 @@ def failure_of(exc: BaseException) -> LaunchFailure:
     """The reason a daemon that could not start reports with its error (the launcher raises it with it)."""
     from shellper.core.config import ConfigError
     from shellper.core.names import PathError
+    from shellper.daemon.tree import OwnerRemains
     from shellper.host.cgroup import CgroupError
     from shellper.host.child import SpawnError
     from shellper.host.record import LockError, RecordError
 
     if isinstance(exc, AlreadyRunning):
         return LaunchFailure.ALREADY_RUNNING
+    if isinstance(exc, OwnerRemains):
+        return LaunchFailure.OTHER_OWNER
     if isinstance(exc, SpawnError):
         by_stage = {"chdir": LaunchFailure.BAD_DIRECTORY, "cgroup": LaunchFailure.CONTAINMENT,
                     "resolve": LaunchFailure.BAD_COMMAND, "exec": LaunchFailure.BAD_COMMAND}

@@ -39,11 +39,11 @@ from shellper.daemon.lifecycle import Lifecycle
 from shellper.daemon.output import Output
 from shellper.daemon.reactor import Future, Reactor
 from shellper.daemon.registry import ClientRegistry
-from shellper.daemon.tree import SessionTree
+from shellper.daemon.tree import OwnerRemains, SessionTree
 from shellper.host.identity import boot_id, start_time
 from shellper.host.logfile import LogFile
 from shellper.host.paths import SessionPaths, unlink_if_socket
-from shellper.host.reaper import set_child_subreaper
+from shellper.host.reaper import SurvivorError, set_child_subreaper
 from shellper.host.record import SessionRecord, cmdline_sha256, new_instance_id
 from shellper.protocol import wire
 
@@ -102,11 +102,14 @@ class Session:
             self.tree.contain()
             self.lifecycle.spawn_first()
             self.files.listen()
-        except BaseException:
+        except BaseException as exc:
             child = self.lifecycle.child
             self.lifecycle.close_child()
             self.tree.kill_at_once(child.pid if child is not None else None)
-            self.files.remove(keep_log=False)  # a session that never started leaves nothing behind
+            if isinstance(exc, OwnerRemains):  # the record is that owner's only way to its processes: kept
+                self.journal.release_lock()
+            else:
+                self.files.remove(keep_log=False)  # a session that never started leaves nothing behind
             self.tree.release()
             raise
         self.loop.add_signal_handler(signal.SIGCHLD, self.lifecycle.reap)
@@ -161,22 +164,36 @@ class Session:
         error = stop.exception()
         if error is None:
             return
-        self.stop_error = f"{type(error).__name__}: {error}"
-        self._answer_stops("internal", f"stop failed ({self.stop_error}); the session is ended anyway")
+        if isinstance(error, SurvivorError):  # the pids named, a bounded few: a fork bomb leaves hundreds
+            shown = ", ".join(map(str, error.pids[:20])) + (", ..." if len(error.pids) > 20 else "")
+            self.stop_error = f"{len(error.pids)} process(es) survived SIGKILL: {shown}"
+            self._answer_stops("internal", f"stop failed: {self.stop_error}; the record is kept, to find them by")
+        else:
+            self.stop_error = f"{type(error).__name__}: {error}"
+            self._answer_stops("internal", f"stop failed ({self.stop_error}); the session is ended anyway")
         self.log.write(f"stop failed ({self.stop_error}): ending the session anyway; its log is kept")
-        ending = self.loop.create_task(self._end_after_failed_stop())
+        ending = self.loop.create_task(self._end_after_failed_stop(stop))
         ending.add_done_callback(lambda _: self.loop.stop())
 
-    async def _end_after_failed_stop(self) -> None:
+    async def _end_after_failed_stop(self, stop: Future[None] | None = None) -> None:
         """What a stop must not skip, each step on its own: the child's tree (SIGKILL now: the grace may
         have passed already), the cgroup, the files."""
+        left: tuple[int, ...] = ()
         try:
-            await self.lifecycle.terminate_tree(0.0)
+            # Survivors of the stop's own freezing and killing: another round would only double the wait.
+            known = stop.exception() if stop is not None else None
+            if isinstance(known, SurvivorError):
+                left = known.pids
+            else:
+                left = await self.lifecycle.terminate_tree(0.0)
         except Exception as exc:
+            left = (-1,)  # unknown: kept as if something survived
             self.log.write(f"could not end the session's processes: {type(exc).__name__}: {exc}")
         self.tree.release()  # never raises: says in the log what it could not do
+        if left:
+            self.log.write("the record is kept: a reconcile (or `shellper stop NAME`) finds what survived by it")
         try:
-            self.files.remove(keep_log=True)
+            self.files.remove(keep_log=True, keep_record=bool(left))
         except Exception as exc:
             self.log.write(f"could not remove the session's files: {type(exc).__name__}: {exc}")
         self.log.write("stopped after a failed stop")

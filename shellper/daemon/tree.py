@@ -14,6 +14,8 @@ import time
 
 from shellper.core.config import ConfigError
 from shellper.core.containment import Containment
+from shellper.core.defaults import KILL_SECONDS
+from shellper.core.errors import ShellperError
 from shellper.host.cgroup import (
     CHILD_SUB,
     SHELLPER_SUB,
@@ -26,11 +28,12 @@ from shellper.host.cgroup import (
     find_mount,
     own_cgroup,
     session_cgroup_of,
+    verify_dead_session,
 )
-from shellper.host.identity import IdentityError, PidFd, ProcessGone
-from shellper.host.reaper import OwnTree
+from shellper.host.identity import IdentityError, PidFd, ProcessGone, read_stat
+from shellper.host.reaper import OwnTree, descendants
 from shellper.host.record import RecordError, read_record
-from shellper.host.shellpers import live_shellpers
+from shellper.host.shellpers import live_shellpers, under
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
 if TYPE_CHECKING:
@@ -40,9 +43,24 @@ if TYPE_CHECKING:
     from shellper.daemon.reactor import Future, Reactor
     from shellper.host.logfile import LogFile
     from shellper.host.paths import SessionPaths
+    from shellper.host.record import SessionRecord
 
-KILL_ROUNDS = 8
-"""SIGKILL rounds of a teardown without a cgroup before what is left is logged as surviving."""
+class OwnerRemains(ShellperError):
+    """The name's previous session, another owner's, was killed and left processes running that its record
+    is how that owner's reconcile finds and ends: overwriting the record would lose them, so the name is
+    refused (and the record left) until that owner reconciles or reaps it."""
+
+    def __init__(self, name: str, previous: SessionRecord, pids: tuple[int, ...]) -> None:
+        super().__init__(
+            f"session {name!r}: its previous shellper (instance {previous.instance_id}, owner {previous.owner!r}) "
+            f"was killed and left {len(pids)} process(es) running ({', '.join(map(str, pids[:10]))}"
+            f"{', ...' if len(pids) > 10 else ''}); its record is how that owner's reconcile finds them: "
+            f"`tower-client --owner {previous.owner} reap {name}` (or that owner's reconcile) first, or another "
+            "name")
+        self.pids = pids
+        self.owner = previous.owner
+
+
 
 
 class SessionTree:
@@ -160,8 +178,11 @@ class SessionTree:
         except (OSError, RecordError):
             return
         if previous.owner != self.owner:
-            self.log.write(f"instance {previous.instance_id} was owner {previous.owner!r}'s: what it left running "
-                           "is theirs to end")
+            left = self._left_unnamed(previous)
+            if left:
+                raise OwnerRemains(self.config.name, previous, left)
+            self.log.write(f"instance {previous.instance_id} was owner {previous.owner!r}'s and left nothing "
+                           "running")
             return
         from shellper.host.survivors import reap_survivors  # only on this path: a name reused after a crash
 
@@ -173,6 +194,26 @@ class SessionTree:
         if report.pids or report.suspect:
             self.log.write(f"instance {previous.instance_id} left {list(report.pids)} running: ended"
                            + (f"; not ended: {report.suspect}" if report.suspect else ""))
+
+    def _left_unnamed(self, previous: SessionRecord) -> tuple[int, ...]:
+        """What another owner's killed session left running, which that owner's reconcile finds through its
+        record: the processes in its cgroup (verified as that session's), or those carrying its mark
+        (containment none; the record is the only way to them). A record overwritten now would leave that
+        owner's reconcile nothing to act on, or a stray cgroup it may not end while this name is held."""
+        try:
+            if previous.containment != Containment.NONE:
+                group, _ = verify_dead_session(previous.cgroup, previous.cgroup_id, self.paths.dir, previous.name,
+                                               previous.instance_id, previous.owner)
+                return tuple(sorted(group.procs())) if group is not None else ()
+            from shellper.host.survivors import find_survivors  # only on this path: a name reused after a crash
+
+            found = find_survivors(previous, directory=self.paths.dir)
+        except (IdentityError, CgroupError, OSError) as exc:
+            self.log.write(f"could not look for what instance {previous.instance_id} left running: {exc}")
+            return ()
+        for fd in found.values():
+            fd.close()
+        return tuple(sorted(found))
 
     def kill_at_once(self, leader: int | None) -> None:
         """A start that failed: SIGKILL what it started (and reap the child) before its files go."""
@@ -186,50 +227,62 @@ class SessionTree:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(leader, 0)
 
-    async def terminate(self, grace: float, leader: int | None, reap: Callable[[], None]) -> None:
-        """SIGTERM the child's group (``leader``) and every descendant, wait ``grace``, SIGKILL, and confirm
-        death; ``reap`` reaps what died after each wait.
+    async def terminate(self, grace: float, leader: int | None, reap: Callable[[], None]) -> tuple[int, ...]:
+        """SIGTERM the child's group (``leader``) and every descendant, wait ``grace``, then freeze and SIGKILL
+        until nothing is left; ``reap`` reaps what died after each wait. Returns what survived (logged).
 
         Without a cgroup, every process is pinned by a pidfd and only signalled if, after the pinning, it is
         still under a pinned parent of this shellper (shellper.host.reaper.OwnTree): a pid recycled since /proc
-        listed it is never hit."""
+        listed it is never hit. A stopped process cannot fork, so every pinned member is SIGSTOPped and the
+        tree scanned again until a scan finds nobody new, and only then SIGKILLed; that repeats until a scan
+        finds nobody alive, for at most KILL_SECONDS (a fork bomb outruns plain SIGKILL rounds)."""
         if self.cgroup is not None:
-            await self._terminate_cgroup(self.cgroup, grace, reap)
-            return
+            return await self._terminate_cgroup(self.cgroup, grace, reap)
+        spare = frozenset(live_shellpers()) - {os.getpid()}
         try:
             # A session started from inside this one is not part of it: its shellper ends its own tree.
-            tree = OwnTree(spare=frozenset(live_shellpers()) - {os.getpid()})
+            tree = OwnTree(spare=spare)
         except (OSError, IdentityError) as exc:  # no pidfd to spare (EMFILE): a stop must not hang on it
             self.log.write(f"cannot pin the process tree, nothing signalled: {exc}")
-            return
+            return ()
         try:
             self._pin_new(tree)
             if not tree.alive():
-                return
+                return ()
             if leader is not None:
                 tree.signal_group(leader, signal.SIGCONT)
                 tree.signal_group(leader, signal.SIGTERM)
             await self._signal_and_wait(tree.alive(), signal.SIGTERM, grace, reap)
-            # SIGKILL in rounds: a process forked between a round's scan and its parent's death is found
-            # (re-parented to us, the subreaper) by the next. Each round's victims can fork no more.
-            for _ in range(KILL_ROUNDS):
-                self._pin_new(tree)
-                if not tree.alive():
-                    return
-                await self._signal_and_wait(tree.alive(), signal.SIGKILL, 5.0, reap)
-            self._pin_new(tree)
-            left = [fd.pid for fd in tree.alive()]
-            if left:
-                self.log.write(f"processes survived SIGKILL: {left}")
+            deadline = time.monotonic() + KILL_SECONDS
+            while True:
+                tree.prune()
+                while True:  # freeze: a scan after every member was stopped finds nobody new
+                    new = self._pin_new(tree)
+                    self._signal(tree.alive(), signal.SIGSTOP)
+                    if not new or time.monotonic() >= deadline:
+                        break
+                left = max(0.0, deadline - time.monotonic())
+                await self._signal_and_wait(tree.alive(), signal.SIGKILL, min(5.0, left), reap)
+                tree.prune()
+                survivors = self._still_there(tree, spare)
+                if not survivors:
+                    return ()
+                if time.monotonic() >= deadline:
+                    break
+            self._signal(tree.alive(), signal.SIGKILL)  # whatever else happens, none is left stopped by us
+            self.log.write(f"processes survived SIGKILL for {KILL_SECONDS:g} s: {list(survivors)}")
+            return survivors
         finally:
             tree.close()
 
-    async def _terminate_cgroup(self, group: SessionCgroup, grace: float, reap: Callable[[], None]) -> None:
+    async def _terminate_cgroup(self, group: SessionCgroup, grace: float, reap: Callable[[], None]) -> tuple[int, ...]:
         """SIGTERM every verified member of child/ (and of what a process inside made of the rest of the cgroup
-        but shellper/), wait ``grace`` for child/ to empty, then cgroup.kill (:meth:`release` ends the rest)."""
+        but shellper/), wait ``grace`` for child/ to empty, then cgroup.kill (:meth:`release` ends the rest);
+        what survived in child/."""
+        left: tuple[int, ...] = ()
         if not group.populated(CHILD_SUB):
             reap()
-            return
+            return left
         group.signal_members(signal.SIGTERM, spare=SHELLPER_SUB)
         group.signal_members(signal.SIGCONT, spare=SHELLPER_SUB)
         if not await self._cgroup_emptied(group, grace):
@@ -238,8 +291,10 @@ class SessionTree:
             except CgroupError as exc:
                 self.log.write(f"could not kill the child's cgroup: {exc}")
             if not await self._cgroup_emptied(group, 5.0):
-                self.log.write(f"processes survived cgroup.kill: {group.procs(CHILD_SUB)}")
+                left = tuple(sorted(group.procs(CHILD_SUB)))
+                self.log.write(f"processes survived cgroup.kill: {list(left)}")
         reap()
+        return left
 
     async def _cgroup_emptied(self, group: SessionCgroup, timeout: float) -> bool:
         """Wait until child/ holds no process (the kernel flags cgroup.events with POLLPRI) or ``timeout``."""
@@ -260,11 +315,37 @@ class SessionTree:
             self.loop.forget_fd(fd)
             os.close(fd)
 
-    def _pin_new(self, tree: OwnTree) -> None:
+    def _still_there(self, tree: OwnTree, spare: frozenset[int]) -> tuple[int, ...]:
+        """What of the tree is alive: the pinned members, and whatever /proc shows under this shellper that
+        is neither a spared shellper nor under one (a process a failed pinning missed is not pinned, but it
+        is still there). Empty only when a scan found nobody."""
+        self._pin_new(tree)
+        found = {fd.pid for fd in tree.alive()}
+        me = os.getpid()
+        for pid in descendants(me):
+            if pid in spare or under(pid, spare):
+                continue
+            try:
+                st = read_stat(pid)
+            except IdentityError:
+                continue
+            if st is not None and st.state != "Z":
+                found.add(pid)
+        return tuple(sorted(found))
+
+    def _pin_new(self, tree: OwnTree) -> list[int]:
+        """Pin the descendants not pinned yet; the new pids."""
         try:
-            tree.scan()
+            return tree.scan()
         except (OSError, IdentityError) as exc:  # what is pinned so far still gets the signals
             self.log.write(f"could not pin every descendant: {exc}")
+            return []
+
+    @staticmethod
+    def _signal(members: list[PidFd], sig: int) -> None:
+        for member in members:
+            with contextlib.suppress(ProcessGone, PermissionError):
+                member.send_signal(sig)
 
     async def _signal_and_wait(self, members: list[PidFd], sig: int, timeout: float,
                                reap: Callable[[], None]) -> None:

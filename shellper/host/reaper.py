@@ -254,6 +254,17 @@ class OwnTree:
         root = self._tree.leader.pid
         return [self._tree.members[pid].fd for pid in self._tree.alive() if pid != root]
 
+    def prune(self) -> int:
+        """Close and forget the pidfds of members that have exited (the caller excluded); how many. A tree
+        that churns (a fork bomb) would otherwise hold a descriptor per process it ever had, until none is
+        left to pin the live ones with. A pid forgotten here is pinned again only if a later scan finds it
+        under a pinned parent, like any new one."""
+        root = self._tree.leader.pid
+        gone = [pid for pid, m in self._tree.members.items() if pid != root and m.fd.wait_dead(0)]
+        for pid in gone:
+            self._tree.members.pop(pid).fd.close()
+        return len(gone)
+
     def signal_group(self, pid: int, sig: int) -> bool:
         """Signal the process group led by member ``pid`` through its pidfd; False if ``pid`` is not a
         member, leads no group or is not ours to signal."""

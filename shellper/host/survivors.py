@@ -55,7 +55,7 @@ import time
 
 from shellper.core import structs
 from shellper.core.containment import Containment
-from shellper.core.defaults import DEFAULT_GRACE
+from shellper.core.defaults import DEFAULT_GRACE, KILL_SECONDS
 from shellper.host.cgroup import SHELLPER_SUB, SessionCgroup, verify_cgroup
 from shellper.host.identity import IdentityError, PidFd, ProcessGone, boot_id, read_stat
 from shellper.host.paths import PathError, SessionPaths, UnsafeDirError, check_dir, session_names
@@ -289,19 +289,28 @@ def reap_survivors(record: SessionRecord, *, directory: str | os.PathLike[str] |
         _signal_all(pinned, signal.SIGTERM)
         _signal_all(pinned, signal.SIGCONT)
         _wait_all(pinned, time.monotonic() + grace)
-        # A stopped process cannot fork: freeze, look again (forks made meanwhile carry the same marks).
-        for _ in range(MAX_ROUNDS):
-            before = len(pinned)
-            _signal_all({p: fd for p, fd in pinned.items() if not fd.wait_dead(0)}, signal.SIGSTOP)
+        # A stopped process cannot fork: freeze, look again (forks made meanwhile carry the same marks), kill;
+        # again until a look finds nobody alive, for at most KILL_SECONDS (a fork bomb outruns one round).
+        deadline = time.monotonic() + KILL_SECONDS
+        killed: set[int] = set()
+        while True:
+            for _ in range(MAX_ROUNDS):
+                before = len(pinned)
+                _signal_all({p: fd for p, fd in pinned.items() if not fd.wait_dead(0)}, signal.SIGSTOP)
+                find_survivors(record, pinned, protect=protect, spared=spared)
+                if len(pinned) == before:
+                    break
+            alive = {p: fd for p, fd in pinned.items() if not fd.wait_dead(0)}
+            _signal_all(alive, signal.SIGSTOP)
+            _signal_all(alive, signal.SIGKILL)
+            killed.update(alive)
+            left = _wait_all(alive, time.monotonic() + confirm_timeout)
             find_survivors(record, pinned, protect=protect, spared=spared)
-            if len(pinned) == before:
+            if not any(not fd.wait_dead(0) for fd in pinned.values()):
                 break
-        alive = {p: fd for p, fd in pinned.items() if not fd.wait_dead(0)}
-        _signal_all(alive, signal.SIGKILL)
-        left = _wait_all(alive, time.monotonic() + confirm_timeout)
-        if left:
-            raise SurvivorError(tuple(sorted(left)))
-        return SurvivorReport(record.name, termed, tuple(sorted(alive)), tuple(sorted(spared)))
+            if left or time.monotonic() >= deadline:
+                raise SurvivorError(tuple(sorted(p for p, fd in pinned.items() if not fd.wait_dead(0))))
+        return SurvivorReport(record.name, termed, tuple(sorted(killed)), tuple(sorted(spared)))
     finally:
         for fd in pinned.values():
             fd.close()

@@ -60,6 +60,7 @@ STALE: dict[str, Any] = {"files": frozenset({"sock", "json", "lock"}), "locked":
          "probe": "refused", "welcome_instance_id": None, "peer_pid": None, "welcome_pid": None}
 
 STRAY = OrphanCgroup("/sys/fs/cgroup/x/leaf", LeafName.of("/r", default_owner(), "s", "d" * 32), True, False)
+STRAY_LIVE = OrphanCgroup(STRAY.path, STRAY.leaf, True, True)
 
 ROW = RegistryRow("s")
 PINNED = RegistryRow("s", INST)
@@ -149,6 +150,16 @@ CASES: list[tuple[str, RegistryRow | None, Observed | None, float | None, list[t
      [(L, "other_owner")]),
     ("stray-cgroup-beside-live", ROW, replace(LIVE, stray_cgroups=(STRAY,)), None,
      [(C, "stray_cgroup"), (A, "running")]),
+    # never a respawn while a shellper of the name lives in a stray cgroup (of any owner): it would run beside it
+    ("stray-cgroup-live-registered", ROW, replace(LIVE, files=frozenset(), record=None, stray_cgroups=(STRAY_LIVE,)),
+     None, [(L, "stray_cgroup_live")]),
+    ("stray-cgroup-live-beside-dead", ROW, replace(LIVE, identity="gone", stray_cgroups=(STRAY_LIVE,), **STALE), None,
+     [(L, "stray_cgroup_live"), (C, "dead")]),
+    ("stray-cgroup-live-other-owner-registered", ROW, replace(LIVE, files=frozenset(), record=None, stray_cgroups=(
+        OrphanCgroup(STRAY.path, LeafName.of("/r", "someone-else", "s", "d" * 32), True, True),)), None,
+     [(L, "other_owner")]),
+    ("stray-cgroup-dead-registered", ROW, replace(LIVE, files=frozenset(), record=None, stray_cgroups=(STRAY,)),
+     None, [(C, "stray_cgroup"), (R, "not_running")]),
     # files that are not this name's own: a hard link of a live session's lock and socket plus a copied
     # record (name edited or not) verify as that session; they are never adopted nor terminated
     ("hard-linked-lock", None, replace(LIVE, hard_linked=frozenset({"lock"})), None, [(L, "name_mismatch")]),
