@@ -34,6 +34,9 @@ HEADER = struct.Struct(">BI")
 HEADER_SIZE = HEADER.size
 MAX_FRAME_SIZE = 16 * 1024 * 1024
 """A declared length strictly greater than this is skipped (exactly 16 MiB is accepted)."""
+HANDSHAKE_MAX_FRAME = 4096
+"""Before the HELLO, a frame declaring more is skipped as it arrives, never held (frames before HELLO are ignored;
+a HELLO is about 40 bytes)."""
 REPLAY_PAYLOAD_MAX = 8 * 1024 * 1024
 """The most output bytes one REPLAY carries: the newest ones."""
 SPAWN_FAILED_CODE = -1
@@ -138,6 +141,11 @@ class FrameReader:
         self._buf = bytearray()
         self._skip = 0
 
+    @property
+    def buffered(self) -> int:
+        """Bytes held of an unfinished frame."""
+        return len(self._buf)
+
     def feed(self, data: bytes | bytearray | memoryview) -> Iterator[RawFrame | SkippedFrame]:
         if self._skip:
             drop = min(self._skip, len(data))
@@ -178,7 +186,7 @@ def parse_json_payload(payload: bytes, what: str) -> dict[str, Any]:
     """A JSON object, or LegacyError("Invalid <what> payload")."""
     try:
         value = json.loads(payload.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):  # RecursionError: nested deeper than json parses
         raise LegacyError(f"Invalid {what} payload") from None
     if not isinstance(value, dict):
         raise LegacyError(f"Invalid {what} payload")
@@ -302,7 +310,7 @@ class LaunchConfig:
 def parse_launch_config(text: str) -> LaunchConfig:
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than json parses
         raise LegacyError("Invalid JSON config") from None
     if not isinstance(value, dict):
         raise LegacyError("Invalid JSON config")
