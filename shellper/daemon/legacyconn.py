@@ -35,8 +35,8 @@ class LegacyConn(ClientConn):
         if self._closing:
             return
         if self._reader is None:
-            # Before the HELLO, frames are ignored: held to HELLO's limit, a larger one is skipped unread.
-            self._reader = legacy.FrameReader(legacy.HANDSHAKE_MAX_FRAME)
+            # Before the HELLO, frames are ignored: held to HELLO's limit (4 KiB), a larger one skipped unread.
+            self._reader = legacy.FrameReader(limits=wire.HANDSHAKE_LIMITS)
             self.session.log.write(f"Connection accepted: client {self.client_id} speaks protocol version 1")
         reader = self._reader
         for frame in reader.feed(data):
@@ -50,7 +50,7 @@ class LegacyConn(ClientConn):
                 self.send_error("protocol", str(exc), frame.frame_type, fatal=True)
                 return
             if self.registered:
-                reader.max_frame = legacy.MAX_FRAME_SIZE
+                reader.limits = wire.SESSION_LIMITS  # version 2's per-type sizes (PROTOCOL.md 11), for the same types
             if self.transport is not None and self.transport.get_write_buffer_size() > MAX_UNREAD_BYTES:
                 self._drop_unread()
                 return

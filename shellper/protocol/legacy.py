@@ -23,7 +23,7 @@ from enum import IntEnum
 from shellper.core.errors import ShellperError
 from shellper.core.signals import signal_number
 from shellper.core.structs import record
-from shellper.protocol.wire import FrameType
+from shellper.protocol.wire import SESSION_LIMITS, FrameType, PayloadLimit
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
 if TYPE_CHECKING:
@@ -34,9 +34,6 @@ HEADER = struct.Struct(">BI")
 HEADER_SIZE = HEADER.size
 MAX_FRAME_SIZE = 16 * 1024 * 1024
 """A declared length strictly greater than this is skipped (exactly 16 MiB is accepted)."""
-HANDSHAKE_MAX_FRAME = 4096
-"""Before the HELLO, a frame declaring more is skipped as it arrives, never held (frames before HELLO are ignored;
-a HELLO is about 40 bytes)."""
 REPLAY_PAYLOAD_MAX = 8 * 1024 * 1024
 """The most output bytes one REPLAY carries: the newest ones."""
 SPAWN_FAILED_CODE = -1
@@ -134,10 +131,15 @@ class SkippedFrame:
 
 
 class FrameReader:
-    """The original's streaming parser: any fragmentation, oversized frames skipped, unknown types passed on."""
+    """The original's streaming parser: any fragmentation, oversized frames skipped, unknown types passed on.
 
-    def __init__(self, max_frame: int = MAX_FRAME_SIZE) -> None:
+    ``limits`` (the shellper's: wire.HANDSHAKE_LIMITS before the HELLO, then wire.SESSION_LIMITS) gives each type its
+    own size instead of ``max_frame``: a frame over it is oversized, skipped unread as the original skipped those over
+    16 MiB. A caller may switch them between frames."""
+
+    def __init__(self, max_frame: int = MAX_FRAME_SIZE, limits: tuple[PayloadLimit, ...] | None = None) -> None:
         self.max_frame = max_frame
+        self.limits = limits
         self._buf = bytearray()
         self._skip = 0
 
@@ -157,7 +159,7 @@ class FrameReader:
         try:
             while len(buf) - pos >= HEADER_SIZE:
                 frame_type, length = HEADER.unpack_from(buf, pos)
-                if length > self.max_frame:
+                if length > (self.max_frame if self.limits is None else self.limits[frame_type].size):
                     pos += HEADER_SIZE
                     drop = min(length, len(buf) - pos)
                     pos += drop
@@ -183,7 +185,15 @@ class FrameReader:
 
 
 def parse_json_payload(payload: bytes, what: str) -> dict[str, Any]:
-    """A JSON object, or LegacyError("Invalid <what> payload")."""
+    """A JSON object, or LegacyError("Invalid <what> payload").
+
+    Held to the object count of version 2's frame of the same type (wire.SESSION_LIMITS), counted from above
+    without parsing: every value but the first is after a comma or a colon, or opens a container (those characters
+    inside strings are counted too, so a payload can only be overcounted). A one-byte JSON value can cost Python
+    50 bytes; nesting too deep for the parser is the same error."""
+    most = SESSION_LIMITS[FrameType[what]].objects
+    if len(payload) > most and sum(payload.count(c) for c in (b",", b":", b"[", b"{")) >= most:
+        raise LegacyError(f"Invalid {what} payload")
     try:
         value = json.loads(payload.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):  # RecursionError: nested deeper than json parses

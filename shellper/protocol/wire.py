@@ -775,6 +775,24 @@ def check_request(frame: Frame) -> None:
         grace = frame.grace
         if isinstance(grace, bool) or not isinstance(grace, int | float) or not (math.isfinite(grace) and grace >= 0):
             raise BadField(f"grace {grace!r} must be a finite number >= 0", frame.TYPE, "grace")
+    if isinstance(frame, Hello | Spawn):  # the two a caller fills as it likes: held to the shellper's limits
+        _check_limit(frame)
+
+
+def _check_limit(frame: Hello | Spawn) -> None:
+    limit = SESSION_LIMITS[frame.TYPE]
+    try:
+        payload = _pack(frame.to_map())
+    except (TypeError, ValueError):
+        return  # a field of the wrong type: check_fields (or the shellper's decoder) says which
+    field_name, what = ("client", "HELLO") if isinstance(frame, Hello) else (None, "SPAWN's argv and env")
+    if len(payload) > limit.size:
+        raise BadField(f"{what} would take {len(payload)} bytes, more than the {limit.size} a shellper accepts",
+                       frame.TYPE, field_name)
+    try:
+        measure(payload, limit, frame.TYPE)
+    except FrameTooLarge as exc:
+        raise BadField(f"{what}: {exc.detail}, more than a shellper accepts", frame.TYPE, field_name) from None
 
 
 def encode(frame: Frame) -> bytes:
