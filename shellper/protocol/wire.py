@@ -824,8 +824,8 @@ def decode_payload(frame_type: int, payload: bytes, limit: PayloadLimit | None =
     if not payload:
         mapping: Any = {}
     else:
-        if limit is not None and limit.objects:
-            measure(payload, limit, frame_type)
+        if limit is not None and limit.objects and len(payload) > min(limit.objects, limit.depth):
+            measure(payload, limit, frame_type)  # (each object and each level takes a byte: a PING needs no count)
         try:
             mapping = msgpack.unpackb(payload, raw=False, strict_map_key=False, use_list=True,
                                       object_pairs_hook=_str_keyed_map)
