@@ -224,7 +224,11 @@ class Adversary:
 
     def bomb(self, rng: random.Random) -> None:
         kind = rng.choice(BOMB_TYPES)
-        payload = bomb_payload(rng, rng.randint(1024, self.scale.max_bomb))
+        with self.tally.lock:
+            costliest = self.tally.scenarios["bomb"] < self.scale.workers  # each worker's first: the largest map bomb
+        size = self.scale.max_bomb if costliest else rng.randint(1024, self.scale.max_bomb)
+        payload = b"\x81\xa1x\xdd" + (size - 8).to_bytes(4, "big") + b"\x80" * (size - 8) if costliest \
+            else bomb_payload(rng, size)
         s = self.connect()
         before = rng.random() < 0.3
         self.send(s, (b"" if before else hello("viewer", replay_bytes=0)) + _frame(kind, payload))
