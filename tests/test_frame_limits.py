@@ -248,3 +248,20 @@ def test_legacy_main_config_nested_too_deep_is_invalid_json() -> None:
     deep += "]" * 100_000 + "}"
     with pytest.raises(legacy.LegacyError, match="Invalid JSON config"):
         legacy.parse_launch_config(deep)
+
+
+def test_the_deadline_waits_while_the_shellper_does_not_read(sessions: Sessions) -> None:
+    """A terminal pastes 4 MiB into a child that takes no input for 3 s: the shellper stops reading the terminal
+    (with a frame half read) and must not blame it for the frame it holds unfinished meanwhile (frame_timeout 1 s)."""
+    info = sessions.start("paused", ["sh", "-c", "sleep 3; exec cat >/dev/null"], frame_timeout=1.0)
+    line = b"x" * 63 + b"\n"
+    paste = b"".join(wire.encode_data(line * 1000) for _ in range(64))  # 64 frames of 64,000 bytes
+    with RawConn(info.socket, timeout=30) as conn:
+        conn.send(hello("terminal", replay_bytes=0))
+        conn.until(lambda f: isinstance(f, wire.Replay))
+        started = time.monotonic()
+        conn.send(paste + wire.encode(wire.Ping(nonce=9)))  # returns once the kernel holds the rest
+        got = conn.until(lambda f: isinstance(f, wire.Pong) and f.nonce == 9, 60)
+        assert not [f for f in got if isinstance(f, wire.Error)], got
+        assert time.monotonic() - started > 2.0  # the child took nothing for 3 s: the paste waited that long
+    sessions.stop("paused")

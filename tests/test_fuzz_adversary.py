@@ -162,10 +162,22 @@ class Adversary:
         self.path, self.scale, self.tally, self.stop = path, scale, tally, stop
 
     def connect(self) -> socket.socket:
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-        s.settimeout(HANG_BOUND)
-        s.connect(self.path)
-        return s
+        """A connection; while the listen backlog is full (EAGAIN), tried again until HANG_BOUND, then a hang."""
+        deadline = time.monotonic() + HANG_BOUND
+        while True:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+            s.settimeout(HANG_BOUND)
+            try:
+                s.connect(self.path)
+                return s
+            except BlockingIOError:
+                s.close()
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"the shellper accepted no connection for {HANG_BOUND:g} s") from None
+                self.stop.wait(0.01)  # the backlog drains as the shellper accepts
+            except BaseException:
+                s.close()
+                raise
 
     @staticmethod
     def send(s: socket.socket, data: bytes) -> None:
