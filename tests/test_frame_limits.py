@@ -265,3 +265,27 @@ def test_the_deadline_waits_while_the_shellper_does_not_read(sessions: Sessions)
         assert not [f for f in got if isinstance(f, wire.Error)], got
         assert time.monotonic() - started > 2.0  # the child took nothing for 3 s: the paste waited that long
     sessions.stop("paused")
+
+
+def _wakeups(pid: int) -> int:
+    return status_kib(pid, "voluntary_ctxt_switches")  # not kB, but the same "Key: number" line
+
+
+def test_no_timer_runs_once_frames_are_finished(sessions: Sessions) -> None:
+    """The deadline costs nothing idle: after a frame left unfinished for a while is finished, its timer fires
+    at most once more (it is not cancelled, see ClientConn._frame_expired) and then the shellper sleeps. (A guard,
+    not a regression test: the shellper had no such timer before.)"""
+    info = sessions.start("idle", ["sleep", "300"], frame_timeout=0.5)
+    with RawConn(info.socket) as conn:
+        conn.send(hello("viewer", replay_bytes=0))
+        conn.until(lambda f: isinstance(f, wire.Replay))
+        ping = wire.encode(wire.Ping(nonce=3))
+        conn.send(ping[:3])
+        assert not conn.frames(0.2)
+        conn.send(ping[3:])
+        conn.until(lambda f: isinstance(f, wire.Pong))
+        assert not conn.frames(1.0)  # the timer's one late firing falls in here
+        before = _wakeups(info.pid)
+        assert not conn.frames(2.0)
+        assert _wakeups(info.pid) - before <= 1, "the shellper woke while idle"
+    sessions.stop("idle")
