@@ -221,23 +221,29 @@ def test_unfinished_frames_of_all_connections_have_one_bound(target: tuple[str, 
 # --------------------------------------------------------------------------------------------- version 1
 
 
-@pytest.mark.parametrize("kind", [FrameType.RESIZE, FrameType.SPAWN], ids=["RESIZE", "SPAWN"])
-def test_version_1_json_nested_too_deep_is_a_bad_frame(sessions: Sessions, kind: int) -> None:
+@pytest.mark.parametrize(("kind", "depth"), [(FrameType.RESIZE, 30_000), (FrameType.SPAWN, 50_000),
+                                             (FrameType.RESIZE, 100_000)],
+                         ids=["RESIZE 30,000 deep", "SPAWN 50,000 deep", "RESIZE 100,000 deep"])
+def test_version_1_json_nested_too_deep_is_a_bad_frame(sessions: Sessions, kind: int, depth: int) -> None:
     """A 100,000-deep JSON RESIZE escaped as RecursionError (a traceback in the log, the connection left open);
-    docs/LEGACY.md says a malformed payload is logged in one line and the connection closed. (A HELLO that deep is
-    over the 4 KiB a frame before the HELLO may have, so it is skipped: tests/unit/test_frame_measure.py.)"""
+    docs/LEGACY.md says a malformed payload is logged in one line and the connection closed. The 30,000-deep RESIZE
+    has more values than a RESIZE may (4,096), the SPAWN is deeper than json parses but within its count; the
+    100,000-deep RESIZE (200 KB) is over a RESIZE's 64 KiB: oversized, ignored as the original ignored those."""
     info = sessions.start("deep", ["cat"])
-    depth = 100_000 if kind == FrameType.RESIZE else 50_000  # SPAWN's: deeper than json parses, within its objects
     deep = b'{"cols":' + b"[" * depth + b"]" * depth + b"}"
+    oversized = len(deep) > wire.SESSION_LIMITS[kind].size
     with V1Client(Path(info.socket)) as bad, V1Client(Path(info.socket)) as good:
         bad.hello("tower")
         good.hello("terminal")
         bad.send(kind, deep)
-        bad.wait_closed()
+        if oversized:
+            bad.ping()
+        else:
+            bad.wait_closed()
         good.ping()
     log = Path(info.socket).with_suffix(".log").read_text()
     name = FrameType(kind).name
-    assert f"Protocol error: Invalid {name} payload" in log
+    assert (f"Protocol error: Invalid {name} payload" in log) != oversized
     assert "Traceback" not in log and "RecursionError" not in log
     sessions.stop("deep")
 
