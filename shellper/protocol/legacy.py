@@ -23,7 +23,7 @@ from enum import IntEnum
 from shellper.core.errors import ShellperError
 from shellper.core.signals import signal_number
 from shellper.core.structs import record
-from shellper.protocol.wire import SESSION_LIMITS, FrameType, PayloadLimit
+from shellper.protocol.wire import CONTROL_LIMIT, HELLO_LIMIT, SPAWN_LIMIT, FrameType, PayloadLimit
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
 if TYPE_CHECKING:
@@ -184,14 +184,13 @@ class FrameReader:
 # --------------------------------------------------------------------------------------------- payloads
 
 
-def parse_json_payload(payload: bytes, what: str) -> dict[str, Any]:
+def parse_json_payload(payload: bytes, what: str, most: int = CONTROL_LIMIT.objects) -> dict[str, Any]:
     """A JSON object, or LegacyError("Invalid <what> payload").
 
-    Held to the object count of version 2's frame of the same type (wire.SESSION_LIMITS), counted from above
-    without parsing: every value but the first is after a comma or a colon, or opens a container (those characters
-    inside strings are counted too, so a payload can only be overcounted). A one-byte JSON value can cost Python
-    50 bytes; nesting too deep for the parser is the same error."""
-    most = SESSION_LIMITS[FrameType[what]].objects
+    Held to ``most`` values, version 2's count for the frame's type (wire.CONTROL_LIMIT, HELLO_LIMIT, SPAWN_LIMIT),
+    counted from above without parsing: every value but the first is after a comma or a colon, or opens a
+    container (those characters inside strings are counted too, so a payload can only be overcounted). A one-byte
+    JSON value can cost Python 50 bytes; nesting too deep for the parser is the same error."""
     if len(payload) > most and sum(payload.count(c) for c in (b",", b":", b"[", b"{")) >= most:
         raise LegacyError(f"Invalid {what} payload")
     try:
@@ -211,7 +210,7 @@ class Hello:
 
 
 def parse_hello(payload: bytes) -> Hello:
-    value = parse_json_payload(payload, "HELLO")
+    value = parse_json_payload(payload, "HELLO", HELLO_LIMIT.objects)
     client_type = value.get("clientType")
     return Hello(version=value.get("version"), client_type=client_type if isinstance(client_type, str) else "tower")
 
@@ -251,7 +250,7 @@ class SpawnRequest:
 
 
 def parse_spawn(payload: bytes) -> SpawnRequest:
-    value = parse_json_payload(payload, "SPAWN")
+    value = parse_json_payload(payload, "SPAWN", SPAWN_LIMIT.objects)
     command, args, cwd, env = (value.get(k) for k in ("command", "args", "cwd", "env"))
     if args is None:
         args = []
