@@ -168,10 +168,10 @@ def test_a_slow_frame_that_finishes_in_time_is_served(target: tuple[str, Watcher
     with RawConn(path) as conn:
         conn.send(hello("viewer", replay_bytes=0))
         conn.until(lambda f: isinstance(f, wire.Replay))
-        for nonce in range(4):  # each PING in two halves 0.4 s apart: 1.6 s in all, more than the 1 s deadline
+        for nonce in range(5):  # each PING in two halves 0.3 s apart: 1.5 s in all, more than the 1 s deadline
             ping = wire.encode(wire.Ping(nonce=nonce))
             conn.send(ping[:4])
-            pause = time.monotonic() + 0.4
+            pause = time.monotonic() + 0.3
             while (left := pause - time.monotonic()) > 0:
                 assert not [f for f in conn.frames(left) if isinstance(f, wire.Error)] and not conn.eof
             conn.send(ping[4:])
