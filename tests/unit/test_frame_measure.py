@@ -4,6 +4,7 @@ HANDSHAKE_LIMITS and SESSION_LIMITS, and version 1's JSON nested too deep."""
 from __future__ import annotations
 
 import struct
+from pathlib import Path
 from typing import Any
 
 import msgpack  # type: ignore[import-untyped]
@@ -11,6 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from shellper.core.defaults import FRAME_TIMEOUT
+from shellper.daemon.clientconn import MAX_PARTIAL_BYTES
 from shellper.protocol import legacy, wire
 from shellper.protocol.wire import FrameType, PayloadLimit
 
@@ -173,3 +176,10 @@ def test_a_client_is_told_before_it_sends_what_the_shellper_would_refuse(frame: 
         wire.check_request(frame)
     wire.check_request(wire.Spawn(argv=["true"], env={f"V{i}": "v" * 150 for i in range(10_000)}))
     wire.check_request(wire.Hello(version=3, role="viewer", client="c" * 3000))
+
+
+def test_the_spec_states_the_limits_the_code_has() -> None:
+    spec = (Path(__file__).resolve().parents[2] / "protocol" / "PROTOCOL.md").read_text(encoding="utf-8")
+    for limit in (wire.HELLO_LIMIT, wire.CONTROL_LIMIT, wire.SPAWN_LIMIT):
+        assert f"({limit.size:,} bytes" in spec and f"| {limit.objects:,} | {limit.depth} |" in spec, limit
+    assert f"| {MAX_PARTIAL_BYTES // (1 << 20)} MiB |" in spec and f"| {FRAME_TIMEOUT:g} s |" in spec
