@@ -218,6 +218,8 @@ class Adversary:
 
     def v2(self, rng: random.Random) -> None:
         for stream, frames in mutation_cases(rng.randrange(1 << 30), 1):
+            if rng.random() < 0.5:  # the HELLO in front says version 3: half the streams speak version 2 instead
+                stream = stream.replace(b"\xa7version\x03", b"\xa7version\x02", 1)
             if judge(stream, 0, 1 << 64).skip == "tower":
                 continue
             s = self.connect()
