@@ -295,3 +295,23 @@ def test_no_timer_runs_once_frames_are_finished(sessions: Sessions) -> None:
         assert not conn.frames(2.0)
         assert _wakeups(info.pid) - before <= 1, "the shellper woke while idle"
     sessions.stop("idle")
+
+
+def test_each_frame_has_its_own_deadline_when_reads_end_mid_frame(target: tuple[str, Watcher, int]) -> None:
+    """Frames that each finish in time, sent so that every read finishes one and begins the next (a frame is always
+    pending): the deadline restarts with each frame begun, it does not run on from the first."""
+    path, watcher, _ = target
+    with RawConn(path) as conn:
+        conn.send(hello("viewer", replay_bytes=0))
+        conn.until(lambda f: isinstance(f, wire.Replay))
+        pings = [wire.encode(wire.Ping(nonce=n)) for n in range(7)]
+        conn.send(pings[0][:4])
+        for n in range(1, 7):  # 0.3 s apart: 1.8 s in all, with a frame always unfinished; the deadline is 1 s
+            pause = time.monotonic() + 0.3
+            while (left := pause - time.monotonic()) > 0:
+                assert not [f for f in conn.frames(left) if isinstance(f, wire.Error)] and not conn.eof
+            conn.send(pings[n - 1][4:] + pings[n][:4])
+        conn.send(pings[6][4:])
+        got = conn.until(lambda f: isinstance(f, wire.Pong) and f.nonce == 6)
+        assert not [f for f in got if isinstance(f, wire.Error)]
+    watcher.ping()

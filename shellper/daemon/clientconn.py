@@ -177,29 +177,35 @@ class ClientConn:
                 self.session.write_input(bytes(keystroke), self)
                 return
         self.decoder.feed(data)
-        self._decode()
-        self._partial(self.decoder.buffered)
+        finished = self._decode()
+        self._partial(self.decoder.buffered, finished)
 
-    def _decode(self) -> None:
+    def _decode(self) -> bool:
+        """Handle every frame the decoder now holds whole; whether there was one."""
+        finished = False
         while not self._closing:
             try:
                 event = self.decoder.next_event()
                 if event is None:
-                    return
+                    return finished
+                finished = True
                 self._handle(event)
             except wire.ProtocolError as exc:
+                finished = True
                 if not self._answerable(exc):
                     self.send_error(exc.code, str(exc), exc.frame_type, fatal=True)
-                    return
+                    return finished
                 assert exc.frame_type is not None and exc.request_id is not None
                 self.refuse(exc.frame_type, exc.request_id, exc.code, str(exc))
             if self.transport is not None and self.transport.get_write_buffer_size() > MAX_UNREAD_BYTES:
                 self._drop_unread()
-                return
+                return finished
+        return finished
 
-    def _partial(self, held: int) -> None:
+    def _partial(self, held: int, finished: bool) -> None:
         """After a read: count the unfinished frame left (``held`` bytes) against the session's one bound for all
-        connections (MAX_PARTIAL_BYTES), and, after the handshake, give it a deadline (frame_timeout)."""
+        connections (MAX_PARTIAL_BYTES), and, after the handshake, give it a deadline (frame_timeout): from now if
+        it is new (``finished``: the read finished a frame, so what is held is the next one's beginning)."""
         if self._closing:
             return
         if held > self._held and not self.session.hold_partial(held - self._held):
@@ -211,7 +217,7 @@ class ClientConn:
         self._held = held
         if not held:
             self._partial_since = None
-        elif self.registered and self._partial_since is None:
+        elif self.registered and (self._partial_since is None or finished):
             self._partial_since = self.session.loop.clock()
             if self._frame_timer is None:
                 self._frame_timer = self.session.loop.call_later(self.session.frame_timeout, self._frame_expired)

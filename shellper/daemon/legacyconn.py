@@ -39,7 +39,9 @@ class LegacyConn(ClientConn):
             self._reader = legacy.FrameReader(limits=wire.HANDSHAKE_LIMITS)
             self.session.log.write(f"Connection accepted: client {self.client_id} speaks protocol version 1")
         reader = self._reader
+        finished = False
         for frame in reader.feed(data):
+            finished = True
             if self._closing:
                 return
             if isinstance(frame, legacy.SkippedFrame):
@@ -54,7 +56,7 @@ class LegacyConn(ClientConn):
             if self.transport is not None and self.transport.get_write_buffer_size() > MAX_UNREAD_BYTES:
                 self._drop_unread()
                 return
-        self._partial(reader.buffered)
+        self._partial(reader.buffered, finished)
 
     def _drop_partial(self) -> None:
         super()._drop_partial()
