@@ -634,22 +634,17 @@ RAW_LIMIT = PayloadLimit(size=MAX_FRAME_SIZE)
 """DATA, and a frame of a type the shellper does not know (after the handshake): skipped, never decoded."""
 
 
-def _limits_table(handshake: bool) -> tuple[PayloadLimit, ...]:
-    special = {int(FrameType.HELLO): HELLO_LIMIT, int(FrameType.SPAWN): SPAWN_LIMIT}
-    table = []
-    for code in range(256):
-        if handshake:
-            table.append(HELLO_LIMIT)
-        elif code == FrameType.DATA or code not in FRAME_CLASSES:
-            table.append(RAW_LIMIT)
-        else:
-            table.append(special.get(code, CONTROL_LIMIT))
+def _session_limits() -> tuple[PayloadLimit, ...]:
+    table = [RAW_LIMIT] * 256
+    for code in FRAME_CLASSES:
+        table[code] = CONTROL_LIMIT
+    table[FrameType.DATA], table[FrameType.HELLO], table[FrameType.SPAWN] = RAW_LIMIT, HELLO_LIMIT, SPAWN_LIMIT
     return tuple(table)
 
 
-HANDSHAKE_LIMITS = _limits_table(handshake=True)
+HANDSHAKE_LIMITS = (HELLO_LIMIT,) * 256
 """The shellper's limits by frame type code until a HELLO is accepted."""
-SESSION_LIMITS = _limits_table(handshake=False)
+SESSION_LIMITS = _session_limits()
 """The shellper's limits by frame type code after the handshake."""
 
 # How each first byte of a msgpack value is measured: (kind, header bytes, width of its length or count field,
@@ -684,7 +679,8 @@ def _format_table() -> tuple[tuple[int, int, int, int], ...]:
     return tuple(table)
 
 
-_FORMATS = _format_table()
+_formats: tuple[tuple[int, int, int, int], ...] = ()
+"""_format_table(), made on the first measure (not at import: what the CLI imports is paid at each start)."""
 
 
 def measure(payload: bytes, limit: PayloadLimit, frame_type: int) -> None:
@@ -692,6 +688,8 @@ def measure(payload: bytes, limit: PayloadLimit, frame_type: int) -> None:
     reading its structure from the start without building anything (so at most ``limit.objects`` steps).
     It stops quietly where the structure ends or breaks (a byte no value starts with, the payload's end):
     decoding then reports what is wrong with it (``bad_payload``)."""
+    global _formats
+    formats = _formats or (_formats := _format_table())
     n, pos, objects = len(payload), 0, 0
     most, deepest = limit.objects, limit.depth
     outer: list[int] = []  # the items still to come in each enclosing container
@@ -708,7 +706,7 @@ def measure(payload: bytes, limit: PayloadLimit, frame_type: int) -> None:
         objects += 1
         if objects > most:
             raise FrameTooLarge(f"payload holds more than {most} msgpack objects", frame_type)
-        kind, header, width, per = _FORMATS[payload[pos]]
+        kind, header, width, per = formats[payload[pos]]
         if kind == _SCALAR:
             pos += header
             continue
