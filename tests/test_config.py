@@ -52,6 +52,8 @@ BAD = [
     ({"husk_ttl": -1.0}, "--husk-ttl", "negative"),
     ({"handshake_timeout": None}, "handshake_timeout", "finite number"),
     ({"handshake_timeout": 0}, "handshake_timeout", "positive"),
+    ({"frame_timeout": float("inf")}, "frame_timeout", "finite number"),
+    ({"frame_timeout": -1.0}, "frame_timeout", "positive"),
     ({"policy": {"mode": "always"}}, "policy", "RestartPolicy"),
 ]
 

@@ -89,7 +89,7 @@ def judge(stream: bytes, ring_low: int, ring_high: int) -> Verdict:
     if legacy.first_frame_is_legacy(stream):  # protocol version 1 (tests/test_legacy.py): not judged here
         v.skip = "version 1"
         return v
-    dec = wire.Decoder()
+    dec = wire.Decoder(limits=wire.HANDSHAKE_LIMITS)  # the shellper's limits (PROTOCOL.md 11): 4 KiB until HELLO
     dec.feed(stream)
     role = ""
     version = 0
@@ -127,6 +127,7 @@ def judge(stream: bytes, ring_low: int, ring_high: int) -> Verdict:
             else:
                 v.registered, role = True, ev.role
                 version = min(ev.version, wire.PROTOCOL_VERSION)
+                dec.limits = wire.SESSION_LIMITS
             if v.fatal or v.skip:
                 return v
             continue

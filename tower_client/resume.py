@@ -28,8 +28,9 @@ from shellper.protocol.connection import (
 
 ENDED_STATES = (SessionState.STOPPING,)
 """EXIT states after which the shellper goes away on purpose: a resuming client does not reconnect."""
-RESUMABLE_ERRORS = ("too_slow",)
-"""Fatal ERROR codes after which reconnecting makes sense. Any other (``replaced`` by another tower,
+RESUMABLE_ERRORS = ("too_slow", "busy", "frame_timeout")
+"""Fatal ERROR codes after which reconnecting makes sense (``busy``: other clients' unfinished frames filled the
+shellper's bound; ``frame_timeout``: a frame of ours stalled on its way). Any other (``replaced`` by another tower,
 ``forbidden``, a protocol error) would only repeat, or fight another tower, so resuming stops."""
 RETRYABLE = (SessionNotFound, ConnectionRefused, Timeout, SessionGone)
 """Failures of a reconnection attempt worth another attempt; any other (a different instance, a

@@ -14,6 +14,7 @@ from shellper.core.defaults import (
     DEFAULT_RING_BYTES,
     DEFAULT_ROWS,
     DEFAULT_TERM,
+    FRAME_TIMEOUT,
     HANDSHAKE_TIMEOUT,
     MAX_RING_BYTES,
     MIN_RING_BYTES,
@@ -72,6 +73,7 @@ class SessionConfig:
     grace: float = DEFAULT_GRACE
     husk_ttl: float | None = None
     handshake_timeout: float = HANDSHAKE_TIMEOUT
+    frame_timeout: float = FRAME_TIMEOUT
     policy: RestartPolicy = field(default_factory=RestartPolicy)
     owner: str = ""
     """Who the session belongs to (shellper.core.owner); "" means the default owner, resolved at launch."""
@@ -101,6 +103,8 @@ class SessionConfig:
             raise ConfigError("--husk-ttl", "must not be negative")
         if self.handshake_timeout <= 0:
             raise ConfigError("handshake_timeout", "must be positive")
+        if self.frame_timeout <= 0:
+            raise ConfigError("frame_timeout", "must be positive")
         if self.owner:
             try:
                 validate_owner(self.owner)
@@ -132,7 +136,7 @@ class SessionConfig:
             value = getattr(self, option)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ConfigError(option, f"expected an integer, got {value!r:.40}")
-        for option in ("grace", "husk_ttl", "handshake_timeout"):
+        for option in ("grace", "husk_ttl", "handshake_timeout", "frame_timeout"):
             value = getattr(self, option)
             if value is None and option == "husk_ttl":
                 continue

@@ -32,6 +32,9 @@ and exits kept for ``tail`` and ``status``) before it stops itself: long enough 
 ended, short enough that husks do not pile up. A Tower passes its own; ``launch()``'s config keeps None (forever)."""
 HANDSHAKE_TIMEOUT = 10.0
 """Seconds a new connection has to send its HELLO."""
+FRAME_TIMEOUT = 30.0
+"""Seconds a client has, after its handshake, to finish a frame it has begun sending (counted while the shellper
+reads it): an unfinished frame holds up to 16 MiB. Ample for 16 MiB through a slow ssh link."""
 
 STDERR_MODES = ("pty", "merged", "pipe")
 """Where the child's fd 2 goes: a PTY of its own, the main PTY (the default), or a pipe; a config may

@@ -53,11 +53,14 @@ if TYPE_CHECKING:
         @property
         def handshake_timeout(self) -> float: ...
         @property
+        def frame_timeout(self) -> float: ...
+        @property
         def cols(self) -> int: ...
         @property
         def rows(self) -> int: ...
 
         def admit(self, client: ClientConn) -> bool: ...
+        def hold_partial(self, delta: int) -> bool: ...
         def new_client_id(self) -> int: ...
         def register(self, client: ClientConn) -> None: ...
         def disconnect(self, client: ClientConn, reason: str) -> None: ...
@@ -91,6 +94,9 @@ MAX_UNREAD_BYTES = 8 * 1024 * 1024
 """Bytes written to a client and not yet taken by its socket, checked after each frame it sends us.
 Output alone stays below HIGH_WATER + one REPLAY_CHUNK; only answers (PONG, STATUS_REPLY) to requests
 it never reads can pile up past this. Then it is too slow: closed at once, its buffer freed."""
+MAX_PARTIAL_BYTES = 64 * 1024 * 1024
+"""Bytes of unfinished frames a session's connections may hold together (four 16 MiB frames): a connection whose
+unfinished frame would take more is closed (ERROR busy). Without it, 256 clients could hold 4 GiB."""
 CLOSE_LINGER = 5.0
 """Seconds a closed connection may keep unsent frames while its peer does not read; then it is dropped."""
 
@@ -108,7 +114,8 @@ class ClientConn:
         """What arrived before the first frame showed which version the client speaks (then None)."""
         self.client_id = session.new_client_id()
         self.transport: SocketTransport | None = None
-        self.decoder = wire.Decoder()
+        self.decoder = wire.Decoder(limits=wire.HANDSHAKE_LIMITS)
+        """Until a HELLO is accepted every frame is held to HELLO's limit (4 KiB), then each type to its own."""
         self.role = ""
         self.name = ""
         self.version = wire.PROTOCOL_VERSION
@@ -132,6 +139,13 @@ class ClientConn:
         """A lone detach key ended the last read: it detaches when this fires, unless doubled first."""
         self._fds: list[int] = []
         self._handshake_timer: Handle | None = None
+        self._held = 0
+        """Bytes of an unfinished frame this connection holds, as counted by the session (hold_partial)."""
+        self._partial_since: float | None = None
+        """When the unfinished frame began (after the handshake), or when reading it resumed after a pause."""
+        self._frame_timer: Handle | None = None
+        """Armed when a frame is left unfinished and none is armed; see _frame_expired."""
+        self._input_paused = False
         self._closing = False
         self.closed: Future[None] = Future()
 
@@ -164,21 +178,78 @@ class ClientConn:
                 self.session.write_input(bytes(keystroke), self)
                 return
         self.decoder.feed(data)
+        finished = self._decode()
+        self._partial(self.decoder.buffered, finished)
+
+    def _decode(self) -> bool:
+        """Handle every frame the decoder now holds whole; whether there was one."""
+        finished = False
         while not self._closing:
             try:
                 event = self.decoder.next_event()
                 if event is None:
-                    return
+                    return finished
+                finished = True
                 self._handle(event)
             except wire.ProtocolError as exc:
+                finished = True
                 if not self._answerable(exc):
                     self.send_error(exc.code, str(exc), exc.frame_type, fatal=True)
-                    return
+                    return finished
                 assert exc.frame_type is not None and exc.request_id is not None
                 self.refuse(exc.frame_type, exc.request_id, exc.code, str(exc))
             if self.transport is not None and self.transport.get_write_buffer_size() > MAX_UNREAD_BYTES:
                 self._drop_unread()
-                return
+                return finished
+        return finished
+
+    def _partial(self, held: int, finished: bool) -> None:
+        """After a read: count the unfinished frame left (``held`` bytes) against the session's one bound for all
+        connections (MAX_PARTIAL_BYTES), and, after the handshake, give it a deadline (frame_timeout): from now if
+        it is new (``finished``: the read finished a frame, so what is held is the next one's beginning)."""
+        if self._closing:
+            return
+        if held > self._held and not self.session.hold_partial(held - self._held):
+            self.send_error("busy", f"unfinished frames would hold more than {MAX_PARTIAL_BYTES} bytes across "
+                            f"the session's connections", None, fatal=True)
+            return
+        if held < self._held:
+            self.session.hold_partial(held - self._held)
+        self._held = held
+        if not held:
+            self._partial_since = None
+        elif self.registered and (self._partial_since is None or finished):
+            self._partial_since = self.session.loop.clock()
+            if self._frame_timer is None:
+                self._frame_timer = self.session.loop.call_later(self.session.frame_timeout, self._frame_expired)
+
+    def _frame_expired(self) -> None:
+        """The deadline of the frame that was unfinished when this timer was armed. Frames finished in time do
+        not cancel it (a cancelled timer stays in the reactor's heap till its time, so cancelling after each
+        read that ends mid-frame would pile them up): it fires once, finds the frame done, and is not re-armed;
+        or finds a later one, and is re-armed for that one's deadline. Idle, no timer runs."""
+        self._frame_timer = None
+        since, timeout = self._partial_since, self.session.frame_timeout
+        if since is None or self._closing:
+            return
+        now = self.session.loop.clock()
+        left = timeout if self._input_paused else since + timeout - now
+        if left > 0:
+            self._frame_timer = self.session.loop.call_later(left, self._frame_expired)
+            return
+        self.send_error("frame_timeout", f"a frame begun {now - since:.0f} s ago is still unfinished "
+                        f"({self._held} bytes of it received)", None, fatal=True)
+
+    def _drop_partial(self) -> None:
+        """The connection is closing: what it held of an unfinished frame is freed and no longer counted."""
+        if self._held:
+            self.session.hold_partial(-self._held)
+            self._held = 0
+        self._partial_since = None
+        if self._frame_timer is not None:
+            self._frame_timer.cancel()
+            self._frame_timer = None
+        self.decoder = wire.Decoder(limits=wire.HANDSHAKE_LIMITS)
 
     def _answerable(self, exc: wire.ProtocolError) -> bool:
         """A malformed request whose ``id`` could be read, after the handshake of a version-3 connection, is
@@ -257,6 +328,7 @@ class ClientConn:
         if self._handshake_timer is not None:
             self._handshake_timer.cancel()
         self._closing = True
+        self._drop_partial()
         self._close_terminal()
         self.session.disconnect(self, "closed" if exc is None else f"lost: {exc}")
         if not self.closed.done():
@@ -447,12 +519,16 @@ class ClientConn:
         if self.terminal is not None:
             self.terminal.stop_reading()
         elif self.transport is not None:
+            self._input_paused = True  # an unfinished frame's deadline waits while we do not read it
             self.transport.pause_reading()
 
     def resume_input(self) -> None:
         if self.terminal is not None:
             self.terminal.start_reading()
         elif self.transport is not None and not self.transport.is_closing():
+            self._input_paused = False
+            if self._partial_since is not None:
+                self._partial_since = self.session.loop.clock()
             self.transport.resume_reading()
 
     def send_frame(self, frame: wire.Frame) -> None:
@@ -479,6 +555,7 @@ class ClientConn:
         self._closing = True
         if self._handshake_timer is not None:
             self._handshake_timer.cancel()
+        self._drop_partial()
         self.release("closing")
         if self.transport is not None:
             with contextlib.suppress(Exception):
@@ -517,8 +594,8 @@ class ClientConn:
 
     def _handle(self, event: wire.DecodedEvent) -> None:
         if isinstance(event, wire.Skipped):
-            raise wire.FrameTooLarge(f"declared length {event.length} exceeds the {self.decoder.max_frame} byte limit",
-                                     event.frame_type)
+            raise wire.FrameTooLarge(f"declared length {event.length} exceeds the {event.limit} byte limit"
+                                     + ("" if self.registered else " before the handshake"), event.frame_type)
         if isinstance(event, wire.Unknown):
             return
         if not self.registered:
@@ -610,6 +687,7 @@ class ClientConn:
         if self._handshake_timer is not None:
             self._handshake_timer.cancel()
             self._handshake_timer = None
+        self.decoder.limits = wire.SESSION_LIMITS  # from the next frame on
         if hello.detach_byte is not None and hello.detach_byte > 0xFF:
             raise wire.BadField(f"detach_byte {hello.detach_byte} is not a byte (0..255)", hello.TYPE, "detach_byte")
         self.role, self.name = hello.role, hello.client[:200]

@@ -36,9 +36,13 @@ class LegacyConn(ClientConn):
         if self._closing:
             return
         if self._reader is None:
-            self._reader = legacy.FrameReader()
+            # Before the HELLO, frames are ignored: held to HELLO's limit (4 KiB), a larger one skipped unread.
+            self._reader = legacy.FrameReader(limits=wire.HANDSHAKE_LIMITS)
             self.session.log.write(f"Connection accepted: client {self.client_id} speaks protocol version 1")
-        for frame in self._reader.feed(data):
+        reader = self._reader
+        finished = False
+        for frame in reader.feed(data):
+            finished = True
             if self._closing:
                 return
             if isinstance(frame, legacy.SkippedFrame):
@@ -48,9 +52,16 @@ class LegacyConn(ClientConn):
             except LegacyError as exc:
                 self.send_error("protocol", str(exc), frame.frame_type, fatal=True)
                 return
+            if self.registered:
+                reader.limits = wire.SESSION_LIMITS  # version 2's per-type sizes (PROTOCOL.md 11), for the same types
             if self.transport is not None and self.transport.get_write_buffer_size() > MAX_UNREAD_BYTES:
                 self._drop_unread()
                 return
+        self._partial(reader.buffered, finished)
+
+    def _drop_partial(self) -> None:
+        super()._drop_partial()
+        self._reader = None
 
     def _frame(self, frame: legacy.RawFrame) -> None:
         if not self.registered:  # before the handshake only a HELLO counts (pre-HELLO gating)

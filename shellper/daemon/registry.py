@@ -3,7 +3,7 @@ and the one tower; what goes to all of them at once."""
 
 from __future__ import annotations
 
-from shellper.daemon.clientconn import MAX_CLIENTS
+from shellper.daemon.clientconn import MAX_CLIENTS, MAX_PARTIAL_BYTES
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
 if TYPE_CHECKING:
@@ -28,6 +28,8 @@ class ClientRegistry:
         self._output = output
         self._input = input_queue
         self._next_client_id = 1
+        self.partial_bytes = 0
+        """Bytes of unfinished frames all connections hold together (at most MAX_PARTIAL_BYTES)."""
 
     def new_client_id(self) -> int:
         cid = self._next_client_id
@@ -39,6 +41,14 @@ class ClientRegistry:
         if len(self.connections) >= MAX_CLIENTS:
             return False
         self.connections.add(client)
+        return True
+
+    def hold_partial(self, delta: int) -> bool:
+        """Count ``delta`` more (or, negative, fewer) bytes of unfinished frames; False, and nothing counted, if
+        more would pass MAX_PARTIAL_BYTES."""
+        if delta > 0 and self.partial_bytes + delta > MAX_PARTIAL_BYTES:
+            return False
+        self.partial_bytes += delta
         return True
 
     def register(self, client: ClientConn) -> None:

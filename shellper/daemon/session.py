@@ -237,6 +237,13 @@ class Session:
         return self.config.handshake_timeout
 
     @property
+    def frame_timeout(self) -> float:
+        return self.config.frame_timeout
+
+    def hold_partial(self, delta: int) -> bool:
+        return self.registry.hold_partial(delta)
+
+    @property
     def cols(self) -> int:
         return self.lifecycle.cols
 

@@ -24,7 +24,7 @@ from shellper.core.errors import ShellperError
 from shellper.core.peertext import quote_peer
 from shellper.core.signals import signal_number
 from shellper.core.structs import record
-from shellper.protocol.wire import FrameType
+from shellper.protocol.wire import CONTROL_LIMIT, HELLO_LIMIT, SPAWN_LIMIT, FrameType, PayloadLimit
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
 if TYPE_CHECKING:
@@ -132,12 +132,22 @@ class SkippedFrame:
 
 
 class FrameReader:
-    """The original's streaming parser: any fragmentation, oversized frames skipped, unknown types passed on."""
+    """The original's streaming parser: any fragmentation, oversized frames skipped, unknown types passed on.
 
-    def __init__(self, max_frame: int = MAX_FRAME_SIZE) -> None:
+    ``limits`` (the shellper's: wire.HANDSHAKE_LIMITS before the HELLO, then wire.SESSION_LIMITS) gives each type its
+    own size instead of ``max_frame``: a frame over it is oversized, skipped unread as the original skipped those over
+    16 MiB. A caller may switch them between frames."""
+
+    def __init__(self, max_frame: int = MAX_FRAME_SIZE, limits: tuple[PayloadLimit, ...] | None = None) -> None:
         self.max_frame = max_frame
+        self.limits = limits
         self._buf = bytearray()
         self._skip = 0
+
+    @property
+    def buffered(self) -> int:
+        """Bytes held of an unfinished frame."""
+        return len(self._buf)
 
     def feed(self, data: bytes | bytearray | memoryview) -> Iterator[RawFrame | SkippedFrame]:
         if self._skip:
@@ -150,7 +160,7 @@ class FrameReader:
         try:
             while len(buf) - pos >= HEADER_SIZE:
                 frame_type, length = HEADER.unpack_from(buf, pos)
-                if length > self.max_frame:
+                if length > (self.max_frame if self.limits is None else self.limits[frame_type].size):
                     pos += HEADER_SIZE
                     drop = min(length, len(buf) - pos)
                     pos += drop
@@ -175,11 +185,18 @@ class FrameReader:
 # --------------------------------------------------------------------------------------------- payloads
 
 
-def parse_json_payload(payload: bytes, what: str) -> dict[str, Any]:
-    """A JSON object, or LegacyError("Invalid <what> payload")."""
+def parse_json_payload(payload: bytes, what: str, most: int = CONTROL_LIMIT.objects) -> dict[str, Any]:
+    """A JSON object, or LegacyError("Invalid <what> payload").
+
+    Held to ``most`` values, version 2's count for the frame's type (wire.CONTROL_LIMIT, HELLO_LIMIT, SPAWN_LIMIT),
+    counted from above without parsing: every value but the first is after a comma or a colon, or opens a
+    container (those characters inside strings are counted too, so a payload can only be overcounted). A one-byte
+    JSON value can cost Python 50 bytes; nesting too deep for the parser is the same error."""
+    if len(payload) > most and sum(payload.count(c) for c in (b",", b":", b"[", b"{")) >= most:
+        raise LegacyError(f"Invalid {what} payload")
     try:
         value = json.loads(payload.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):  # RecursionError: nested deeper than json parses
         raise LegacyError(f"Invalid {what} payload") from None
     if not isinstance(value, dict):
         raise LegacyError(f"Invalid {what} payload")
@@ -194,7 +211,7 @@ class Hello:
 
 
 def parse_hello(payload: bytes) -> Hello:
-    value = parse_json_payload(payload, "HELLO")
+    value = parse_json_payload(payload, "HELLO", HELLO_LIMIT.objects)
     client_type = value.get("clientType")
     return Hello(version=value.get("version"), client_type=client_type if isinstance(client_type, str) else "tower")
 
@@ -234,7 +251,7 @@ class SpawnRequest:
 
 
 def parse_spawn(payload: bytes) -> SpawnRequest:
-    value = parse_json_payload(payload, "SPAWN")
+    value = parse_json_payload(payload, "SPAWN", SPAWN_LIMIT.objects)
     command, args, cwd, env = (value.get(k) for k in ("command", "args", "cwd", "env"))
     if args is None:
         args = []
@@ -303,7 +320,7 @@ class LaunchConfig:
 def parse_launch_config(text: str) -> LaunchConfig:
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than json parses
         raise LegacyError("Invalid JSON config") from None
     if not isinstance(value, dict):
         raise LegacyError("Invalid JSON config")

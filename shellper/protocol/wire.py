@@ -591,6 +591,8 @@ class Skipped:
 
     frame_type: int
     length: int
+    limit: int = field(default=MAX_FRAME_SIZE, compare=False)
+    """The limit it exceeded (the decoder's, or its type's under :class:`PayloadLimit` limits)."""
 
 
 @record(frozen=True)
@@ -602,6 +604,125 @@ class Unknown:
 
 
 DecodedEvent = Frame | Skipped | Unknown
+
+
+# --------------------------------------------------------------------------------------------- limits
+
+
+@record(frozen=True)
+class PayloadLimit:
+    """What one frame of a type may cost the shellper that receives it (PROTOCOL.md section 11): ``size``
+    payload bytes and, for a msgpack payload, at most ``objects`` values (every map, array, key and value,
+    the payload map included) nested at most ``depth`` containers deep. A one-byte msgpack value (an empty
+    map) costs Python about 70 bytes, so the object count, not the size, is what bounds a decoded frame."""
+
+    size: int
+    objects: int = 0
+    """0: not msgpack (DATA, a type the shellper does not know): never decoded, it costs its size."""
+    depth: int = 0
+
+
+MAX_DEPTH = 16
+"""Deepest nesting of containers in a payload the shellper decodes (the payload map is depth 1)."""
+HELLO_LIMIT = PayloadLimit(size=4096, objects=256, depth=MAX_DEPTH)
+"""A HELLO, and every frame before the handshake whatever its type: all a peer not yet known can make the
+shellper hold. A HELLO is about 100 bytes."""
+CONTROL_LIMIT = PayloadLimit(size=64 * 1024, objects=4096, depth=MAX_DEPTH)
+"""Every other msgpack frame a client sends (RESIZE, PING, STATUS...), also those only the shellper sends."""
+SPAWN_LIMIT = PayloadLimit(size=2 * 1024 * 1024, objects=65536, depth=MAX_DEPTH)
+"""SPAWN's argv and env: Linux's default ARG_MAX is 2 MiB for both, so no larger SPAWN could run."""
+RAW_LIMIT = PayloadLimit(size=MAX_FRAME_SIZE)
+"""DATA, and a frame of a type the shellper does not know (after the handshake): skipped, never decoded."""
+
+
+def _session_limits() -> tuple[PayloadLimit, ...]:
+    table = [RAW_LIMIT] * 256
+    for code in FRAME_CLASSES:
+        table[code] = CONTROL_LIMIT
+    table[FrameType.DATA], table[FrameType.HELLO], table[FrameType.SPAWN] = RAW_LIMIT, HELLO_LIMIT, SPAWN_LIMIT
+    return tuple(table)
+
+
+HANDSHAKE_LIMITS = (HELLO_LIMIT,) * 256
+"""The shellper's limits by frame type code until a HELLO is accepted."""
+SESSION_LIMITS = _session_limits()
+"""The shellper's limits by frame type code after the handshake."""
+
+# How each first byte of a msgpack value is measured: (kind, header bytes, width of its length or count field,
+# items per count). A scalar's header is its whole size; str, bin and ext add their length to the header.
+_SCALAR, _SIZED, _CONTAINER, _INVALID = range(4)
+
+
+def _format_table() -> tuple[tuple[int, int, int, int], ...]:
+    fixed = {0xC0: 1, 0xC2: 1, 0xC3: 1, 0xCA: 5, 0xCB: 9, 0xCC: 2, 0xCD: 3, 0xCE: 5, 0xCF: 9, 0xD0: 2,
+             0xD1: 3, 0xD2: 5, 0xD3: 9, 0xD4: 3, 0xD5: 4, 0xD6: 6, 0xD7: 10, 0xD8: 18}
+    sized = {0xC4: (2, 1), 0xC5: (3, 2), 0xC6: (5, 4), 0xC7: (3, 1), 0xC8: (4, 2), 0xC9: (6, 4), 0xD9: (2, 1),
+             0xDA: (3, 2), 0xDB: (5, 4)}
+    containers = {0xDC: (3, 2, 1), 0xDD: (5, 4, 1), 0xDE: (3, 2, 2), 0xDF: (5, 4, 2)}
+    table = []
+    for b in range(256):
+        if b <= 0x7F or b >= 0xE0:
+            table.append((_SCALAR, 1, 0, 0))
+        elif b <= 0x8F:
+            table.append((_CONTAINER, 1, 0, 2))
+        elif b <= 0x9F:
+            table.append((_CONTAINER, 1, 0, 1))
+        elif b <= 0xBF:
+            table.append((_SCALAR, 1 + (b & 0x1F), 0, 0))
+        elif b in fixed:
+            table.append((_SCALAR, fixed[b], 0, 0))
+        elif b in sized:
+            table.append((_SIZED, *sized[b], 0))
+        elif b in containers:
+            table.append((_CONTAINER, *containers[b]))
+        else:
+            table.append((_INVALID, 0, 0, 0))
+    return tuple(table)
+
+
+_formats: tuple[tuple[int, int, int, int], ...] = ()
+"""_format_table(), made on the first measure (not at import: what the CLI imports is paid at each start)."""
+
+
+def measure(payload: bytes, limit: PayloadLimit, frame_type: int) -> None:
+    """Raise FrameTooLarge if ``payload`` holds more msgpack objects, or nests deeper, than ``limit``, by
+    reading its structure from the start without building anything (so at most ``limit.objects`` steps).
+    It stops quietly where the structure ends or breaks (a byte no value starts with, the payload's end):
+    decoding then reports what is wrong with it (``bad_payload``)."""
+    global _formats
+    formats = _formats or (_formats := _format_table())
+    n, pos, objects = len(payload), 0, 0
+    most, deepest = limit.objects, limit.depth
+    outer: list[int] = []  # the items still to come in each enclosing container
+    todo = 1  # the items still to come at this level: the payload's one value
+    while True:
+        if not todo:
+            if not outer:
+                return
+            todo = outer.pop()
+            continue
+        if pos >= n:
+            return
+        todo -= 1
+        objects += 1
+        if objects > most:
+            raise FrameTooLarge(f"payload holds more than {most} msgpack objects", frame_type)
+        kind, header, width, per = formats[payload[pos]]
+        if kind == _SCALAR:
+            pos += header
+            continue
+        if kind == _INVALID or pos + header > n:
+            return
+        count = int.from_bytes(payload[pos + 1:pos + 1 + width], "big") if width else payload[pos] & 0x0F
+        pos += header
+        if kind == _SIZED:
+            pos += count
+            continue
+        if len(outer) + 1 > deepest:
+            raise FrameTooLarge(f"payload nests deeper than {deepest} maps or arrays", frame_type)
+        if count:
+            outer.append(todo)
+            todo = count * per
 
 
 # --------------------------------------------------------------------------------------------- encode
@@ -654,6 +775,24 @@ def check_request(frame: Frame) -> None:
         grace = frame.grace
         if isinstance(grace, bool) or not isinstance(grace, int | float) or not (math.isfinite(grace) and grace >= 0):
             raise BadField(f"grace {grace!r} must be a finite number >= 0", frame.TYPE, "grace")
+    if isinstance(frame, Hello | Spawn):  # the two a caller fills as it likes: held to the shellper's limits
+        _check_limit(frame)
+
+
+def _check_limit(frame: Hello | Spawn) -> None:
+    limit = SESSION_LIMITS[frame.TYPE]
+    try:
+        payload = _pack(frame.to_map())
+    except (TypeError, ValueError):
+        return  # a field of the wrong type: check_fields (or the shellper's decoder) says which
+    field_name, what = ("client", "HELLO") if isinstance(frame, Hello) else (None, "SPAWN's argv and env")
+    if len(payload) > limit.size:
+        raise BadField(f"{what} would take {len(payload)} bytes, more than the {limit.size} a shellper accepts",
+                       frame.TYPE, field_name)
+    try:
+        measure(payload, limit, frame.TYPE)
+    except FrameTooLarge as exc:
+        raise BadField(f"{what}: {exc.detail}, more than a shellper accepts", frame.TYPE, field_name) from None
 
 
 def encode(frame: Frame) -> bytes:
@@ -676,14 +815,17 @@ def _pack(payload: dict[str, Any]) -> bytes:
 # --------------------------------------------------------------------------------------------- decode
 
 
-def decode_payload(frame_type: int, payload: bytes) -> Frame:
-    """Build the frame object for a known type from its payload (empty control payload = empty map)."""
+def decode_payload(frame_type: int, payload: bytes, limit: PayloadLimit | None = None) -> Frame:
+    """Build the frame object for a known type from its payload (empty control payload = empty map).
+    With ``limit``, a payload holding more objects or nesting deeper is FrameTooLarge, before decoding."""
     cls = FRAME_CLASSES[frame_type]
     if cls is Data:
         return Data(payload)
     if not payload:
         mapping: Any = {}
     else:
+        if limit is not None and limit.objects and len(payload) > min(limit.objects, limit.depth):
+            measure(payload, limit, frame_type)  # (each object and each level takes a byte: a PING needs no count)
         try:
             mapping = msgpack.unpackb(payload, raw=False, strict_map_key=False, use_list=True,
                                       object_pairs_hook=_str_keyed_map)
@@ -715,10 +857,14 @@ class Decoder:
     Memory is bounded by ``max_frame`` plus what one ``feed`` call hands in: an oversized frame is
     discarded as it arrives. A bad frame raises after it has been consumed, so a caller that wants to
     carry on may; the shellper closes that client instead.
+
+    ``limits`` (the shellper's: HANDSHAKE_LIMITS, SESSION_LIMITS) gives each type code its own
+    PayloadLimit instead of ``max_frame``; a caller may switch them between frames.
     """
 
-    def __init__(self, max_frame: int = MAX_FRAME_SIZE) -> None:
+    def __init__(self, max_frame: int = MAX_FRAME_SIZE, limits: tuple[PayloadLimit, ...] | None = None) -> None:
         self.max_frame = max_frame
+        self.limits = limits
         self._buf = bytearray()
         self._pos = 0
         self._skip = 0
@@ -736,7 +882,8 @@ class Decoder:
         n = len(chunk) - HEADER_SIZE
         if n <= 0 or chunk[0] != _DATA_TYPE or self._skip or self._pos != len(self._buf):
             return None
-        if int.from_bytes(chunk[1:HEADER_SIZE], "big") != n or n > self.max_frame:
+        limit = self.max_frame if self.limits is None else self.limits[_DATA_TYPE].size
+        if int.from_bytes(chunk[1:HEADER_SIZE], "big") != n or n > limit:
             return None
         return chunk[HEADER_SIZE:]
 
@@ -757,14 +904,17 @@ class Decoder:
         if avail < HEADER_SIZE:
             return None
         frame_type, length = HEADER.unpack_from(buf, self._pos)
-        if length > self.max_frame:
+        limits = self.limits
+        limit = None if limits is None else limits[frame_type]
+        most = self.max_frame if limit is None else limit.size
+        if length > most:
             self._pos += HEADER_SIZE
             drop = min(length, len(buf) - self._pos)
             self._pos += drop
             self._skip = length - drop
             self._skip_type = frame_type
             self._compact()
-            return Skipped(frame_type, length)
+            return Skipped(frame_type, length, most)
         if avail < HEADER_SIZE + length:
             self._compact()
             return None
@@ -773,9 +923,10 @@ class Decoder:
         if frame_type not in FRAME_CLASSES:
             self._compact()
             return Unknown(frame_type, length)
-        payload = bytes(buf[start:start + length])
+        with memoryview(buf) as view:  # one copy of the payload, not two (a slice of buf, then bytes)
+            payload = bytes(view[start:start + length])
         self._compact()
-        return decode_payload(frame_type, payload)
+        return decode_payload(frame_type, payload, limit)
 
     def events(self) -> Iterator[DecodedEvent]:
         """Every complete event now buffered."""

@@ -193,6 +193,7 @@ ERROR_CODES = {
     "bad_role": True, "bad_payload": True, "missing_field": True, "bad_field": True, "too_large": True,
     "truncated": True, "forbidden": None, "replaced": True, "bad_signal": False, "bad_offset": True,
     "not_running": False, "spawn_failed": False, "too_slow": True, "too_many_clients": True, "internal": True,
+    "frame_timeout": True, "busy": True,
 }
 
 

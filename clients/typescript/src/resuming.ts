@@ -33,7 +33,7 @@ export interface Reconnected {
 export type ResumeItem = Frame | Reconnected;
 
 /** Fatal ERROR codes after which reconnecting makes sense; others (`replaced`, `forbidden`, ...) would repeat. */
-const RESUMABLE_ERRORS = new Set(["too_slow"]);
+const RESUMABLE_ERRORS = new Set(["too_slow", "busy", "frame_timeout"]);
 /** EXIT states after which the shellper goes away on purpose. */
 const ENDED_STATES = new Set(["stopping"]);
 
