@@ -22,24 +22,25 @@ from shellper.client.blocking import Client
 
 _PROBE = """
 import os, sys
-OUT = sys.argv.pop(1)
-seen = set(sys.modules)
+OUT = os.environ.get("IMPORT_PROBE_DIR")
+if OUT:
+    seen = set(sys.modules)
 
-def note(names):
-    with open(os.path.join(OUT, str(os.getpid())), "a") as f:
-        f.write("".join(name + "\\n" for name in names))
+    def note(names):
+        with open(os.path.join(OUT, str(os.getpid())), "a") as f:
+            f.write("".join(name + "\\n" for name in names))
 
-def hook(event, args):
-    if event == "import":
-        seen.add(args[0])
-        note([args[0]])
+    def hook(event, args):
+        if event == "import":
+            seen.add(args[0])
+            note([args[0]])
 
-os.register_at_fork(after_in_child=lambda: note(seen))  # a child starts with what its parent had
-note(seen)
-sys.addaudithook(hook)
-from shellper.cli import entry
-entry.entry()
+    os.register_at_fork(after_in_child=lambda: note(seen))  # a child starts with what its parent had
+    note(seen)
+    sys.addaudithook(hook)
 """
+"""A sitecustomize: every Python process started with it on its path, and IMPORT_PROBE_DIR in its environment,
+notes what it loads in that directory, in a file named by its pid (and so does each fork of it)."""
 
 _BOTH = {"shellper", "shellper.cli", "shellper.cli.argscan", "shellper.cli.entry", "shellper.core",
          "shellper.core.config", "shellper.core.containment", "shellper.core.defaults", "shellper.core.errors",
@@ -72,18 +73,26 @@ LEGACY = {"shellper.protocol.legacy", "shellper.daemon.legacyconn"}
 """Loaded by the daemon when a version-1 client's first frame arrives."""
 
 
+def probed(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """The directory the probe writes to, and the environment that starts it."""
+    out, site = tmp_path / "imports", tmp_path / "site"
+    out.mkdir()
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(_PROBE)
+    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)
+    return out, {**os.environ, "PYTHONPATH": path, "IMPORT_PROBE_DIR": str(out)}
+
+
 def loaded(out: Path, pid: int) -> set[str]:
     return set((out / str(pid)).read_text().split())
 
 
 def test_a_plain_run_loads_these_modules_and_the_daemon_the_rest_on_first_use(cli_runtime_dir: Path,
                                                                              tmp_path: Path) -> None:
-    out = tmp_path / "imports"
-    out.mkdir()
-    probe = tmp_path / "probe.py"
-    probe.write_text(_PROBE)
-    cli = subprocess.Popen([sys.executable, str(probe), str(out), "--dir", str(cli_runtime_dir), "run", "--json",
-                            "plain", "--", "cat"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, env = probed(tmp_path)
+    cli = subprocess.Popen([sys.executable, "-c", "from shellper.cli.entry import entry; entry()", "--dir",
+                            str(cli_runtime_dir), "run", "--json", "plain", "--", "cat"], cwd=ROOT, env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     stdout, stderr = cli.communicate(timeout=60)
     assert cli.returncode == 0, stderr
     info = json.loads(stdout)
@@ -107,5 +116,36 @@ def test_a_plain_run_loads_these_modules_and_the_daemon_the_rest_on_first_use(cl
         assert {m for m in loaded(out, daemon) if m.startswith("shellper")} == DAEMON | LEGACY
     finally:
         subprocess.run([sys.executable, "-m", "shellper", "--dir", str(cli_runtime_dir), "stop", "plain"],
-                       capture_output=True, timeout=60, env={**os.environ})
+                       capture_output=True, timeout=60)
+        assert wait_gone(daemon, 30)
+
+
+_LAUNCH = """
+import os, sys
+from shellper.core.config import SessionConfig
+from shellper.daemon.launch import launch
+info = launch(SessionConfig(name="lib", argv=["cat"], dir=sys.argv[1], cwd="/", env=dict(os.environ)))
+print(info.pid)
+"""
+
+
+def test_a_session_a_tower_launches_loads_the_same_server(cli_runtime_dir: Path, tmp_path: Path) -> None:
+    """A Tower's fleet launches with shellper.daemon.launch.launch and no prefork: ``python -m shellper.daemon``,
+    a fresh interpreter, which needs none of the console script's modules."""
+    out, env = probed(tmp_path)
+    done = subprocess.run([sys.executable, "-c", _LAUNCH, str(cli_runtime_dir)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    daemon = int(done.stdout)
+    try:
+        with Client(cli_runtime_dir / "lib.sock", "tower", client_name="imports", timeout=30) as tower:
+            tower.connect(replay_bytes=0)
+            assert tower.status().state == "running"
+        served = loaded(out, daemon)
+        console_script = {"shellper.cli", "shellper.cli.entry", "shellper.cli.argscan", "shellper.daemon.prefork"}
+        assert {m for m in served if m.startswith("shellper")} == DAEMON - console_script
+        assert served & NEVER == set()
+    finally:
+        subprocess.run([sys.executable, "-m", "shellper", "--dir", str(cli_runtime_dir), "stop", "lib"],
+                       capture_output=True, timeout=60)
         assert wait_gone(daemon, 30)
