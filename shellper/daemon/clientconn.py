@@ -100,12 +100,12 @@ _TOWER_ONLY = (wire.Signal, wire.Spawn, wire.Stop)
 
 
 class ClientConn:
-    def __init__(self, session: SessionPort, legacy_class: Callable[[], type[ClientConn]] | None = None) -> None:
+    def __init__(self, session: SessionPort, load_legacy: Callable[[], type[ClientConn]] | None = None) -> None:
         self.session = session
-        self._legacy = legacy_class
+        self._legacy = load_legacy
         """What loads the class that serves a version-1 client (shellper.daemon.legacyconn), if this session
         serves them."""
-        self._first_bytes: bytearray | None = bytearray() if legacy_class is not None else None
+        self._first_bytes: bytearray | None = bytearray() if load_legacy is not None else None
         """What arrived before the first frame showed which version the client speaks (then None)."""
         self.client_id = session.new_client_id()
         self.transport: SocketTransport | None = None

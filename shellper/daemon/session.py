@@ -86,7 +86,7 @@ class Session:
                                    registry=self.registry, journal=self.journal, tree=self.tree,
                                    request_stop=self.request_stop)
         self.files = SessionFiles(loop, log, paths, config.name, self.journal,
-                                  lambda: ClientConn(self, legacy_class=_legacy_conn))
+                                  lambda: ClientConn(self, load_legacy=_legacy_conn))
         self.output.screen.resize(self.lifecycle.cols, self.lifecycle.rows)
         self.stop_error: str | None = None
         """Why the stop failed, if it did: the session was ended anyway, and serve() returns 1."""
