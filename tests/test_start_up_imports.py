@@ -1,9 +1,9 @@
 """What a plain ``shellper run NAME -- CMD`` loads, in the CLI's process and in the daemon's, held exactly.
 
 Every session is a daemon of its own, so a module it loads is paid per session in start-up time and private
-memory (CONTRIBUTING.md, "Start-up cost"). The console script runs under an audit hook that notes every module
-each process loads, including those a fork inherits, so what the daemon loads later (serving a Tower, meeting
-a version-1 client) is seen too. A module added to either list below is a decision: measure it
+memory (CONTRIBUTING.md, "Start-up cost"). Each process runs under an audit hook (a sitecustomize) that notes
+every module it loads, including those a fork inherits, so what the daemon loads later (serving a Tower,
+meeting a version-1 client) is seen too. A module added to either list below is a decision: measure it
 (``python -m bench.startup``) and say so in bench/NOTES.md.
 """
 
@@ -66,8 +66,9 @@ fork, among them). Not the screen emulator, the version-1 codec, the remote or b
 
 NEVER = {"typing", "dataclasses", "pathlib", "argparse", "gettext", "shutil", "subprocess", "tempfile", "shlex",
          "hashlib", "threading", "inspect", "unicodedata", "random"}
-"""What neither process loads: the package avoids ``typing`` and ``dataclasses`` at run time, and the rest
-is only ever wanted by commands other than a plain ``run``."""
+"""What the daemon never loads, nor the CLI but for argparse (with gettext): the package avoids ``typing`` and
+``dataclasses`` at run time, and the rest is wanted only by other commands or on first use (unicodedata: the
+screen emulator)."""
 
 LEGACY = {"shellper.protocol.legacy", "shellper.daemon.legacyconn"}
 """Loaded by the daemon when a version-1 client's first frame arrives."""
