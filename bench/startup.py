@@ -10,6 +10,8 @@
   before the CLI's imports and without it (forked once the CLI has parsed, as :func:`launch` does when it is
   given none), each with both record kinds, and with an ``--env`` (the daemon-to-be is then a fresh
   interpreter, not a fork); containment none, so a cgroup move's RCU wait is not in it.
+  Then each session, once it has answered a tower's STATUS, is idle: its RSS, PSS and private memory
+  (/proc/PID/smaps_rollup) are what a Tower's sessions cost each.
 
 Variants take turns, run by run, so a busy stretch of the machine hits all of them alike; medians are
 printed. Run it after ``make compile`` (stale bytecode is recompiled in every process). Figures and what
@@ -69,9 +71,20 @@ def probe(modules: str, then: str = "pass", records: str = "") -> list[float]:
     return [float(x) for x in done.stdout.split()]
 
 
-def launch_once(lab: Lab, prefork: bool, records: str, secret: bool = False) -> float:
-    """One ``shellper run``; ``secret``: with an ``--env K=V``, so the daemon-to-be is a fresh interpreter
-    instead of a fork (shellper.daemon.prefork.holds_secrets)."""
+def idle_memory(pid: int) -> list[float]:
+    """[RSS, PSS, private] KiB of a process, from /proc/PID/smaps_rollup."""
+    got = {"Rss": 0, "Pss": 0, "Private_Clean": 0, "Private_Dirty": 0}
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in got:
+                got[key] = int(value.split()[0])
+    return [got["Rss"], got["Pss"], got["Private_Clean"] + got["Private_Dirty"]]
+
+
+def launch_once(lab: Lab, prefork: bool, records: str, secret: bool = False) -> list[float]:
+    """[seconds to the socket accepting, then the idle session's RSS, PSS and private KiB]; ``secret``: with an
+    ``--env K=V``, so the daemon-to-be is a fresh interpreter instead of a fork (prefork.holds_secrets)."""
     name = lab.name("su")
     code = _ENTRY.format(patch="" if prefork else _NO_PREFORK)
     env = {**os.environ, STANDARD_ENV: records}
@@ -80,9 +93,13 @@ def launch_once(lab: Lab, prefork: bool, records: str, secret: bool = False) -> 
     done = subprocess.run([sys.executable, "-c", code, "--dir", str(lab.dir), "run", "--json", name, *extra,
                            "--containment", "none", "--", "cat"], env=env, capture_output=True, check=True, timeout=60)
     elapsed = time.perf_counter() - t0
-    lab.shellpers.adopt(name, LaunchInfo(**json.loads(done.stdout)))
+    info = LaunchInfo(**json.loads(done.stdout))
+    lab.shellpers.adopt(name, info)
+    with lab.shellpers.connect(name, replay_bytes=0) as tower:  # what it loads to serve a Tower, counted
+        tower.status()
+    memory = idle_memory(info.pid)
     lab.shellpers.stop(name)
-    return elapsed
+    return [elapsed, *memory]
 
 
 def main() -> int:
@@ -119,16 +136,18 @@ def main() -> int:
 
     kinds = [(True, "", False), (False, "", False), (True, "", True), (False, "", True), (True, "dataclasses", False),
              (False, "dataclasses", False)]
-    times: dict[tuple[bool, str, bool], list[float]] = {k: [] for k in kinds}
+    times: dict[tuple[bool, str, bool], list[list[float]]] = {k: [] for k in kinds}
     with Lab() as lab:
         for i in range(args.launches):
             for kind in kinds[i % len(kinds):] + kinds[:i % len(kinds)]:
                 times[kind].append(launch_once(lab, *kind))
     print(f"shellper run to socket accepting, {args.launches} each (medians, containment none)")
-    for (prefork, records, secret), values in times.items():
+    for (prefork, records, secret), rows in times.items():
+        values = [row[0] for row in rows]
+        rss, pss, private = (median([row[i] for row in rows]) for i in (1, 2, 3))
         print(f"  {'prefork' if prefork else 'no prefork'}{', --env (spawned)' if secret else ''}, "
-              f"{records or 'structs'}: {median(values) * 1000:.1f} ms "
-              f"(min {min(values) * 1000:.1f})")
+              f"{records or 'structs'}: {median(values) * 1000:.1f} ms (min {min(values) * 1000:.1f}); "
+              f"idle session RSS {rss:.0f} KiB, PSS {pss:.0f}, private {private:.0f}")
     return 0
 
 

@@ -28,7 +28,8 @@ from shellper.core.states import SessionState
 from shellper.daemon.reactor import Future, Handle
 from shellper.daemon.terminal import Terminal, note, window_size
 from shellper.daemon.transport import SocketTransport
-from shellper.protocol import legacy, wire
+from shellper.protocol import wire
+from shellper.protocol.firstframe import first_frame_is_legacy
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
 if TYPE_CHECKING:
@@ -106,11 +107,12 @@ _TOWER_ONLY = (wire.Signal, wire.Spawn, wire.Stop)
 
 
 class ClientConn:
-    def __init__(self, session: SessionPort, legacy_class: type[ClientConn] | None = None) -> None:
+    def __init__(self, session: SessionPort, load_legacy: Callable[[], type[ClientConn]] | None = None) -> None:
         self.session = session
-        self._legacy = legacy_class
-        """The class that serves a version-1 client (shellper.daemon.legacyconn), if this session serves them."""
-        self._first_bytes: bytearray | None = bytearray() if legacy_class is not None else None
+        self._legacy = load_legacy
+        """What loads the class that serves a version-1 client (shellper.daemon.legacyconn), if this session
+        serves them."""
+        self._first_bytes: bytearray | None = bytearray() if load_legacy is not None else None
         """What arrived before the first frame showed which version the client speaks (then None)."""
         self.client_id = session.new_client_id()
         self.transport: SocketTransport | None = None
@@ -286,14 +288,14 @@ class ClientConn:
         are this connection's, unchanged."""
         assert self._first_bytes is not None
         self._first_bytes += data
-        verdict = legacy.first_frame_is_legacy(self._first_bytes)
+        verdict = first_frame_is_legacy(self._first_bytes)
         if verdict is None:
             return b""
         data, self._first_bytes = bytes(self._first_bytes), None
         if verdict and self._legacy is not None:
             # This object is already the transport's protocol, counted by the registry and timing the handshake:
             # it changes class (LegacyConn's one attribute starts as a class default) rather than hand that over.
-            self.__class__ = self._legacy
+            self.__class__ = self._legacy()
             self.data_received(data)
             return b""
         return data

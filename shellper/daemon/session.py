@@ -34,7 +34,6 @@ from shellper.daemon.clientconn import ClientConn
 from shellper.daemon.files import SessionFiles
 from shellper.daemon.inputqueue import InputQueue
 from shellper.daemon.journal import Journal
-from shellper.daemon.legacyconn import LegacyConn
 from shellper.daemon.lifecycle import Lifecycle
 from shellper.daemon.output import Output
 from shellper.daemon.reactor import Future, Reactor
@@ -52,6 +51,13 @@ if TYPE_CHECKING:
     from typing import Any
 
     from shellper.core.exitrecord import ExitRecord
+
+
+def _legacy_conn() -> type[ClientConn]:
+    # Imported on a version-1 client's first frame: most sessions never see one (bench/NOTES.md, "Lazy imports").
+    from shellper.daemon.legacyconn import LegacyConn
+
+    return LegacyConn
 
 
 class Session:
@@ -81,7 +87,7 @@ class Session:
                                    registry=self.registry, journal=self.journal, tree=self.tree,
                                    request_stop=self.request_stop)
         self.files = SessionFiles(loop, log, paths, config.name, self.journal,
-                                  lambda: ClientConn(self, legacy_class=LegacyConn))
+                                  lambda: ClientConn(self, load_legacy=_legacy_conn))
         self.output.screen.resize(self.lifecycle.cols, self.lifecycle.rows)
         self.stop_error: str | None = None
         """Why the stop failed, if it did: the session was ended anyway, and serve() returns 1."""

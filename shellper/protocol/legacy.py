@@ -7,8 +7,7 @@ frames before HELLO are ignored, a HELLO without ``clientType`` is a tower's, on
 had no ERROR frame). ``docs/LEGACY.md`` says what a version-1 client gets and what it does not.
 
 A connection is version 1 if its first frame is a control frame whose payload is a JSON object
-(:func:`first_frame_is_legacy`): a version-2 control payload is a msgpack map, whose first byte is never
-``{`` (0x7B, a msgpack positive fixint), so the two cannot be confused.
+(:func:`first_frame_is_legacy`, in shellper.protocol.firstframe so that telling needs none of this module).
 """
 
 from __future__ import annotations
@@ -16,7 +15,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import struct
 from collections.abc import Iterator
 from enum import IntEnum
 
@@ -24,6 +22,10 @@ from shellper.core.errors import ShellperError
 from shellper.core.peertext import quote_peer
 from shellper.core.signals import signal_number
 from shellper.core.structs import record
+from shellper.protocol.firstframe import HEADER as HEADER
+from shellper.protocol.firstframe import HEADER_SIZE as HEADER_SIZE
+from shellper.protocol.firstframe import MAX_FRAME_SIZE as MAX_FRAME_SIZE
+from shellper.protocol.firstframe import first_frame_is_legacy as first_frame_is_legacy
 from shellper.protocol.wire import CONTROL_LIMIT, HELLO_LIMIT, SPAWN_LIMIT, FrameType, PayloadLimit
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
@@ -31,10 +33,6 @@ if TYPE_CHECKING:
     from typing import Any
 
 LEGACY_VERSION = 1
-HEADER = struct.Struct(">BI")
-HEADER_SIZE = HEADER.size
-MAX_FRAME_SIZE = 16 * 1024 * 1024
-"""A declared length strictly greater than this is skipped (exactly 16 MiB is accepted)."""
 REPLAY_PAYLOAD_MAX = 8 * 1024 * 1024
 """The most output bytes one REPLAY carries: the newest ones."""
 SPAWN_FAILED_CODE = -1
@@ -45,10 +43,6 @@ the original's Tower SIGKILLs the shellper 5 s after its SIGTERM, and the sessio
 even when the child ignores SIGTERM, as an interactive shell does."""
 MARKER = "shellper-main.js"
 """What a Tower's process scanners look for in a shellper's command line (original.md section 8)."""
-
-
-_TYPES = frozenset(int(t) for t in FrameType if t <= FrameType.SPAWN)
-"""Version 1's frame types: the first ten of version 2's, with the same numbers."""
 
 ALLOWED_SIGNALS: dict[int, str] = {1: "HUP", 2: "INT", 9: "KILL", 15: "TERM", 28: "WINCH"}
 """The numbers a tower may SIGNAL, and the name each is sent as."""
@@ -90,22 +84,6 @@ class LegacyError(ShellperError):
 
 
 # --------------------------------------------------------------------------------------------- framing
-
-
-def first_frame_is_legacy(buf: bytes | bytearray) -> bool | None:
-    """Whether a connection whose first bytes are ``buf`` speaks version 1; None until that can be told.
-
-    Version 1: the first frame is a known non-DATA type whose payload starts with ``{``. Decided from the
-    header and the payload's first byte, so a version-2 client is never held up by more than its header.
-    """
-    if len(buf) < HEADER_SIZE:
-        return None
-    frame_type, length = HEADER.unpack_from(buf, 0)
-    if frame_type == FrameType.DATA or frame_type not in _TYPES or length == 0 or length > MAX_FRAME_SIZE:
-        return False
-    if len(buf) == HEADER_SIZE:
-        return None
-    return buf[HEADER_SIZE] == 0x7B
 
 
 def encode(frame_type: int, payload: bytes = b"") -> bytes:

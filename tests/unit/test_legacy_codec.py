@@ -8,7 +8,7 @@ import struct
 
 import pytest
 
-from shellper.protocol import legacy, wire
+from shellper.protocol import firstframe, legacy, wire
 from shellper.protocol.legacy import (
     ALLOWED_SIGNALS,
     Action,
@@ -166,9 +166,9 @@ def test_bad_spawn_payloads(payload: bytes) -> None:
 
 def test_known_frame_types_are_exactly_the_originals() -> None:
     """Version 1 knows the first ten of version 2's frame types, by the same numbers and names."""
-    assert set(range(0x01, 0x0B)) == legacy._TYPES
-    assert {FrameType(t).name for t in legacy._TYPES} == {"DATA", "RESIZE", "SIGNAL", "EXIT", "REPLAY", "PING",
-                                                          "PONG", "HELLO", "WELCOME", "SPAWN"}
+    assert set(range(0x01, 0x0B)) == firstframe.LEGACY_TYPES
+    assert {FrameType(t).name for t in firstframe.LEGACY_TYPES} == {
+        "DATA", "RESIZE", "SIGNAL", "EXIT", "REPLAY", "PING", "PONG", "HELLO", "WELCOME", "SPAWN"}
 
 
 def test_allowed_signals_are_exactly_the_five() -> None:
