@@ -53,6 +53,7 @@ from tower_client.client import (
     socket_path,
 )
 from tower_client.discover import discover_async, observe_async
+from tower_client.errors import FleetClosed, FleetError, FleetNotStarted, UnknownSession
 from tower_client.inotify import Change, DirWatch
 from tower_client.progress import ProgressJournal
 from tower_client.reconcile import Action, Decision, reconcile
@@ -69,7 +70,8 @@ from tower_client.stream import (
     StateTracker,
 )
 
-__all__ = ["Fleet", "FleetError", "FleetPolicy", "OnDeath", "SessionSpec", "UnknownSession"]
+__all__ = ["Fleet", "FleetClosed", "FleetError", "FleetNotStarted", "FleetPolicy", "OnDeath", "SessionSpec",
+           "UnknownSession"]
 
 MAX_PENDING_BYTES = 1024 * 1024
 """Output of one session handed to the merged stream and not yet taken by the Tower. Past it, that
@@ -83,21 +85,6 @@ IN_USE = re.compile(r"already in use", re.IGNORECASE)
 """What an agent CLI says when its conversation id is held (shellper's default fatal pattern too)."""
 LAUNCH_COLUMN = "launch"
 AGENT_COLUMN = "agent"
-
-
-class FleetError(ShellperError):
-    """A Fleet operation that cannot be done; ``session`` names the session when there is one."""
-
-    def __init__(self, session: str | None, message: str) -> None:
-        self.session = session
-        super().__init__(message)
-
-
-class UnknownSession(FleetError, KeyError):
-    """No session of that name is in the Fleet."""
-
-    def __str__(self) -> str:
-        return str(self.args[0])
 
 
 class OnDeath(StrEnum):
@@ -223,7 +210,9 @@ class Fleet:
         self._watch: DirWatch | None = None
         self._registry_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._started = False
         self._closed = False
+        self._closing: asyncio.Task[None] | None = None
         self._agent_relaunches: dict[str, int] = {}
         self._launching: set[str] = set()
         """Names being launched now: their record appears before their registry row."""
@@ -232,7 +221,13 @@ class Fleet:
 
     async def start(self) -> None:
         """Reconcile and apply for this owner, adopt and respawn, then watch. RegistryError / ProgressError
-        were raised by the constructor already; OwnerBusy if another Tower of this owner is applying."""
+        were raised by the constructor already; OwnerBusy if another Tower of this owner is applying.
+        FleetClosed after close(), FleetError if it was started already: a Fleet starts once."""
+        if self._closed:
+            raise FleetClosed(None, "this Fleet was closed: make a new one to start again")
+        if self._started:
+            raise FleetError(None, "this Fleet was started already")
+        self._started = True
         ensure_runtime_dir(self.dir)
         self._watch = DirWatch(self.dir, self._changed)  # first: nothing that happens from now on is missed
         self._watch.start()
@@ -262,12 +257,36 @@ class Fleet:
         await self._save_registry()
         await self._bounded([self._relaunch(name, "respawn") for name in respawn])
 
+    @property
+    def closed(self) -> bool:
+        """close() or shutdown() was called: requests raise FleetClosed, the stream has ended."""
+        return self._closed
+
+    def _check_live(self, name: str | None = None) -> None:
+        """Requests need a started Fleet that is not closed: before start() it has not adopted what runs (a
+        session launched then would be attached twice), after close() nothing watches or reads any more."""
+        if self._closed:
+            raise FleetClosed(name, "this Fleet is closed")
+        if not self._started:
+            raise FleetNotStarted(name, "this Fleet is not started: await fleet.start() (or async with fleet) first")
+
+    def shutdown(self) -> None:
+        """Begin closing, from a signal handler or any callback: the stream ends at once (``async for``
+        stops, ``next()`` raises FleetClosed) and requests raise FleetClosed; ``await close()`` (or
+        leaving ``async with``) waits until the journal is committed. The sessions run on."""
+        if self._closing is None:
+            self._closed = True
+            self._queue.put_nowait(_END)  # wakes a reader waiting for the next item
+            self._closing = asyncio.get_running_loop().create_task(self._close(), name="fleet close")
+
     async def close(self) -> None:
         """Stop watching and reading and commit the journal; the sessions run on (a Tower restarting must
-        not end them). ``stop_all`` first to end them."""
-        if self._closed:
-            return
-        self._closed = True
+        not end them). ``stop_all`` first to end them. Safe to call again, and while a shutdown() runs."""
+        self.shutdown()
+        assert self._closing is not None
+        await asyncio.shield(self._closing)
+
+    async def _close(self) -> None:
         if self._watch is not None:
             self._watch.close()
         for task in list(self._tasks):
@@ -277,7 +296,6 @@ class Fleet:
         self.members.clear()
         with contextlib.suppress(ShellperError):
             await self.journal.close()
-        self._queue.put_nowait(_END)
 
     async def __aenter__(self) -> Fleet:
         try:
@@ -296,8 +314,12 @@ class Fleet:
         return self
 
     async def __anext__(self) -> FleetItem:
+        """The next item; the iteration ends when the Fleet is closed (items not taken by then are not
+        acknowledged, so they come again at the next start)."""
+        if self._closed:
+            raise StopAsyncIteration
         item = await self._queue.get()
-        if item is _END:
+        if item is _END or self._closed:
             self._queue.put_nowait(_END)
             raise StopAsyncIteration
         if isinstance(item, OutputChunk):
@@ -309,12 +331,14 @@ class Fleet:
         return item  # type: ignore[no-any-return]
 
     async def next(self, timeout: float | None = None) -> FleetItem | None:
-        """The next item, or None after ``timeout`` seconds with none."""
+        """The next item, or None after ``timeout`` seconds with none; FleetClosed once the Fleet is closed."""
         try:
             async with asyncio.timeout(timeout):
                 return await self.__anext__()
         except TimeoutError:
             return None
+        except StopAsyncIteration:
+            raise FleetClosed(None, "this Fleet is closed: its stream has ended") from None
 
     def ack(self, item: FleetItem) -> None:
         """The Tower has consumed ``item`` (and everything of its session before it). Committed in the
@@ -330,13 +354,16 @@ class Fleet:
         await self.journal.sync()
 
     def _emit(self, item: FleetItem) -> None:
-        self._queue.put_nowait(item)
+        if not self._closed:  # nobody reads a closed Fleet's stream
+            self._queue.put_nowait(item)
 
     # ----------------------------------------------------------------------------------- launching
 
     async def launch(self, spec: SessionSpec) -> LaunchInfo:
         """Start a session (the agent's command line from the mint-or-reclaim verdict), record it in the
-        registry, and attach its stream from offset 0. LaunchError / ConfigError / FleetError."""
+        registry, and attach its stream from offset 0. LaunchError / ConfigError / FleetError (FleetNotStarted,
+        FleetClosed)."""
+        self._check_live(spec.name)
         validate_name(spec.name)
         if spec.name in self.members or spec.name in self._launching:
             raise FleetError(spec.name, f"session {spec.name!r} is already in this fleet")
@@ -372,11 +399,13 @@ class Fleet:
 
     async def launch_many(self, specs: Iterable[SessionSpec]) -> list[LaunchInfo | BaseException]:
         """Launch with at most ``policy.concurrency`` starting at once; each result or its error, in order."""
+        self._check_live()
         return await self._bounded([self.launch(s) for s in specs])
 
     async def relaunch(self, name: str) -> LaunchInfo:
         """Start ``name`` again from its registry row (after a fatal crash loop, say): its shellper, if any,
         is stopped first; an agent's conversation goes through mint-or-reclaim again."""
+        self._check_live(name)
         if name in self.members:
             await self.stop(name, forget=False)
         return await self._relaunch_row(name)
@@ -439,6 +468,7 @@ class Fleet:
                 m.spawns.remove(fut)
 
     def _member(self, name: str) -> _Member:
+        self._check_live(name)
         m = self.members.get(name)
         if m is None:
             raise UnknownSession(name, f"no session {name!r} in this fleet")
@@ -472,9 +502,11 @@ class Fleet:
 
     async def stop_many(self, names: Iterable[str], grace: float | None = None) -> list[BaseException | None]:
         """Stop with at most ``policy.concurrency`` at once (the grace periods run concurrently)."""
+        self._check_live()
         return await self._bounded([self.stop(n, grace) for n in names])
 
     async def stop_all(self, grace: float | None = None) -> list[BaseException | None]:
+        self._check_live()
         return await self.stop_many(list(self.members), grace)
 
     async def _bounded(self, jobs: Sequence[Any]) -> list[Any]:
