@@ -10,12 +10,16 @@ from pathlib import Path
 
 import pytest
 
+from shellper.client.blocking import Client
 from shellper.core.errors import ShellperError
+from shellper.host.paths import SessionPaths
+from shellper.host.record import read_record
 from tests.conftest import ROOT
 from tests.test_fleet import SLEEPER, make_fleet, wait_for
-from tower_client import FleetClosed, FleetNotStarted
+from tower_client import FleetClosed, FleetNotStarted, discover
+from tower_client.apply import verify_session
 from tower_client.fleet import SessionSpec
-from tower_client.stream import FleetItem, OutputChunk
+from tower_client.stream import FleetItem, FleetState, OutputChunk, SessionEvent, StateChange
 
 
 async def drain(fleet: object, seconds: float) -> list[FleetItem]:
@@ -103,3 +107,75 @@ def test_shutdown_from_a_signal_handler_ends_the_iteration(tmp_path: Path, runti
 
 
 
+
+
+# --------------------------------------------------------------------------------------------- the stream
+
+
+def test_each_event_is_one_item_and_the_first_state_comes_once(tmp_path: Path, runtime_dir: Path) -> None:
+    async def main() -> None:
+        async with make_fleet(tmp_path, runtime_dir) as fleet:
+            try:
+                await fleet.launch(SessionSpec("a", SLEEPER, cwd=str(ROOT)))
+                seen: list[FleetItem] = []
+                await wait_for(fleet, lambda i: isinstance(i, StateChange) and i.state is FleetState.RUNNING, seen=seen)
+                await wait_for(fleet, lambda i: isinstance(i, OutputChunk) and b"up" in i.data, seen=seen)
+                seen += await drain(fleet, 0.5)
+                running = [i for i in seen if isinstance(i, StateChange) and i.state is FleetState.RUNNING]
+                assert len(running) == 1, seen
+                assert running[0].child_pid is not None and running[0].seq
+                assert not [i for i in seen if isinstance(i, SessionEvent) and i.kind == "state"], seen
+                seqs = [i.seq for i in seen if isinstance(i, StateChange | SessionEvent) and i.seq]
+                assert len(seqs) == len(set(seqs)), seen
+            finally:
+                await fleet.stop_all()
+
+    asyncio.run(main())
+
+
+def test_the_librarys_own_connections_and_probes_are_not_news(tmp_path: Path, runtime_dir: Path) -> None:
+    """Neither the Fleet's own connection nor the probes of a start (discover, verify) show up as attach or
+    detach events; a viewer that is somebody else's does."""
+    async def main() -> None:
+        async with make_fleet(tmp_path, runtime_dir) as fleet:
+            try:
+                await fleet.launch(SessionSpec("a", SLEEPER, cwd=str(ROOT)))
+                seen: list[FleetItem] = []
+                await wait_for(fleet, lambda i: isinstance(i, OutputChunk) and b"up" in i.data, seen=seen)
+                record = read_record(runtime_dir / "a.json")
+                await asyncio.to_thread(discover, runtime_dir)  # another Tower's start, `tower-client ls`
+                await asyncio.to_thread(verify_session, record, SessionPaths.for_name(str(runtime_dir), "a"))
+
+                def someone() -> None:
+                    viewer = Client(runtime_dir / "a.sock", "viewer", client_name="someone", timeout=5)
+                    viewer.connect(replay_bytes=0)
+                    viewer.close()
+
+                await asyncio.to_thread(someone)
+                await wait_for(fleet, lambda i: isinstance(i, SessionEvent) and i.kind == "client_detached", seen=seen)
+                events = [i for i in seen if isinstance(i, SessionEvent) and i.kind.startswith("client_")]
+                assert [(e.kind, e.data.get("client")) for e in events] == [
+                    ("client_attached", "someone"), ("client_detached", None)], events
+            finally:
+                await fleet.stop_all()
+
+    asyncio.run(main())
+
+
+def test_a_spawns_starting_state_does_not_say_not_restarted(tmp_path: Path, runtime_dir: Path) -> None:
+    async def main() -> None:
+        async with make_fleet(tmp_path, runtime_dir) as fleet:
+            try:
+                await fleet.launch(SessionSpec("a", SLEEPER, cwd=str(ROOT)))
+                await wait_for(fleet, lambda i: isinstance(i, StateChange) and i.state is FleetState.RUNNING)
+                seen: list[FleetItem] = []
+                pid = await fleet.spawn("a")
+                await wait_for(fleet, lambda i: isinstance(i, StateChange) and i.child_pid == pid, seen=seen)
+                starting = [i for i in seen if isinstance(i, StateChange) and i.state is FleetState.STARTING]
+                assert len(starting) == 1, seen
+                assert "not restarted" not in starting[0].reason and "SPAWN" in starting[0].reason, starting
+                assert starting[0].exit is not None and "not restarted" not in starting[0].exit.reason
+            finally:
+                await fleet.stop_all()
+
+    asyncio.run(main())

@@ -42,7 +42,7 @@ from shellper.host.paths import SessionPaths, ensure_runtime_dir
 from shellper.host.record import RecordError, SessionRecord, read_record
 from shellper.protocol import wire
 from tower_client.agent import AgentCommand, resolve
-from tower_client.apply import Report, apply, terminate_session
+from tower_client.apply import VERIFY_CLIENT_NAME, Report, apply, terminate_session
 from tower_client.atomicfile import write_atomic
 from tower_client.client import (
     AsyncResumingClient,
@@ -52,7 +52,7 @@ from tower_client.client import (
     checked_request,
     socket_path,
 )
-from tower_client.discover import discover_async, observe_async
+from tower_client.discover import PROBE_CLIENT_NAME, discover_async, observe_async
 from tower_client.errors import FleetClosed, FleetError, FleetNotStarted, UnknownSession
 from tower_client.inotify import Change, DirWatch
 from tower_client.progress import ProgressJournal
@@ -83,6 +83,13 @@ AGENT_RELAUNCHES = 3
 """Automatic relaunches of an agent whose conversation id was in use, per session and Fleet life."""
 IN_USE = re.compile(r"already in use", re.IGNORECASE)
 """What an agent CLI says when its conversation id is held (shellper's default fatal pattern too)."""
+FLEET_CLIENT_NAME = "tower-fleet"
+OWN_CLIENTS = frozenset({FLEET_CLIENT_NAME, PROBE_CLIENT_NAME, VERIFY_CLIENT_NAME})
+"""HELLO client names of this library's own connections: the Fleet's, and the probes of discover and apply
+(another Tower's start, ``tower-client ls``). Their attach and detach events are not the Tower's news."""
+ATTACH_EVENTS = ("client_attached", "client_detached")
+STATE_EVENTS_VERSION = 3
+"""The protocol version from which a shellper announces every state with a ``state`` event."""
 LAUNCH_COLUMN = "launch"
 AGENT_COLUMN = "agent"
 
@@ -181,6 +188,8 @@ class _Member:
         self.welcome_state: tuple[FleetState, str, int | None] | None = None
         """The state WELCOME named, said once the held events (up to ``held_until``) have come."""
         self.held_until = 0
+        self.own_clients: set[int] = set()
+        """client_id of this library's connections attached now (their detach is hidden too)."""
 
     def close_pidfd(self) -> None:
         if not self.pidfd.closed:
@@ -532,7 +541,7 @@ class Fleet:
             pos = self.journal.get(name)
         assert pos is not None
         client = _FleetClient(str(socket_path(self.dir, name)), m.died, backoff=self.policy.backoff,
-                              expect_instance_id=record.instance_id, client_name="tower-fleet")
+                              expect_instance_id=record.instance_id, client_name=FLEET_CLIENT_NAME)
         try:
             welcome = await client.connect(resume_from=pos.offset, events_after=pos.event_seq)
         except BaseException:
@@ -541,6 +550,9 @@ class Fleet:
             raise
         m.client = client
         self.members[name] = m
+        # A shellper that announces its states is followed by those alone from the first event: deriving the
+        # first state from `spawned` as well would hand the Tower that state twice.
+        m.tracker.state_events = welcome.version >= STATE_EVENTS_VERSION
         m.welcome_state = (FleetState.of(welcome.state), "adopted" if adopted else "launched", welcome.child_pid)
         m.held_until = welcome.event_seq
         if welcome.event_seq <= pos.event_seq:  # no held event comes: say the state now
@@ -606,6 +618,10 @@ class Fleet:
         if isinstance(frame, wire.Gap):
             return Missed(m.name, m.instance_id, frame.offset, frame.missed)
         if isinstance(frame, wire.Event):
+            if frame.kind in ATTACH_EVENTS and self._own_client(m, frame):
+                if frame.seq >= m.held_until and m.welcome_state is not None:  # version 2 numbered it: held
+                    self._announce(m)
+                return None
             if frame.seq == 0:  # events_missed: made for this connection, not part of the sequence
                 return SessionEvent(m.name, m.instance_id, 0, frame.kind, frame.time, dict(frame.data))
             item = m.tracker.take(frame)
@@ -619,6 +635,21 @@ class Fleet:
                     fut.set_result(item.child_pid)
             return item
         return None  # EXIT (its event carries it), Reconnected, replies
+
+    @staticmethod
+    def _own_client(m: _Member, event: wire.Event) -> bool:
+        """An attach or detach of this library's own connections (the Fleet's, a probe's): not news. Matched
+        by the HELLO's client name (a foreign client naming itself so only hides its own attach)."""
+        data = event.data if isinstance(event.data, Mapping) else {}
+        client_id = data.get("client_id")
+        if event.kind == "client_attached" and data.get("client") in OWN_CLIENTS:
+            if isinstance(client_id, int):
+                m.own_clients.add(client_id)
+            return True
+        if event.kind == "client_detached" and client_id in m.own_clients:
+            m.own_clients.discard(client_id)
+            return True
+        return False
 
     def _id_in_use(self, m: _Member, change: StateChange) -> None:
         """An agent that gave up because its conversation id is in use (the shellper's fatal pattern) is
