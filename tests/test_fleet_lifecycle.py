@@ -5,6 +5,7 @@ connections and probes."""
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from pathlib import Path
 
@@ -175,6 +176,36 @@ def test_a_spawns_starting_state_does_not_say_not_restarted(tmp_path: Path, runt
                 assert len(starting) == 1, seen
                 assert "not restarted" not in starting[0].reason and "SPAWN" in starting[0].reason, starting
                 assert starting[0].exit is not None and "not restarted" not in starting[0].exit.reason
+            finally:
+                await fleet.stop_all()
+
+    asyncio.run(main())
+
+
+# --------------------------------------------------------------------------------------------- adopt
+
+
+def test_an_adopted_fatal_session_keeps_its_reason_and_exit(tmp_path: Path, runtime_dir: Path) -> None:
+    """A session driven to fatal, everything acknowledged, the Tower restarted: the adopted state says why it
+    is fatal (as WELCOME and STATUS do) and carries the child's exit, not 'adopted' and nothing."""
+    crash = [sys.executable, "-c", "import sys; print('cannot go on', file=sys.stderr); sys.exit(127)"]
+
+    async def main() -> None:
+        async with make_fleet(tmp_path, runtime_dir) as fleet:
+            await fleet.launch(SessionSpec("a", crash, cwd=str(ROOT)))
+            fatal = await wait_for(fleet, lambda i: isinstance(i, StateChange) and i.state is FleetState.FATAL)
+            await drain(fleet, 0.3)
+            await fleet.sync()
+        assert isinstance(fatal, StateChange) and fatal.exit is not None
+        async with make_fleet(tmp_path, runtime_dir) as fleet:
+            try:
+                adopted = await wait_for(fleet, lambda i: isinstance(i, StateChange))
+                assert isinstance(adopted, StateChange) and adopted.state is FleetState.FATAL
+                assert adopted.reason == fatal.reason and "127" in adopted.reason, (adopted, fatal)
+                assert adopted.exit is not None and adopted.exit.code == 127
+                assert adopted.exit.reason == fatal.exit.reason
+                status = await fleet.client("a").status()
+                assert status.info.get("state_reason") == adopted.reason, status.info
             finally:
                 await fleet.stop_all()
 

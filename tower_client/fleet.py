@@ -34,6 +34,7 @@ from typing import Any
 from shellper.core.config import SessionConfig
 from shellper.core.defaults import DEFAULT_GRACE
 from shellper.core.errors import ShellperError
+from shellper.core.exitrecord import ExitRecord, ExitRecordError
 from shellper.core.names import validate_name
 from shellper.core.owner import default_owner
 from shellper.daemon.launch import LaunchInfo, launch
@@ -90,6 +91,8 @@ OWN_CLIENTS = frozenset({FLEET_CLIENT_NAME, PROBE_CLIENT_NAME, VERIFY_CLIENT_NAM
 ATTACH_EVENTS = ("client_attached", "client_detached")
 STATE_EVENTS_VERSION = 3
 """The protocol version from which a shellper announces every state with a ``state`` event."""
+EXIT_STATES = frozenset({FleetState.BACKOFF, FleetState.EXITED, FleetState.FATAL})
+"""States a WELCOME's exit record explains (the child's last exit put the session there)."""
 LAUNCH_COLUMN = "launch"
 AGENT_COLUMN = "agent"
 
@@ -185,7 +188,7 @@ class _Member:
         self.room = asyncio.Event()
         self.room.set()
         self.spawns: list[asyncio.Future[int]] = []
-        self.welcome_state: tuple[FleetState, str, int | None] | None = None
+        self.welcome_state: tuple[FleetState, str, int | None, ExitRecord | None] | None = None
         """The state WELCOME named, said once the held events (up to ``held_until``) have come."""
         self.held_until = 0
         self.own_clients: set[int] = set()
@@ -553,7 +556,14 @@ class Fleet:
         # A shellper that announces its states is followed by those alone from the first event: deriving the
         # first state from `spawned` as well would hand the Tower that state twice.
         m.tracker.state_events = welcome.version >= STATE_EVENTS_VERSION
-        m.welcome_state = (FleetState.of(welcome.state), "adopted" if adopted else "launched", welcome.child_pid)
+        state = FleetState.of(welcome.state)
+        try:  # the child's last exit says why a husk is one (and how a backing-off child ended)
+            last_exit = welcome.exit_record() if state in EXIT_STATES else None
+        except ExitRecordError:
+            last_exit = None
+        # The shellper's own reason (a fatal's "permanent failure: ..."), as WELCOME and STATUS say it.
+        reason = welcome.state_reason or ("adopted" if adopted else "launched")
+        m.welcome_state = (state, reason, welcome.child_pid if state is FleetState.RUNNING else None, last_exit)
         m.held_until = welcome.event_seq
         if welcome.event_seq <= pos.event_seq:  # no held event comes: say the state now
             self._announce(m)
@@ -564,10 +574,10 @@ class Fleet:
         session learns its state even when the held events are only attaches and detaches."""
         if m.welcome_state is None:
             return
-        state, reason, child_pid = m.welcome_state
+        state, reason, child_pid, last_exit = m.welcome_state
         m.welcome_state = None
         if m.tracker.state is not state:
-            self._emit(m.tracker.change(state, reason, time.time(), child_pid=child_pid))
+            self._emit(m.tracker.change(state, reason, time.time(), child_pid=child_pid, exit=last_exit))
 
     async def _detach(self, m: _Member) -> None:
         task, m.task = m.task, None
