@@ -38,7 +38,7 @@ from shellper.core.exitrecord import ExitRecord, ExitRecordError
 from shellper.core.names import validate_name
 from shellper.core.owner import default_owner
 from shellper.daemon.launch import LaunchInfo, launch
-from shellper.host.identity import IdentityError, PidFd, ProcessIdentity, open_verified
+from shellper.host.identity import IdentityError, PidFd, ProcessGone, ProcessIdentity, open_verified
 from shellper.host.paths import SessionPaths, ensure_runtime_dir
 from shellper.host.record import RecordError, SessionRecord, read_record
 from shellper.protocol import wire
@@ -57,7 +57,7 @@ from tower_client.discover import PROBE_CLIENT_NAME, discover_async, observe_asy
 from tower_client.errors import FleetClosed, FleetError, FleetNotStarted, UnknownSession
 from tower_client.inotify import Change, DirWatch
 from tower_client.progress import ProgressJournal
-from tower_client.reconcile import Action, Decision, reconcile
+from tower_client.reconcile import Action, Decision, Registry, reconcile
 from tower_client.registry_file import RegistryFile
 from tower_client.resume import Backoff
 from tower_client.stream import (
@@ -244,8 +244,16 @@ class Fleet:
         self._watch = DirWatch(self.dir, self._changed)  # first: nothing that happens from now on is missed
         self._watch.start()
         observed = await discover_async(self.dir)
-        decisions = reconcile(self.registry.registry(), observed, now=time.time(),
-                              husk_max_age=self.policy.husk_max_age, owner=self.owner)
+        # A stop the previous life asked for and did not see through is finished, not undone: its session
+        # is decided as if it were not registered (terminated if it runs, cleaned if it left files), never
+        # respawned.
+        stops = self.journal.stops()
+        registry = self.registry.registry()
+        registry = Registry(tuple(r for r in registry.rows if r.name not in stops), registry.path)
+        decisions = reconcile(registry, observed, now=time.time(), husk_max_age=self.policy.husk_max_age,
+                              owner=self.owner)
+        to_stop = [d for d in decisions if d.name in stops]
+        decisions = [d for d in decisions if d.name not in stops]
         report = self.report = await asyncio.to_thread(apply, decisions, grace=self.policy.grace, owner=self.owner)
         respawn: list[str] = []
         for outcome in report.outcomes:
@@ -263,11 +271,61 @@ class Fleet:
             elif d.action is Action.TERMINATE and d.reason == "husk_expired":
                 self.registry.remove(d.name)
                 self.journal.forget(d.name)
+        for name, grace in stops.items():
+            await self._finish_stop(name, grace, [d for d in to_stop if d.name == name], report)
         for name in list(self.journal):
             if name not in self.registry.rows:
                 self.journal.forget(name)
         await self._save_registry()
         await self._bounded([self._relaunch(name, "respawn") for name in respawn])
+
+    async def _finish_stop(self, name: str, grace: float, decisions: list[Decision], report: Report) -> None:
+        """Carry out a journalled stop: end the session if it runs (waiting out a shellper still stopping,
+        within grace + STOP_MARGIN), clean what it left, then drop its row and journal entry. A session that
+        cannot be dealt with now (left for another reason) keeps its row and the intent for the next start."""
+        done = True
+        for d in decisions:
+            if d.action is Action.LEAVE and d.reason == "stopping" and d.observed is not None \
+                    and d.observed.record is not None:
+                ok, detail = await self._await_stopping(d.observed.record, grace)
+                self._emit(Notice(name, "stop", "stop_requested", detail))
+                if ok:
+                    await self._clean_dead(name)
+                done = done and ok
+            elif d.action in (Action.TERMINATE, Action.CLEAN):
+                outcome = (await asyncio.to_thread(apply, [d], grace=grace, owner=self.owner)).outcomes[0]
+                report.outcomes.append(outcome)
+                self._emit(Notice(name, str(d.action), "stop_requested", outcome.error or outcome.detail))
+                done = done and outcome.ok
+            else:
+                self._emit(Notice(name, str(d.action), d.reason, "a stop was requested: tried again at the next start"))
+                done = False
+        if done:
+            self.registry.remove(name)
+            self.journal.forget(name)
+            self._emit(Notice(name, "stopped", "stop_requested", f"the stop requested with grace {grace:g} s "
+                              "before the Tower's restart is done"))
+
+    async def _await_stopping(self, record: SessionRecord, grace: float) -> tuple[bool, str]:
+        """A shellper still carrying out a STOP: wait for its exit (its pidfd), and end it with signals if it
+        is still there after grace + STOP_MARGIN. (done, what happened)."""
+        try:
+            pidfd = open_verified(ProcessIdentity(record.boot_id, record.shellper_pid, record.shellper_start_time))
+        except IdentityError:
+            return True, "the shellper had gone"
+        try:
+            if await asyncio.to_thread(pidfd.wait_dead, grace + STOP_MARGIN):
+                return True, f"shellper {record.shellper_pid} finished stopping"
+        finally:
+            pidfd.close()
+        paths = SessionPaths.for_name(self.dir, record.name)
+        try:
+            term = await asyncio.to_thread(terminate_session, record, paths, grace=grace)
+        except ProcessGone:
+            return True, f"shellper {record.shellper_pid} finished stopping"
+        except ShellperError as exc:  # not ours any more, or something outlived SIGKILL: said, not hidden
+            return False, f"shellper {record.shellper_pid}: {exc}"
+        return not term.kept, f"shellper {record.shellper_pid} ended via {term.method}"
 
     @property
     def closed(self) -> bool:
@@ -495,6 +553,9 @@ class Fleet:
         m.stopping = True
         m.room.set()
         grace = self.policy.grace if grace is None else grace
+        if forget:  # on disk before the STOP goes: a Tower killed meanwhile finishes the stop on restart
+            self.journal.intend_stop(name, m.instance_id, grace)
+            await self.journal.sync()
         if not m.died.is_set() and m.client is not None:
             with contextlib.suppress(ClientError):
                 await m.client.stop(grace)
