@@ -5,6 +5,8 @@ connections and probes."""
 from __future__ import annotations
 
 import asyncio
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -19,7 +21,8 @@ from tests.conftest import ROOT
 from tests.test_fleet import SLEEPER, make_fleet, wait_for
 from tower_client import FleetClosed, FleetNotStarted, discover
 from tower_client.apply import verify_session
-from tower_client.fleet import SessionSpec
+from tower_client.fleet import Fleet, SessionSpec
+from tower_client.progress import ProgressJournal
 from tower_client.stream import FleetItem, FleetState, OutputChunk, SessionEvent, StateChange
 
 
@@ -119,8 +122,13 @@ def test_each_event_is_one_item_and_the_first_state_comes_once(tmp_path: Path, r
             try:
                 await fleet.launch(SessionSpec("a", SLEEPER, cwd=str(ROOT)))
                 seen: list[FleetItem] = []
-                await wait_for(fleet, lambda i: isinstance(i, StateChange) and i.state is FleetState.RUNNING, seen=seen)
-                await wait_for(fleet, lambda i: isinstance(i, OutputChunk) and b"up" in i.data, seen=seen)
+
+
+                def both(_: FleetItem) -> bool:  # output and state come in either order
+                    return (any(isinstance(i, StateChange) and i.state is FleetState.RUNNING for i in seen)
+                            and any(isinstance(i, OutputChunk) and b"up" in i.data for i in seen))
+
+                await wait_for(fleet, both, seen=seen)
                 seen += await drain(fleet, 0.5)
                 running = [i for i in seen if isinstance(i, StateChange) and i.state is FleetState.RUNNING]
                 assert len(running) == 1, seen
@@ -210,3 +218,37 @@ def test_an_adopted_fatal_session_keeps_its_reason_and_exit(tmp_path: Path, runt
                 await fleet.stop_all()
 
     asyncio.run(main())
+
+
+def test_the_example_tower_shuts_down_cleanly_on_sigterm(tmp_path: Path, runtime_dir: Path) -> None:
+    """SIGTERM: the example's `async for` ends, the journal is committed and it exits 0; its sessions run on
+    and the next start adopts them."""
+    state = tmp_path / "state"
+    tower = subprocess.Popen([sys.executable, str(ROOT / "examples" / "tower.py"), "--dir", str(runtime_dir),
+                              "--state", str(state), "--sessions", "2", "--seconds", "60"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    try:
+        assert tower.stderr is not None
+        running = 0
+        while running < 2:  # both sessions' running state reached the Tower's loop
+            line = tower.stderr.readline()
+            assert line, "the example ended early"
+            running += b": running" in line
+        tower.send_signal(signal.SIGTERM)
+        out, _ = tower.communicate(timeout=30)
+    finally:
+        if tower.poll() is None:
+            tower.kill()
+            tower.communicate()
+    journal = ProgressJournal.load(state / "journal.json")
+    adopted: list[str] = []
+
+    async def main() -> None:  # adopts what ran on, and ends it
+        async with Fleet(runtime_dir, state / "registry.json", state / "journal.json") as fleet:
+            adopted.extend(fleet.sessions)
+            await fleet.stop_all(grace=1.0)
+
+    asyncio.run(main())
+    assert tower.returncode == 0 and out == b""
+    assert sorted(journal) == ["s00", "s01"]
+    assert adopted == ["s00", "s01"]  # they ran on
