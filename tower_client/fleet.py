@@ -548,7 +548,9 @@ class Fleet:
 
     async def stop(self, name: str, grace: float | None = None, *, forget: bool = True) -> None:
         """End the session (STOP over its socket; signals through pidfds, in a thread, if it does not go
-        within grace + STOP_MARGIN) and, with ``forget``, drop its registry row and journal entry."""
+        within grace + STOP_MARGIN) and, with ``forget``, drop its registry row and journal entry. With
+        ``forget`` the intent is committed to the journal before the STOP is sent (ProgressError if that
+        fails: nothing is sent), so a Tower killed meanwhile finishes the stop at its next start."""
         m = self._member(name)
         m.stopping = True
         m.room.set()
