@@ -5,13 +5,15 @@
 The first start launches N sessions that each print numbered lines for a few seconds and end with
 "END <count>". A later start (after a kill -9, say) adopts them and resumes every stream where the
 journal says this Tower stopped. When every session's child has ended and its output is consumed, the
-Tower stops them all and prints its figures as one JSON line.
+Tower stops them all and prints its figures as one JSON line. SIGTERM or SIGINT shut it down cleanly
+instead: the journal is committed and the sessions run on, for the next start to adopt.
 """
 
 import argparse
 import asyncio
 import json
 import os
+import signal
 import sys
 import time
 
@@ -53,6 +55,8 @@ async def main() -> None:
         return files[name]
 
     async with fleet:
+        for sig in (signal.SIGTERM, signal.SIGINT):  # the `async for` below ends; the sessions run on
+            asyncio.get_running_loop().add_signal_handler(sig, fleet.shutdown)
         if not fleet.registry.rows:
             specs = [SessionSpec(f"s{i:02d}", [sys.executable, "-c", FLOOD, f"s{i:02d}", str(args.seconds)],
                                  options={"ring_bytes": 8 << 20}) for i in range(args.sessions)]
@@ -82,12 +86,15 @@ async def main() -> None:
             if done >= set(fleet.sessions) and len(done) >= len(fleet.registry.rows):
                 break
         await fleet.sync()
-        await fleet.stop_all(grace=1.0)
+        interrupted = fleet.closed  # shut down by a signal: what was consumed is committed, the sessions run on
+        if not interrupted:
+            await fleet.stop_all(grace=1.0)
     for fd, _ in files.values():
         os.close(fd)
-    print(json.dumps({"sessions": len(done), "bytes": took, "redelivered": redelivered, "skipped": skipped,
-                      "missed": missed, "journal_commits": fleet.journal.commits,
-                      "seconds": round(time.monotonic() - started, 3)}), flush=True)
+    if not interrupted:
+            print(json.dumps({"sessions": len(done), "bytes": took, "redelivered": redelivered, "skipped": skipped,
+                          "missed": missed, "journal_commits": fleet.journal.commits,
+                          "seconds": round(time.monotonic() - started, 3)}), flush=True)
 
 
 if __name__ == "__main__":

@@ -83,8 +83,9 @@ class Verdict:
     skip: str = ""
 
 
-def judge(stream: bytes, ring_low: int, ring_high: int) -> Verdict:
-    """Judge ``stream`` per PROTOCOL.md sections 2-10, given ring_end is within [ring_low, ring_high]."""
+def judge(stream: bytes, ring_low: int, ring_high: int, event_low: int = 0, event_high: int = 2**64) -> Verdict:
+    """Judge ``stream`` per PROTOCOL.md sections 2-10, given ring_end is within [ring_low, ring_high] and
+    the last event's seq within [event_low, event_high]."""
     v = Verdict()
     if legacy.first_frame_is_legacy(stream):  # protocol version 1 (tests/test_legacy.py): not judged here
         v.skip = "version 1"
@@ -124,6 +125,10 @@ def judge(stream: bytes, ring_low: int, ring_high: int) -> Verdict:
                 v.fatal = "bad_offset"
             elif ev.resume_from is not None and ev.resume_from > ring_low:
                 v.skip = "resume_from near the ring end"
+            elif ev.events_after is not None and ev.events_after > event_high:
+                v.fatal = "bad_offset"
+            elif ev.events_after is not None and ev.events_after > event_low:
+                v.skip = "events_after near the last event"
             else:
                 v.registered, role = True, ev.role
                 version = min(ev.version, wire.PROTOCOL_VERSION)
@@ -201,6 +206,10 @@ class Watcher:
         replay = frames[-1]
         assert isinstance(replay, wire.Replay)
         self.next = replay.offset + len(replay.data)
+        welcome = frames[0]
+        assert isinstance(welcome, wire.Welcome)
+        self.event_seq = welcome.event_seq
+        """The last numbered event's seq as far as seen (the session's may be larger: events are live)."""
         self.problems: list[str] = []
         self.pongs: set[int] = set()
         self.events = 0
@@ -230,6 +239,7 @@ class Watcher:
                         self.pongs.add(f.nonce)
                     elif isinstance(f, wire.Event):
                         self.events += 1
+                        self.event_seq = max(self.event_seq, f.seq)
                 self.cond.notify_all()
 
     def ping(self, timeout: float = 10.0) -> None:
@@ -274,7 +284,8 @@ class FuzzConn:
         self.nonce = 0
 
     def verdict(self) -> Verdict:
-        return judge(bytes(self.sent), self.watcher.next, self.watcher.next + 1_000_000)
+        w = self.watcher
+        return judge(bytes(self.sent), w.next, w.next + 1_000_000, w.event_seq, w.event_seq + 1_000_000)
 
     def send(self, data: bytes, frames: int) -> Verdict | None:
         """Send unless the oracle cannot judge the result; the verdict of everything sent so far."""
@@ -563,6 +574,7 @@ def _child_pid(path: str) -> int:
     ("version 1", wire.encode(wire.Hello(version=1, role="viewer")), "unsupported_version"),
     ("role root", wire.encode(wire.Hello(version=2, role="root")), "bad_role"),
     ("resume past the end", wire.encode(wire.Hello(version=2, role="viewer", resume_from=2**63)), "bad_offset"),
+    ("events past the last", wire.encode(wire.Hello(version=2, role="viewer", events_after=2**63)), "bad_offset"),
     ("second HELLO", hello("viewer") + hello("viewer"), "protocol"),
     ("RESIZE 0x24", hello("terminal") + wire.encode(wire.Resize(cols=0, rows=24)), "bad_field"),
     ("RESIZE cols string", hello("terminal") + _frame(2, msgpack.packb({"cols": "80", "rows": 24})), "bad_field"),
@@ -572,7 +584,7 @@ def test_each_bad_client_gets_its_error_and_is_closed(target: tuple[str, Watcher
     """The table behind the fuzzer: the oracle and the shellper agree on each error class."""
     path, watcher, _ = target
     _, stream, code = case
-    v = judge(stream, watcher.next, watcher.next + 1_000_000)
+    v = judge(stream, watcher.next, watcher.next + 1_000_000, watcher.event_seq, watcher.event_seq + 1_000_000)
     assert v.fatal == code
     conn = FuzzConn(path, watcher, FuzzStats())
     conn.send(stream, 1)

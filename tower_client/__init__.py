@@ -18,6 +18,7 @@ from shellper.core.exitrecord import ExitRecord, ExitRecordError
 from tower_client.apply import Outcome, Report, apply, clean_session, terminate_session
 from tower_client.client import AsyncClient, AsyncResumingClient, Client, ResumingClient
 from tower_client.discover import Observed, discover, discover_async, observe
+from tower_client.errors import FleetClosed, FleetError, FleetNotStarted, UnknownSession
 from tower_client.holders import Holder, Verdict, find_holders, mint_or_reclaim
 from tower_client.reconcile import Action, Decision, Registry, RegistryError, load_registry, reconcile
 
@@ -29,6 +30,9 @@ __all__ = [
     "Decision",
     "ExitRecord",
     "ExitRecordError",
+    "FleetClosed",
+    "FleetError",
+    "FleetNotStarted",
     "Holder",
     "Observed",
     "Outcome",
@@ -36,6 +40,7 @@ __all__ = [
     "RegistryError",
     "Report",
     "ResumingClient",
+    "UnknownSession",
     "Verdict",
     "apply",
     "clean_session",

@@ -72,11 +72,15 @@ __all__ = [
 
 # --------------------------------------------------------------------------------------------- verify
 
+VERIFY_CLIENT_NAME = "tower-client-verify"
+"""The HELLO client name of verify_session's probe (a Fleet hides its attach and detach events)."""
+
+
 
 def verify_session(record: SessionRecord, paths: SessionPaths,
                    timeout: float = PROBE_TIMEOUT) -> wire.Welcome:
     """Handshake as a viewer; InstanceMismatch / PeerMismatch unless it is the recorded shellper."""
-    client = Client(paths.socket, "viewer", client_name="tower-client-verify", timeout=timeout)
+    client = Client(paths.socket, "viewer", client_name=VERIFY_CLIENT_NAME, timeout=timeout)
     try:
         welcome = client.connect(replay_bytes=0)
         _check_peer(client, welcome, record)

@@ -20,9 +20,10 @@ from typing import Generic, TypeVar
 
 from shellper.client.blocking import Client, check_role, checked_socket_path, peer_pid
 from shellper.core import names
+from shellper.core.defaults import DEFAULT_GRACE
 from shellper.core.errors import BadArgumentType
 from shellper.core.trust import UntrustedSocket
-from shellper.host.identity import ProcessIdentity
+from shellper.host.identity import IdentityError, PidFd, ProcessIdentity, open_verified
 from shellper.host.trust import check_server, check_socket_dir, check_socket_file
 from shellper.protocol import wire
 from shellper.protocol.connection import (
@@ -88,6 +89,9 @@ F = TypeVar("F", bound=wire.Frame)
 CONNECT_TIMEOUT = 5.0
 HANDSHAKE_TIMEOUT = 5.0
 REQUEST_TIMEOUT = 5.0
+STOP_EXIT_TIMEOUT = 5.0
+"""Seconds a resuming client's stop() waits, after the shellper answered STOP (its tree has ended), for the
+shellper process itself to be gone."""
 CLIENT_NAME = "tower-client"
 READ_SIZE = 256 * 1024
 MAX_BUFFERED = 8 * 1024 * 1024
@@ -440,6 +444,12 @@ class AsyncClient(ConnectionView):
 # --------------------------------------------------------------------------------------------- resuming
 
 
+def _exit_limit(replies: bool, grace: float | None) -> float:
+    """How long a stop waits for the shellper's exit: STOP_EXIT_TIMEOUT after its answer (the tree has
+    ended); a version-2 shellper does not answer, so its grace period comes first."""
+    return STOP_EXIT_TIMEOUT if replies else STOP_EXIT_TIMEOUT + (DEFAULT_GRACE if grace is None else grace)
+
+
 C = TypeVar("C", Client, AsyncClient)
 
 
@@ -470,6 +480,16 @@ class _Resuming(ResumeView, Generic[C]):
         """The shellper this client talked to is no longer running (dead or a zombie): a stale socket
         will never answer again, so there is no point in waiting out the backoff."""
         return self._shellper is not None and not self._shellper.is_alive()
+
+    def _pin_shellper(self) -> PidFd | None:
+        """A pidfd on the shellper this client verified at connect (None if none was, or it is gone): opened
+        before a STOP, so that waiting for its exit can never wait on a recycled pid."""
+        if self._shellper is None:
+            return None
+        try:
+            return open_verified(self._shellper)
+        except IdentityError:
+            return None
 
     def _current(self) -> C:
         if self.client is None:
@@ -584,10 +604,47 @@ class AsyncResumingClient(_Resuming[AsyncClient]):
         return await self._current().spawn(argv, cwd=cwd, env=env, clear_ring=clear_ring, timeout=timeout)
 
     async def stop(self, grace: float | None = None, timeout: float | None = None) -> None:
-        """End the session; the stream then ends cleanly (no reconnection), also when no child was running."""
+        """End the session; the stream then ends cleanly (no reconnection), also when no child was running.
+        Returns once the shellper process is gone (its pidfd, opened before the STOP, says so), not when its
+        tree has ended and it is still exiting: a ``find_holders`` right after must not count it. Timeout if
+        it is still there STOP_EXIT_TIMEOUT seconds after answering."""
         client = self._current()
         self.state.stopping = True
-        await client.stop(grace, timeout)
+        pidfd = self._pin_shellper()
+        try:
+            await client.stop(grace, timeout)
+            if pidfd is None:  # whose process it is is not known here (over ssh): the connection's end, then
+                await self._closed_by_peer(client)
+                return
+            loop = asyncio.get_running_loop()
+            gone: asyncio.Future[None] = loop.create_future()
+
+            def readable() -> None:
+                if not gone.done():
+                    gone.set_result(None)
+
+            limit = _exit_limit(client.conn.replies, grace)
+            loop.add_reader(pidfd.fileno(), readable)
+            try:
+                async with asyncio.timeout(limit):
+                    await gone
+            except TimeoutError:
+                raise Timeout(self.path, f"shellper {pidfd.pid} still runs {limit:g} s after it was "
+                              "asked to stop") from None
+            finally:
+                loop.remove_reader(pidfd.fileno())
+        finally:
+            if pidfd is not None:
+                pidfd.close()
+
+    async def _closed_by_peer(self, client: AsyncClient) -> None:
+        """Wait (at most STOP_EXIT_TIMEOUT) until the shellper closed the connection: it is exiting."""
+        task = client._task
+        if task is None or task.done():
+            return
+        with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+            async with asyncio.timeout(STOP_EXIT_TIMEOUT):
+                await asyncio.shield(task)
 
     async def status(self, timeout: float | None = None) -> wire.StatusReply:
         return await self._current().status(timeout)
@@ -701,10 +758,19 @@ class ResumingClient(_Resuming[Client]):
         return self._current().status(timeout)
 
     def stop(self, grace: float | None = None, timeout: float | None = None) -> None:
-        """End the session; the stream then ends cleanly (no reconnection), also when no child was running."""
+        """End the session; the stream then ends cleanly (no reconnection), also when no child was running.
+        Returns once the shellper process is gone, as AsyncResumingClient.stop."""
         client = self._current()
         self.state.stopping = True
-        client.stop(grace, timeout)
+        pidfd = self._pin_shellper()
+        try:
+            client.stop(grace, timeout)
+            limit = _exit_limit(client.conn.replies, grace)
+            if pidfd is not None and not pidfd.wait_dead(limit):
+                raise Timeout(self.path, f"shellper {pidfd.pid} still runs {limit:g} s after it was asked to stop")
+        finally:
+            if pidfd is not None:
+                pidfd.close()
 
     def abort(self) -> None:
         """Drop the current connection as if the network failed (the next recv resumes)."""

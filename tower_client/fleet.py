@@ -34,15 +34,16 @@ from typing import Any
 from shellper.core.config import SessionConfig
 from shellper.core.defaults import DEFAULT_GRACE
 from shellper.core.errors import ShellperError
+from shellper.core.exitrecord import ExitRecord, ExitRecordError
 from shellper.core.names import validate_name
 from shellper.core.owner import default_owner
 from shellper.daemon.launch import LaunchInfo, launch
-from shellper.host.identity import IdentityError, PidFd, ProcessIdentity, open_verified
+from shellper.host.identity import IdentityError, PidFd, ProcessGone, ProcessIdentity, open_verified
 from shellper.host.paths import SessionPaths, ensure_runtime_dir
 from shellper.host.record import RecordError, SessionRecord, read_record
 from shellper.protocol import wire
 from tower_client.agent import AgentCommand, resolve
-from tower_client.apply import Report, apply, terminate_session
+from tower_client.apply import VERIFY_CLIENT_NAME, Report, apply, terminate_session
 from tower_client.atomicfile import write_atomic
 from tower_client.client import (
     AsyncResumingClient,
@@ -52,10 +53,11 @@ from tower_client.client import (
     checked_request,
     socket_path,
 )
-from tower_client.discover import discover_async, observe_async
+from tower_client.discover import PROBE_CLIENT_NAME, discover_async, observe_async
+from tower_client.errors import FleetClosed, FleetError, FleetNotStarted, UnknownSession
 from tower_client.inotify import Change, DirWatch
 from tower_client.progress import ProgressJournal
-from tower_client.reconcile import Action, Decision, reconcile
+from tower_client.reconcile import Action, Decision, Registry, reconcile
 from tower_client.registry_file import RegistryFile
 from tower_client.resume import Backoff
 from tower_client.stream import (
@@ -69,7 +71,8 @@ from tower_client.stream import (
     StateTracker,
 )
 
-__all__ = ["Fleet", "FleetError", "FleetPolicy", "OnDeath", "SessionSpec", "UnknownSession"]
+__all__ = ["Fleet", "FleetClosed", "FleetError", "FleetNotStarted", "FleetPolicy", "OnDeath", "SessionSpec",
+           "UnknownSession"]
 
 MAX_PENDING_BYTES = 1024 * 1024
 """Output of one session handed to the merged stream and not yet taken by the Tower. Past it, that
@@ -81,23 +84,17 @@ AGENT_RELAUNCHES = 3
 """Automatic relaunches of an agent whose conversation id was in use, per session and Fleet life."""
 IN_USE = re.compile(r"already in use", re.IGNORECASE)
 """What an agent CLI says when its conversation id is held (shellper's default fatal pattern too)."""
+FLEET_CLIENT_NAME = "tower-fleet"
+OWN_CLIENTS = frozenset({FLEET_CLIENT_NAME, PROBE_CLIENT_NAME, VERIFY_CLIENT_NAME})
+"""HELLO client names of this library's own connections: the Fleet's, and the probes of discover and apply
+(another Tower's start, ``tower-client ls``). Their attach and detach events are not the Tower's news."""
+ATTACH_EVENTS = ("client_attached", "client_detached")
+STATE_EVENTS_VERSION = 3
+"""The protocol version from which a shellper announces every state with a ``state`` event."""
+EXIT_STATES = frozenset({FleetState.BACKOFF, FleetState.EXITED, FleetState.FATAL})
+"""States a WELCOME's exit record explains (the child's last exit put the session there)."""
 LAUNCH_COLUMN = "launch"
 AGENT_COLUMN = "agent"
-
-
-class FleetError(ShellperError):
-    """A Fleet operation that cannot be done; ``session`` names the session when there is one."""
-
-    def __init__(self, session: str | None, message: str) -> None:
-        self.session = session
-        super().__init__(message)
-
-
-class UnknownSession(FleetError, KeyError):
-    """No session of that name is in the Fleet."""
-
-    def __str__(self) -> str:
-        return str(self.args[0])
 
 
 class OnDeath(StrEnum):
@@ -191,9 +188,11 @@ class _Member:
         self.room = asyncio.Event()
         self.room.set()
         self.spawns: list[asyncio.Future[int]] = []
-        self.welcome_state: tuple[FleetState, str, int | None] | None = None
+        self.welcome_state: tuple[FleetState, str, int | None, ExitRecord | None] | None = None
         """The state WELCOME named, said once the held events (up to ``held_until``) have come."""
         self.held_until = 0
+        self.own_clients: set[int] = set()
+        """client_id of this library's connections attached now (their detach is hidden too)."""
 
     def close_pidfd(self) -> None:
         if not self.pidfd.closed:
@@ -223,7 +222,9 @@ class Fleet:
         self._watch: DirWatch | None = None
         self._registry_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._started = False
         self._closed = False
+        self._closing: asyncio.Task[None] | None = None
         self._agent_relaunches: dict[str, int] = {}
         self._launching: set[str] = set()
         """Names being launched now: their record appears before their registry row."""
@@ -232,13 +233,27 @@ class Fleet:
 
     async def start(self) -> None:
         """Reconcile and apply for this owner, adopt and respawn, then watch. RegistryError / ProgressError
-        were raised by the constructor already; OwnerBusy if another Tower of this owner is applying."""
+        were raised by the constructor already; OwnerBusy if another Tower of this owner is applying.
+        FleetClosed after close(), FleetError if it was started already: a Fleet starts once."""
+        if self._closed:
+            raise FleetClosed(None, "this Fleet was closed: make a new one to start again")
+        if self._started:
+            raise FleetError(None, "this Fleet was started already")
+        self._started = True
         ensure_runtime_dir(self.dir)
         self._watch = DirWatch(self.dir, self._changed)  # first: nothing that happens from now on is missed
         self._watch.start()
         observed = await discover_async(self.dir)
-        decisions = reconcile(self.registry.registry(), observed, now=time.time(),
-                              husk_max_age=self.policy.husk_max_age, owner=self.owner)
+        # A stop the previous life asked for and did not see through is finished, not undone: its session
+        # is decided as if it were not registered (terminated if it runs, cleaned if it left files), never
+        # respawned.
+        stops = self.journal.stops()
+        registry = self.registry.registry()
+        registry = Registry(tuple(r for r in registry.rows if r.name not in stops), registry.path)
+        decisions = reconcile(registry, observed, now=time.time(), husk_max_age=self.policy.husk_max_age,
+                              owner=self.owner)
+        to_stop = [d for d in decisions if d.name in stops]
+        decisions = [d for d in decisions if d.name not in stops]
         report = self.report = await asyncio.to_thread(apply, decisions, grace=self.policy.grace, owner=self.owner)
         respawn: list[str] = []
         for outcome in report.outcomes:
@@ -256,18 +271,92 @@ class Fleet:
             elif d.action is Action.TERMINATE and d.reason == "husk_expired":
                 self.registry.remove(d.name)
                 self.journal.forget(d.name)
+        for name, grace in stops.items():
+            await self._finish_stop(name, grace, [d for d in to_stop if d.name == name], report)
         for name in list(self.journal):
             if name not in self.registry.rows:
                 self.journal.forget(name)
         await self._save_registry()
         await self._bounded([self._relaunch(name, "respawn") for name in respawn])
 
+    async def _finish_stop(self, name: str, grace: float, decisions: list[Decision], report: Report) -> None:
+        """Carry out a journalled stop: end the session if it runs (waiting out a shellper still stopping,
+        within grace + STOP_MARGIN), clean what it left, then drop its row and journal entry. A session that
+        cannot be dealt with now (left for another reason) keeps its row and the intent for the next start."""
+        done = True
+        for d in decisions:
+            if d.action is Action.LEAVE and d.reason == "stopping" and d.observed is not None \
+                    and d.observed.record is not None:
+                ok, detail = await self._await_stopping(d.observed.record, grace)
+                self._emit(Notice(name, "stop", "stop_requested", detail))
+                if ok:
+                    await self._clean_dead(name)
+                done = done and ok
+            elif d.action in (Action.TERMINATE, Action.CLEAN):
+                outcome = (await asyncio.to_thread(apply, [d], grace=grace, owner=self.owner)).outcomes[0]
+                report.outcomes.append(outcome)
+                self._emit(Notice(name, str(d.action), "stop_requested", outcome.error or outcome.detail))
+                done = done and outcome.ok
+            else:
+                self._emit(Notice(name, str(d.action), d.reason, "a stop was requested: tried again at the next start"))
+                done = False
+        if done:
+            self.registry.remove(name)
+            self.journal.forget(name)
+            self._emit(Notice(name, "stopped", "stop_requested", f"the stop requested with grace {grace:g} s "
+                              "before the Tower's restart is done"))
+
+    async def _await_stopping(self, record: SessionRecord, grace: float) -> tuple[bool, str]:
+        """A shellper still carrying out a STOP: wait for its exit (its pidfd), and end it with signals if it
+        is still there after grace + STOP_MARGIN. (done, what happened)."""
+        try:
+            pidfd = open_verified(ProcessIdentity(record.boot_id, record.shellper_pid, record.shellper_start_time))
+        except IdentityError:
+            return True, "the shellper had gone"
+        try:
+            if await asyncio.to_thread(pidfd.wait_dead, grace + STOP_MARGIN):
+                return True, f"shellper {record.shellper_pid} finished stopping"
+        finally:
+            pidfd.close()
+        paths = SessionPaths.for_name(self.dir, record.name)
+        try:
+            term = await asyncio.to_thread(terminate_session, record, paths, grace=grace)
+        except ProcessGone:
+            return True, f"shellper {record.shellper_pid} finished stopping"
+        except ShellperError as exc:  # not ours any more, or something outlived SIGKILL: said, not hidden
+            return False, f"shellper {record.shellper_pid}: {exc}"
+        return not term.kept, f"shellper {record.shellper_pid} ended via {term.method}"
+
+    @property
+    def closed(self) -> bool:
+        """close() or shutdown() was called: requests raise FleetClosed, the stream has ended."""
+        return self._closed
+
+    def _check_live(self, name: str | None = None) -> None:
+        """Requests need a started Fleet that is not closed: before start() it has not adopted what runs (a
+        session launched then would be attached twice), after close() nothing watches or reads any more."""
+        if self._closed:
+            raise FleetClosed(name, "this Fleet is closed")
+        if not self._started:
+            raise FleetNotStarted(name, "this Fleet is not started: await fleet.start() (or async with fleet) first")
+
+    def shutdown(self) -> None:
+        """Begin closing, from a signal handler or any callback: the stream ends at once (``async for``
+        stops, ``next()`` raises FleetClosed) and requests raise FleetClosed; ``await close()`` (or
+        leaving ``async with``) waits until the journal is committed. The sessions run on."""
+        if self._closing is None:
+            self._closed = True
+            self._queue.put_nowait(_END)  # wakes a reader waiting for the next item
+            self._closing = asyncio.get_running_loop().create_task(self._close(), name="fleet close")
+
     async def close(self) -> None:
         """Stop watching and reading and commit the journal; the sessions run on (a Tower restarting must
-        not end them). ``stop_all`` first to end them."""
-        if self._closed:
-            return
-        self._closed = True
+        not end them). ``stop_all`` first to end them. Safe to call again, and while a shutdown() runs."""
+        self.shutdown()
+        assert self._closing is not None
+        await asyncio.shield(self._closing)
+
+    async def _close(self) -> None:
         if self._watch is not None:
             self._watch.close()
         for task in list(self._tasks):
@@ -277,7 +366,6 @@ class Fleet:
         self.members.clear()
         with contextlib.suppress(ShellperError):
             await self.journal.close()
-        self._queue.put_nowait(_END)
 
     async def __aenter__(self) -> Fleet:
         try:
@@ -296,8 +384,12 @@ class Fleet:
         return self
 
     async def __anext__(self) -> FleetItem:
+        """The next item; the iteration ends when the Fleet is closed (items not taken by then are not
+        acknowledged, so they come again at the next start)."""
+        if self._closed:
+            raise StopAsyncIteration
         item = await self._queue.get()
-        if item is _END:
+        if item is _END or self._closed:
             self._queue.put_nowait(_END)
             raise StopAsyncIteration
         if isinstance(item, OutputChunk):
@@ -309,12 +401,14 @@ class Fleet:
         return item  # type: ignore[no-any-return]
 
     async def next(self, timeout: float | None = None) -> FleetItem | None:
-        """The next item, or None after ``timeout`` seconds with none."""
+        """The next item, or None after ``timeout`` seconds with none; FleetClosed once the Fleet is closed."""
         try:
             async with asyncio.timeout(timeout):
                 return await self.__anext__()
         except TimeoutError:
             return None
+        except StopAsyncIteration:
+            raise FleetClosed(None, "this Fleet is closed: its stream has ended") from None
 
     def ack(self, item: FleetItem) -> None:
         """The Tower has consumed ``item`` (and everything of its session before it). Committed in the
@@ -330,13 +424,16 @@ class Fleet:
         await self.journal.sync()
 
     def _emit(self, item: FleetItem) -> None:
-        self._queue.put_nowait(item)
+        if not self._closed:  # nobody reads a closed Fleet's stream
+            self._queue.put_nowait(item)
 
     # ----------------------------------------------------------------------------------- launching
 
     async def launch(self, spec: SessionSpec) -> LaunchInfo:
         """Start a session (the agent's command line from the mint-or-reclaim verdict), record it in the
-        registry, and attach its stream from offset 0. LaunchError / ConfigError / FleetError."""
+        registry, and attach its stream from offset 0. LaunchError / ConfigError / FleetError (FleetNotStarted,
+        FleetClosed)."""
+        self._check_live(spec.name)
         validate_name(spec.name)
         if spec.name in self.members or spec.name in self._launching:
             raise FleetError(spec.name, f"session {spec.name!r} is already in this fleet")
@@ -372,11 +469,13 @@ class Fleet:
 
     async def launch_many(self, specs: Iterable[SessionSpec]) -> list[LaunchInfo | BaseException]:
         """Launch with at most ``policy.concurrency`` starting at once; each result or its error, in order."""
+        self._check_live()
         return await self._bounded([self.launch(s) for s in specs])
 
     async def relaunch(self, name: str) -> LaunchInfo:
         """Start ``name`` again from its registry row (after a fatal crash loop, say): its shellper, if any,
         is stopped first; an agent's conversation goes through mint-or-reclaim again."""
+        self._check_live(name)
         if name in self.members:
             await self.stop(name, forget=False)
         return await self._relaunch_row(name)
@@ -439,6 +538,7 @@ class Fleet:
                 m.spawns.remove(fut)
 
     def _member(self, name: str) -> _Member:
+        self._check_live(name)
         m = self.members.get(name)
         if m is None:
             raise UnknownSession(name, f"no session {name!r} in this fleet")
@@ -448,11 +548,16 @@ class Fleet:
 
     async def stop(self, name: str, grace: float | None = None, *, forget: bool = True) -> None:
         """End the session (STOP over its socket; signals through pidfds, in a thread, if it does not go
-        within grace + STOP_MARGIN) and, with ``forget``, drop its registry row and journal entry."""
+        within grace + STOP_MARGIN) and, with ``forget``, drop its registry row and journal entry. With
+        ``forget`` the intent is committed to the journal before the STOP is sent (ProgressError if that
+        fails: nothing is sent), so a Tower killed meanwhile finishes the stop at its next start."""
         m = self._member(name)
         m.stopping = True
         m.room.set()
         grace = self.policy.grace if grace is None else grace
+        if forget:  # on disk before the STOP goes: a Tower killed meanwhile finishes the stop on restart
+            self.journal.intend_stop(name, m.instance_id, grace)
+            await self.journal.sync()
         if not m.died.is_set() and m.client is not None:
             with contextlib.suppress(ClientError):
                 await m.client.stop(grace)
@@ -472,9 +577,11 @@ class Fleet:
 
     async def stop_many(self, names: Iterable[str], grace: float | None = None) -> list[BaseException | None]:
         """Stop with at most ``policy.concurrency`` at once (the grace periods run concurrently)."""
+        self._check_live()
         return await self._bounded([self.stop(n, grace) for n in names])
 
     async def stop_all(self, grace: float | None = None) -> list[BaseException | None]:
+        self._check_live()
         return await self.stop_many(list(self.members), grace)
 
     async def _bounded(self, jobs: Sequence[Any]) -> list[Any]:
@@ -500,7 +607,7 @@ class Fleet:
             pos = self.journal.get(name)
         assert pos is not None
         client = _FleetClient(str(socket_path(self.dir, name)), m.died, backoff=self.policy.backoff,
-                              expect_instance_id=record.instance_id, client_name="tower-fleet")
+                              expect_instance_id=record.instance_id, client_name=FLEET_CLIENT_NAME)
         try:
             welcome = await client.connect(resume_from=pos.offset, events_after=pos.event_seq)
         except BaseException:
@@ -509,7 +616,17 @@ class Fleet:
             raise
         m.client = client
         self.members[name] = m
-        m.welcome_state = (FleetState.of(welcome.state), "adopted" if adopted else "launched", welcome.child_pid)
+        # A shellper that announces its states is followed by those alone from the first event: deriving the
+        # first state from `spawned` as well would hand the Tower that state twice.
+        m.tracker.state_events = welcome.version >= STATE_EVENTS_VERSION
+        state = FleetState.of(welcome.state)
+        try:  # the child's last exit says why a husk is one (and how a backing-off child ended)
+            last_exit = welcome.exit_record() if state in EXIT_STATES else None
+        except ExitRecordError:
+            last_exit = None
+        # The shellper's own reason (a fatal's "permanent failure: ..."), as WELCOME and STATUS say it.
+        reason = welcome.state_reason or ("adopted" if adopted else "launched")
+        m.welcome_state = (state, reason, welcome.child_pid if state is FleetState.RUNNING else None, last_exit)
         m.held_until = welcome.event_seq
         if welcome.event_seq <= pos.event_seq:  # no held event comes: say the state now
             self._announce(m)
@@ -520,10 +637,10 @@ class Fleet:
         session learns its state even when the held events are only attaches and detaches."""
         if m.welcome_state is None:
             return
-        state, reason, child_pid = m.welcome_state
+        state, reason, child_pid, last_exit = m.welcome_state
         m.welcome_state = None
         if m.tracker.state is not state:
-            self._emit(m.tracker.change(state, reason, time.time(), child_pid=child_pid))
+            self._emit(m.tracker.change(state, reason, time.time(), child_pid=child_pid, exit=last_exit))
 
     async def _detach(self, m: _Member) -> None:
         task, m.task = m.task, None
@@ -574,6 +691,10 @@ class Fleet:
         if isinstance(frame, wire.Gap):
             return Missed(m.name, m.instance_id, frame.offset, frame.missed)
         if isinstance(frame, wire.Event):
+            if frame.kind in ATTACH_EVENTS and self._own_client(m, frame):
+                if frame.seq >= m.held_until and m.welcome_state is not None:  # version 2 numbered it: held
+                    self._announce(m)
+                return None
             if frame.seq == 0:  # events_missed: made for this connection, not part of the sequence
                 return SessionEvent(m.name, m.instance_id, 0, frame.kind, frame.time, dict(frame.data))
             item = m.tracker.take(frame)
@@ -587,6 +708,21 @@ class Fleet:
                     fut.set_result(item.child_pid)
             return item
         return None  # EXIT (its event carries it), Reconnected, replies
+
+    @staticmethod
+    def _own_client(m: _Member, event: wire.Event) -> bool:
+        """An attach or detach of this library's own connections (the Fleet's, a probe's): not news. Matched
+        by the HELLO's client name (a foreign client naming itself so only hides its own attach)."""
+        data = event.data if isinstance(event.data, Mapping) else {}
+        client_id = data.get("client_id")
+        if event.kind == "client_attached" and data.get("client") in OWN_CLIENTS:
+            if isinstance(client_id, int):
+                m.own_clients.add(client_id)
+            return True
+        if event.kind == "client_detached" and client_id in m.own_clients:
+            m.own_clients.discard(client_id)
+            return True
+        return False
 
     def _id_in_use(self, m: _Member, change: StateChange) -> None:
         """An agent that gave up because its conversation id is in use (the shellper's fatal pattern) is

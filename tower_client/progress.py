@@ -48,6 +48,9 @@ class Position:
     """Every output byte before this offset has been consumed."""
     event_seq: int = 0
     """Every numbered event up to this one has been consumed (0: none)."""
+    stop: float | None = None
+    """The Tower asked this session to stop, with this grace period, and has not seen it through yet: a
+    Tower restarted in between finishes the stop instead of respawning the session (None: no stop)."""
 
 
 def _parse(data: bytes, path: str) -> dict[str, Position]:
@@ -71,7 +74,11 @@ def _parse(data: bytes, path: str) -> dict[str, Position]:
         if not ok:
             raise ProgressError(path, f"session {name!r}: expected instance_id (string), offset and event_seq "
                                 "(integers >= 0)")
-        out[name] = Position(row["instance_id"], row["offset"], row["event_seq"])
+        stop = row.get("stop")
+        if stop is not None and (isinstance(stop, bool) or not isinstance(stop, int | float) or not 0 <= stop < 1e9):
+            raise ProgressError(path, f"session {name!r}: stop must be a grace period in seconds (a number >= 0)")
+        out[name] = Position(row["instance_id"], row["offset"], row["event_seq"],
+                             None if stop is None else float(stop))
     return out
 
 
@@ -125,6 +132,18 @@ class ProgressJournal:
         if pos is not None and pos.instance_id == instance_id and seq > pos.event_seq:
             self._set(name, replace(pos, event_seq=seq))
 
+    def intend_stop(self, name: str, instance_id: str, grace: float) -> None:
+        """The Tower is about to stop ``name`` (``instance_id``) with ``grace``: ``await sync()`` before
+        sending the STOP, so a Tower killed meanwhile finds the intent and finishes the stop."""
+        pos = self.acked.get(name)
+        if pos is None or pos.instance_id != instance_id:
+            pos = Position(instance_id)
+        self._set(name, replace(pos, stop=float(grace)))
+
+    def stops(self) -> dict[str, float]:
+        """Sessions with a stop not seen through, and the grace each was asked with."""
+        return {name: pos.stop for name, pos in sorted(self.acked.items()) if pos.stop is not None}
+
     def forget(self, name: str) -> None:
         if self.acked.pop(name, None) is not None:
             self._changed()
@@ -145,8 +164,12 @@ class ProgressJournal:
     # ----------------------------------------------------------------------------------- committing
 
     def encode(self) -> bytes:
-        sessions: dict[str, Any] = {name: {"instance_id": p.instance_id, "offset": p.offset, "event_seq": p.event_seq}
-                                    for name, p in sorted(self.acked.items())}
+        sessions: dict[str, Any] = {}
+        for name, p in sorted(self.acked.items()):
+            row: dict[str, Any] = {"instance_id": p.instance_id, "offset": p.offset, "event_seq": p.event_seq}
+            if p.stop is not None:  # only then: a journal without stops reads as it always did
+                row["stop"] = p.stop
+            sessions[name] = row
         return json.dumps({"version": JOURNAL_VERSION, "sessions": sessions}, separators=(",", ":")).encode()
 
     def save(self) -> None:

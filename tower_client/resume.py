@@ -95,6 +95,11 @@ class Resume(Position):
         """A (re)connection's handshake is done: queue its REPLAY as items (GAP if the ring had dropped
         bytes, then DATA), after a Reconnected marker when it resumes. ``last_event_seq``: the first
         connection's (what its HELLO asked for, or WELCOME's)."""
+        asked_events = last_event_seq if not self._connected else self.last_event_seq
+        if asked_events is not None and asked_events > welcome.event_seq:
+            # What a current shellper refuses as bad_offset, and an older one accepted silently.
+            raise ProtocolViolation(self.path, f"asked for the events after {asked_events}, the session's last "
+                                    f"event is {welcome.event_seq}: another stream's position")
         if self.instance_id is None:
             self.instance_id = welcome.instance_id
         self.session_state = welcome.state

@@ -631,11 +631,18 @@ def exit_record(evidence: ExitEvidence, decision: Decision, *, state: SessionSta
     """What the session reports of one exit: the evidence, the supervisor's decision on it, and the state
     the session went to (which a STOP or a SPAWN in progress overrides, so it is passed in)."""
     c = decision.classification
+    # A failed exec is described as such ("exec failed: ..."), not by what the supervisor decided; a child a
+    # SPAWN replaces (state starting) by that, not by the supervisor's "not restarted": a new one starts.
+    if evidence.spawn_error:
+        reason = c.reason
+    elif state is SessionState.STARTING:
+        reason = f"{c.reason}; replaced by a new child (SPAWN)"
+    else:
+        reason = decision.reason
     return ExitRecord(
         code=evidence.code, signal=signal_name(evidence.signal) if evidence.signal else None, core=evidence.core,
         uptime=round(evidence.uptime, 3), exit_class=c.exit_class,
-        # A failed exec is described as such ("exec failed: ..."), not by what the supervisor decided.
-        reason=c.reason if evidence.spawn_error else decision.reason, state=state, child_pid=child_pid, time=at,
+        reason=reason, state=state, child_pid=child_pid, time=at,
         restart_in=decision.delay if state is SessionState.BACKOFF else None,
         stderr_tail=evidence.stderr_tail[-EXIT_RECORD_TAIL:], restarts=decision.restart_count, breaker=breaker,
         spawn_error=evidence.spawn_error)

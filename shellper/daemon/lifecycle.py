@@ -174,7 +174,8 @@ class Lifecycle:
             self.next_restart_at = time.time() + decision.delay
         details = {"restart_at": self.next_restart_at} if state is SessionState.BACKOFF else None
         # the exit is on disk before anyone hears of it; its state event follows the exit's
-        self.journal.set_state(state, decision.reason, announce=False, details=details)
+        reason = record.reason if state is SessionState.STARTING else decision.reason  # a SPAWN: not "not restarted"
+        self.journal.set_state(state, reason, announce=False, details=details)
         exit_frame = wire.Exit.of(record)
         self.registry.send_exit(wire.encode(exit_frame), exit_frame)
         self.journal.event("exited", record.to_wire())

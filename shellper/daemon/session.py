@@ -316,6 +316,11 @@ class Session:
     def events_after(self, seq: int) -> list[wire.Event]:
         return self.journal.events_after(seq)
 
+    @property
+    def event_seq(self) -> int:
+        """The last numbered event's seq (0: none yet)."""
+        return self.journal.event_seq
+
     def write_input(self, data: bytes, client: ClientConn) -> None:
         self.input.write(data, client)
 

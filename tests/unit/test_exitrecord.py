@@ -57,7 +57,10 @@ def legacy_map(evidence: ExitEvidence, supervisor: Supervisor, state: SessionSta
         "core": evidence.core,
         "uptime": round(evidence.uptime, 3),
         "class": decision.classification.exit_class.value,
-        "reason": decision.classification.reason if evidence.spawn_error else decision.reason,
+        # the one change since: a child a SPAWN replaces no longer says "not restarted"
+        "reason": (decision.classification.reason if evidence.spawn_error else
+                   f"{decision.classification.reason}; replaced by a new child (SPAWN)"
+                   if state is SessionState.STARTING else decision.reason),
         "state": state,
         "child_pid": child_pid,
         "time": at,

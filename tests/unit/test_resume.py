@@ -212,3 +212,21 @@ def test_a_dead_shellper_ends_the_stream_at_once(error: ClientError, gone: bool,
         with pytest.raises(ends_as):
             r.failed(error, gone)
         assert isinstance(r.ended, ends_as)
+
+
+@pytest.mark.parametrize("first", [True, False])
+def test_events_after_past_the_sessions_last_event_is_refused(first: bool) -> None:
+    """What a current shellper refuses as bad_offset, and an older one accepted silently."""
+    if first:
+        r = Resume(PATH, None, Backoff())
+        with pytest.raises(ProtocolViolation, match="events after 8"):
+            r.connected(welcome(event_seq=7), wire.Replay(offset=0), 8)
+        r.connected(welcome(event_seq=8), wire.Replay(offset=0), 8)  # up to the last event: fine
+        assert r.last_event_seq == 8
+    else:
+        r = connected()  # at event 3
+        r.next_delay()
+        with pytest.raises(ProtocolViolation, match="events after 3"):
+            r.connected(welcome(event_seq=2), wire.Replay(offset=5), None)
+        r.connected(welcome(event_seq=3), wire.Replay(offset=5), None)
+        assert r.reconnects == 1

@@ -71,7 +71,13 @@ export class ResumingClient implements AsyncIterable<ResumeItem> {
   /** Connects (as Client.connect) and returns once WELCOME and REPLAY are in; the REPLAY's history
    * is handed out as items (a GAP if part of it was gone, then DATA). */
   static async connect(path: string, options: ResumingOptions = {}): Promise<ResumingClient> {
-    return new ResumingClient(path, await Client.connect(path, options), options);
+    const client = await Client.connect(path, options);
+    const asked = options.eventsAfter != null ? BigInt(options.eventsAfter) : null;
+    if (asked != null && client.welcome.event_seq < asked) {
+      client.abort(); // what a current shellper refuses as bad_offset, and an older one accepted silently
+      throw new ProtocolViolation(path, `asked for the events after ${asked}, the session's last event is ${client.welcome.event_seq}`);
+    }
+    return new ResumingClient(path, client, options);
   }
 
   get welcome(): Welcome {
@@ -162,6 +168,12 @@ export class ResumingClient implements AsyncIterable<ResumeItem> {
       if (replay.offset - replay.gap !== asked) {
         client.abort();
         this.ended = new ProtocolViolation(this.path, `asked to resume at ${asked}, REPLAY starts at ${replay.offset} with a gap of ${replay.gap}`);
+        throw this.ended;
+      }
+      if (this.lastEventSeq != null && client.welcome.event_seq < this.lastEventSeq) {
+        // what a current shellper refuses as bad_offset, and an older one accepted silently
+        client.abort();
+        this.ended = new ProtocolViolation(this.path, `asked for the events after ${this.lastEventSeq}, the session's last event is ${client.welcome.event_seq}`);
         throw this.ended;
       }
       this.current = client;

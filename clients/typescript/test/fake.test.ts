@@ -7,7 +7,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 
-import { Client, SessionGone, encodeFrame } from "../src/index.js";
+import { Client, ProtocolViolation, ResumingClient, SessionGone, encodeFrame } from "../src/index.js";
 
 const WELCOME = {
   type: "WELCOME", version: 2, name: "fake", shellper_pid: 1, shellper_start_time: 1, boot_id: "b", instance_id: "i",
@@ -65,6 +65,32 @@ test("a PING from the peer is answered with a PONG carrying its nonce", { timeou
     assert.equal(await c.recv(50), null); // the PING is answered, not handed out
     c.abort();
     await c.closed;
+  } finally {
+    await new Promise((resolve) => server.close(resolve));
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("events after the session's last event are refused, as a current shellper's bad_offset", { timeout: 10_000 }, async () => {
+  const dir = mkdtempSync(join(tmpdir(), "shellper-ts-fake-"));
+  const path = join(dir, "fake.sock");
+  const seqs = [5n, 2n, 5n]; // the first connection's last event, then a reconnection's (older shellpers accepted it)
+  let connections = 0;
+  const server = net.createServer((socket) => {
+    const eventSeq = seqs[connections++ % seqs.length];
+    socket.once("data", () => {
+      socket.end(Buffer.concat([encodeFrame({ ...WELCOME, event_seq: eventSeq }), encodeFrame({ type: "REPLAY", offset: 0n })]));
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(path, resolve));
+  try {
+    const rc = await ResumingClient.connect(path, { eventsAfter: 5n, backoff: { initialMs: 1, factor: 1, maxMs: 1, maxAttempts: 3 } });
+    await assert.rejects((async () => { for await (const _ of rc) { /* until the stream ends */ } })(),
+      (e: unknown) => e instanceof ProtocolViolation && /events after 5, the session's last event is 2/.test(e.message));
+    await rc.close();
+    connections = 1; // the next one says 2: refused at the first connection too
+    await assert.rejects(ResumingClient.connect(path, { eventsAfter: 5n }),
+      (e: unknown) => e instanceof ProtocolViolation && /events after 5/.test(e.message));
   } finally {
     await new Promise((resolve) => server.close(resolve));
     rmSync(dir, { recursive: true, force: true });

@@ -233,6 +233,11 @@ describe("against a live shellper", { skip, concurrency: false, timeout: 240_000
     }
     const tooFar = Client.connect(info.socket, { role: "viewer", resumeFrom: BigInt(expected.length) + 1n });
     await assert.rejects(tooFar, (e: unknown) => e instanceof RemoteError && e.error.code === "bad_offset" && e.error.fatal);
+    const probe = await Client.connect(info.socket, { role: "viewer", replayBytes: 0 });
+    const last = probe.welcome.event_seq;
+    await probe.close();
+    const eventsTooFar = Client.connect(info.socket, { role: "viewer", replayBytes: 0, eventsAfter: last + 1n });
+    await assert.rejects(eventsTooFar, (e: unknown) => e instanceof RemoteError && e.error.code === "bad_offset" && e.error.fatal);
   });
 
   test("exact gaps, live: a viewer that stops reading is not waited for; each GAP counts exactly what it lost", async () => {
