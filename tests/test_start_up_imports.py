@@ -55,6 +55,7 @@ CLI = _BOTH | {"shellper.cli.main", "shellper.cli.remote", "shellper.daemon.laun
 
 DAEMON = _BOTH | {
     "shellper.core.detachkeys", "shellper.core.merge", "shellper.core.modes", "shellper.core.ring",
+    "shellper.core.peertext",  # 29 lines, no imports: a peer's string quoted for the log (issue 27)
     "shellper.daemon.clientconn", "shellper.daemon.files", "shellper.daemon.inputqueue", "shellper.daemon.journal",
     "shellper.daemon.lifecycle", "shellper.daemon.main", "shellper.daemon.output", "shellper.daemon.pacing",
     "shellper.daemon.reactor", "shellper.daemon.registry", "shellper.daemon.screen", "shellper.daemon.session",
