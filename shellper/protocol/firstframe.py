@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import struct
 
-from shellper.protocol.wire import FrameType
+from shellper.protocol.wire import HELLO_LIMIT, FrameType
 
 HEADER = struct.Struct(">BI")
 """Version 1's frame header (version 2's too): the type, then the payload's length, big-endian."""
@@ -26,13 +26,16 @@ LEGACY_TYPES = frozenset(int(t) for t in FrameType if t <= FrameType.SPAWN)
 def first_frame_is_legacy(buf: bytes | bytearray) -> bool | None:
     """Whether a connection whose first bytes are ``buf`` speaks version 1; None until that can be told.
 
-    Version 1: the first frame is a known non-DATA type whose payload starts with ``{``. Decided from the
-    header and the payload's first byte, so a version-2 client is never held up by more than its header.
+    Version 1: the first frame is a known non-DATA type, within the handshake's size (4 KiB), whose payload
+    starts with ``{``. Decided from the header and the payload's first byte, so a version-2 client is never held
+    up by more than its header.
     """
     if len(buf) < HEADER_SIZE:
         return None
     frame_type, length = HEADER.unpack_from(buf, 0)
-    if frame_type == FrameType.DATA or frame_type not in LEGACY_TYPES or length == 0 or length > MAX_FRAME_SIZE:
+    # A first frame over the handshake's size is refused before its payload is awaited: were it version 1's
+    # it would be skipped unread, so waiting for its first byte could only end in the handshake timeout.
+    if frame_type == FrameType.DATA or frame_type not in LEGACY_TYPES or length == 0 or length > HELLO_LIMIT.size:
         return False
     if len(buf) == HEADER_SIZE:
         return None

@@ -212,6 +212,8 @@ SNIFF = [
     ("unknown type", legacy.encode(0x42, b"{"), False),
     ("version 2 type", legacy.encode(0x0F, b"{"), False),
     ("oversized", struct.pack(">BI", 8, legacy.MAX_FRAME_SIZE + 1), False),
+    ("over the handshake's 4 KiB", struct.pack(">BI", 8, wire.HELLO_LIMIT.size + 1), False),  # too_large at once
+    ("the handshake's 4 KiB", struct.pack(">BI", 8, wire.HELLO_LIMIT.size), None),
     ("HTTP", b"GET / HTTP/1.1\r\n", False),
 ]
 
