@@ -308,7 +308,8 @@ def cli_runtime_dir() -> Iterator[Path]:
         yield directory
     finally:
         for sock in directory.glob("*.sock"):
-            subprocess.run([sys.executable, "-m", "shellper", "--dir", str(directory), "stop", sock.stem],
+            subprocess.run([sys.executable, "-m", "shellper", "--dir", str(directory), "stop", "--grace", "0.5",
+                            sock.stem],
                            capture_output=True, timeout=60)
         shutil.rmtree(directory)
 
