@@ -172,6 +172,7 @@ def pytest_sessionfinish(session: pytest.Session) -> Iterator[None]:
             reporter = session.config.pluginmanager.get_plugin("terminalreporter")
             text = "processes this run left running, ended at its end: " + "; ".join(ended)
             if reporter is not None:
+                reporter.ensure_newline()
                 reporter.write_line(text, red=True)
             else:
                 print(text, file=sys.stderr)

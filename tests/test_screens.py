@@ -132,13 +132,14 @@ class Run:
             self.direct.resize(cols, rows)
         return self.attach(cols, rows)
 
-    def same_screen(self, attributes: bool = True, cursor: bool = True, skip_last: int = 0) -> None:
+    def same_screen(self, attributes: bool = True, cursor: bool = True, skip_last: int = 0,
+                    timeout: float = 10.0) -> None:
         """The reattached screen is the reference's, cell by cell (waiting, with a deadline, for it to come).
 
         A reattach makes the program redraw (a SIGWINCH even at the same size: shellper.host.child.resize),
         which the reference does not: ``skip_last`` leaves out the message line such a redraw clears."""
         assert self.attached is not None
-        self.attached.wait_same(self.direct.emulator.snapshot(), attributes, cursor, skip_last=skip_last)
+        self.attached.wait_same(self.direct.emulator.snapshot(), attributes, cursor, timeout, skip_last=skip_last)
 
 
 @pytest.fixture
@@ -315,7 +316,7 @@ def test_case3_main_screen_text_before_many_alternate_screen_toggles(runs: list[
     for size in SIZES.values():
         run.detach()
         run.reattach(*size)
-        run.same_screen()
+        run.same_screen(timeout=30)  # the raw replay: 3,000 frames through the pure-Python emulator first
 
 
 def _vim_file(tmp_path: Path, lines: int = 300) -> str:
