@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo tower-demo test lint typecheck unit bench soak clean compile test-versions completions test-ts
+.PHONY: demo tower-demo test check lint typecheck unit bench soak clean compile test-versions completions test-ts
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -39,10 +39,36 @@ lint: $(STAMP)
 	$(BIN)/ruff check shellper tower_client tests bench examples
 	$(BIN)/mypy
 
-unit: compile
-	$(BIN)/python -m pytest -q -m "not slow" -p no:cacheprovider
+# The suite runs in parallel (pytest-xdist): most of a test's time is spent waiting on processes, terminals
+# and sockets, not on the CPU, so more workers than cores keep the cores busy (bench/NOTES.md: 2, 4 and 6
+# workers on 2 cores). worksteal: a worker that runs out takes tests queued on a busy one, so a few long
+# terminal tests do not leave one worker finishing alone. TEST_WORKERS=0 runs the suite in one process.
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$((n * 2 > 4 ? n * 2 : 4)))
+PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
+PARALLEL := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist worksteal)
 
-test: lint unit test-ts
+unit: compile
+	$(PYTEST) -m "not slow" $(PARALLEL) --durations=25
+
+# Every edit: lint, types and the pure tests (tests/unit: no session, no terminal), in well under a minute;
+# the tests are CPU-bound, so one worker per core.
+check: compile
+	$(BIN)/ruff check shellper tower_client tests bench examples
+	$(BIN)/mypy
+	$(PYTEST) -m "not slow" -n logical tests/unit
+
+# What CI runs: ruff first (seconds), then mypy alongside the Python tests, whose workers mostly wait (its
+# output held back and shown after pytest's), then the TypeScript suites: run alongside too, their live
+# resume test missed its second drop under the load (2 of 6 runs; bench/NOTES.md). Fails if any of them did.
+test: compile
+	$(BIN)/ruff check shellper tower_client tests bench examples
+	@log=$$(mktemp -d); trap 'rm -rf "$$log"' EXIT; \
+	$(BIN)/mypy > "$$log/mypy" 2>&1 & mypy=$$!; \
+	$(MAKE) --no-print-directory unit; unit=$$?; \
+	wait $$mypy; mypy_rc=$$?; \
+	echo "== mypy (exit $$mypy_rc)"; cat "$$log/mypy"; \
+	$(MAKE) --no-print-directory test-ts; ts_rc=$$?; \
+	test $$unit = 0 && test $$mypy_rc = 0 && test $$ts_rc = 0
 
 # The TypeScript client (clients/typescript): its dependencies from the lock file on first use (and when
 # the lock changes; --omit=optional leaves out msgpackr's native addon, which only its benchmark

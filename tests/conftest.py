@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import select
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -72,25 +74,52 @@ def sweep_dead_runs(mount: str) -> list[str]:
     return removed
 
 
+RUN_ENV = "PYTEST_SHELLPER_RUN"
+"""Set once per run by the process that starts it (its pid and a random token) and inherited by pytest-xdist's
+workers and by everything a test starts: what still carries it when the run ends was started by the run and left
+behind (a session of a test that an interrupt cut short), and is ended (:func:`_sweep_run`). Not ``SHELLPER_``:
+tests that give a program a clean environment drop those."""
+_RUN_CGROUP_ENV = "PYTEST_SHELLPER_CGROUP"
+"""The run's own cgroup (MOUNT/shellper-test-<pid>), made by the run's first process, for its workers."""
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+"""This process's pytest-xdist worker id (gw0, gw1, ...), or None in the run's first process."""
+RUN_OWNER = RUN_ENV not in os.environ
+"""Whether this process started the run (a plain pytest, or xdist's controller): it cleans up after it."""
+if RUN_OWNER:
+    os.environ[RUN_ENV] = f"{os.getpid()}-{secrets.token_hex(8)}"
+RUN = os.environ[RUN_ENV]
+
+
 def _test_cgroup_parent() -> str | None:
     """Sessions started by the tests make their cgroups in a parent of this run's own (removed at exit), so
     the leak check sees exactly what the tests leave and a run never touches the machine's other sessions.
-    What killed runs left is removed first (:func:`sweep_dead_runs`)."""
+    Each xdist worker has a parent of its own inside the run's, so one worker's check never sees another's
+    sessions, and the run's first process removes the whole tree at the end, even after a killed worker; what
+    killed runs left is removed first (:func:`sweep_dead_runs`)."""
     mount = cgroup.find_mount()
     if mount is None or not os.access(mount, os.W_OK) or cgroup.systemd_manages_cgroups():
         return None
-    sweep_dead_runs(mount)
-    parent = os.path.join(mount, f"{TEST_PARENT_PREFIX}{os.getpid()}")
+    if RUN_OWNER:
+        sweep_dead_runs(mount)
+        parent = os.path.join(mount, f"{TEST_PARENT_PREFIX}{os.getpid()}")
+    elif WORKER is not None and os.environ.get(_RUN_CGROUP_ENV):
+        parent = os.path.join(os.environ[_RUN_CGROUP_ENV], WORKER)
+    else:  # a process a test started that imports this module: it makes no cgroup of its own
+        return os.environ.get(cgroup.PARENT_ENV) or None
     try:
         os.mkdir(parent)
     except OSError:
         return None
+    if RUN_OWNER:
+        os.environ[_RUN_CGROUP_ENV] = parent
     os.environ[cgroup.PARENT_ENV] = parent
     return parent
 
 
+_CLEANER = os.getpid()
+"""The process that made CGROUP_PARENT and removes it (not a fork of it)."""
 CGROUP_PARENT = _test_cgroup_parent()
-"""Where this run's sessions make their cgroups; None where the machine gives none (containment none)."""
+"""Where this process's sessions make their cgroups; None where the machine gives none (containment none)."""
 
 
 def _session_cgroups() -> set[str]:
@@ -112,9 +141,109 @@ def remove_cgroup_tree(path: str) -> None:
             os.rmdir(root)
 
 
-def pytest_unconfigure(config: Any) -> None:
-    if CGROUP_PARENT is not None and os.getpid() == int(CGROUP_PARENT.rsplit("-", 1)[1]):
+def _ancestors() -> set[int]:
+    pids, pid = set(), os.getpid()
+    while pid > 1:
+        pids.add(pid)
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    return pids
+
+
+def _sweep_run() -> list[str]:
+    """End every process that carries this run's mark (RUN_ENV) but this one and its ancestors; what each was.
+
+    Each is pinned by a pidfd before its environment is read: a pid reused meanwhile is either another
+    process of this run (its environment carries the mark too) or is left alone; the SIGKILL goes through
+    the pidfd, so it can only reach the process whose mark was read."""
+    mark = f"{RUN_ENV}={RUN}".encode()
+    keep = _ancestors()
+    ended = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in keep:
+            continue
+        try:
+            fd = os.pidfd_open(int(entry))
+        except OSError:
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if mark not in f.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                what = f.read().replace(b"\0", b" ").decode(errors="replace").strip()[:200]
+            signal.pidfd_send_signal(fd, signal.SIGKILL)
+            ended.append(f"{entry} ({what})")
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+    return ended
+
+
+_cleaned: list[bool] = []
+
+
+def _clean_up_run() -> list[str]:
+    """This process's cgroup tree, and for the run's first process every process the run left; what was ended."""
+    if os.getpid() != _CLEANER or _cleaned:
+        return []
+    _cleaned.append(True)
+    if CGROUP_PARENT is not None and (RUN_OWNER or WORKER is not None):
         remove_cgroup_tree(CGROUP_PARENT)
+    return _sweep_run() if RUN_OWNER else []
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_sessionfinish(session: pytest.Session) -> Iterator[None]:
+    """After everything else (xdist has stopped its workers by then): end what the run left, and fail a run
+    that seemed to pass but left something running."""
+    try:
+        return (yield)
+    finally:
+        ended = _clean_up_run()
+        if ended:
+            reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+            text = "processes this run left running, ended at its end: " + "; ".join(ended)
+            if reporter is not None:
+                reporter.ensure_newline()
+                reporter.write_line(text, red=True)
+            else:
+                print(text, file=sys.stderr)
+            if session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_unconfigure(config: Any) -> None:
+    _clean_up_run()  # again, for a run interrupted before its session finished
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    """SIGTERM and SIGHUP end a run as Ctrl-C does: fixtures tear down, sessions stop, the sweep runs. xdist's
+    controller passes the signal on to its workers (its only children: it runs no test itself)."""
+    if _xdist_controller:
+        for pid in _children(os.getpid()):
+            with contextlib.suppress(OSError):
+                fd = os.pidfd_open(pid)
+                try:
+                    signal.pidfd_send_signal(fd, signal.SIGTERM)
+                finally:
+                    os.close(fd)
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+_xdist_controller: list[bool] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if RUN_OWNER and config.getoption("numprocesses", None):
+        _xdist_controller.append(True)
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, _interrupt)
 
 
 def _open_fds() -> set[int]:
@@ -217,7 +346,8 @@ def cli_runtime_dir() -> Iterator[Path]:
         yield directory
     finally:
         for sock in directory.glob("*.sock"):
-            subprocess.run([sys.executable, "-m", "shellper", "--dir", str(directory), "stop", sock.stem],
+            subprocess.run([sys.executable, "-m", "shellper", "--dir", str(directory), "stop", "--grace", "0.5",
+                            sock.stem],
                            capture_output=True, timeout=60)
         shutil.rmtree(directory)
 
@@ -317,3 +447,59 @@ def recv_until(client: Client, kind: type[wire.Frame], timeout: float = 10.0,
         frame = client.recv(timeout=left)
         if isinstance(frame, kind) and (where is None or where(frame)):
             return frame
+
+
+# ------------------------------------------------------------------ what a test needs, as markers
+
+_FIXTURE_MARKS: dict[str, tuple[str, ...]] = {
+    "sessions": ("pty",), "runtime_dir": ("pty",), "cli_runtime_dir": ("pty",), "runs": ("pty",),
+    "shared": ("pty",), "shell": ("pty",),
+    "contained": ("cgroup", "pty"),
+    "world": ("ssh", "pty"), "remote": ("ssh", "pty"),
+    "full_fs": ("root",), "tiny_fs": ("root",),
+}
+"""A test that uses the fixture needs what it names."""
+_MODULE_MARKS: dict[str, tuple[str, ...]] = {
+    "test_screens": ("pty",), "test_screen_replay": ("pty",), "test_attach": ("pty",), "test_habits": ("pty",),
+    "test_terminal_handoff": ("pty",), "test_cli_term": ("pty",), "test_demo": ("pty",), "test_readme": ("pty",),
+    "test_remote": ("ssh",), "test_remote_async": ("ssh",),
+    "test_legacy_node": ("node",),
+    "test_containment": ("cgroup",), "test_cli_containment": ("cgroup",), "test_killsoak": ("cgroup", "root"),
+}
+"""Every test of the module needs what it names (terminals driven through pexpect, a private sshd...)."""
+_TEST_MARKS: dict[str, tuple[str, ...]] = {
+    "test_cli_files.py::test_stop_fails_when_its_connection_ends_while_the_shellper_is_stopped": ("root",),
+    "test_server_lifecycle.py::test_an_unsafe_runtime_dir_is_refused": ("root",),
+    "test_server_lifecycle.py::test_a_stop_that_fails_still_ends_the_session_and_says_why": ("root",),
+    "test_hostile.py::test_client_of_another_uid_is_refused": ("root",),
+    "test_tower_apply.py::test_real_pid_reuse_is_never_signalled": ("root",),
+}
+"""Needs a test finds out only in its body (a pytest.skip there); a name here that matches no test of a
+collected module fails the collection, so a renamed test cannot silently lose its marker."""
+_REASON_MARKS = {"cgroup": "cgroup", "root": "needs root", "node": "node is not installed"}
+"""A skipif whose reason says this: the test needs that."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    matched: set[str] = set()
+    modules: set[str] = set()
+    for item in items:
+        module = Path(str(item.fspath)).name
+        modules.add(module)
+        needs: set[str] = set(_MODULE_MARKS.get(module.removesuffix(".py"), ()))
+        for name in getattr(item, "fixturenames", ()):
+            needs.update(_FIXTURE_MARKS.get(name, ()))
+        key = f"{module}::{item.name.split('[')[0]}"
+        if key in _TEST_MARKS:
+            matched.add(key)
+            needs.update(_TEST_MARKS[key])
+        for mark in item.iter_markers("skipif"):
+            reason = str(mark.kwargs.get("reason", ""))
+            needs.update(need for need, says in _REASON_MARKS.items() if says in reason)
+        if "[cgroup" in item.name or "-cgroup" in item.name:  # parametrized over containment modes
+            needs.add("cgroup")
+        for need in sorted(needs):
+            item.add_marker(need)
+    stale = [key for key in _TEST_MARKS if key.split("::")[0] in modules and key not in matched]
+    if stale:
+        raise pytest.UsageError(f"conftest._TEST_MARKS names tests that do not exist: {stale}")

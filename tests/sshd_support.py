@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
 import pytest
 from conftest import poll_until, wait_gone
 
@@ -59,6 +60,24 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _held_port() -> socket.socket:
+    """A loopback port bound and never listened on, for as long as the socket is open: a connection to it is
+    refused, and no other process (another test run's sshd) can take it meanwhile."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    return s
+
+
+def _listening(proc: subprocess.Popen[bytes], port: int) -> bool:
+    """Whether ``proc`` itself listens on ``port``: a connection alone could reach another run's sshd that
+    took the port between _free_port and this sshd's bind (then this one exits, and is started again)."""
+    try:
+        return any(c.status == psutil.CONN_LISTEN and c.laddr.port == port
+                   for c in psutil.Process(proc.pid).net_connections(kind="tcp"))
+    except psutil.Error:
+        return False
 
 
 def _keygen(path: Path) -> None:
@@ -139,6 +158,7 @@ def ssh_world() -> Iterator[SshWorld]:
     os.chmod(base, 0o700)
     world = SshWorld(base, base / "ssh_config", base / "ctl")
     world.control.mkdir(mode=0o700)
+    down = _held_port()
     try:
         host_key, user_key = base / "host_key", base / "id"
         _keygen(host_key)
@@ -148,14 +168,22 @@ def ssh_world() -> Iterator[SshWorld]:
             runtime = base / f"{alias}-run"
             runtime.mkdir(mode=0o700)
             world.hosts[alias] = SshHost(alias, _free_port(), runtime)
-        _client_config(world, user_key, _free_port())
         for host in world.hosts.values():
-            config = _sshd_config(world, host, host_key)
-            host.proc = subprocess.Popen([sshd, "-f", str(config), "-D", "-e"], stdin=subprocess.DEVNULL,
-                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            poll_until(lambda h=host: _accepts(h.port), 10, what=f"sshd {host.alias} to listen")  # type: ignore[misc]
+            for _attempt in range(5):
+                config = _sshd_config(world, host, host_key)
+                proc = host.proc = subprocess.Popen([sshd, "-f", str(config), "-D", "-e"], stdin=subprocess.DEVNULL,
+                                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                poll_until(lambda p=proc, h=host: p.poll() is not None or _listening(p, h.port), 10,  # type: ignore[misc]
+                           what=f"sshd {host.alias} to listen")
+                if proc.poll() is None:
+                    break
+                host.port = _free_port()  # taken meanwhile: another port
+            else:
+                pytest.fail(f"sshd {host.alias} could not listen on any of five free ports")
+        _client_config(world, user_key, int(down.getsockname()[1]))
         yield world
     finally:
+        down.close()
         with contextlib.suppress(Exception), _env(world.env()):
             world.stop_masters()
         for host in world.hosts.values():
@@ -167,15 +195,6 @@ def ssh_world() -> Iterator[SshWorld]:
                     host.proc.kill()
                     host.proc.wait()
         shutil.rmtree(base, ignore_errors=True)
-
-
-def _accepts(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.connect(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
 
 
 @contextlib.contextmanager

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 import subprocess
@@ -266,7 +267,10 @@ def test_the_pure_cores_pass_with_the_standard_dataclasses_too() -> None:
                               timeout=60)
     assert switched.stdout.split() == ["True", "True"]
     unit = Path(__file__).parent / "unit"
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(unit),
+    # The whole unit suite again is the longest single test: on workers of its own (pytest-xdist, the test
+    # extra) where there are any, so it does not finish alone long after the rest of a parallel run.
+    workers = ["-n", "3"] if importlib.util.find_spec("xdist") is not None else []
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *workers, str(unit),
                            "--ignore", str(unit / "test_layers.py")], env=env, capture_output=True, text=True,
                           timeout=600, cwd=unit.parent.parent)
     assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-2000:]

@@ -6,6 +6,7 @@ import os
 import re
 import signal
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -178,11 +179,21 @@ def test_sigterm_through_client_is_requested_and_not_restarted(sessions: Session
     pytest.param("exit 2", dict(backoff_initial=0.02, min_uptime=3, breaker_count=4, breaker_window=60),
                  [0.02, 0.04, 0.08], id="it-grows-without-healthy-runs"),
 ])
-def test_the_backoff(sessions: Sessions, script: str, options: dict[str, Any], expected: list[float]) -> None:
+def test_the_backoff(sessions: Sessions, script: str, options: dict[str, Any], expected: list[float],
+                     tmp_path: Path) -> None:
     pol = policy(backoff_max=5.0, same_error_count=0, **options)
-    sessions.start("backoff", ["sh", "-c", script], policy=pol)
+    # Each run first reads a line from a FIFO, written only once the tower is connected: an EXIT sent before
+    # (the first run's, 20 ms after the start, on a loaded machine) would be missed. One line per run.
+    gate = tmp_path / "gate"
+    os.mkfifo(gate)
+    sessions.start("backoff", ["sh", "-c", f'read _ < "$0"; {script}', str(gate)], policy=pol)
     with sessions.connect("backoff", replay_bytes=0) as tower:
-        delays = [recv_until(tower, wire.Exit).restart_in for _ in range(3)]
+        lines = os.open(gate, os.O_RDWR)  # a FIFO opened read-write: never blocks, and holds the lines for the runs
+        try:
+            os.write(lines, b"\n" * 3)
+            delays = [recv_until(tower, wire.Exit).restart_in for _ in range(3)]
+        finally:
+            os.close(lines)
     assert delays == expected
     sessions.stop("backoff")
 
