@@ -3,7 +3,9 @@
 
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { promisify } from "node:util";
 import { after, before, describe, test } from "node:test";
 
@@ -154,9 +156,16 @@ describe("against a live shellper", { skip, concurrency: false, timeout: 240_000
   });
 
   test("resume with no loss: a resuming client dropped twice mid-flood hands out every byte once", async () => {
+    // The output comes in three parts, each printed only once the test has made a file: each drop happens
+    // while a part is still unprinted, so the client must reconnect twice whatever size its items have.
     const n = 200_000; // about 1.3 MB: more than one REPLAY chunk
     const expected = seqOutput(n);
-    const info = await sessions.launch("rz", ["sh", "-c", `seq 1 ${n}; exec cat`]);
+    const firstPart = seqOutput(100_000).length;
+    const secondPart = seqOutput(150_000).length;
+    const gates = mkdtempSync(join(tmpdir(), "rz-"));
+    const wait = (gate: string) => `while [ ! -e ${gates}/${gate} ]; do sleep 0.02; done`;
+    const script = `seq 1 100000; ${wait("a")}; seq 100001 150000; ${wait("b")}; seq 150001 ${n}; exec cat`;
+    const info = await sessions.launch("rz", ["sh", "-c", script]);
     const rc = await ResumingClient.connect(info.socket, { resumeFrom: 0 });
     const got: Buffer[] = [];
     let size = 0;
@@ -170,10 +179,12 @@ describe("against a live shellper", { skip, concurrency: false, timeout: 240_000
         if (item.type === "DATA") {
           got.push(Buffer.from(item.data));
           size += item.data.length;
-          if ((drops === 0 && size > 100_000) || (drops === 1 && size > 1_100_000)) {
+          if ((drops === 0 && size > 0) || (drops === 1 && size > firstPart)) {
             drops++;
             rc.client.abort(); // the connection is lost, not the stream
           }
+          if (size === firstPart) writeFileSync(join(gates, "a"), "");
+          if (size === secondPart) writeFileSync(join(gates, "b"), "");
         }
         if (item.type === "RECONNECTED") assert.equal(item.gap, 0n);
       }
@@ -183,6 +194,7 @@ describe("against a live shellper", { skip, concurrency: false, timeout: 240_000
       assert.ok(Buffer.concat(got).equals(expected), "the stream differs from seq's output");
     } finally {
       await rc.close();
+      rmSync(gates, { recursive: true, force: true });
     }
   });
 
