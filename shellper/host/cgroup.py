@@ -581,6 +581,16 @@ class OrphanCgroup:
     unproven: str = ""
 
 
+def _leaves(parent: str) -> list[tuple[str, LeafName]]:
+    """Every cgroup under ``parent`` named like a session's leaf: (its path, its parsed name); none if the
+    parent cannot be listed."""
+    try:
+        entries = sorted(os.listdir(parent))
+    except OSError:
+        return []
+    return [(os.path.join(parent, entry), leaf) for entry in entries if (leaf := LeafName.parse(entry)) is not None]
+
+
 def find_session_cgroups(parent: str, runtime_dir: str) -> list[OrphanCgroup]:
     """Every session cgroup under ``parent`` that carries ``runtime_dir``'s key (records not consulted)."""
     key = dir_key(runtime_dir)
@@ -588,15 +598,10 @@ def find_session_cgroups(parent: str, runtime_dir: str) -> list[OrphanCgroup]:
     out: list[OrphanCgroup] = []
     if mount is None:
         return out
-    try:
-        entries = sorted(os.listdir(parent))
-    except OSError:
-        return out
-    for entry in entries:
-        leaf = LeafName.parse(entry)
-        if leaf is None or leaf.dir_key != key:
+    for path, leaf in _leaves(parent):
+        if leaf.dir_key != key:
             continue
-        group = SessionCgroup(os.path.join(parent, entry), mount)
+        group = SessionCgroup(path, mount)
         _, unproven = proof(group.path)
         out.append(OrphanCgroup(group.path, leaf, group.populated(), group.populated(SHELLPER_SUB), unproven))
     return out
@@ -630,16 +635,10 @@ def find_leaked_leaves(parent: str, owner: str) -> list[LeakedLeaf]:
     out: list[LeakedLeaf] = []
     if mount is None:
         return out
-    try:
-        entries = sorted(os.listdir(parent))
-    except OSError:
-        return out
     key = owner_key(owner)
-    for entry in entries:
-        leaf = LeafName.parse(entry)
-        if leaf is None or leaf.owner_key != key:
+    for path, leaf in _leaves(parent):
+        if leaf.owner_key != key:
             continue
-        path = os.path.join(parent, entry)
         directory, _ = proof(path)
         if directory is None or not _gone(directory):
             continue
