@@ -57,17 +57,18 @@ check: compile
 	$(BIN)/mypy
 	$(PYTEST) -m "not slow" -n logical tests/unit
 
-# What CI runs: ruff first (seconds), then mypy alongside the Python tests, whose workers mostly wait (its
-# output held back and shown after pytest's), then the TypeScript suites: run alongside too, their live
-# resume test missed its second drop under the load (2 of 6 runs; bench/NOTES.md). Fails if any of them did.
+# What CI runs: ruff first (seconds), then mypy and the TypeScript suites alongside the Python tests, whose
+# workers mostly wait (their output held back and shown after pytest's). Fails if any of them did.
 test: compile
 	$(BIN)/ruff check shellper tower_client tests bench examples
 	@log=$$(mktemp -d); trap 'rm -rf "$$log"' EXIT; \
 	$(BIN)/mypy > "$$log/mypy" 2>&1 & mypy=$$!; \
+	$(MAKE) --no-print-directory test-ts > "$$log/ts" 2>&1 & ts=$$!; \
 	$(MAKE) --no-print-directory unit; unit=$$?; \
 	wait $$mypy; mypy_rc=$$?; \
 	echo "== mypy (exit $$mypy_rc)"; cat "$$log/mypy"; \
-	$(MAKE) --no-print-directory test-ts; ts_rc=$$?; \
+	wait $$ts; ts_rc=$$?; \
+	echo "== the TypeScript client (exit $$ts_rc)"; cat "$$log/ts"; \
 	test $$unit = 0 && test $$mypy_rc = 0 && test $$ts_rc = 0
 
 # The TypeScript client (clients/typescript): its dependencies from the lock file on first use (and when
