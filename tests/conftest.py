@@ -503,3 +503,41 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     stale = [key for key in _TEST_MARKS if key.split("::")[0] in modules and key not in matched]
     if stale:
         raise pytest.UsageError(f"conftest._TEST_MARKS names tests that do not exist: {stale}")
+    workers = getattr(config, "workerinput", {}).get("workercount", 0)
+    if workers > 1:
+        items[:] = _long_tests_first(items, workers)
+
+
+_LONG_TESTS = ("test_records.py::test_the_pure_cores_pass_with_the_standard_dataclasses_too",
+               "test_cli_files.py::test_run_replace_racing_stop_on_a_husk_always_starts_the_new_session",
+               "test_containment.py::test_stop_of_a_churning_fork_bomb_ends_it_or_fails_naming_what_survived",
+               "test_fleet.py::test_what_sync_said_is_on_disk_survives_a_kill",
+               "test_killsoak.py::test_kill_at_a_random_moment",
+               "test_legacy_node.py::test_version_1_javascript_client_end_to_end",
+               "test_cli_tail_ls.py::test_status_and_stop_of_a_stopped_shellper_say_so_and_stop_ends_it")
+"""The suite's longest tests (CI's --durations), longest first. pytest-xdist's worksteal hands each worker one
+contiguous share of the collected order and steals from the ends of shares, so a long test late in a share
+finished alone after the rest: :func:`_long_tests_first` puts them at the heads of the shares instead."""
+
+
+def _long_tests_first(items: list[pytest.Item], workers: int) -> list[pytest.Item]:
+    """``items`` with the _LONG_TESTS dealt round-robin to the heads of the ``workers`` equal shares (the same
+    order in every worker: xdist requires it)."""
+    def rank(item: pytest.Item) -> int:
+        key = f"{Path(str(item.fspath)).name}::{item.name.split('[')[0]}"
+        return _LONG_TESTS.index(key) if key in _LONG_TESTS else len(_LONG_TESTS)
+
+    long = sorted((item for item in items if rank(item) < len(_LONG_TESTS)), key=rank)
+    rest = [item for item in items if rank(item) == len(_LONG_TESTS)]
+    heads: list[list[pytest.Item]] = [[] for _ in range(workers)]
+    for i, item in enumerate(long):
+        heads[i % workers].append(item)
+    ordered: list[pytest.Item] = []
+    left = len(items)
+    for w in range(workers):
+        share = left // (workers - w)  # as worksteal's first distribution cuts the collection
+        left -= share
+        take = max(0, share - len(heads[w]))
+        ordered += heads[w] + rest[:take]
+        rest = rest[take:]
+    return ordered + rest
