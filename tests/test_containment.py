@@ -22,6 +22,7 @@ from test_tower_support import Sessions, alive, identity, is_dead, other, sessio
 
 from shellper.client.blocking import Client
 from shellper.core.structs import replace
+from shellper.daemon.launch import LaunchInfo
 from shellper.host import cgroup
 from shellper.host.identity import ProcessIdentity, boot_id, read_stat
 from shellper.host.record import SessionRecord, cmdline_sha256, read_record, write_record
@@ -41,16 +42,17 @@ ESCAPER = ("trap '' HUP TERM; (setsid sh -c 'trap \"\" HUP TERM; while :; do sle
            "echo ready; while :; do sleep 1; done")
 
 
-def escapee(info_pid: int) -> ProcessIdentity:
-    """The setsid'd grandchild of ESCAPER (the inner sh), once it exists: of the two sh that lead a session,
-    the younger (the other is the session's child itself, which dies with a killed shellper)."""
+def escapee(info: LaunchInfo) -> ProcessIdentity:
+    """The setsid'd grandchild of ESCAPER (the inner sh), once it exists: of the two sh that lead a session, the
+    one that is not the session's child (which dies with a killed shellper). Not "the younger": the two can
+    start in the same clock tick."""
     def find() -> ProcessIdentity | None:
         leaders = []
-        for member in tree(info_pid):
+        for member in tree(info.pid):
             st = read_stat(member.pid)
-            if st is not None and st.comm == "sh" and st.session == member.pid:
+            if st is not None and st.comm == "sh" and st.session == member.pid and member.pid != info.child_pid:
                 leaders.append(member)
-        return max(leaders, key=lambda m: m.start_time) if len(leaders) == 2 else None
+        return leaders[0] if len(leaders) == 1 else None
     found: ProcessIdentity = poll_until(find, what="the escaping grandchild")
     return found
 
@@ -80,7 +82,7 @@ def test_the_child_and_all_it_forks_are_in_the_session_cgroup_and_the_shellper_b
     assert (rec.containment, rec.owner) == ("cgroup", info.owner if hasattr(info, "owner") else rec.owner)
     assert rec.cgroup is not None and os.path.dirname(rec.cgroup) == CGROUP_PARENT
     assert rec.cgroup_id == os.stat(rec.cgroup).st_ino
-    grandchild = escapee(info.pid)
+    grandchild = escapee(info)
     relative = cgroup.SessionCgroup(rec.cgroup, cgroup.find_mount() or "").relative
     poll_until(lambda: cgroup.own_cgroup(info.pid) == relative + "/shellper", what="the shellper to move in")
     assert cgroup.own_cgroup(grandchild.pid) == relative + "/child"
@@ -91,7 +93,7 @@ def test_the_child_and_all_it_forks_are_in_the_session_cgroup_and_the_shellper_b
 def test_stop_ends_an_escaped_grandchild_that_ignores_term_and_removes_the_cgroup(sessions: Sessions) -> None:
     info = sessions.launch("c", ["sh", "-c", ESCAPER], containment="cgroup", grace=0.3)
     rec = read_record(sessions.dir / "c.json")
-    grandchild = escapee(info.pid)
+    grandchild = escapee(info)
     done = subprocess.run([*SHELLPER_CLI, "--dir", str(sessions.dir), "stop", "c", "--grace", "0.3"],
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
@@ -335,7 +337,7 @@ def test_stop_of_a_copied_record_signals_nothing_and_removes_nothing(sessions: S
     another session, a socket elsewhere, a hard link, a socket answering as another session, or a shellper
     proven live as another session (the copy with its name and socket edited, in keep's cgroup) is refused."""
     info = sessions.launch("keep", ["sh", "-c", ESCAPER], containment=mode)
-    kept = [identity(info.pid), escapee(info.pid)]
+    kept = [identity(info.pid), escapee(info)]
     d = sessions.dir
     rec = read_record(d / "keep.json")
     if variant == "name_and_socket_edited":
@@ -392,7 +394,7 @@ def test_run_over_a_killed_sessions_files_ends_what_it_left_running(sessions: Se
     """Defect 13: `shellper run NAME` over a killed session's files overwrote its record, and its survivors
     were never found again."""
     first = sessions.launch("r", ["sh", "-c", ESCAPER], containment=mode)
-    grandchild = escapee(first.pid)
+    grandchild = escapee(first)
     sessions.track(grandchild)
     kill9(first.pid)
     second = sessions.launch("r", ["sleep", "300"], containment=mode)
@@ -410,7 +412,7 @@ def test_another_owners_run_of_a_killed_sessions_name_keeps_its_record_for_its_r
     from shellper.daemon.launch import LaunchError, LaunchFailure
 
     first = sessions.launch("x", ["sh", "-c", ESCAPER], containment=mode, owner="alice")
-    grandchild = escapee(first.pid)
+    grandchild = escapee(first)
     sessions.track(grandchild)
     kill9(first.pid)
     with pytest.raises(LaunchError) as refused:
@@ -577,7 +579,7 @@ def test_two_towers_of_one_owner_never_apply_at_once_and_two_owners_can(sessions
 @needs_cgroup
 def test_a_cgroup_whose_record_is_gone_is_found_reported_and_ended(sessions: Sessions) -> None:
     info = sessions.launch("g", ["sh", "-c", ESCAPER], containment="cgroup")
-    grandchild = escapee(info.pid)
+    grandchild = escapee(info)
     sessions.track(grandchild)
     rec = read_record(sessions.dir / "g.json")
     kill9(info.pid)
@@ -695,7 +697,7 @@ def test_reap_of_a_killed_session_ends_what_it_left_and_removes_its_files(sessio
     """`tower-client reap NAME` refused a session whose shellper was dead ("identity not verified"), so what
     its tree left ran on; it ends it (through the cgroup, or by the mark) and removes the files."""
     info = sessions.launch("r", ["sh", "-c", ESCAPER], containment=mode)
-    grandchild = escapee(info.pid)
+    grandchild = escapee(info)
     sessions.track(grandchild)
     kill9(info.pid)
     done = subprocess.run([sys.executable, "-m", "tower_client.cli", "--dir", str(sessions.dir), "reap", "r",
