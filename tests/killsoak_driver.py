@@ -82,7 +82,7 @@ import os, resource, signal, time
 for sig in (signal.SIGTERM, signal.SIGHUP):
     signal.signal(sig, signal.SIG_IGN)
 resource.setrlimit(resource.RLIMIT_NPROC, (150, 150))
-while True:
+while True:  # churn: fork, the child leaves the session, the parent exits half of the time
     try:
         pid = os.fork()
     except OSError:

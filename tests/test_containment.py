@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from conftest import CGROUP_PARENT, SHELLPER_CLI, left_in, poll_until
+from killsoak_driver import FORK_BOMB
 from test_tower_support import Sessions, alive, identity, is_dead, other, sessions, tree
 
 from shellper.client.blocking import Client
@@ -439,25 +440,6 @@ def test_another_owners_killed_session_that_left_nothing_running_does_not_block_
     poll_until(lambda: is_dead(child), what="the child to die with its shellper")
     second = sessions.launch("y", ["sleep", "300"], containment="none", owner="bob")
     assert read_record(sessions.dir / "y.json").instance_id == second.instance_id
-
-
-FORK_BOMB = """
-import os, resource, signal, time
-for sig in (signal.SIGTERM, signal.SIGHUP):
-    signal.signal(sig, signal.SIG_IGN)
-resource.setrlimit(resource.RLIMIT_NPROC, (150, 150))
-while True:  # churn: fork, the child leaves the session, the parent exits half of the time
-    try:
-        pid = os.fork()
-    except OSError:
-        time.sleep(0.001)
-        continue
-    if pid == 0:
-        os.setsid()
-    elif os.urandom(1)[0] < 128:
-        os._exit(0)
-"""
-"""A churning fork bomb that ignores SIGTERM, capped at 150 processes (RLIMIT_NPROC) of uid 65534."""
 
 
 @needs_cgroup
