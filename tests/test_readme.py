@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pexpect
+from conftest import poll_until
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
@@ -67,4 +68,6 @@ def test_the_python_example_runs(cli_runtime_dir: Path) -> None:
                           env=_env(cli_runtime_dir), timeout=60, cwd="/")
     assert done.returncode == 0, done.stderr
     assert re.search(r"^hello\r?$", done.stdout, re.M), done.stdout
-    assert sorted(p.name for p in cli_runtime_dir.iterdir()) == ["logs"]  # stopped: only its log is kept
+    # The example sends STOP and goes: the shellper ends its tree and removes its files after that.
+    poll_until(lambda: sorted(p.name for p in cli_runtime_dir.iterdir()) == ["logs"], 20,
+               what="the stopped session's files to go, but its kept log")

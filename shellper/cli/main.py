@@ -1130,7 +1130,7 @@ def _confirm_stopped(name: str, paths: SessionPaths, pin: PidFd | None, record: 
         _check_cgroup_gone(name, record, paths)
         print(f"stopped {name}")
         return 0
-    if SessionLock.is_locked(paths.lock):  # its files now: the name was taken by a new shellper
+    if SessionLock.is_locked(paths.lock) or _starting(paths):  # its files now: a new shellper took the name
         print(f"stopped {name}; a new session {name!r} has started since")
         return 0
     pid = f" (pid {pin.pid})" if pin is not None else ""
