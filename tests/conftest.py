@@ -88,6 +88,11 @@ RUN_OWNER = RUN_ENV not in os.environ
 if RUN_OWNER:
     os.environ[RUN_ENV] = f"{os.getpid()}-{secrets.token_hex(8)}"
 RUN = os.environ[RUN_ENV]
+_SSH_CONTROL_ENV = "SHELLPER_SSH_CONTROL_DIR"
+if RUN_OWNER and not os.environ.get(_SSH_CONTROL_ENV):
+    # The remote tests' shared ssh connections keep their sockets in a directory of the run's own (short: a
+    # socket path is at most 107 bytes), removed at its end, not in the user's /tmp/shellper-ssh-UID.
+    os.environ[_SSH_CONTROL_ENV] = f"/tmp/sshc-{os.getpid()}"
 
 
 def _test_cgroup_parent() -> str | None:
@@ -194,7 +199,10 @@ def _clean_up_run() -> list[str]:
     _cleaned.append(True)
     if CGROUP_PARENT is not None and (RUN_OWNER or WORKER is not None):
         remove_cgroup_tree(CGROUP_PARENT)
-    return _sweep_run() if RUN_OWNER else []
+    ended = _sweep_run() if RUN_OWNER else []
+    if RUN_OWNER and os.environ[_SSH_CONTROL_ENV] == f"/tmp/sshc-{os.getpid()}":
+        shutil.rmtree(os.environ[_SSH_CONTROL_ENV], ignore_errors=True)  # after the sweep: no master is left
+    return ended
 
 
 @pytest.hookimpl(wrapper=True)
