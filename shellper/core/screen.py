@@ -281,12 +281,7 @@ class Screen:
         """Take output bytes (any split: escape sequences and UTF-8 characters may straddle feeds)."""
         if len(data) >= FAST_FORWARD_MIN and not self._carry and not self._decoder.getstate()[0]:
             data = self._fast_forward_bytes(data)
-        text = self._carry + self._decoder.decode(data)
-        self._carry = ""
-        cut = vtparse.unfinished(text)
-        if cut >= 0:
-            self._carry = text[cut:] if len(text) - cut <= CARRY_MAX else ""
-            text = text[:cut]
+        text, self._carry = vtparse.hold_back(self._carry + self._decoder.decode(data), CARRY_MAX)
         if len(text) >= FAST_FORWARD_MIN:
             text = self._fast_forward(text)
         self._run(text)

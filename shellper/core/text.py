@@ -59,12 +59,7 @@ class PlainStream:
     def feed(self, data: bytes) -> bytes:
         from shellper.core import vtparse
 
-        text = self._carry + self._decoder.decode(data)
-        self._carry = ""
-        cut = vtparse.unfinished(text)
-        if cut >= 0:
-            self._carry = text[cut:] if len(text) - cut <= PLAIN_CARRY_MAX else ""
-            text = text[:cut]
+        text, self._carry = vtparse.hold_back(self._carry + self._decoder.decode(data), PLAIN_CARRY_MAX)
         return vtparse.encode(strip_escapes(text, "\t\n"))
 
 

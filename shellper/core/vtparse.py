@@ -133,6 +133,15 @@ def finished(m: re.Match[str]) -> bool:
     return m.lastgroup is not None  # every named group is a token's end
 
 
+def hold_back(text: str, most: int) -> tuple[str, str]:
+    """``text`` split into what can be used now and the sequence its end cuts short (:func:`unfinished`), to
+    be put before the next piece; a cut-short sequence longer than ``most`` is dropped rather than held."""
+    cut = unfinished(text)
+    if cut < 0:
+        return text, ""
+    return text[:cut], (text[cut:] if len(text) - cut <= most else "")
+
+
 def unfinished(text: str) -> int:
     """Where a sequence begins that the end of ``text`` cuts short (more text could change what it is), or
     -1. An ESC at the very end after a string's data leaves the string unfinished (it may start its ST).
