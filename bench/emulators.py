@@ -3,7 +3,7 @@
     python -m bench.emulators --lib NAME   one emulator (run by the interpreter that has it), JSON out
     python -m bench.emulators --compare    tmux as the reference, then each --python PY:LIB given
 
-NAME: shellper (shellper.core.screen), pyte, parterm (par-term-emu-core-rust, Python 3.12+), evp
+NAME: shellper (shellper.core.terminal.screen), pyte, parterm (par-term-emu-core-rust, Python 3.12+), evp
 (libghostty-vt, Python 3.13+). hl-vt100 cannot be fed bytes (it runs its own child on a PTY), so it is
 not measured. Each case's bytes go to the emulator at 80x24; the screen's text and cursor are compared
 with what tmux shows for the same bytes written raw to its pane. The figures are in bench/NOTES.md.
@@ -79,7 +79,7 @@ class Emulator:
     def __init__(self, lib: str, scrollback: bool = True) -> None:
         self.lib = lib
         if lib == "shellper":
-            from shellper.core.screen import Screen
+            from shellper.core.terminal.screen import Screen
             self.t: Any = Screen(COLS, ROWS)
             self.feed = self.t.feed
         elif lib == "pyte":

@@ -5,7 +5,7 @@ no alternate screen and mishandles sequences with a ``>``, ``<`` or ``=`` prefix
 puts a small front in front of it: it keeps the alternate screen, records the modes a terminal keeps
 that pyte does not (every DEC private mode on its own, modifyOtherKeys, the title and kitty keyboard
 stacks, the keypad) and answers queries as a terminal does, into the program's input. None of it
-uses shellper's own mode tracking (shellper.core.modes), which it checks.
+uses shellper's own mode tracking (shellper.core.terminal.modes), which it checks.
 
 :class:`Terminal` is a pexpect terminal with an emulator on its output: it answers queries as a real
 terminal would, and waits for screen content with a deadline (never a sleep).

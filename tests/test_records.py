@@ -250,7 +250,8 @@ def test_a_plain_attach_starts_without_the_cli_pathlib_or_re() -> None:
     """``shellper attach NAME`` from the console script takes the quick path (shellper.cli.attach.quick_main):
     argparse, pathlib, re and the relay-only mode tracker cost it ~20 ms more than its own imports."""
     probe = ("import sys; from shellper.cli.attach import quick_main\n"
-             "print(' '.join(sorted({'argparse', 'pathlib', 're', 'json', 'shellper.cli.main', 'shellper.core.modes', "
+             "print(' '.join(sorted({'argparse', 'pathlib', 're', 'json', 'shellper.cli.main', "
+             "'shellper.core.terminal.modes', "
              "'shellper.host.paths', 'typing', 'dataclasses'} & set(sys.modules))))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
     assert done.stdout.strip() == ""
@@ -271,13 +272,13 @@ def test_the_pure_cores_pass_with_the_standard_dataclasses_too() -> None:
     # extra) where there are any, so it does not finish alone long after the rest of a parallel run.
     workers = ["-n", "3"] if importlib.util.find_spec("xdist") is not None else []
     # Left out: the layers (no record) and the screen emulator's tables, half the unit suite's time, whose
-    # module (shellper.core.screen) defines and builds no record.
+    # module (shellper.core.terminal.screen) defines and builds no record.
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *workers, str(unit),
                            "--ignore", str(unit / "test_layers.py"), "--ignore", str(unit / "test_screen.py")],
                           env=env, capture_output=True, text=True, timeout=600, cwd=unit.parent.parent)
     assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-2000:]
     assert " passed" in done.stdout.splitlines()[-1]
-    assert "structs" not in Path(__file__).parent.parent.joinpath("shellper/core/screen.py").read_text()
+    assert "structs" not in Path(__file__).parent.parent.joinpath("shellper/core/terminal/screen.py").read_text()
 
 
 def test_the_console_script_forks_the_prefork_before_importing_anything_else() -> None:

@@ -46,7 +46,8 @@ _BOTH = {"shellper", "shellper.cli", "shellper.cli.argscan", "shellper.cli.entry
          "shellper.core.config", "shellper.core.containment", "shellper.core.defaults", "shellper.core.errors",
          "shellper.core.execve", "shellper.core.exitrecord", "shellper.core.exits", "shellper.core.launchfailure",
          "shellper.core.names", "shellper.core.owner", "shellper.core.signals", "shellper.core.states",
-         "shellper.core.structs", "shellper.core.text", "shellper.core.trust", "shellper.daemon",
+         "shellper.core.structs", "shellper.core.terminal", "shellper.core.terminal.text", "shellper.core.trust",
+         "shellper.daemon",
          "shellper.daemon.prefork", "shellper.host", "shellper.host.cgroup", "shellper.host.identity",
          "shellper.host.logfile", "shellper.host.paths", "shellper.host.record"}
 
@@ -54,7 +55,7 @@ CLI = _BOTH | {"shellper.cli.main", "shellper.cli.remote", "shellper.daemon.laun
 """The package's modules ``shellper run`` loads: the parser and the launch; none of the server."""
 
 DAEMON = _BOTH | {
-    "shellper.core.detachkeys", "shellper.core.merge", "shellper.core.modes", "shellper.core.ring",
+    "shellper.core.detachkeys", "shellper.core.merge", "shellper.core.terminal.modes", "shellper.core.ring",
     "shellper.core.peertext",  # 29 lines, no imports: a peer's string quoted for the log (issue 27)
     "shellper.daemon.clientconn", "shellper.daemon.files", "shellper.daemon.inputqueue", "shellper.daemon.journal",
     "shellper.daemon.lifecycle", "shellper.daemon.main", "shellper.daemon.output", "shellper.daemon.pacing",

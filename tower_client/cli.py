@@ -19,7 +19,7 @@ from shellper.core.defaults import DEFAULT_GRACE
 from shellper.core.errors import ShellperError
 from shellper.core.names import BadHost, validate_host
 from shellper.core.owner import BadOwner, default_owner, validate_owner
-from shellper.core.text import printable
+from shellper.core.terminal.text import printable
 from shellper.host.identity import IdentityError, ProcessGone
 from shellper.host.paths import PathError, SessionPaths, runtime_dir
 from shellper.host.record import AlreadyRunning, SessionRecord

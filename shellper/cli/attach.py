@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from shellper.cli.argscan import Scan
-    from shellper.core.modes import ModeTracker
+    from shellper.core.terminal.modes import ModeTracker
 
 __all__ = [
     "DEFAULT_DETACH_KEY",
@@ -110,7 +110,7 @@ def exit_status(frame: wire.Exit) -> int:
 def describe(frame: wire.Exit) -> str:
     """The child's end in one line: the shellper's reason if it gave one, else the code or signal; printable,
     as ``ls`` shows it (a reason may quote what the program wrote)."""
-    from shellper.core.text import printable  # here: only at the end
+    from shellper.core.terminal.text import printable  # here: only at the end
 
     return printable(frame.describe())
 
@@ -184,7 +184,7 @@ class _Attachment:
         self.stdin_is_tty = os.isatty(stdin_fd)
         self.stdin_open = True
         self.saved_tty: list[Any] | None = None
-        self.modes: ModeTracker | None = None  # relaying only: what the session switched on (shellper.core.modes)
+        self.modes: ModeTracker | None = None  # relaying only: what the session switched on
         self.rbuf = memoryview(bytearray(SOCKET_READ))  # reused: a fresh one per recv costs an mmap and a munmap
         self.modes_known = True  # False once output was skipped: the terminal's modes are unknown then
         self.fed = 0
@@ -250,7 +250,7 @@ class _Attachment:
             return self.released.reset
         if not self.handed and self.modes is not None and self.modes_known:
             return self.modes.reset_sequence()
-        from shellper.core.modes import FULL_RESET_SEQUENCE  # here: a handed-over attach never needs re
+        from shellper.core.terminal.modes import FULL_RESET_SEQUENCE  # here: a handed-over attach never needs re
 
         return FULL_RESET_SEQUENCE
 
@@ -292,7 +292,7 @@ class _Attachment:
         """The replay: its queries taken out (this terminal would answer them again, into the session's
         input), and, when this terminal's size is not the one the output was drawn for, the scroll region
         reset as a terminal does on a resize (shellper.core.ring.Scrollback.shown, for a handed-over one)."""
-        from shellper.core.queries import strip_queries
+        from shellper.core.terminal.queries import strip_queries
 
         replay, welcome = self.client.conn.replay, self.client.conn.welcome
         assert replay is not None and self.modes is not None
@@ -367,7 +367,7 @@ class _Attachment:
         elif isinstance(frame, wire.Exit):
             if frame.state == SessionState.BACKOFF:
                 # The shellper restarts the child: switch off what the dead one left on, carry on.
-                from shellper.core.modes import ModeTracker
+                from shellper.core.terminal.modes import ModeTracker
 
                 _write_all(self.stdout_fd, self.reset_sequence())
                 self.modes = ModeTracker()
@@ -484,7 +484,7 @@ class _Attachment:
     def run(self) -> _Outcome:
         if self.handed:
             return self.run_handed()
-        from shellper.core.modes import ModeTracker
+        from shellper.core.terminal.modes import ModeTracker
 
         self.modes = ModeTracker()
         self.start_output()

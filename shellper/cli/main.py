@@ -609,7 +609,7 @@ LS_COMMAND_WIDTH = 30
 
 
 def _ls_row(s: SessionInfo) -> tuple[str, ...]:
-    from shellper.core.text import printable
+    from shellper.core.terminal.text import printable
 
     finished = "+" if s.state in _ENDED else " "
     command = printable(s.command or "-")  # one line: \n as \\n, an escape sequence inert and visible
@@ -713,7 +713,7 @@ def cmd_tail(args: argparse.Namespace) -> int:
     printed output switched on (alternate screen, hidden cursor, mouse reporting) are switched off at the end, as
     ``attach`` does, so the user's terminal is left as it was."""
     from shellper.client.blocking import SessionGone
-    from shellper.core.text import PlainStream, last_lines
+    from shellper.core.terminal.text import PlainStream, last_lines
     from shellper.protocol import wire
 
     if args.lines is not None and args.lines < 0:
@@ -801,7 +801,7 @@ class _TailModes:
     """The terminal modes the output ``tail`` printed switched on, to switch off when it is done."""
 
     def __init__(self, out: Any) -> None:
-        from shellper.core.modes import ModeTracker
+        from shellper.core.terminal.modes import ModeTracker
 
         self.out = out
         self.tracker = ModeTracker()
@@ -1323,7 +1323,7 @@ def cmd_bridge(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from shellper.core.exitrecord import ExitRecordError, exit_line
-    from shellper.core.text import printable
+    from shellper.core.terminal.text import printable
     from shellper.protocol import wire
 
     paths = _trusted_paths(args)
@@ -1375,7 +1375,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def _print_containment(owner: str | None, containment: str | None, cgroup: str | None) -> None:
-    from shellper.core.text import printable
+    from shellper.core.terminal.text import printable
 
     print(printable(f"  owner {owner or '-'}, containment {containment or '-'}"))
     if cgroup:
@@ -1386,7 +1386,7 @@ def _status_of_dead(args: argparse.Namespace, paths: SessionPaths) -> int:
     """No live shellper holds the lock, but the record is there: what it last said (owner, containment, its
     cgroup, the exits), marked stale; exit 1, as for any session that is not running."""
     from shellper.core.exitrecord import exit_line
-    from shellper.core.text import printable
+    from shellper.core.terminal.text import printable
     from shellper.host.record import RecordError, read_record
 
     try:

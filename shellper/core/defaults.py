@@ -15,7 +15,7 @@ TERMINAL_SIZE_RANGE = f"1..{MAX_TERMINAL_DIMENSION}"
 DEFAULT_TERM = "xterm-256color"
 
 SCREEN_SCROLLBACK_LINES = 1000
-"""Main-screen lines a session's screen model keeps above its screen (shellper.core.screen), and what
+"""Main-screen lines a session's screen model keeps above its screen (shellper.core.terminal.screen), and what
 ``shellper attach`` asks to be drawn back into the terminal's own scrollback."""
 DEFAULT_RING_BYTES = 8 * 1024 * 1024
 MIN_RING_BYTES = 64 * 1024

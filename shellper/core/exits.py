@@ -43,7 +43,7 @@ from shellper.core.exitrecord import ExitClass, ExitRecord
 from shellper.core.signals import signal_name, signal_number
 from shellper.core.states import SessionState
 from shellper.core.structs import field, fields, record
-from shellper.core.text import strip_escapes
+from shellper.core.terminal.text import strip_escapes
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
 if TYPE_CHECKING:

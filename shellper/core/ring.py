@@ -19,8 +19,8 @@ import re
 
 from shellper.core.defaults import DEFAULT_RING_BYTES
 from shellper.core.errors import ShellperError
-from shellper.core.modes import FULL_RESET_SEQUENCE, ModeTracker
 from shellper.core.structs import record
+from shellper.core.terminal.modes import FULL_RESET_SEQUENCE, ModeTracker
 
 __all__ = [
     "FORWARD_WINDOW",
@@ -348,7 +348,7 @@ class Scrollback:
         for a terminal of another size than the output was drawn for, what a terminal does itself on a
         resize (the scroll region reset: a stale one from the replayed bytes would cut the program's
         redraw short)."""
-        from shellper.core.queries import strip_queries  # here: a Tower's session never loads it
+        from shellper.core.terminal.queries import strip_queries  # here: a Tower's session never loads it
 
         shown = replay.preamble + strip_queries(replay.data)
         if resized:

@@ -21,10 +21,10 @@ from collections import deque
 from shellper.core import structs
 from shellper.core.defaults import clamp_terminal_size
 from shellper.core.detachkeys import DOUBLE_KEY_WINDOW, KeysEnd, read_keys
-from shellper.core.modes import FULL_RESET_SEQUENCE
 from shellper.core.peertext import quote_peer
 from shellper.core.ring import Chunk, OffsetError
 from shellper.core.states import SessionState
+from shellper.core.terminal.modes import FULL_RESET_SEQUENCE
 from shellper.daemon.reactor import Future, Handle
 from shellper.daemon.terminal import Terminal, note, window_size
 from shellper.daemon.transport import SocketTransport

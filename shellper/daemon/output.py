@@ -17,7 +17,7 @@ import time
 
 from shellper.core.merge import StreamMerger
 from shellper.core.ring import Scrollback
-from shellper.core.text import strip_escapes
+from shellper.core.terminal.text import strip_escapes
 from shellper.daemon.pacing import OutputPacer
 from shellper.daemon.screen import ScreenModel
 from shellper.daemon.starved import Starvation

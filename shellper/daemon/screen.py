@@ -1,4 +1,4 @@
-"""The session's screen model, fed from the ring off the hot path (shellper.core.screen does the emulation).
+"""The session's screen model, fed from the ring off the hot path (shellper.core.terminal.screen does the emulation).
 
 Output is not fed as it arrives: the model reads the ring when a terminal attaches or a SCREEN request or a
 resize needs it, and before an append when more than :data:`BACKLOG` is unseen (less with a small ring: a
@@ -18,7 +18,7 @@ from shellper.protocol import wire
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
 if TYPE_CHECKING:
     from shellper.core.ring import Scrollback
-    from shellper.core.screen import Screen
+    from shellper.core.terminal.screen import Screen
 
 BACKLOG = 1024 * 1024
 """Unseen output above which the oldest piece is fed before an append: what a terminal attaching during a
@@ -75,7 +75,7 @@ class ScreenModel:
     def screen_now(self) -> Screen:
         """The emulator, without catching up."""
         if self._screen is None:
-            from shellper.core.screen import Screen
+            from shellper.core.terminal.screen import Screen
             self._screen = Screen(*self._fed_size)
         return self._screen
 
@@ -122,14 +122,14 @@ class ScreenModel:
     def _piece(self, at: int, end: int) -> tuple[bytes, int]:
         """Up to :data:`FEED_PIECE` bytes of the ring from ``at``, ending after a line feed where one is in
         its second half (a piece cut inside an SGR sequence or a CRLF could not be skipped), and its
-        :func:`~shellper.core.screen.plain_lines`. The piece read last is kept: looked ahead at as the
+        :func:`~shellper.core.terminal.screen.plain_lines`. The piece read last is kept: looked ahead at as the
         following one, it is the next one fed, so each byte of a flood is read and checked once."""
         if at >= end:
             return b"", -1
         ahead = self._ahead
         if ahead is not None and ahead[0] == at and at + len(ahead[1]) <= end:
             return ahead[1], ahead[2]
-        from shellper.core.screen import plain_lines
+        from shellper.core.terminal.screen import plain_lines
         size = min(FEED_PIECE, end - at, self.ring.end - at)
         if at + size < end:
             lf = self.ring.ring.rfind(b"\n", at + size // 2, at + size)
@@ -171,7 +171,7 @@ class ScreenModel:
 
     def reply(self, request: wire.Screen) -> wire.ScreenReply:
         """The answer to a SCREEN request: the screen of the moment, as text or with SGR sequences."""
-        from shellper.core.screen import plain_line
+        from shellper.core.terminal.screen import plain_line
         screen = self.catch_up()
         ansi = request.format == "ansi"
         lines = screen.ansi_lines() if ansi else screen.lines()

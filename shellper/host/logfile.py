@@ -14,7 +14,7 @@ import stat
 import sys
 import time
 
-from shellper.core.text import printable
+from shellper.core.terminal.text import printable
 from shellper.host.paths import open_nofollow
 
 DEFAULT_MAX_BYTES = 1024 * 1024

@@ -6,7 +6,7 @@ import pytest
 
 from shellper.core.exitrecord import ExitClass, ExitRecord, exit_line
 from shellper.core.states import SessionState
-from shellper.core.text import last_lines
+from shellper.core.terminal.text import last_lines
 
 
 @pytest.mark.parametrize(("data", "count", "expected"), [

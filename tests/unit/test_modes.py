@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shellper.core.modes import (
+from shellper.core.structs import replace
+from shellper.core.terminal.modes import (
     CARRY_MAX,
     CHECKPOINT_BYTES,
     FULL_RESET_SEQUENCE,
@@ -18,7 +19,6 @@ from shellper.core.modes import (
     ModeTracker,
     TerminalModes,
 )
-from shellper.core.structs import replace
 
 D = TerminalModes()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shellper.core.queries import strip_queries
+from shellper.core.terminal.queries import strip_queries
 
 QUERIES = [
     b"\x1b[6n",  # CPR

@@ -11,7 +11,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shellper.core.modes import FULL_RESET_SEQUENCE, TerminalModes
 from shellper.core.ring import (
     FORWARD_WINDOW,
     LOOKBACK_WINDOW,
@@ -21,6 +20,7 @@ from shellper.core.ring import (
     Scrollback,
     sequence_end,
 )
+from shellper.core.terminal.modes import FULL_RESET_SEQUENCE, TerminalModes
 
 # --------------------------------------------------------------------------- basics
 

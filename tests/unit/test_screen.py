@@ -1,4 +1,4 @@
-"""shellper.core.screen: what a terminal shows after a stream, as tables; fast-forwarding a flood changes
+"""shellper.core.terminal.screen: what a terminal shows after a stream, as tables; fast-forwarding a flood changes
 nothing; a rendered screen redraws the same screen in this model and in pyte (an independent emulator)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import random
 import pyte
 import pytest
 
-from shellper.core import screen as screen_module
-from shellper.core.screen import Screen, plain_line
+from shellper.core.terminal import screen as screen_module
+from shellper.core.terminal.screen import Screen, plain_line
 
 
 def fed(data: bytes, cols: int = 20, rows: int = 5, scrollback: int = 10) -> Screen:

@@ -1,11 +1,11 @@
-"""shellper.core.text: one escape-sequence rule for ``tail --plain`` and the exit classifier, as a table."""
+"""shellper.core.terminal.text: one escape-sequence rule for ``tail --plain`` and the exit classifier, as a table."""
 
 from __future__ import annotations
 
 import pytest
 
 from shellper.core.exits import last_error_line, normalise_error_line
-from shellper.core.text import printable, strip_ansi, strip_escapes
+from shellper.core.terminal.text import printable, strip_ansi, strip_escapes
 
 ESCAPES = [
     # (terminal text, what is left of it)

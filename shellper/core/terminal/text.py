@@ -4,12 +4,12 @@ Whatever a program wrote reaches a person only through the sanitiser for its pla
 
 - plain text (``tail --plain``, the exit classifier that makes exit reasons): :func:`strip_escapes`
   and :func:`strip_ansi`, every escape sequence and control removed but the few the place allows, by the
-  grammar the screen model reads (:mod:`shellper.core.vtparse`), so they agree on where each sequence
+  grammar the screen model reads (:mod:`shellper.core.terminal.parser`), so they agree on where each sequence
   ends, C1 (8-bit) forms and C0 controls inside a sequence included;
 - a table cell or one line of a log or of ``status`` (a command line, a directory, an owner, a reason
   read from a record): :func:`printable`, every character that is not printable shown as its escape, so
   what is there can be seen and nothing in it acts on the terminal;
-- a replay: :mod:`shellper.core.queries`.
+- a replay: :mod:`shellper.core.terminal.queries`.
 
 The patterns are strings: ``re`` compiles each on first use (and caches it), so a process that never
 strips anything, a shellper whose child never fails, does not pay for compiling them.
@@ -25,7 +25,9 @@ huge OSC cut by a piece's end) is dropped."""
 
 
 def _pattern(keep: str) -> str:
-    from shellper.core import vtparse  # here: a shellper imports this module at start, and may never strip
+    from shellper.core.terminal import (
+        parser as vtparse,  # here: a shellper imports this module at start, and may never strip
+    )
 
     controls = "".join(c for c in map(chr, range(0x20)) if c not in keep and c != "\x1b") + "\x7f"
     return (f"{vtparse.CSI}|{vtparse.OSC}|{vtparse.DCS}|{vtparse.SOS_PM_APC}|{vtparse.ESCAPE}"
@@ -41,7 +43,7 @@ def strip_escapes(text: str, keep: str = "\t\n\r") -> str:
 def strip_ansi(data: bytes) -> bytes:
     """Output bytes as plain text lines: escape sequences and every control but line feeds and tabs removed
     (carriage returns, BEL, BS, C1 ones); any other byte, even one that is not UTF-8, is kept."""
-    from shellper.core import vtparse
+    from shellper.core.terminal import parser as vtparse
 
     return vtparse.encode(strip_escapes(vtparse.decode(data), "\t\n"))
 
@@ -57,7 +59,7 @@ class PlainStream:
         self._decoder = codecs.getincrementaldecoder("utf-8")("surrogateescape")  # a character cut: held too
 
     def feed(self, data: bytes) -> bytes:
-        from shellper.core import vtparse
+        from shellper.core.terminal import parser as vtparse
 
         text, self._carry = vtparse.hold_back(self._carry + self._decoder.decode(data), PLAIN_CARRY_MAX)
         return vtparse.encode(strip_escapes(text, "\t\n"))

@@ -25,8 +25,8 @@ import re
 import unicodedata
 from collections import deque
 
-from shellper.core import vtparse
 from shellper.core.defaults import SCREEN_SCROLLBACK_LINES
+from shellper.core.terminal import parser as vtparse
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ FAST_FORWARD_MIN = 32 * 1024
 """Characters of plain text below which fast-forwarding is not tried (finding where to start costs)."""
 
 _TOKEN = re.compile(
-    # The grammar is shellper.core.vtparse's; the commonest well-formed sequences come first, as groups a
+    # The grammar is shellper.core.terminal.parser's; the commonest well-formed sequences come first, as groups a
     # branch in _run tells apart at once, and everything else (8-bit C1 forms, C0 controls inside a
     # sequence, aborted ones) is one token of the grammar, classified by vtparse.parse. Both end a
     # sequence in the same place.
@@ -980,7 +980,7 @@ class Screen:
         First up to ``scrollback`` lines of the main screen's history are printed so that they scroll
         into the terminal's own scrollback, then the main screen's rows; then, if the program is on the
         alternate screen, it is entered and drawn; then the scroll region, modes, charsets, title, SGR
-        and cursor. ``input_modes`` (mouse, bracketed paste...: shellper.core.modes) goes last.
+        and cursor. ``input_modes`` (mouse, bracketed paste...: shellper.core.terminal.modes) goes last.
         """
         out = ["\x1b[r\x1b[?6l\x1b[?7h\x1b[4l\x1b[20l\x1b(B\x1b)B\x0f\x1b[0m\x1b[?1049l\x1b[H\x1b[2J"]
         history = self.history(scrollback)

@@ -1,4 +1,4 @@
-"""shellper.core.vtparse: the one escape grammar, as a table, and every consumer of it agreeing with it on
+"""shellper.core.terminal.parser: the one escape grammar, as a table, and every consumer of it agreeing with it on
 where each sequence ends, for random streams with C1 controls and malformed sequences (hypothesis)."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shellper.core import vtparse
-from shellper.core.queries import is_query, strip_queries
-from shellper.core.screen import Screen
-from shellper.core.text import PlainStream, strip_ansi, strip_escapes
-from shellper.core.vtparse import Kind
+from shellper.core.terminal import parser as vtparse
+from shellper.core.terminal.parser import Kind
+from shellper.core.terminal.queries import is_query, strip_queries
+from shellper.core.terminal.screen import Screen
+from shellper.core.terminal.text import PlainStream, strip_ansi, strip_escapes
 
 TABLE = [
     # (text, kind, complete, dispatched, private, params, intermediates, final, data, controls)

@@ -7,7 +7,7 @@ Live output keeps them: a program that asks waits for the answer. A clipboard wr
 taken out too: replayed, it would set the clipboard again, long after the program did, from output
 a person may only be scrolling through.
 
-Sequences are found by the grammar the screen model reads (:mod:`shellper.core.vtparse`): 8-bit C1
+Sequences are found by the grammar the screen model reads (:mod:`shellper.core.terminal.parser`): 8-bit C1
 forms (``U+009B 6 n``, a lone byte 0x9B) and C0 controls inside a sequence (``ESC [ 6 BS n``, a DSR
 to a VT500-style parser) included. A query taken out leaves the C0 controls it carried, which a
 terminal executes anyway; ENQ (answerback) is taken out wherever it is.
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 
-from shellper.core import vtparse
+from shellper.core.terminal import parser as vtparse
 
 __all__ = ["is_query", "strip_queries"]
 
