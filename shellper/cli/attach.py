@@ -12,7 +12,8 @@ replays recent output (with the mode preamble, so a TUI comes back on the right 
 the child's exit and returns its status, and leaves the user's terminal as it found it: cooked mode
 restored on every way out (detach, exit, error, SIGTERM, SIGHUP), and any mode the session switched
 on (alternate screen, mouse, bracketed paste, ...) switched off again (why: bench/NOTES.md,
-"Incidents behind the defaults").
+"Incidents behind the defaults"), and the pen, character sets and tab stops set as a fresh terminal's
+(shellper.core.terminal.restore).
 """
 
 from __future__ import annotations
@@ -227,11 +228,16 @@ class _Attachment:
         raise _Signalled(signum)
 
     def restore(self, reset: bool) -> None:
-        """Undo setup. Never raises: the terminal may already be gone."""
+        """Undo setup; with ``reset``, switch off what the session's output switched on, and set the pen,
+        character sets and tab stops as a fresh terminal's (shellper.core.terminal.restore). Never raises:
+        the terminal may already be gone."""
         self.cleaning = True
         if reset:
+            from shellper.core.terminal.restore import restore_sequence  # here: only at the end
+
+            size = window_size(self.stdout_fd)
             with contextlib.suppress(_TerminalGone):
-                _write_all(self.stdout_fd, self.reset_sequence())
+                _write_all(self.stdout_fd, self.reset_sequence() + restore_sequence(size[0] if size else None))
         if self.saved_tty is not None:
             with contextlib.suppress(termios.error, OSError):
                 termios.tcsetattr(self.stdin_fd, termios.TCSADRAIN, self.saved_tty)
@@ -569,8 +575,9 @@ def attach(socket_path: str | os.PathLike[str], *, name: str | None = None,
             if tty_fd is not None:
                 os.close(tty_fd)
     except _Signalled as sig:
+        # A SIGHUP need not mean the terminal is gone (a `kill -HUP`, the shell that started attach
+        # killed): reset it all the same; a write to a terminal that is gone fails at once (EIO).
         hangup = sig.signum == signal.SIGHUP
-        reset = not hangup
         outcome = _Outcome(128 + sig.signum, "" if hangup else "[detached]")
     except _TerminalGone:
         reset = False
