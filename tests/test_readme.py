@@ -71,3 +71,16 @@ def test_the_python_example_runs(cli_runtime_dir: Path) -> None:
     # The example sends STOP and goes: the shellper ends its tree and removes its files after that.
     poll_until(lambda: sorted(p.name for p in cli_runtime_dir.iterdir()) == ["logs"], 20,
                what="the stopped session's files to go, but its kept log")
+
+
+def test_figures_stay_in_bench_notes() -> None:
+    """The README is a user's guide: measurements (rates, latencies, loads) are in bench/NOTES.md, and its
+    Performance section keeps one table of ratios against dtach, a raw PTY and tmux (issue 28, "Habits")."""
+    assert not re.search(r"MiB/s|\bload (average )?\d|, (us|ms) *\|", README, re.I)  # a rate, a load, a bench column
+    section = README.split("\n## Performance\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("|")]
+    assert rows[0].split("|")[2:5] == [" against dtach ", " against a raw PTY ", " against tmux "]
+    cells = [cell.strip() for row in rows[2:] for cell in row.split("|")[2:-1] if cell.strip()]
+    assert cells and all(re.match(r"\d+(\.\d+)?x\b", cell) for cell in cells), cells
+    notes = (REPO / "bench" / "NOTES.md").read_text()
+    assert "## The README's tables, moved here" in notes
