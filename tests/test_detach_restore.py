@@ -31,17 +31,16 @@ SHOWN = b"on-42\x1b[1;38;5;196;48;5;22m\x1b[4h\x1b[?7l\x1b[3g\x1b)0\x0e\x1b[?5h"
 """What DIRTY writes (the marker is computed by the shell: the echo of the typed line never matches)."""
 
 MODES = {"handoff": (), "relay": ("--relay",), "raw": ("--raw",)}
-
-
-@pytest.fixture(params=list(MODES))
-def mode(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
+"""How each test attaches (``sessions``' parameter): the ends other than a detach take the same path with
+``--raw`` as without (only the replay differs), so they run in the first two."""
+every_mode = pytest.mark.parametrize("sessions", list(MODES), indirect=True)
+handed_and_relayed = pytest.mark.parametrize("sessions", ["handoff", "relay"], indirect=True)
 
 
 @pytest.fixture
-def sessions(mode: str) -> Iterator[Sessions]:
+def sessions(request: pytest.FixtureRequest) -> Iterator[Sessions]:
     s = Sessions(tempfile.mkdtemp(prefix="shpr-", dir="/tmp"), _env())
-    s.attach_opts = MODES[mode]
+    s.attach_opts = MODES[request.param]
     try:
         yield s
     finally:
@@ -77,6 +76,7 @@ def assert_fresh(shown: bytes) -> None:
     assert (row[0], row[8]) == (fresh.cursor.attrs._replace(data="q"), fresh.cursor.attrs._replace(data="x"))
 
 
+@every_mode
 def test_detach_leaves_a_fresh_terminal(sessions: Sessions) -> None:
     sessions.shell("d")
     term, received = attach_dirty(sessions, "d")
@@ -87,6 +87,7 @@ def test_detach_leaves_a_fresh_terminal(sessions: Sessions) -> None:
     assert re.search(re.escape(restore_sequence(COLS)) + rb"\r+\n\[detached\]\r+\n\Z", shown), shown[-300:]
 
 
+@handed_and_relayed
 def test_exit_leaves_a_fresh_terminal(sessions: Sessions) -> None:
     sessions.shell("x", "--restart", "no")
     term, received = attach_dirty(sessions, "x", then="exit 3")
@@ -96,6 +97,7 @@ def test_exit_leaves_a_fresh_terminal(sessions: Sessions) -> None:
     assert re.search(re.escape(restore_sequence(COLS)) + rb"\r+\n\[exited: [^\]]*\]\r+\n\Z", shown), shown[-300:]
 
 
+@handed_and_relayed
 def test_lost_connection_leaves_a_fresh_terminal(sessions: Sessions) -> None:
     info = sessions.run("k", *BASH)
     term, received = attach_dirty(sessions, "k")
@@ -108,6 +110,7 @@ def test_lost_connection_leaves_a_fresh_terminal(sessions: Sessions) -> None:
     sessions.cli("stop", "k")  # the files a killed shellper left, removed as a person would
 
 
+@handed_and_relayed
 def test_sighup_leaves_a_fresh_terminal(sessions: Sessions) -> None:
     """A SIGHUP while the terminal is still there (``kill -HUP``, the shell that ran attach killed)."""
     sessions.shell("h")
