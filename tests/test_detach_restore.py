@@ -5,7 +5,7 @@ A real session and ``shellper attach`` in a real terminal (pexpect's PTY), in ea
 handed to the shellper (the default, with the rendered replay), ``--relay`` and ``--raw``. What the terminal
 received, all of it, is fed to a model of the person's terminal (pyte), which must then be in a fresh
 terminal's state; and the bytes must end with the restore (shellper.core.terminal.restore), then attach's
-message. A session that leaves its terminal so: ``read -rsn1`` waits, the state stays set.
+message. The shell does not get to undo the state itself: ``read -rsn1`` waits until the attach has ended.
 """
 
 from __future__ import annotations
