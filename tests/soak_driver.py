@@ -36,8 +36,8 @@ from typing import Any
 
 from soak_support import child, fd_count, identity, is_dead, marked, rss_mib
 
+from shellper.client.launch import LaunchInfo
 from shellper.core.exits import RestartPolicy
-from shellper.daemon.launch import LaunchInfo
 from shellper.host.identity import IdentityError, ProcessIdentity, read_stat
 from shellper.host.reaper import descendants
 from shellper.host.record import read_record

@@ -18,8 +18,8 @@ from conftest import CGROUP_PARENT, SHELLPER_CLI, poll_until, remove_cgroup_tree
 from test_containment import MODES, decide, needs_cgroup, start_nested
 from test_tower_support import Sessions, alive, identity, is_dead, other, sessions
 
+from shellper.client.launch import launch
 from shellper.core.config import SessionConfig
-from shellper.daemon.launch import launch
 from shellper.host.cgroup import find_session_cgroups
 from shellper.host.identity import ProcessIdentity, open_verified
 from shellper.host.record import read_record

@@ -22,8 +22,8 @@ from killsoak_driver import FORK_BOMB
 from test_tower_support import Sessions, alive, identity, is_dead, other, sessions, tree
 
 from shellper.client.blocking import Client
+from shellper.client.launch import LaunchInfo
 from shellper.core.structs import replace
-from shellper.daemon.launch import LaunchInfo
 from shellper.host import cgroup
 from shellper.host.identity import ProcessIdentity, boot_id, read_stat
 from shellper.host.record import SessionRecord, cmdline_sha256, read_record, write_record
@@ -105,7 +105,7 @@ def test_stop_ends_an_escaped_grandchild_that_ignores_term_and_removes_the_cgrou
 
 
 def test_containment_cgroup_fails_to_start_without_a_usable_parent(sessions: Sessions, tmp_path: Path) -> None:
-    from shellper.daemon.launch import LaunchError
+    from shellper.client.launch import LaunchError
 
     with pytest.raises(LaunchError, match="cgroup"):
         sessions.launch("c", ["cat"], containment="cgroup", cgroup_parent=str(tmp_path))
@@ -410,7 +410,7 @@ def test_another_owners_run_of_a_killed_sessions_name_keeps_its_record_for_its_r
     found what x left running (under none only the record's instance id finds it; under cgroup her reconcile
     may not end a stray cgroup of a name someone holds). Now bob's launch is refused (reason other_owner)
     and the record stays alice's, until her reconcile has ended the survivor."""
-    from shellper.daemon.launch import LaunchError, LaunchFailure
+    from shellper.client.launch import LaunchError, LaunchFailure
 
     first = sessions.launch("x", ["sh", "-c", ESCAPER], containment=mode, owner="alice")
     grandchild = escapee(first)

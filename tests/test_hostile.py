@@ -38,7 +38,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 from soak_support import RawConn, child, hello, identity, is_dead, quiet_fds, rss_mib, scales, status_kib
 
-from shellper.daemon.launch import LaunchError
+from shellper.client.launch import LaunchError
 from shellper.daemon.transport import CLOSE_DRAIN
 from shellper.host.paths import SessionPaths, UnsafeDirError
 from shellper.host.record import MAX_RECORD_BYTES, LockError, read_record

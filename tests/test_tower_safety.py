@@ -20,8 +20,8 @@ import pytest
 from conftest import CGROUP_PARENT, SHELLPER_CLI, left_in, poll_until
 from test_tower_support import REPO, Sessions, alive, hand_made_record, identity, is_dead, other, sessions, tree
 
+from shellper.client.launch import LaunchInfo
 from shellper.core.structs import replace
-from shellper.daemon.launch import LaunchInfo
 from shellper.host.cleanup import CommandMismatch
 from shellper.host.identity import ProcessIdentity, read_stat
 from shellper.host.paths import SessionPaths

@@ -31,13 +31,13 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from shellper.client.launch import LaunchInfo, launch
 from shellper.core.config import SessionConfig
 from shellper.core.defaults import DEFAULT_GRACE
 from shellper.core.errors import ShellperError
 from shellper.core.exitrecord import ExitRecord, ExitRecordError
 from shellper.core.names import validate_name
 from shellper.core.owner import default_owner
-from shellper.daemon.launch import LaunchInfo, launch
 from shellper.host.identity import IdentityError, PidFd, ProcessGone, ProcessIdentity, open_verified
 from shellper.host.paths import SessionPaths, ensure_runtime_dir
 from shellper.host.record import RecordError, SessionRecord, read_record
