@@ -351,9 +351,9 @@ def test_observe_refuses_a_directory_others_could_plant_records_in(sessions: Ses
 @pytest.mark.parametrize("name", ["KILL", "kill", "SIGKILL", "SIGwinch"])
 def test_the_client_lets_through_every_signal_name_the_shellper_takes(name: str) -> None:
     """The client's check is the shellper's own (wire.bare_signal): it once refused "SIGKILL", which the
-    shellper accepts."""
+    shellper accepts. The connection holds the one check every client's request methods use."""
     from shellper.protocol import wire
-    from tower_client.client import checked_request
+    from shellper.protocol.connection import Connection
 
     frame = wire.Signal(signal=name)
-    assert checked_request(frame) is frame
+    assert Connection("x.sock").checked(frame) is frame

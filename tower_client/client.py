@@ -36,7 +36,6 @@ from shellper.protocol.connection import (
     ConnState,
     Forbidden,
     InstanceMismatch,
-    InvalidRequest,
     NotRunning,
     Output,
     PeerMismatch,
@@ -84,8 +83,6 @@ __all__ = [
     "socket_path",
 ]
 
-F = TypeVar("F", bound=wire.Frame)
-
 CONNECT_TIMEOUT = 5.0
 HANDSHAKE_TIMEOUT = 5.0
 REQUEST_TIMEOUT = 5.0
@@ -112,27 +109,6 @@ def checked_input(data: bytes) -> bytes:
     if not isinstance(data, bytes | bytearray | memoryview):
         raise BadArgumentType(f"input must be bytes, not {type(data).__name__} (encode text first)")
     return data
-
-
-def checked_request(frame: F) -> F:
-    """The request methods' arguments, checked as the shellper would (wire.check_request, wire.bare_signal),
-    so a mistake raises here instead of costing the connection (a fatal ERROR bad_field)."""
-    try:
-        wire.check_request(frame)
-    except wire.BadField as exc:
-        raise InvalidRequest(str(exc), exc.field_name) from None
-    if isinstance(frame, wire.Signal) and wire.bare_signal(frame.signal) is None:
-        raise InvalidRequest(f"signal {frame.signal!r} is not one of {', '.join(wire.SIGNALS)}")
-    if isinstance(frame, wire.Spawn):  # types only: what the shellper's decoder would refuse
-        if frame.argv is not None and (not isinstance(frame.argv, list | tuple) or not frame.argv
-                                       or not all(isinstance(a, str) for a in frame.argv)):
-            raise InvalidRequest(f"argv must be a non-empty list of strings or None, got {frame.argv!r:.80}")
-        if frame.cwd is not None and not isinstance(frame.cwd, str):
-            raise InvalidRequest(f"cwd must be a string or None, got {frame.cwd!r:.80}")
-        if frame.env is not None and (not isinstance(frame.env, dict) or not all(
-                isinstance(k, str) and isinstance(v, str) for k, v in frame.env.items())):
-            raise InvalidRequest(f"env must be a dict of strings or None, got {frame.env!r:.80}")
-    return frame
 
 
 class AsyncClient(ConnectionView):
@@ -343,12 +319,12 @@ class AsyncClient(ConnectionView):
 
     async def resize(self, cols: int, rows: int, timeout: float | None = None) -> None:
         """Set the PTY's size; raises BadRequest (out of range), Forbidden (a viewer), SessionStopping."""
-        await self._ask(checked_request(wire.Resize(cols=cols, rows=rows)), timeout)
+        await self._ask(self.conn.checked(wire.Resize(cols=cols, rows=rows)), timeout)
 
     async def signal(self, name: str, timeout: float | None = None) -> int | None:
         """Signal the child's process group (tower only); ``name`` is one of wire.SIGNALS. Returns the pid
         signalled (the child's, its group's); raises NotRunning, BadRequest, Forbidden, SessionStopping."""
-        reply = await self._ask(checked_request(wire.Signal(signal=name)), timeout)
+        reply = await self._ask(self.conn.checked(wire.Signal(signal=name)), timeout)
         return None if reply is None else result_int(reply, "pid")
 
     async def spawn(self, argv: list[str] | None = None, *, cwd: str | None = None,
@@ -357,14 +333,14 @@ class AsyncClient(ConnectionView):
         """Replace the child; returns the new child's pid once it runs. Raises SpawnFailed (the command
         cannot start), SessionStopping, Forbidden. No deadline by default: the shellper answers once the
         old tree has ended, which takes up to its stop grace."""
-        reply = await self._ask(checked_request(wire.Spawn(argv=argv, cwd=cwd, env=env, clear_ring=clear_ring)),
+        reply = await self._ask(self.conn.checked(wire.Spawn(argv=argv, cwd=cwd, env=env, clear_ring=clear_ring)),
                                 timeout, deadline=False)
         return None if reply is None else result_int(reply, "child_pid")
 
     async def stop(self, grace: float | None = None, timeout: float | None = None) -> None:
         """End the session: the shellper terminates its tree, then exits. Returns once the tree has ended
         (the stream then ends); no deadline by default (the grace, then the kill rounds)."""
-        await self._ask(checked_request(wire.Stop(grace=grace)), timeout, deadline=False)
+        await self._ask(self.conn.checked(wire.Stop(grace=grace)), timeout, deadline=False)
 
     async def status(self, timeout: float | None = None) -> wire.StatusReply:
         reply = await self._request(wire.Status(), timeout)

@@ -50,7 +50,6 @@ from tower_client.client import (
     ClientError,
     SessionGone,
     Timeout,
-    checked_request,
     socket_path,
 )
 from tower_client.discover import PROBE_CLIENT_NAME, discover_async, observe_async
@@ -519,7 +518,7 @@ class Fleet:
         live = self.client(name).client
         if live is None:
             raise SessionGone(m.paths.socket, "not connected (reconnecting or ended)")
-        frame = checked_request(wire.Spawn(argv=argv, cwd=cwd, env=env))
+        frame = live.conn.checked(wire.Spawn(argv=argv, cwd=cwd, env=env))
         if live.conn.replies:  # matched by its id; a refusal raises its typed error
             pid = await live.spawn(argv, cwd=cwd, env=env, timeout=timeout)
             if pid is None:

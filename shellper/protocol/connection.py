@@ -30,8 +30,11 @@ from shellper.protocol import wire
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: `shellper attach` starts without typing (see shellper.core.structs)
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from typing import TypeVar
 
     from shellper.core.exitrecord import ExitRecord
+
+    F = TypeVar("F", bound=wire.Frame)
 
 
 # --------------------------------------------------------------------------------------------- errors
@@ -385,6 +388,21 @@ class Connection(Position):
             wire.check_request(frame)
         except wire.BadField as exc:
             raise InvalidRequest(f"{self.path}: not sent: {exc}", exc.field_name) from None
+
+    def checked(self, frame: F) -> F:
+        """``frame``, a request a client's method built from its caller's arguments, held to what the
+        shellper would refuse: the fields and ranges, as ``send()`` holds every frame, and beyond them a
+        signal it does not know and a SPAWN with an empty command, which it refuses without costing the
+        connection but after a round trip (an empty argv once ended the child). InvalidRequest names the
+        field. The one place the clients' request methods are checked, blocking and asyncio alike."""
+        self._check(frame)
+        if isinstance(frame, wire.Signal) and wire.bare_signal(frame.signal) is None:
+            raise InvalidRequest(f"{self.path}: not sent: signal {frame.signal!r} is not one of "
+                                 f"{', '.join(wire.SIGNALS)}", "signal")
+        if isinstance(frame, wire.Spawn) and frame.argv is not None and not frame.argv:
+            raise InvalidRequest(f"{self.path}: not sent: argv must be a non-empty list of strings or None, "
+                                 "got []", "argv")
+        return frame
 
     def send_data(self, data: bytes | bytearray | memoryview) -> bytes:
         """The bytes of input for the child (a DATA frame, built without a frame object)."""

@@ -25,6 +25,7 @@ from shellper.protocol.connection import (
     ConnEvent,
     ConnState,
     InstanceMismatch,
+    InvalidRequest,
     PeerMismatch,
     ProtocolViolation,
     RemoteError,
@@ -557,3 +558,26 @@ def test_any_split_gives_the_same_events(frames: list[Any], data: st.DataObject,
     assert conn.output.next_offset == end
     with pytest.raises(SessionGone):
         feed(conn, b"")
+
+
+@pytest.mark.parametrize(("frame", "field"), [
+    (wire.Signal(signal="BOGUS"), "signal"), (wire.Signal(signal=9), "signal"),  # type: ignore[arg-type]
+    (wire.Spawn(argv=[]), "argv"), (wire.Spawn(argv="cat"), "argv"),  # type: ignore[arg-type]
+    (wire.Resize(cols=0, rows=24), "cols"), (wire.Stop(grace=-1.0), "grace"),
+])
+def test_a_request_method_s_frame_is_checked_by_the_connection(frame: wire.Frame, field: str) -> None:
+    """The one check every client's request methods use (blocking, asyncio, the Fleet's spawn)."""
+    with pytest.raises(InvalidRequest) as refused:
+        Connection("s.sock").checked(frame)
+    assert refused.value.field == field and "not sent" in str(refused.value)
+
+
+def test_what_send_lets_through_a_request_method_refuses() -> None:
+    """``send()`` leaves an unknown signal and an empty argv to the shellper (which answers them without
+    ending the connection); the request methods refuse them before a round trip."""
+    conn = Connection("s.sock")
+    conn.hello()
+    for frame in (wire.Signal(signal="BOGUS"), wire.Spawn(argv=[])):
+        assert conn.send(frame)
+        with pytest.raises(InvalidRequest):
+            conn.checked(frame)
