@@ -47,7 +47,7 @@ from tower_client.apply import apply, clean_session
 from tower_client.discover import discover, observe
 from tower_client.reconcile import (
     MAX_REGISTRY_BYTES,
-    Action,
+    ReconcileAction,
     Registry,
     RegistryError,
     RegistryRow,
@@ -791,7 +791,7 @@ def test_tower_client_never_follows_planted_symlinks(sessions: Sessions, victim:
         with pytest.raises(BlockingIOError):
             lure.accept()  # the probe never connected through the link
         decisions = reconcile(Registry(), [obs], now=time.time())
-        assert [d.action for d in decisions] == [Action.LEAVE]  # an unreadable record: hands off
+        assert [d.action for d in decisions] == [ReconcileAction.LEAVE]  # an unreadable record: hands off
         removed = clean_session(SessionPaths.for_name(sessions.dir, "x"))
         assert removed == () and _untouched(victim)
     finally:
@@ -824,7 +824,7 @@ def test_corrupt_record_of_a_live_session_gets_a_clear_error_and_no_action(sessi
     assert obs.record is None and obs.record_error is not None
     assert str(record) in obs.record_error and len(obs.record_error.splitlines()) == 1
     decisions = reconcile(Registry((RegistryRow("c"),)), [obs], now=time.time())
-    assert [(d.action, d.reason) for d in decisions] == [(Action.LEAVE, "record_unreadable")]
+    assert [(d.action, d.reason) for d in decisions] == [(ReconcileAction.LEAVE, "record_unreadable")]
     assert apply(decisions).ok
     assert not wait_gone(info.pid, 0) and not is_dead(identity(info.child_pid or 0))
     assert record.read_bytes() == content  # left for a human to look at

@@ -20,14 +20,12 @@ from tower_client.client import AsyncClient, AsyncResumingClient, Client, Resumi
 from tower_client.discover import Observed, discover, discover_async, observe
 from tower_client.errors import FleetClosed, FleetError, FleetNotStarted, UnknownSession
 from tower_client.holders import Holder, Verdict, find_holders, mint_or_reclaim
-from tower_client.reconcile import Action, Decision, Registry, RegistryError, load_registry, reconcile
+from tower_client.reconcile import ReconcileAction, ReconcileDecision, Registry, RegistryError, load_registry, reconcile
 
 __all__ = [
-    "Action",
     "AsyncClient",
     "AsyncResumingClient",
     "Client",
-    "Decision",
     "ExitRecord",
     "ExitRecordError",
     "FleetClosed",
@@ -36,6 +34,8 @@ __all__ = [
     "Holder",
     "Observed",
     "Outcome",
+    "ReconcileAction",
+    "ReconcileDecision",
     "Registry",
     "RegistryError",
     "Report",

@@ -56,7 +56,7 @@ from tower_client.discover import PROBE_CLIENT_NAME, discover_async, observe_asy
 from tower_client.errors import FleetClosed, FleetError, FleetNotStarted, UnknownSession
 from tower_client.inotify import Change, DirWatch
 from tower_client.progress import ProgressJournal
-from tower_client.reconcile import Action, Decision, Registry, reconcile
+from tower_client.reconcile import ReconcileAction, ReconcileDecision, Registry, reconcile
 from tower_client.registry_file import RegistryFile
 from tower_client.resume import Backoff
 from tower_client.stream import (
@@ -260,14 +260,14 @@ class Fleet:
             self._emit(Notice(d.name, str(d.action), d.reason, outcome.error or outcome.detail))
             if not outcome.ok or d.cgroup is not None:
                 continue
-            if d.action is Action.ADOPT and d.observed is not None and d.observed.record is not None:
+            if d.action is ReconcileAction.ADOPT and d.observed is not None and d.observed.record is not None:
                 try:
                     await self._attach(d.observed.record, adopted=True)
                 except (ClientError, IdentityError, FleetError) as exc:
                     self._emit(Notice(d.name, "failed", "adopt", str(exc)))
-            elif d.action is Action.RESPAWN:
+            elif d.action is ReconcileAction.RESPAWN:
                 respawn.append(d.name)
-            elif d.action is Action.TERMINATE and d.reason == "husk_expired":
+            elif d.action is ReconcileAction.TERMINATE and d.reason == "husk_expired":
                 self.registry.remove(d.name)
                 self.journal.forget(d.name)
         for name, grace in stops.items():
@@ -278,20 +278,20 @@ class Fleet:
         await self._save_registry()
         await self._bounded([self._relaunch(name, "respawn") for name in respawn])
 
-    async def _finish_stop(self, name: str, grace: float, decisions: list[Decision], report: Report) -> None:
+    async def _finish_stop(self, name: str, grace: float, decisions: list[ReconcileDecision], report: Report) -> None:
         """Carry out a journalled stop: end the session if it runs (waiting out a shellper still stopping,
         within grace + STOP_MARGIN), clean what it left, then drop its row and journal entry. A session that
         cannot be dealt with now (left for another reason) keeps its row and the intent for the next start."""
         done = True
         for d in decisions:
-            if d.action is Action.LEAVE and d.reason == "stopping" and d.observed is not None \
+            if d.action is ReconcileAction.LEAVE and d.reason == "stopping" and d.observed is not None \
                     and d.observed.record is not None:
                 ok, detail = await self._await_stopping(d.observed.record, grace)
                 self._emit(Notice(name, "stop", "stop_requested", detail))
                 if ok:
                     await self._clean_dead(name)
                 done = done and ok
-            elif d.action in (Action.TERMINATE, Action.CLEAN):
+            elif d.action in (ReconcileAction.TERMINATE, ReconcileAction.CLEAN):
                 outcome = (await asyncio.to_thread(apply, [d], grace=grace, owner=self.owner)).outcomes[0]
                 report.outcomes.append(outcome)
                 self._emit(Notice(name, str(d.action), "stop_requested", outcome.error or outcome.detail))
@@ -791,7 +791,7 @@ class Fleet:
         """What reconcile would do for a dead shellper (end its tree's leftovers, remove its files), now."""
         observed = await observe_async(self.dir, name)
         decisions = [d for d in reconcile(self.registry.registry(), [observed], now=time.time(), owner=self.owner)
-                     if d.action is Action.CLEAN and d.name == name]
+                     if d.action is ReconcileAction.CLEAN and d.name == name]
         report = await asyncio.to_thread(apply, decisions, grace=self.policy.grace, owner=self.owner)
         for o in report.outcomes:
             self._emit(Notice(name, "reaped" if o.ok else "failed", o.decision.reason, o.error or o.detail))
@@ -849,5 +849,5 @@ class Fleet:
     def state(self, name: str) -> FleetState | None:
         return self._member(name).tracker.state
 
-    def decisions(self) -> list[Decision]:
+    def decisions(self) -> list[ReconcileDecision]:
         return [o.decision for o in self.report.outcomes] if self.report is not None else []
