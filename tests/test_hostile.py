@@ -157,7 +157,7 @@ def judge(stream: bytes, ring_low: int, ring_high: int, event_low: int = 0, even
             v.answers.append(("pong", ev.nonce))
         elif isinstance(ev, wire.Status):
             v.answers.append(("status",))
-        elif isinstance(ev, wire.Screen):  # version 3 (PROTOCOL.md 0x13)
+        elif isinstance(ev, wire.ScreenRequest):  # version 3 (PROTOCOL.md 0x13)
             if version < wire.SCREEN_VERSION:
                 v.answers.append(("error", "protocol", int(kind)))
             elif ev.format not in wire.SCREEN_FORMATS:
