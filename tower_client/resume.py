@@ -17,7 +17,7 @@ from shellper.protocol import wire
 from shellper.protocol.connection import (
     ClientError,
     ConnectionRefused,
-    Output,
+    OutputPosition,
     Position,
     ProtocolViolation,
     SessionGone,
@@ -174,7 +174,7 @@ class ResumeView:
     state: Resume
 
     @property
-    def output(self) -> Output:
+    def output(self) -> OutputPosition:
         return self.state.output
 
     @property

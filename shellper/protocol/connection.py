@@ -179,7 +179,7 @@ def send_error(path: str, exc: OSError, timeout: float | None) -> ClientError:
 
 
 @record
-class Output:
+class OutputPosition:
     """Where this client is in the session's output stream."""
 
     next_offset: int = 0
@@ -200,7 +200,7 @@ class Position:
     state as WELCOME, EXIT and ``state`` events last said it."""
 
     def __init__(self) -> None:
-        self.output = Output()
+        self.output = OutputPosition()
         self.exit: wire.Exit | None = None
         self.last_event_seq: int | None = None
         self.session_state: str | None = None
