@@ -18,11 +18,11 @@ from shellper.protocol.connection import (
     ClientError,
     ConnectionRefused,
     OutputPosition,
-    Position,
     ProtocolViolation,
     SessionGone,
     SessionNotFound,
     ShellperDead,
+    StreamPosition,
     Timeout,
 )
 
@@ -65,7 +65,7 @@ class Reconnected:
 ResumeItem = wire.Frame | Reconnected
 
 
-class Resume(Position):
+class Resume(StreamPosition):
     """One resumed stream's position and decisions. The driver's loop, with ``open`` its connect:
 
     * first ``connected(welcome, replay, last_event_seq)`` after its own first connection;

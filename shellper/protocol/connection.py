@@ -194,7 +194,7 @@ class OutputPosition:
             self.next_offset = frame.offset
 
 
-class Position:
+class StreamPosition:
     """What a client has handed on to its caller: the output offset to resume from and the gaps in it,
     the child's last EXIT, the last numbered event (``events_after`` for a resume), and the session's
     state as WELCOME, EXIT and ``state`` events last said it."""
@@ -320,7 +320,7 @@ def answers(frame: wire.Frame, request: Request) -> bool:
 # --------------------------------------------------------------------------------------------- the connection
 
 
-class Connection(Position):
+class Connection(StreamPosition):
     """One client connection's protocol state; the module's docstring says how it is driven."""
 
     def __init__(self, path: str, role: str = "tower", client_name: str = "",
