@@ -188,7 +188,7 @@ class AsyncClient(ConnectionView):
         return conn.welcome
 
     async def _open_stream(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        """The connected stream the handshake runs on (tower_client.remote's runs over ssh instead, to a
+        """The connected stream the handshake runs on (tower_client.remote_clients's runs over ssh instead, to a
         bridge that checks there). The checks of every client's connect (shellper.host.trust.connect_session)
         around a non-blocking one: nothing is sent to a socket in a directory others could have planted
         it in, nor to a server that is not ours."""
@@ -499,7 +499,7 @@ class AsyncResumingClient(_Resuming[AsyncClient]):
         self._timeouts = (connect_timeout, handshake_timeout, request_timeout)
 
     def _new_client(self) -> AsyncClient:
-        """A client for the next connection (tower_client.remote's reaches another host)."""
+        """A client for the next connection (tower_client.remote_clients's reaches another host)."""
         c, h, r = self._timeouts
         return AsyncClient(self.path, self.role, client_name=self.client_name, connect_timeout=c,
                            handshake_timeout=h, request_timeout=r)
