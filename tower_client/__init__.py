@@ -1,55 +1,158 @@
 """tower_client: what a supervising server (the Tower) needs to live with shellpers across its restarts.
 
-* :mod:`~tower_client.client` - blocking, asyncio and resuming clients (no output lost on reconnect).
+This package is the one import a user needs: every name below is exported here, and the README, docs/TOWER.md
+and examples/ import nothing else. The modules behind it:
+
+* :mod:`~shellper.client.launch` - ``launch(SessionConfig(...))``: start a detached shellper.
+* :mod:`~tower_client.client` - blocking, asyncio and resuming clients (no output lost on reconnect);
+  :mod:`~tower_client.remote_clients` - the same for a session on another host, over ssh.
 * :mod:`~tower_client.discover` - what is really in a runtime directory (never signals).
 * :mod:`~tower_client.reconcile` - the registry and the pure adopt / terminate / respawn / clean / leave table.
 * :mod:`~tower_client.apply` - carry decisions out: identity-checked terminate, lock-guarded clean.
 * :mod:`~tower_client.holders` - who holds a conversation id; mint-or-reclaim, foreign wins.
-* :mod:`~tower_client.identity` - process identity (boot id, pid, kernel start ticks) and pidfds.
-* :mod:`~tower_client.survivors` - what a killed shellper left running, found by its marks and ended.
 * :mod:`~tower_client.fleet` - the supervisor layer: registry, launch, one merged stream (:mod:`~tower_client.stream`),
   a journal of what was consumed (:mod:`~tower_client.progress`), adopt after a restart, inotify
   (:mod:`~tower_client.inotify`), an agent's command line from the mint-or-reclaim verdict
-  (:mod:`~tower_client.agent`). Imported on its own (``from tower_client.fleet import Fleet``), so the CLI does
-  not pay for it.
+  (:mod:`~tower_client.agent`); its options are :mod:`~tower_client.options`.
+
+``Fleet`` is imported on first use (``tower_client.Fleet``, a module ``__getattr__``), so the ``tower-client``
+command, which imports this package, does not pay for it.
 """
 
-from shellper.core.exitrecord import ExitRecord, ExitRecordError
-from tower_client.apply import Outcome, Report, apply, clean_session, terminate_session
-from tower_client.client import AsyncClient, AsyncResumingClient, Client, ResumingClient
-from tower_client.discover import Observed, discover, discover_async, observe
-from tower_client.errors import FleetClosed, FleetError, FleetNotStarted, UnknownSession
-from tower_client.holders import Holder, Verdict, find_holders, mint_or_reclaim
-from tower_client.reconcile import ReconcileAction, ReconcileDecision, Registry, RegistryError, load_registry, reconcile
+from __future__ import annotations
 
-__all__ = [
-    "AsyncClient",
-    "AsyncResumingClient",
-    "Client",
-    "ExitRecord",
-    "ExitRecordError",
-    "FleetClosed",
-    "FleetError",
-    "FleetNotStarted",
-    "Holder",
-    "Observed",
-    "Outcome",
-    "ReconcileAction",
-    "ReconcileDecision",
-    "Registry",
-    "RegistryError",
-    "Report",
-    "ResumingClient",
-    "UnknownSession",
-    "Verdict",
-    "apply",
-    "clean_session",
-    "discover",
-    "discover_async",
-    "find_holders",
-    "load_registry",
-    "mint_or_reclaim",
-    "observe",
-    "reconcile",
-    "terminate_session",
+from shellper.client.launch import LaunchError, LaunchFailure, LaunchInfo, launch
+from shellper.core.config import ConfigError, SessionConfig
+from shellper.core.errors import BadArgument, BadArgumentType, ClientError, InsideEventLoop, ShellperError
+from shellper.core.exitrecord import ExitRecord, ExitRecordError
+from shellper.core.exits import PolicyError, RestartPolicy
+from shellper.core.names import BadHost, BadName, PathError
+from shellper.core.owner import BadOwner
+from shellper.core.trust import NotASocket, UntrustedSocket
+from shellper.host.identity import IdentityError, ProcessGone
+from shellper.host.paths import UnsafeDirError
+from shellper.host.ssh import HostUnreachable, RemoteNotInstalled, SshError, VersionMismatch
+from shellper.protocol.connection import (
+    BadRequest,
+    ConnectionRefused,
+    Forbidden,
+    InstanceMismatch,
+    InvalidRequest,
+    NotRunning,
+    OutputPosition,
+    PeerMismatch,
+    ProtocolViolation,
+    RemoteError,
+    RequestFailed,
+    SessionGone,
+    SessionNotFound,
+    SessionStopping,
+    ShellperDead,
+    SpawnFailed,
+    Timeout,
+)
+from shellper.protocol.wire import (
+    Data,
+    Error,
+    Event,
+    Exit,
+    Frame,
+    FrameType,
+    Gap,
+    Ping,
+    Pong,
+    ProtocolError,
+    Release,
+    Replay,
+    Reply,
+    Resize,
+    ScreenReply,
+    ScreenRequest,
+    Signal,
+    Spawn,
+    Status,
+    StatusReply,
+    Stop,
+    Welcome,
+)
+from tower_client.agent import AgentCommand, AgentCommandError
+from tower_client.apply import Outcome, OwnerBusy, OwnerLockUnavailable, Report, apply, clean_session, terminate_session
+from tower_client.atomicfile import AtomicWriteError
+from tower_client.client import AsyncClient, AsyncResumingClient, Client, ResumingClient, socket_path
+from tower_client.discover import Observed, discover, discover_async, observe, observe_async
+from tower_client.errors import FleetClosed, FleetError, FleetNotStarted, UnknownSession
+from tower_client.holders import BadSessionId, Holder, Verdict, find_holders, mint_or_reclaim
+from tower_client.inotify import InotifyError
+from tower_client.options import FleetPolicy, OnDeath, SessionSpec
+from tower_client.progress import JournalPosition, ProgressError
+from tower_client.reconcile import (
+    ReconcileAction,
+    ReconcileDecision,
+    Registry,
+    RegistryError,
+    RegistryRow,
+    load_registry,
+    reconcile,
+)
+from tower_client.remote_clients import (
+    AsyncRemoteClient,
+    AsyncRemoteResumingClient,
+    RemoteClient,
+    RemoteResumingClient,
+)
+from tower_client.resume import Backoff, Reconnected, ResumeItem
+from tower_client.stream import FleetItem, FleetState, Missed, Notice, OutputChunk, SessionEvent, StateChange
+
+TYPE_CHECKING = False  # the Fleet is imported on first use: see the module docstring
+if TYPE_CHECKING:
+    from tower_client.fleet import Fleet
+
+__all__ = [  # noqa: RUF022 - grouped by what a user looks for
+    # launching
+    "LaunchError", "LaunchFailure", "LaunchInfo", "SessionConfig", "launch",
+    # clients
+    "AsyncClient", "AsyncRemoteClient", "AsyncRemoteResumingClient", "AsyncResumingClient", "Client",
+    "RemoteClient", "RemoteResumingClient", "ResumingClient", "OutputPosition", "Reconnected", "ResumeItem",
+    "socket_path",
+    # the Fleet and its stream
+    "Fleet", "FleetItem", "FleetState", "JournalPosition", "Missed", "Notice", "OutputChunk", "SessionEvent",
+    "StateChange",
+    # options
+    "AgentCommand", "Backoff", "FleetPolicy", "OnDeath", "RestartPolicy", "SessionSpec",
+    # after a restart: look, decide, act
+    "ExitRecord", "Holder", "Observed", "Outcome", "ReconcileAction", "ReconcileDecision", "Registry",
+    "RegistryRow", "Report", "Verdict", "apply", "clean_session", "discover", "discover_async", "find_holders",
+    "load_registry", "mint_or_reclaim", "observe", "observe_async", "reconcile", "terminate_session",
+    # frames
+    "Data", "Error", "Event", "Exit", "Frame", "FrameType", "Gap", "Ping", "Pong", "Release", "Replay", "Reply",
+    "Resize", "ScreenReply", "ScreenRequest", "Signal", "Spawn", "Status", "StatusReply", "Stop", "Welcome",
+    # errors: every one is a ShellperError
+    "AgentCommandError", "AtomicWriteError", "BadArgument", "BadArgumentType", "BadHost", "BadName", "BadOwner",
+    "BadRequest", "BadSessionId", "ClientError", "ConfigError", "ConnectionRefused", "ExitRecordError",
+    "FleetClosed", "FleetError", "FleetNotStarted", "Forbidden", "HostUnreachable", "IdentityError",
+    "InotifyError", "InsideEventLoop", "InstanceMismatch", "InvalidRequest", "NotASocket", "NotRunning",
+    "OwnerBusy", "OwnerLockUnavailable", "PathError", "PeerMismatch", "PolicyError", "ProcessGone",
+    "ProgressError", "ProtocolError", "ProtocolViolation", "RegistryError", "RemoteError", "RemoteNotInstalled",
+    "RequestFailed", "SessionGone", "SessionNotFound", "SessionStopping", "ShellperDead", "ShellperError",
+    "SpawnFailed", "SshError", "Timeout", "UnknownSession", "UnsafeDirError", "UntrustedSocket",
+    "VersionMismatch",
 ]
+
+_LAZY = {"Fleet": "tower_client.fleet"}
+"""Names imported on first use, and the module that holds each."""
+
+
+def __getattr__(name: str) -> object:
+    """``tower_client.Fleet``: imported the first time it is asked for (PEP 562)."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tower_client' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # asked once: later lookups find it without this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
