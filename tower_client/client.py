@@ -53,7 +53,7 @@ from shellper.protocol.connection import (
     result_int,
     send_error,
 )
-from tower_client.resume import Backoff, Reconnected, Resume, ResumeItem, ResumeView
+from tower_client.resume import Backoff, Reconnected, Reopen, Resume, ResumeItem, ResumeView
 
 __all__ = [
     "AsyncClient",
@@ -188,7 +188,7 @@ class AsyncClient(ConnectionView):
         return conn.welcome
 
     async def _open_stream(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        """The connected stream the handshake runs on (tower_client.remote_clients's runs over ssh instead, to a
+        """The connected stream the handshake runs on (tower_client.remote_clients' runs over ssh instead, to a
         bridge that checks there). The checks of every client's connect (shellper.host.trust.connect_session)
         around a non-blocking one: nothing is sent to a socket in a directory others could have planted
         it in, nor to a server that is not ours."""
@@ -452,6 +452,12 @@ class _Resuming(ResumeView, Generic[C]):
         if ident is not None and ident.boot_id == welcome.boot_id and ident.start_time == welcome.shellper_start_time:
             self._shellper = ident
 
+    def _connected(self, client: C, welcome: wire.Welcome) -> None:
+        """A connection's handshake is done: the stream takes its REPLAY, and who answered is noted."""
+        assert client.replay is not None
+        self.state.connected(welcome, client.replay, client.last_event_seq)
+        self._note_shellper(welcome, client.peer_pid())
+
     def _gone(self) -> bool:
         """The shellper this client talked to is no longer running (dead or a zombie): a stale socket
         will never answer again, so there is no point in waiting out the backoff."""
@@ -499,19 +505,17 @@ class AsyncResumingClient(_Resuming[AsyncClient]):
         self._timeouts = (connect_timeout, handshake_timeout, request_timeout)
 
     def _new_client(self) -> AsyncClient:
-        """A client for the next connection (tower_client.remote_clients's reaches another host)."""
+        """A client for the next connection (tower_client.remote_clients' reaches another host)."""
         c, h, r = self._timeouts
         return AsyncClient(self.path, self.role, client_name=self.client_name, connect_timeout=c,
                            handshake_timeout=h, request_timeout=r)
 
-    async def _open(self, resume_from: int | None, replay_bytes: int | None, events_after: int | None) -> None:
+    async def _open(self, ask: Reopen) -> None:
         client = self._new_client()
         try:
-            welcome = await client.connect(resume_from=resume_from, replay_bytes=replay_bytes,
-                                           events_after=events_after, expect_instance_id=self.state.instance_id)
-            assert client.replay is not None
-            self.state.connected(welcome, client.replay, client.last_event_seq)
-            self._note_shellper(welcome, client.peer_pid())
+            welcome = await client.connect(resume_from=ask.resume_from, replay_bytes=ask.replay_bytes,
+                                           events_after=ask.events_after, expect_instance_id=ask.expect_instance_id)
+            self._connected(client, welcome)
         except BaseException:
             await client.close()
             raise
@@ -520,7 +524,7 @@ class AsyncResumingClient(_Resuming[AsyncClient]):
     async def connect(self, *, resume_from: int | None = None, replay_bytes: int | None = None,
                       events_after: int | None = None) -> wire.Welcome:
         """First connection (no retries: a session that is not there is the caller's business)."""
-        await self._open(resume_from, replay_bytes, events_after)
+        await self._open(self.state.first(resume_from, replay_bytes, events_after))
         assert self.client is not None and self.client.welcome is not None
         return self.client.welcome
 
@@ -529,7 +533,7 @@ class AsyncResumingClient(_Resuming[AsyncClient]):
         while True:
             await asyncio.sleep(st.next_delay())
             try:
-                await self._open(st.output.next_offset, None, st.last_event_seq)
+                await self._open(st.reopen())
                 return
             except ClientError as exc:
                 st.failed(exc, self._gone())
@@ -655,14 +659,16 @@ class ResumingClient(_Resuming[Client]):
         self._settle(path, role, client_name, backoff, expect_instance_id)
         self.timeout = timeout
 
-    def _open(self, resume_from: int | None, replay_bytes: int | None, events_after: int | None) -> None:
-        client = Client(self.path, self.role, client_name=self.client_name, timeout=self.timeout)
+    def _new_client(self) -> Client:
+        """A client for the next connection (tower_client.remote_clients' reaches another host)."""
+        return Client(self.path, self.role, client_name=self.client_name, timeout=self.timeout)
+
+    def _open(self, ask: Reopen) -> None:
+        client = self._new_client()
         try:
-            welcome = client.connect(resume_from=resume_from, replay_bytes=replay_bytes, events_after=events_after,
-                                     expect_instance_id=self.state.instance_id)
-            assert client.replay is not None
-            self.state.connected(welcome, client.replay, client.conn.last_event_seq)
-            self._note_shellper(welcome, peer_pid(client.sock) if client.sock is not None else None)
+            welcome = client.connect(resume_from=ask.resume_from, replay_bytes=ask.replay_bytes,
+                                     events_after=ask.events_after, expect_instance_id=ask.expect_instance_id)
+            self._connected(client, welcome)
         except BaseException:
             client.close()
             raise
@@ -670,7 +676,7 @@ class ResumingClient(_Resuming[Client]):
 
     def connect(self, *, resume_from: int | None = None, replay_bytes: int | None = None,
                 events_after: int | None = None) -> wire.Welcome:
-        self._open(resume_from, replay_bytes, events_after)
+        self._open(self.state.first(resume_from, replay_bytes, events_after))
         assert self.client is not None and self.client.welcome is not None
         return self.client.welcome
 
@@ -679,7 +685,7 @@ class ResumingClient(_Resuming[Client]):
         while True:
             time.sleep(st.next_delay())  # backoff between attempts, not synchronisation
             try:
-                self._open(st.output.next_offset, None, st.last_event_seq)
+                self._open(st.reopen())
                 return
             except ClientError as exc:
                 st.failed(exc, self._gone())

@@ -296,6 +296,10 @@ class Client(ConnectionView):
         assert isinstance(reply, wire.Reply)
         return reply
 
+    def peer_pid(self) -> int | None:
+        """The pid of the process serving the socket (SO_PEERCRED); None when not connected."""
+        return peer_pid(self.sock) if self.sock is not None else None
+
     def fileno(self) -> int:
         if self.sock is None:
             raise SessionGone(self.path, "not connected")
