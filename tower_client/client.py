@@ -21,7 +21,6 @@ from typing import Generic, TypeVar
 from shellper.client.blocking import Client, check_role, checked_socket_path, peer_pid
 from shellper.core import names
 from shellper.core.defaults import DEFAULT_GRACE
-from shellper.core.errors import BadArgumentType
 from shellper.core.trust import UntrustedSocket
 from shellper.host.identity import IdentityError, PidFd, ProcessIdentity, open_verified
 from shellper.host.trust import check_server, check_socket_dir, check_socket_file
@@ -102,13 +101,6 @@ def socket_path(directory: str | os.PathLike[str], name: str) -> Path:
 
 
 # --------------------------------------------------------------------------------------------- asyncio
-
-
-def checked_input(data: bytes) -> bytes:
-    """Input must be bytes: a str would need an encoding the shellper cannot guess."""
-    if not isinstance(data, bytes | bytearray | memoryview):
-        raise BadArgumentType(f"input must be bytes, not {type(data).__name__} (encode text first)")
-    return data
 
 
 class AsyncClient(ConnectionView):
@@ -315,7 +307,7 @@ class AsyncClient(ConnectionView):
 
     async def write(self, data: bytes, timeout: float | None = None) -> None:
         """Input for the child. No default timeout: a slow child legitimately holds input back."""
-        await self.send_bytes(self.conn.send_data(checked_input(data)), timeout)
+        await self.send_bytes(self.conn.send_data(data), timeout)
 
     async def resize(self, cols: int, rows: int, timeout: float | None = None) -> None:
         """Set the PTY's size; raises BadRequest (out of range), Forbidden (a viewer), SessionStopping."""
@@ -724,7 +716,7 @@ class ResumingClient(_Resuming[Client]):
         self._current().send(frame)
 
     def write(self, data: bytes) -> None:
-        self._current().write(checked_input(data))
+        self._current().write(data)
 
     def resize(self, cols: int, rows: int, timeout: float | None = None) -> None:
         self._current().resize(cols, rows, timeout)

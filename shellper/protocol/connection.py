@@ -21,7 +21,7 @@ import os
 from enum import Enum
 
 from shellper.core import structs
-from shellper.core.errors import BadArgument, ShellperError
+from shellper.core.errors import BadArgument, BadArgumentType, ShellperError
 from shellper.core.errors import ClientError as ClientError  # re-exported: its home is core, for the trust checks
 from shellper.core.structs import field, record
 from shellper.core.trust import NotASocket as NotASocket
@@ -405,7 +405,10 @@ class Connection(StreamPosition):
         return frame
 
     def send_data(self, data: bytes | bytearray | memoryview) -> bytes:
-        """The bytes of input for the child (a DATA frame, built without a frame object)."""
+        """The bytes of input for the child (a DATA frame, built without a frame object). Input must be bytes
+        (BadArgumentType, a TypeError): a str would need an encoding the shellper cannot guess."""
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise BadArgumentType(f"input must be bytes, not {type(data).__name__} (encode text first)")
         if self.state not in SENDING:
             raise self._not_connected()
         return wire.encode_data(data)

@@ -581,3 +581,18 @@ def test_what_send_lets_through_a_request_method_refuses() -> None:
         assert conn.send(frame)
         with pytest.raises(InvalidRequest):
             conn.checked(frame)
+
+
+@pytest.mark.parametrize("data", ["text", None, 5])
+def test_input_must_be_bytes_whichever_client_sends_it(data: object) -> None:
+    """Checked by the connection for every client (the asyncio one used to check on its own, the blocking
+    one failed inside the encoder), before the connection's state: the caller's mistake comes first."""
+    from shellper.core.errors import BadArgumentType
+
+    conn = Connection("s.sock")
+    with pytest.raises(BadArgumentType, match="input must be bytes"):
+        conn.send_data(data)  # type: ignore[arg-type]
+    conn.hello()
+    with pytest.raises(BadArgumentType, match="input must be bytes"):
+        conn.send_data(data)  # type: ignore[arg-type]
+    assert conn.send_data(b"ok")
