@@ -15,17 +15,14 @@ and examples/ import nothing else. The modules behind it:
   (:mod:`~tower_client.inotify`), an agent's command line from the mint-or-reclaim verdict
   (:mod:`~tower_client.agent`); its options are :mod:`~tower_client.options`.
 
-``Fleet`` is imported on first use (``tower_client.Fleet``, a module ``__getattr__``), so the ``tower-client``
-command, which imports this package, does not pay for it.
+``Fleet``, and the other names the ``tower-client`` command (which imports this package) does not use, are
+imported on first use (``tower_client.Fleet``, a module ``__getattr__``), so the command does not pay for them.
 """
 
 from __future__ import annotations
 
-from shellper.client.launch import LaunchError, LaunchFailure, LaunchInfo, launch
-from shellper.core.config import ConfigError, SessionConfig
 from shellper.core.errors import BadArgument, BadArgumentType, ClientError, InsideEventLoop, ShellperError
 from shellper.core.exitrecord import ExitRecord, ExitRecordError
-from shellper.core.exits import PolicyError, RestartPolicy
 from shellper.core.names import BadHost, BadName, PathError
 from shellper.core.owner import BadOwner
 from shellper.core.trust import NotASocket, UntrustedSocket
@@ -75,16 +72,11 @@ from shellper.protocol.wire import (
     Stop,
     Welcome,
 )
-from tower_client.agent import AgentCommand, AgentCommandError
 from tower_client.apply import Outcome, OwnerBusy, OwnerLockUnavailable, Report, apply, clean_session, terminate_session
-from tower_client.atomicfile import AtomicWriteError
 from tower_client.client import AsyncClient, AsyncResumingClient, Client, ResumingClient, socket_path
 from tower_client.discover import Observed, discover, discover_async, observe, observe_async
 from tower_client.errors import FleetClosed, FleetError, FleetNotStarted, UnknownSession
 from tower_client.holders import BadSessionId, Holder, Verdict, find_holders, mint_or_reclaim
-from tower_client.inotify import InotifyError
-from tower_client.options import FleetPolicy, OnDeath, SessionSpec
-from tower_client.progress import JournalPosition, ProgressError
 from tower_client.reconcile import (
     ReconcileAction,
     ReconcileDecision,
@@ -94,18 +86,26 @@ from tower_client.reconcile import (
     load_registry,
     reconcile,
 )
-from tower_client.remote_clients import (
-    AsyncRemoteClient,
-    AsyncRemoteResumingClient,
-    RemoteClient,
-    RemoteResumingClient,
-)
 from tower_client.resume import Backoff, Reconnected, ResumeItem
-from tower_client.stream import FleetItem, FleetState, Missed, Notice, OutputChunk, SessionEvent, StateChange
 
-TYPE_CHECKING = False  # the Fleet is imported on first use: see the module docstring
+TYPE_CHECKING = False  # imported on first use: see _LAZY
 if TYPE_CHECKING:
+    from shellper.client.launch import LaunchError, LaunchFailure, LaunchInfo, launch
+    from shellper.core.config import ConfigError, SessionConfig
+    from shellper.core.exits import PolicyError, RestartPolicy
+    from tower_client.agent import AgentCommand, AgentCommandError
+    from tower_client.atomicfile import AtomicWriteError
     from tower_client.fleet import Fleet
+    from tower_client.inotify import InotifyError
+    from tower_client.options import FleetPolicy, OnDeath, SessionSpec
+    from tower_client.progress import JournalPosition, ProgressError
+    from tower_client.remote_clients import (
+        AsyncRemoteClient,
+        AsyncRemoteResumingClient,
+        RemoteClient,
+        RemoteResumingClient,
+    )
+    from tower_client.stream import FleetItem, FleetState, Missed, Notice, OutputChunk, SessionEvent, StateChange
 
 __all__ = [  # noqa: RUF022 - grouped by what a user looks for
     # launching
@@ -138,12 +138,44 @@ __all__ = [  # noqa: RUF022 - grouped by what a user looks for
     "VersionMismatch",
 ]
 
-_LAZY = {"Fleet": "tower_client.fleet"}
-"""Names imported on first use, and the module that holds each."""
+_LAZY = {
+    "LaunchError": "shellper.client.launch",
+    "LaunchFailure": "shellper.client.launch",
+    "LaunchInfo": "shellper.client.launch",
+    "launch": "shellper.client.launch",
+    "ConfigError": "shellper.core.config",
+    "SessionConfig": "shellper.core.config",
+    "PolicyError": "shellper.core.exits",
+    "RestartPolicy": "shellper.core.exits",
+    "AgentCommand": "tower_client.agent",
+    "AgentCommandError": "tower_client.agent",
+    "AtomicWriteError": "tower_client.atomicfile",
+    "Fleet": "tower_client.fleet",
+    "InotifyError": "tower_client.inotify",
+    "FleetPolicy": "tower_client.options",
+    "OnDeath": "tower_client.options",
+    "SessionSpec": "tower_client.options",
+    "JournalPosition": "tower_client.progress",
+    "ProgressError": "tower_client.progress",
+    "AsyncRemoteClient": "tower_client.remote_clients",
+    "AsyncRemoteResumingClient": "tower_client.remote_clients",
+    "RemoteClient": "tower_client.remote_clients",
+    "RemoteResumingClient": "tower_client.remote_clients",
+    "FleetItem": "tower_client.stream",
+    "FleetState": "tower_client.stream",
+    "Missed": "tower_client.stream",
+    "Notice": "tower_client.stream",
+    "OutputChunk": "tower_client.stream",
+    "SessionEvent": "tower_client.stream",
+    "StateChange": "tower_client.stream",
+}
+"""Names imported on first use, and the module that holds each: what the ``tower-client`` command, which imports
+this package, does not use (the Fleet above all, the launch, the remote and agent support), so it loads no
+more than before the package exported them."""
 
 
 def __getattr__(name: str) -> object:
-    """``tower_client.Fleet``: imported the first time it is asked for (PEP 562)."""
+    """``tower_client.Fleet`` and the other names of _LAZY: imported the first time one is asked for (PEP 562)."""
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'tower_client' has no attribute {name!r}")
