@@ -423,7 +423,9 @@ C = TypeVar("C", Client, AsyncClient)
 
 class _Resuming(ResumeView, Generic[C]):
     """What the blocking and the asyncio resuming clients share that is not I/O: their settings, the
-    live connection's client, and forgetting it when the connection is lost."""
+    live connection's client, what follows each handshake (``_connected``), who answered, and forgetting
+    the client when the connection is lost. What each connection asks for, and every decision about the
+    stream, is their :class:`~tower_client.resume.Resume`'s."""
 
     client: C | None
 
