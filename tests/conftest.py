@@ -26,9 +26,9 @@ from typing import Any, NoReturn
 import pytest
 
 from shellper.client.blocking import Client, ClientError
+from shellper.client.launch import LaunchInfo, launch
 from shellper.core.config import SessionConfig
 from shellper.core.exits import RestartPolicy
-from shellper.daemon.launch import LaunchInfo, launch
 from shellper.host import cgroup
 from shellper.protocol import wire
 

@@ -63,10 +63,10 @@ from typing import NoReturn
 from conftest import poll_until
 
 from shellper.client.blocking import Client, ClientError
+from shellper.client.launch import LaunchInfo, launch
 from shellper.core.config import SessionConfig
 from shellper.core.exits import RestartPolicy
 from shellper.core.structs import replace as replace_record
-from shellper.daemon.launch import LaunchInfo, launch
 from shellper.host.cgroup import LeafName, find_mount
 from shellper.host.identity import IdentityError, PidFd, ProcessGone, ProcessIdentity, open_verified, read_stat
 from shellper.protocol import wire

@@ -18,13 +18,13 @@ from conftest import CGROUP_PARENT, SHELLPER_CLI, poll_until, remove_cgroup_tree
 from test_containment import MODES, decide, needs_cgroup, start_nested
 from test_tower_support import Sessions, alive, identity, is_dead, other, sessions
 
+from shellper.client.launch import launch
 from shellper.core.config import SessionConfig
-from shellper.daemon.launch import launch
 from shellper.host.cgroup import find_session_cgroups
 from shellper.host.identity import ProcessIdentity, open_verified
 from shellper.host.record import read_record
 from tower_client.apply import apply
-from tower_client.reconcile import Action, RegistryRow
+from tower_client.reconcile import ReconcileAction, RegistryRow
 
 __all__ = ["other", "sessions"]
 
@@ -51,7 +51,7 @@ def test_reconcile_terminating_a_live_outer_session_spares_a_session_started_ins
         sessions: Sessions, other: Sessions, mode: str) -> None:
     outer, inner_shellper, inner_child = start_nested(sessions, other, mode, mode)
     found = decide(sessions.dir)
-    assert [(d.action, d.reason) for d in found] == [(Action.TERMINATE, "unregistered")]
+    assert [(d.action, d.reason) for d in found] == [(ReconcileAction.TERMINATE, "unregistered")]
     report = apply(found, grace=0.5)
     assert report.ok, report.to_dict()
     assert is_dead(outer)

@@ -20,9 +20,9 @@ import pytest
 from conftest import PY, ROOT, SHELLPER_CLI, Sessions, left_in, wait_gone
 from test_server_lifecycle import _UNDER_SUBREAPER, daemons_for
 
+from shellper.client.launch import LaunchInfo, launch
 from shellper.core.config import ConfigError, SessionConfig
 from shellper.core.owner import default_owner
-from shellper.daemon.launch import LaunchInfo, launch
 from shellper.host.cgroup import (
     DEFAULT_PARENT_NAME,
     SessionCgroup,

@@ -30,8 +30,8 @@ from conftest import PY, SHELLPER_CLI, poll_until, wait_gone
 from test_tower_support import REPO, Sessions, identity, is_dead, kill_verified, sessions, tree
 
 from shellper.client.blocking import Client
+from shellper.client.launch import LaunchInfo, _log_tail
 from shellper.client.sessions import probe_status
-from shellper.daemon.launch import LaunchInfo, _log_tail
 from shellper.host.identity import PidFd, ProcessIdentity, read_stat
 from shellper.host.paths import record_temp_name, temp_file_session
 from shellper.host.record import read_record

@@ -22,15 +22,15 @@ from killsoak_driver import FORK_BOMB
 from test_tower_support import Sessions, alive, identity, is_dead, other, sessions, tree
 
 from shellper.client.blocking import Client
+from shellper.client.launch import LaunchInfo
 from shellper.core.structs import replace
-from shellper.daemon.launch import LaunchInfo
 from shellper.host import cgroup
 from shellper.host.identity import ProcessIdentity, boot_id, read_stat
 from shellper.host.record import SessionRecord, cmdline_sha256, read_record, write_record
 from shellper.host.shellpers import holds_listener, session_cgroup
 from tower_client.apply import OwnerBusy, apply, hold_owner_lock
 from tower_client.discover import discover, observe
-from tower_client.reconcile import Action, Registry, RegistryRow, reconcile
+from tower_client.reconcile import ReconcileAction, Registry, RegistryRow, reconcile
 
 __all__ = ["other", "sessions"]
 
@@ -105,7 +105,7 @@ def test_stop_ends_an_escaped_grandchild_that_ignores_term_and_removes_the_cgrou
 
 
 def test_containment_cgroup_fails_to_start_without_a_usable_parent(sessions: Sessions, tmp_path: Path) -> None:
-    from shellper.daemon.launch import LaunchError
+    from shellper.client.launch import LaunchError
 
     with pytest.raises(LaunchError, match="cgroup"):
         sessions.launch("c", ["cat"], containment="cgroup", cgroup_parent=str(tmp_path))
@@ -140,7 +140,7 @@ def test_a_shellper_killed_in_backoff_leaves_nothing_running_after_reconcile(ses
     kill9(info.pid)
     marker.unlink()
     found = decide(sessions.dir)
-    assert [(d.action, d.reason) for d in found] == [(Action.CLEAN, "dead")]
+    assert [(d.action, d.reason) for d in found] == [(ReconcileAction.CLEAN, "dead")]
     report = apply(found, grace=0.3)
     assert report.ok, report.to_dict()
     assert is_dead(daemon)
@@ -212,7 +212,8 @@ def test_reconciling_a_killed_outer_session_never_touches_a_session_started_insi
     assert report.ok, report.to_dict()
     log = other.dir / "inner.log"  # says how the inner session ended, should it have (one unexplained failure)
     assert alive(inner_shellper) and alive(inner_child_ident), (report.to_dict(), log.exists() and log.read_text())
-    assert [(d.action, d.reason) for d in decide(other.dir, RegistryRow("inner"))] == [(Action.ADOPT, "running")]
+    assert [(d.action, d.reason) for d in decide(other.dir, RegistryRow("inner"))] == [
+        (ReconcileAction.ADOPT, "running")]
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -320,7 +321,7 @@ def test_a_live_shellper_whose_lock_file_was_removed_is_left_by_reconcile_and_st
     shellper = identity(info.pid)
     (sessions.dir / "l.lock").unlink()
     (sessions.dir / "l.sock").unlink()
-    assert [(d.action, d.reason) for d in decide(sessions.dir)] == [(Action.LEAVE, "lock_missing")]
+    assert [(d.action, d.reason) for d in decide(sessions.dir)] == [(ReconcileAction.LEAVE, "lock_missing")]
     done = subprocess.run([*SHELLPER_CLI, "--dir", str(sessions.dir), "stop", "l", "--grace", "0.3"],
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
@@ -410,7 +411,7 @@ def test_another_owners_run_of_a_killed_sessions_name_keeps_its_record_for_its_r
     found what x left running (under none only the record's instance id finds it; under cgroup her reconcile
     may not end a stray cgroup of a name someone holds). Now bob's launch is refused (reason other_owner)
     and the record stays alice's, until her reconcile has ended the survivor."""
-    from shellper.daemon.launch import LaunchError, LaunchFailure
+    from shellper.client.launch import LaunchError, LaunchFailure
 
     first = sessions.launch("x", ["sh", "-c", ESCAPER], containment=mode, owner="alice")
     grandchild = escapee(first)
@@ -424,7 +425,7 @@ def test_another_owners_run_of_a_killed_sessions_name_keeps_its_record_for_its_r
     assert (kept.owner, kept.instance_id) == ("alice", first.instance_id)
     assert alive(grandchild)
     found = decide(sessions.dir, owner="alice")
-    assert [(d.action, d.reason) for d in found] == [(Action.CLEAN, "dead")]
+    assert [(d.action, d.reason) for d in found] == [(ReconcileAction.CLEAN, "dead")]
     assert apply(found, owner="alice", grace=0.3).ok
     assert is_dead(grandchild)
     second = sessions.launch("x", ["sleep", "300"], containment=mode, owner="bob")  # nothing left: the name is free
@@ -524,7 +525,7 @@ def test_a_daemon_that_sets_a_long_process_title_is_ended_by_reconcile_after_kil
         raise RuntimeError("the title did not overwrite the environment: the test shows nothing")
     kill9(info.pid)
     found = decide(sessions.dir)
-    assert [(d.action, d.reason) for d in found] == [(Action.CLEAN, "dead")]
+    assert [(d.action, d.reason) for d in found] == [(ReconcileAction.CLEAN, "dead")]
     assert apply(found, grace=0.3).ok
     assert is_dead(titled), "the titled daemon outlived kill -9 + reconcile --apply"
 
@@ -536,10 +537,11 @@ def test_a_session_of_another_owner_is_left_whatever_the_registry_says(sessions:
     info = sessions.launch("o", ["sleep", "300"], owner="bob")
     assert read_record(sessions.dir / "o.json").owner == "bob"
     found = decide(sessions.dir, owner="alice")
-    assert [(d.action, d.reason) for d in found] == [(Action.LEAVE, "other_owner")]
+    assert [(d.action, d.reason) for d in found] == [(ReconcileAction.LEAVE, "other_owner")]
     assert apply(found, owner="alice").ok
     assert alive(identity(info.pid))
-    assert [(d.action, d.reason) for d in decide(sessions.dir, owner="bob")] == [(Action.TERMINATE, "unregistered")]
+    assert [(d.action, d.reason) for d in decide(sessions.dir, owner="bob")] == [
+        (ReconcileAction.TERMINATE, "unregistered")]
 
 
 def test_two_towers_of_one_owner_never_apply_at_once_and_two_owners_can(sessions: Sessions) -> None:
@@ -569,7 +571,7 @@ def test_a_cgroup_whose_record_is_gone_is_found_reported_and_ended(sessions: Ses
         p.unlink()
     assert session_cgroups(sessions.dir) == [rec.cgroup]
     found = decide(sessions.dir)
-    assert [(d.action, d.reason, d.cgroup) for d in found] == [(Action.CLEAN, "stray_cgroup", rec.cgroup)]
+    assert [(d.action, d.reason, d.cgroup) for d in found] == [(ReconcileAction.CLEAN, "stray_cgroup", rec.cgroup)]
     listed = subprocess.run([sys.executable, "-m", "tower_client.cli", "--dir", str(sessions.dir), "ls"],
                             capture_output=True, text=True, timeout=30)
     assert "stray cgroup" in listed.stdout

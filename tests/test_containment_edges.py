@@ -30,7 +30,7 @@ from shellper.host.record import read_record
 from shellper.host.shellpers import holds_listener
 from tower_client.apply import apply
 from tower_client.discover import discover
-from tower_client.reconcile import Action, Registry, reconcile
+from tower_client.reconcile import ReconcileAction, Registry, reconcile
 
 __all__ = ["other", "sessions"]
 
@@ -127,7 +127,7 @@ def test_a_stranger_in_a_killed_sessions_shellper_part_does_not_save_its_leftove
     assert cgroup.own_cgroup(stranger.pid) == group.relative + "/" + cgroup.SHELLPER_SUB
     kill9(a_shellper)
     found = reconcile(Registry(), discover(sessions.dir), now=time.time())
-    assert [(d.name, d.action, d.reason) for d in found if d.name == "a"] == [("a", Action.CLEAN, "dead")]
+    assert [(d.name, d.action, d.reason) for d in found if d.name == "a"] == [("a", ReconcileAction.CLEAN, "dead")]
     report = apply([d for d in found if d.name == "a"], grace=0.3)
     assert all(is_dead(m) for m in leftovers), report.to_dict()
     assert alive(stranger)
@@ -137,7 +137,7 @@ def test_a_stranger_in_a_killed_sessions_shellper_part_does_not_save_its_leftove
     end(stranger)  # it leaves: the cgroup, now no record's, is a stray that is verifiably a's
     found = reconcile(Registry(), discover(sessions.dir), now=time.time())
     assert [(d.action, d.reason, d.cgroup) for d in found if d.name == "a"] == [
-        (Action.CLEAN, "stray_cgroup", group.path)]
+        (ReconcileAction.CLEAN, "stray_cgroup", group.path)]
     assert apply([d for d in found if d.name == "a"]).ok
     assert not os.path.exists(group.path)
     assert shellper(sessions.dir, "stop", "b").returncode == 0
@@ -218,8 +218,8 @@ def test_a_hand_made_cgroup_named_like_a_sessions_is_never_signalled(sessions: S
     found = reconcile(Registry(), discover(sessions.dir), now=time.time())
     apply([d for d in found if d.name == "h"], grace=0.3)
     assert alive(ident)
-    assert [(d.name, d.action, d.reason) for d in found] == [("h", Action.LEAVE, "stray_cgroup_unproven"),
-                                                             ("r", Action.TERMINATE, "unregistered")]
+    assert [(d.name, d.action, d.reason) for d in found] == [("h", ReconcileAction.LEAVE, "stray_cgroup_unproven"),
+                                                             ("r", ReconcileAction.TERMINATE, "unregistered")]
     assert cgroup.proof(rec.cgroup) == (os.path.realpath(sessions.dir), "")
     assert "carries no shellper proof" in cgroup.proof(path)[1]
     assert alive(identity(real.pid))

@@ -38,7 +38,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 from soak_support import RawConn, child, hello, identity, is_dead, quiet_fds, rss_mib, scales, status_kib
 
-from shellper.daemon.launch import LaunchError
+from shellper.client.launch import LaunchError
 from shellper.daemon.transport import CLOSE_DRAIN
 from shellper.host.paths import SessionPaths, UnsafeDirError
 from shellper.host.record import MAX_RECORD_BYTES, LockError, read_record
@@ -47,7 +47,7 @@ from tower_client.apply import apply, clean_session
 from tower_client.discover import discover, observe
 from tower_client.reconcile import (
     MAX_REGISTRY_BYTES,
-    Action,
+    ReconcileAction,
     Registry,
     RegistryError,
     RegistryRow,
@@ -157,7 +157,7 @@ def judge(stream: bytes, ring_low: int, ring_high: int, event_low: int = 0, even
             v.answers.append(("pong", ev.nonce))
         elif isinstance(ev, wire.Status):
             v.answers.append(("status",))
-        elif isinstance(ev, wire.Screen):  # version 3 (PROTOCOL.md 0x13)
+        elif isinstance(ev, wire.ScreenRequest):  # version 3 (PROTOCOL.md 0x13)
             if version < wire.SCREEN_VERSION:
                 v.answers.append(("error", "protocol", int(kind)))
             elif ev.format not in wire.SCREEN_FORMATS:
@@ -791,7 +791,7 @@ def test_tower_client_never_follows_planted_symlinks(sessions: Sessions, victim:
         with pytest.raises(BlockingIOError):
             lure.accept()  # the probe never connected through the link
         decisions = reconcile(Registry(), [obs], now=time.time())
-        assert [d.action for d in decisions] == [Action.LEAVE]  # an unreadable record: hands off
+        assert [d.action for d in decisions] == [ReconcileAction.LEAVE]  # an unreadable record: hands off
         removed = clean_session(SessionPaths.for_name(sessions.dir, "x"))
         assert removed == () and _untouched(victim)
     finally:
@@ -824,7 +824,7 @@ def test_corrupt_record_of_a_live_session_gets_a_clear_error_and_no_action(sessi
     assert obs.record is None and obs.record_error is not None
     assert str(record) in obs.record_error and len(obs.record_error.splitlines()) == 1
     decisions = reconcile(Registry((RegistryRow("c"),)), [obs], now=time.time())
-    assert [(d.action, d.reason) for d in decisions] == [(Action.LEAVE, "record_unreadable")]
+    assert [(d.action, d.reason) for d in decisions] == [(ReconcileAction.LEAVE, "record_unreadable")]
     assert apply(decisions).ok
     assert not wait_gone(info.pid, 0) and not is_dead(identity(info.child_pid or 0))
     assert record.read_bytes() == content  # left for a human to look at

@@ -19,9 +19,9 @@ import pexpect
 from conftest import SHELLPER_CLI, poll_until
 from test_tower_support import REPO, Sessions, sessions
 
+from shellper.client.launch import launch
 from shellper.core.config import SessionConfig
 from shellper.core.exits import RestartPolicy
-from shellper.daemon.launch import launch
 from shellper.host.identity import ProcessIdentity
 
 __all__ = ["sessions"]  # the fixture, imported for its name

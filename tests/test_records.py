@@ -198,7 +198,7 @@ _NEVER = {"dataclasses", "typing", "inspect", "threading", "psutil"}
 
 @pytest.mark.parametrize(("modules", "never"), [
     # what the prefork imports: pathlib would bring urllib.parse and ipaddress, ~3.5 ms and 0.5 MiB a session
-    ("shellper.daemon.session, shellper.core.config, shellper.daemon.launch, shellper.daemon.prefork",
+    ("shellper.daemon.session, shellper.core.config, shellper.client.launch, shellper.daemon.prefork",
      {"pathlib", "urllib.parse"}),
     # `shellper run`, the other half of a launch
     ("shellper.cli.main, shellper.daemon.prefork", {"pathlib", "datetime"}),

@@ -23,7 +23,7 @@ from sshd_support import DOWN, SshWorld, ssh_world
 from shellper.host import ssh
 from shellper.protocol import wire
 from tower_client.cli import main as tower_main
-from tower_client.remote import RemoteClient, RemoteResumingClient
+from tower_client.remote_clients import RemoteClient, RemoteResumingClient
 from tower_client.resume import Backoff, Reconnected
 
 PY = sys.executable

@@ -1,4 +1,4 @@
-"""The asyncio clients of a session on another host (tower_client.remote's AsyncRemoteClient and
+"""The asyncio clients of a session on another host (tower_client.remote_clients's AsyncRemoteClient and
 AsyncRemoteResumingClient), against the real sshd instances of tests/sshd_support.py: output, a request
 with its reply, a missing session, and a resume after the host's ssh connection is killed mid-flood."""
 
@@ -15,7 +15,7 @@ from test_remote import FLOOD, FLOOD_LINES, TIMEOUT, remote, shellper, world  # 
 from shellper.host import ssh
 from shellper.protocol import wire
 from tower_client.client import SessionNotFound
-from tower_client.remote import AsyncRemoteClient, AsyncRemoteResumingClient
+from tower_client.remote_clients import AsyncRemoteClient, AsyncRemoteResumingClient
 from tower_client.resume import Backoff, Reconnected
 
 pytestmark = pytest.mark.usefixtures("remote")  # the private ssh configuration; sessions stopped afterwards

@@ -22,7 +22,7 @@ from conftest import ROOT, SHELLPER_CLI, wait_gone
 from legacy_support import config
 from test_legacy import Legacy, legacy_env  # noqa: F401 - the fixture
 
-from shellper.daemon.launch import LaunchInfo
+from shellper.client.launch import LaunchInfo
 from shellper.daemon.prefork import holds_secrets
 from shellper.protocol import legacy
 

@@ -16,7 +16,7 @@ import pytest
 from conftest import PY, ROOT, SHELLPER_CLI, Sessions, left_in, poll_until, recv_until, wait_gone
 from test_server import NO_RESTART, TREE_CHILD, echo_roundtrip, expect_closed, status, tree_pids
 
-from shellper.daemon.launch import LaunchError, LaunchInfo
+from shellper.client.launch import LaunchError, LaunchInfo
 from shellper.host.cleanup import clean_session
 from shellper.host.identity import boot_id, start_time
 from shellper.host.paths import PathError, SessionPaths

@@ -107,7 +107,7 @@ def test_a_restart_whose_command_vanished_is_fatal_at_once(sessions: Sessions) -
 
 
 def test_launch_of_missing_command_fails_and_leaves_nothing(sessions: Sessions) -> None:
-    from shellper.daemon.launch import LaunchError
+    from shellper.client.launch import LaunchError
 
     with pytest.raises(LaunchError, match="nonexistent"):
         sessions.start("bad", ["/nonexistent/agent"])

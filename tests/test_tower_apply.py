@@ -28,13 +28,13 @@ from shellper.protocol import wire
 from tower_client.apply import apply
 from tower_client.client import AsyncClient, AsyncResumingClient
 from tower_client.discover import discover, observe
-from tower_client.reconcile import Action, Registry, RegistryRow, reconcile
+from tower_client.reconcile import ReconcileAction, Registry, RegistryRow, reconcile
 
 TREE = ["sh", "-c", "sleep 300 & (sleep 301 & wait) & echo started; wait"]
 
 
 def decide(d: Path, *rows: RegistryRow, husk_max_age: float | None = None,
-           probe_timeout: float = 2.0) -> list[tuple[str, Action, str]]:
+           probe_timeout: float = 2.0) -> list[tuple[str, ReconcileAction, str]]:
     return [(x.name, x.action, x.reason) for x in _decisions(d, *rows, husk_max_age=husk_max_age,
                                                              probe_timeout=probe_timeout)]
 
@@ -87,7 +87,7 @@ def test_registered_live_shellper_is_adopted_and_resumed_without_loss(sessions: 
     resume_at = asyncio.run(before_restart())
     everything = asyncio.run(meanwhile())
     decisions = _decisions(sessions.dir, RegistryRow("arch-main", info.instance_id))
-    assert [(d.action, d.reason) for d in decisions] == [(Action.ADOPT, "running")]
+    assert [(d.action, d.reason) for d in decisions] == [(ReconcileAction.ADOPT, "running")]
     obs = decisions[0].observed
     assert obs is not None and obs.welcome_instance_id == info.instance_id and obs.peer_pid == info.pid
     assert obs.lock_owners == (info.pid,) and obs.child == "alive" and obs.record is not None
@@ -115,7 +115,7 @@ def test_unregistered_shellper_is_terminated_with_its_whole_tree(sessions: Sessi
     info = sessions.launch("stray", TREE)
     members = poll_until(lambda: full_tree(info.pid), what="sh, 2 sleeps and a subshell")
     shellper = identity(info.pid)
-    assert decide(sessions.dir) == [("stray", Action.TERMINATE, "unregistered")]
+    assert decide(sessions.dir) == [("stray", ReconcileAction.TERMINATE, "unregistered")]
     report = apply(_decisions(sessions.dir), grace=1.0)
     outcome = report.outcomes[0]
     assert report.ok and outcome.result == "terminated", outcome
@@ -133,7 +133,7 @@ def test_unresponsive_shellper_is_terminated_by_signals(sessions: Sessions) -> N
     shellper = identity(info.pid)
     os.kill(info.pid, signal.SIGSTOP)  # our own shellper, just launched
     decisions = _decisions(sessions.dir, probe_timeout=0.3)
-    assert [(d.action, d.reason) for d in decisions] == [(Action.TERMINATE, "unregistered")]
+    assert [(d.action, d.reason) for d in decisions] == [(ReconcileAction.TERMINATE, "unregistered")]
     assert decisions[0].observed is not None and decisions[0].observed.probe == "timeout"
     report = apply(decisions, grace=0.3, probe_timeout=0.3)
     outcome = report.outcomes[0]
@@ -149,7 +149,7 @@ def test_husk_adopted_when_wanted_terminated_when_not(sessions: Sessions) -> Non
     poll_until(lambda: all(o.state == "exited" for o in discover(sessions.dir)), what="both children to exit")
     decisions = _decisions(sessions.dir, RegistryRow("husk-a"))
     assert [(d.name, d.action, d.reason) for d in decisions] == [
-        ("husk-a", Action.ADOPT, "husk"), ("husk-b", Action.TERMINATE, "unregistered")]
+        ("husk-a", ReconcileAction.ADOPT, "husk"), ("husk-b", ReconcileAction.TERMINATE, "unregistered")]
     assert all(d.observed is not None and d.observed.child == "none" for d in decisions)
     wanted_id, unwanted_id = identity(wanted.pid), identity(unwanted.pid)
     report = apply(decisions)
@@ -158,7 +158,7 @@ def test_husk_adopted_when_wanted_terminated_when_not(sessions: Sessions) -> Non
     assert alive(wanted_id) and is_dead(unwanted_id)
     # the Tower still wants it, but it has been a husk for longer than allowed
     assert decide(sessions.dir, RegistryRow("husk-a"), husk_max_age=0) == [
-        ("husk-a", Action.TERMINATE, "husk_expired")]
+        ("husk-a", ReconcileAction.TERMINATE, "husk_expired")]
 
 
 def test_superseded_instance_is_terminated_and_respawned(sessions: Sessions) -> None:
@@ -166,8 +166,8 @@ def test_superseded_instance_is_terminated_and_respawned(sessions: Sessions) -> 
     shellper = identity(info.pid)
     row = RegistryRow("sup", "0" * 32)
     decisions = _decisions(sessions.dir, row)
-    assert [(d.action, d.reason) for d in decisions] == [(Action.TERMINATE, "superseded"),
-                                                        (Action.RESPAWN, "superseded")]
+    assert [(d.action, d.reason) for d in decisions] == [(ReconcileAction.TERMINATE, "superseded"),
+                                                        (ReconcileAction.RESPAWN, "superseded")]
     report = apply(decisions)
     assert [o.result for o in report.outcomes] == ["terminated", "reported"]
     assert is_dead(shellper)
@@ -185,7 +185,7 @@ def test_rewritten_start_time_is_left_and_never_signalled(sessions: Sessions) ->
     write_record(path, replace(rec, shellper_start_time=rec.shellper_start_time + 1))
     for rows in ((), (RegistryRow("tampered"),)):
         decisions = _decisions(sessions.dir, *rows)
-        assert [(d.action, d.reason) for d in decisions] == [(Action.LEAVE, "pid_reused")]
+        assert [(d.action, d.reason) for d in decisions] == [(ReconcileAction.LEAVE, "pid_reused")]
         obs = decisions[0].observed
         assert obs is not None and obs.identity == "mismatch" and obs.locked
         report = apply(decisions)
@@ -201,8 +201,8 @@ def test_stand_in_with_rewritten_start_time_survives(sessions: Sessions) -> None
     hand_made_record(sessions.dir, "standin", proc.pid, shellper_start_time=sleeper.start_time + 7)
     (sessions.dir / "standin.lock").touch()
     decisions = _decisions(sessions.dir, RegistryRow("standin"))
-    assert [(d.action, d.reason) for d in decisions] == [(Action.CLEAN, "pid_reused"),
-                                                        (Action.RESPAWN, "pid_reused")]
+    assert [(d.action, d.reason) for d in decisions] == [(ReconcileAction.CLEAN, "pid_reused"),
+                                                        (ReconcileAction.RESPAWN, "pid_reused")]
     report = apply(decisions)
     assert report.ok and report.outcomes[0].result == "cleaned"
     assert files(sessions.dir) == set()
@@ -218,7 +218,7 @@ def test_previous_boot_record_is_cleaned_without_probe_or_signal(sessions: Sessi
     listener.listen(4)  # a probe would show up here as a pending connection
     try:
         decisions = _decisions(sessions.dir)
-        assert [(d.action, d.reason) for d in decisions] == [(Action.CLEAN, "previous_boot")]
+        assert [(d.action, d.reason) for d in decisions] == [(ReconcileAction.CLEAN, "previous_boot")]
         obs = decisions[0].observed
         assert obs is not None and (obs.boot, obs.identity, obs.probe) == ("previous", "unchecked", "skipped")
         report = apply(decisions)
@@ -346,7 +346,7 @@ def test_two_towers_on_two_directories_never_meet(sessions: Sessions, other: Ses
     assert alive(identity(a.pid)) and alive(identity(mine.pid))
     assert {"same.sock", "same.json", "same.lock"} <= files(sessions.dir)
     assert decide(sessions.dir, RegistryRow("same"), RegistryRow("only-a")) == [
-        ("only-a", Action.ADOPT, "running"), ("same", Action.ADOPT, "running")]
+        ("only-a", ReconcileAction.ADOPT, "running"), ("same", ReconcileAction.ADOPT, "running")]
 
 
 def test_observe_reports_a_dead_shellper_and_clean_then_respawn(sessions: Sessions) -> None:
@@ -359,7 +359,8 @@ def test_observe_reports_a_dead_shellper_and_clean_then_respawn(sessions: Sessio
     obs = observe(sessions.dir, "gone")
     assert (obs.identity, obs.locked, obs.probe) == ("gone", False, "refused")
     decisions = _decisions(sessions.dir, RegistryRow("gone"))
-    assert [(d.action, d.reason) for d in decisions] == [(Action.CLEAN, "dead"), (Action.RESPAWN, "dead")]
+    assert [(d.action, d.reason) for d in decisions] == [(ReconcileAction.CLEAN, "dead"),
+                                                         (ReconcileAction.RESPAWN, "dead")]
     report = apply(decisions)
     assert [o.result for o in report.outcomes] == ["cleaned", "reported"] and report.ok
     assert files(sessions.dir) == set()

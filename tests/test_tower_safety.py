@@ -20,8 +20,8 @@ import pytest
 from conftest import CGROUP_PARENT, SHELLPER_CLI, left_in, poll_until
 from test_tower_support import REPO, Sessions, alive, hand_made_record, identity, is_dead, other, sessions, tree
 
+from shellper.client.launch import LaunchInfo
 from shellper.core.structs import replace
-from shellper.daemon.launch import LaunchInfo
 from shellper.host.cleanup import CommandMismatch
 from shellper.host.identity import ProcessIdentity, read_stat
 from shellper.host.paths import SessionPaths
@@ -29,12 +29,12 @@ from shellper.host.record import SessionLock, cmdline_sha256, read_record, write
 from tower_client.apply import apply, terminate_session
 from tower_client.client import InstanceMismatch
 from tower_client.discover import discover, discover_async, observe
-from tower_client.reconcile import Action, Decision, Registry, RegistryRow, reconcile
+from tower_client.reconcile import ReconcileAction, ReconcileDecision, Registry, RegistryRow, reconcile
 
 __all__ = ["other", "sessions"]  # the fixtures, re-exported for pytest
 
 
-def decisions(d: Path, *rows: RegistryRow, probe_timeout: float = 2.0) -> list[Decision]:
+def decisions(d: Path, *rows: RegistryRow, probe_timeout: float = 2.0) -> list[ReconcileDecision]:
     return reconcile(Registry(rows), discover(d, probe_timeout=probe_timeout), now=time.time())
 
 
@@ -70,7 +70,7 @@ def test_terminate_sends_no_stop_to_a_socket_answering_as_another_instance(sessi
         terminate_session(rec, SessionPaths.for_name(sessions.dir, "im"), grace=0.3, connect_timeout=2.0)
     assert untouched(shellper)
     assert [(d.action, d.reason) for d in decisions(sessions.dir, RegistryRow("im", info.instance_id))] == \
-        [(Action.ADOPT, "running")]
+        [(ReconcileAction.ADOPT, "running")]
 
 
 def test_apply_terminate_refuses_a_lock_holding_stand_in(sessions: Sessions) -> None:
@@ -83,7 +83,7 @@ def test_apply_terminate_refuses_a_lock_holding_stand_in(sessions: Sessions) -> 
     poll_until(lambda: SessionLock.is_locked(lock), what="the stand-in to take the lock")
     hand_made_record(sessions.dir, "standin", proc.pid, cmdline_sha256="0" * 64)
     found = decisions(sessions.dir, probe_timeout=0.3)
-    assert [(d.action, d.reason) for d in found] == [(Action.TERMINATE, "unregistered")]
+    assert [(d.action, d.reason) for d in found] == [(ReconcileAction.TERMINATE, "unregistered")]
     report = apply(found, grace=0.3, probe_timeout=0.3)
     outcome = report.outcomes[0]
     assert (outcome.result, outcome.ok) == ("skipped", False), outcome
@@ -140,7 +140,7 @@ def test_real_shellper_records_pass_the_cmdline_check(sessions: Sessions, how: s
     shellper = identity(pid)
     members = poll_until(lambda: tree(pid), what="the shellper's child")
     found = decisions(sessions.dir)
-    assert [(d.action, d.reason) for d in found] == [(Action.TERMINATE, "unregistered")]
+    assert [(d.action, d.reason) for d in found] == [(ReconcileAction.TERMINATE, "unregistered")]
     report = apply(found, grace=1.0)
     outcome = report.outcomes[0]
     assert report.ok and outcome.result == "terminated", outcome
@@ -174,7 +174,7 @@ def test_cleaning_a_ghost_of_a_live_session_spares_its_child(sessions: Sessions,
     if variant == "live_record_removed":
         os.unlink(sessions.dir / "cat1.json")
     found = [d for d in decisions(sessions.dir, RegistryRow("cat1")) if d.name == "ghost"]
-    assert [(d.action, d.reason) for d in found] == [(Action.CLEAN, "dead")]
+    assert [(d.action, d.reason) for d in found] == [(ReconcileAction.CLEAN, "dead")]
     report = apply(found, grace=0.3)
     outcome = report.outcomes[0]
     assert report.ok and outcome.result == "cleaned" and outcome.survivors == (), outcome
@@ -188,7 +188,7 @@ def test_cleaning_a_ghost_of_a_live_session_spares_its_child(sessions: Sessions,
     assert "ghost.json" not in os.listdir(sessions.dir)
     if variant != "live_record_removed":
         assert [(d.action, d.reason) for d in decisions(sessions.dir, RegistryRow("cat1"))] == [
-            (Action.ADOPT, "running")]
+            (ReconcileAction.ADOPT, "running")]
 
 
 def killed_beside_a_live_one(sessions: Sessions) -> tuple[LaunchInfo, ProcessIdentity]:
@@ -209,7 +209,7 @@ def test_survivors_of_a_really_dead_session_are_still_ended(sessions: Sessions) 
     keep, grandchild = killed_beside_a_live_one(sessions)
     poll_until(lambda: observe(sessions.dir, "dead").identity == "gone", what="the record to name a dead pid")
     found = [d for d in decisions(sessions.dir, RegistryRow("keep")) if d.name == "dead"]
-    assert [(d.action, d.reason) for d in found] == [(Action.CLEAN, "dead")]
+    assert [(d.action, d.reason) for d in found] == [(ReconcileAction.CLEAN, "dead")]
     report = apply(found, grace=0.3)
     assert report.ok and report.outcomes[0].survivors == (grandchild.pid,), report.to_dict()
     assert is_dead(grandchild) and untouched(identity(keep.pid))
@@ -351,9 +351,9 @@ def test_observe_refuses_a_directory_others_could_plant_records_in(sessions: Ses
 @pytest.mark.parametrize("name", ["KILL", "kill", "SIGKILL", "SIGwinch"])
 def test_the_client_lets_through_every_signal_name_the_shellper_takes(name: str) -> None:
     """The client's check is the shellper's own (wire.bare_signal): it once refused "SIGKILL", which the
-    shellper accepts."""
+    shellper accepts. The connection holds the one check every client's request methods use."""
     from shellper.protocol import wire
-    from tower_client.client import checked_request
+    from shellper.protocol.connection import Connection
 
     frame = wire.Signal(signal=name)
-    assert checked_request(frame) is frame
+    assert Connection("x.sock").checked(frame) is frame

@@ -21,11 +21,11 @@ from typing import Any
 import pytest
 from conftest import CGROUP_PARENT, remove_cgroup_tree
 
+from shellper.client.launch import LaunchInfo, launch
 from shellper.core.config import SessionConfig
 from shellper.core.exits import RestartPolicy
 from shellper.core.owner import default_owner
 from shellper.core.structs import replace
-from shellper.daemon.launch import LaunchInfo, launch
 from shellper.host.cgroup import find_session_cgroups
 from shellper.host.identity import IdentityError, ProcessIdentity, boot_id, open_verified, read_stat
 from shellper.host.reaper import descendants

@@ -41,7 +41,7 @@ from tower_client.apply import apply
 from tower_client.client import AsyncClient, AsyncResumingClient, ResumingClient
 from tower_client.discover import discover
 from tower_client.reconcile import Registry, reconcile
-from tower_client.remote import AsyncRemoteClient
+from tower_client.remote_clients import AsyncRemoteClient
 
 __all__ = ["remote", "world"]  # fixtures of test_remote, used here
 

@@ -54,7 +54,7 @@ from shellper.host.survivors import SurvivorReport, end_cgroup, reap_survivors
 from shellper.protocol import wire
 from tower_client.client import InstanceMismatch, PeerMismatch
 from tower_client.discover import PROBE_TIMEOUT, check_probe_timeout
-from tower_client.reconcile import Action, Decision
+from tower_client.reconcile import ReconcileAction, ReconcileDecision
 
 __all__ = [
     "LeakedCgroup",
@@ -128,7 +128,7 @@ class Outcome:
     """What happened to one decision. ``result``: adopted, terminated, already_gone, cleaned, reported,
     skipped (the situation changed: nothing done) or failed (``error`` says why)."""
 
-    decision: Decision
+    decision: ReconcileDecision
     result: str
     ok: bool
     detail: str = ""
@@ -193,7 +193,7 @@ def hold_owner_lock(directory: str, owner: str) -> SessionLock:
         raise OwnerLockUnavailable(owner, directory, exc.reason) from None
 
 
-def apply(decisions: Iterable[Decision], *, grace: float = DEFAULT_GRACE, stop_timeout: float | None = None,
+def apply(decisions: Iterable[ReconcileDecision], *, grace: float = DEFAULT_GRACE, stop_timeout: float | None = None,
           probe_timeout: float = PROBE_TIMEOUT, confirm_timeout: float = CONFIRM_TIMEOUT,
           owner: str | None = None) -> Report:
     """Carry out ``decisions`` in order, holding ``owner``'s lock (default: shellper.core.owner.default_owner())
@@ -214,7 +214,7 @@ def apply(decisions: Iterable[Decision], *, grace: float = DEFAULT_GRACE, stop_t
             lock.release()
 
 
-def _apply_all(decisions: list[Decision], grace: float, stop_timeout: float | None, probe_timeout: float,
+def _apply_all(decisions: list[ReconcileDecision], grace: float, stop_timeout: float | None, probe_timeout: float,
                confirm_timeout: float) -> Report:
     report = Report()
     failed: set[str] = set()
@@ -229,7 +229,7 @@ def _apply_all(decisions: list[Decision], grace: float, stop_timeout: float | No
     return report
 
 
-def _clean_stray(d: Decision, directory: str, grace: float, confirm_timeout: float) -> Outcome:
+def _clean_stray(d: ReconcileDecision, directory: str, grace: float, confirm_timeout: float) -> Outcome:
     """End and remove a session cgroup no record names, if it still is this directory's and holds no
     shellper (checked again now: reconcile's look may be old)."""
     assert d.cgroup is not None
@@ -253,20 +253,20 @@ def _clean_stray(d: Decision, directory: str, grace: float, confirm_timeout: flo
     return Outcome(d, "cleaned", True, f"removed cgroup {d.cgroup}" + _survivor_note(ended), survivors=ended.pids)
 
 
-def _apply_one(d: Decision, grace: float, stop_timeout: float | None, probe_timeout: float,
+def _apply_one(d: ReconcileDecision, grace: float, stop_timeout: float | None, probe_timeout: float,
                confirm_timeout: float, blocked: bool) -> Outcome:
     obs = d.observed
-    if d.action in (Action.LEAVE, Action.RESPAWN):
+    if d.action in (ReconcileAction.LEAVE, ReconcileAction.RESPAWN):
         if blocked:
             return Outcome(d, "skipped", False, "an earlier step for this session failed")
-        return Outcome(d, "reported", True, "left untouched" if d.action is Action.LEAVE else
+        return Outcome(d, "reported", True, "left untouched" if d.action is ReconcileAction.LEAVE else
                        "for the Tower to relaunch")
     if obs is None:
         return Outcome(d, "failed", False, error="decision carries no observation")
-    if d.action is Action.CLEAN and d.cgroup is not None:
+    if d.action is ReconcileAction.CLEAN and d.cgroup is not None:
         return _clean_stray(d, obs.dir, grace, confirm_timeout)
     paths = SessionPaths.for_name(obs.dir, d.name)
-    if d.action is Action.CLEAN:
+    if d.action is ReconcileAction.CLEAN:
         reaped = SurvivorReport(d.name, (), ())
         if obs.record is not None and obs.boot == "current" and obs.identity in ("gone", "mismatch"):
             # The recorded shellper is dead: what its tree left behind is nobody's now.
@@ -282,7 +282,7 @@ def _apply_one(d: Decision, grace: float, stop_timeout: float | None, probe_time
     record = obs.record
     if record is None:
         return Outcome(d, "failed", False, error="decision carries no record")
-    if d.action is Action.ADOPT:
+    if d.action is ReconcileAction.ADOPT:
         welcome = verify_session(record, paths, probe_timeout)
         return Outcome(d, "adopted", True, f"instance {welcome.instance_id} answers ({welcome.state})")
     try:

@@ -17,6 +17,7 @@ import time
 from shellper import __version__
 from shellper.cli.argscan import scan
 from shellper.cli.remote import MixedHosts, remote_host, remote_main
+from shellper.client.launch import LaunchError, LaunchFailure, LaunchInfo, launch
 from shellper.core.config import CONTAINMENT_REQUESTS, STDERR_REQUESTS, ConfigError, SessionConfig
 from shellper.core.defaults import (
     DEFAULT_COLS,
@@ -35,7 +36,7 @@ from shellper.core.exits import PolicyError, RestartPolicy
 from shellper.core.names import BadHost, BadName, socket_path, validate_host, validate_name
 from shellper.core.owner import OWNER_ENV, BadOwner, validate_owner
 from shellper.core.states import SessionState
-from shellper.daemon.launch import LaunchError, LaunchFailure, LaunchInfo, launch, run_foreground
+from shellper.daemon.prefork import Prefork
 from shellper.host.paths import (
     PathError,
     SessionPaths,
@@ -53,7 +54,6 @@ if TYPE_CHECKING:  # imported where used: `shellper run` starts faster without t
 
     from shellper.client.blocking import Client
     from shellper.client.sessions import SessionInfo
-    from shellper.daemon.prefork import Prefork
     from shellper.host.identity import PidFd
     from shellper.host.record import SessionRecord
 
@@ -421,9 +421,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise CliError(f"run: --cwd {config.cwd} is not a directory")
     _make_room(args)
     if args.foreground:
+        from shellper.daemon.foreground import run_foreground  # only --foreground needs it
+
         return run_foreground(config)
     try:
-        info = launch(config, fork=True, prefork=args.prefork)  # the CLI is single-threaded: posix_spawn is safe
+        # the CLI is single-threaded: forking or posix_spawn is safe
+        info = launch(config, start_prefork=Prefork.start, prefork=args.prefork)
     except LaunchError as exc:
         _failed_line(args, config.name, str(exc), exc.reason)
         raise
@@ -676,7 +679,7 @@ def _create_for_attach(args: argparse.Namespace) -> None:
                            cwd=os.getcwd(), env=dict(os.environ), cols=cols, rows=rows,
                            term=session_term(os.environ), husk_ttl=DEFAULT_HUSK_TTL)
     try:
-        launch(config, fork=True)
+        launch(config, start_prefork=Prefork.start)
     except LaunchError:
         if not SessionLock.is_locked(paths.lock):  # not a race with another attach -c: a real failure
             raise

@@ -11,7 +11,7 @@ Two layers:
   client stopped it), ``permanent`` (retrying can never help: exec failure, 126/127, a
   prevent-listed code, a fatal stderr pattern) or ``crash`` (everything else).
 * :class:`Supervisor` keeps the recent history and turns each exit into a
-  :class:`Decision`: ``restart`` after a capped exponential backoff, ``exited``, or
+  :class:`RestartDecision`: ``restart`` after a capped exponential backoff, ``exited``, or
   ``fatal`` when retrying is pointless (permanent exit, crash loop, the same error again and
   again, a run of fast clean exits under ``always``, the lifetime restart cap).
 
@@ -570,7 +570,7 @@ def classify(evidence: ExitEvidence, policy: RestartPolicy = DEFAULT_POLICY) -> 
 
 # --------------------------------------------------------------------------- supervisor
 
-class Action(StrEnum):
+class RestartAction(StrEnum):
     RESTART = "restart"
     EXITED = "exited"
     FATAL = "fatal"
@@ -604,10 +604,10 @@ class BreakerState:
 
 
 @record(frozen=True)
-class Decision:
+class RestartDecision:
     """What to do after one exit. ``delay`` (seconds) is only meaningful for RESTART."""
 
-    action: Action
+    action: RestartAction
     delay: float
     classification: Classification
     reason: str
@@ -626,7 +626,7 @@ class Decision:
         }
 
 
-def exit_record(evidence: ExitEvidence, decision: Decision, *, state: SessionState, child_pid: int | None,
+def exit_record(evidence: ExitEvidence, decision: RestartDecision, *, state: SessionState, child_pid: int | None,
                 at: float, breaker: dict[str, object]) -> ExitRecord:
     """What the session reports of one exit: the evidence, the supervisor's decision on it, and the state
     the session went to (which a STOP or a SPAWN in progress overrides, so it is passed in)."""
@@ -675,7 +675,7 @@ class Supervisor:
         self._open_reason: str | None = None
         self._last_exit: dict[str, object] | None = None
 
-    def on_exit(self, evidence: ExitEvidence, now: float, rand: float | None = None) -> Decision:
+    def on_exit(self, evidence: ExitEvidence, now: float, rand: float | None = None) -> RestartDecision:
         """Record one exit at time ``now``; ``rand`` in [0, 1] applies jitter (None: none)."""
         if not math.isfinite(now):
             raise ExitsError("now", now, "must be a finite time")
@@ -692,7 +692,7 @@ class Supervisor:
                            "uptime": evidence.uptime, "error_line": c.error_line}
 
         if self._open_reason is not None:
-            return self._decide(Action.FATAL, c, f"breaker already open: {self._open_reason}")
+            return self._decide(RestartAction.FATAL, c, f"breaker already open: {self._open_reason}")
 
         if evidence.uptime >= p.healthy_uptime:
             self._step = 0
@@ -706,12 +706,12 @@ class Supervisor:
 
         cls = c.exit_class
         if cls is ExitClass.REQUESTED:
-            return self._decide(Action.EXITED, c, f"{c.reason}; not restarted")
+            return self._decide(RestartAction.EXITED, c, f"{c.reason}; not restarted")
         if cls is ExitClass.PERMANENT:
             return self._fatal(c, f"permanent failure: {c.reason}")
         if cls is ExitClass.CLEAN:
             if p.mode != "always":
-                return self._decide(Action.EXITED, c, f"{c.reason}; not restarted (restart mode {p.mode})")
+                return self._decide(RestartAction.EXITED, c, f"{c.reason}; not restarted (restart mode {p.mode})")
             if evidence.uptime < p.clean_exit_uptime:
                 self._fast_clean += 1
             if evidence.uptime < p.min_uptime:
@@ -727,7 +727,7 @@ class Supervisor:
 
         # CRASH
         if p.mode == "no":
-            return self._decide(Action.EXITED, c, f"crash: {c.reason}; not restarted (restart mode no)")
+            return self._decide(RestartAction.EXITED, c, f"crash: {c.reason}; not restarted (restart mode no)")
         if evidence.uptime < p.min_uptime:
             self._unstable.append((self._active, now, False))
         norm = normalise_error_line(c.error_line)
@@ -760,7 +760,7 @@ class Supervisor:
         return (f"{what} in {_secs(now - self._unstable[0][1])}, each within {_secs(p.min_uptime)} "
                 f"(limit {p.breaker_count} per {_secs(p.breaker_window)} of run time); {last}")
 
-    def _restart(self, c: Classification, *, crash: bool, rand: float | None = None) -> Decision:
+    def _restart(self, c: Classification, *, crash: bool, rand: float | None = None) -> RestartDecision:
         delay = self.policy.backoff(self._step)
         if rand is not None:
             delay *= 1.0 - self.policy.jitter * rand
@@ -770,15 +770,15 @@ class Supervisor:
             self._crash_restarts += 1
         self._imposed += delay
         what = "crash" if crash else f"restart mode {self.policy.mode}"
-        return self._decide(Action.RESTART, c, f"{c.reason}; restart #{self._restarts} ({what}) "
+        return self._decide(RestartAction.RESTART, c, f"{c.reason}; restart #{self._restarts} ({what}) "
                                                 f"in {_secs(delay)}", delay)
 
-    def _fatal(self, c: Classification, reason: str) -> Decision:
+    def _fatal(self, c: Classification, reason: str) -> RestartDecision:
         self._open_reason = reason
-        return self._decide(Action.FATAL, c, reason)
+        return self._decide(RestartAction.FATAL, c, reason)
 
-    def _decide(self, action: Action, c: Classification, reason: str, delay: float = 0.0) -> Decision:
-        return Decision(action, delay, c, reason, self._restarts, self.state())
+    def _decide(self, action: RestartAction, c: Classification, reason: str, delay: float = 0.0) -> RestartDecision:
+        return RestartDecision(action, delay, c, reason, self._restarts, self.state())
 
     def state(self) -> BreakerState:
         return BreakerState(

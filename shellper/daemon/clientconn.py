@@ -80,7 +80,7 @@ if TYPE_CHECKING:
         def stop_for(self, client: ClientConn, rid: int | None, grace: float | None) -> None: ...
         @property
         def stopping(self) -> bool: ...
-        def screen_reply(self, request: wire.Screen) -> wire.ScreenReply: ...
+        def screen_reply(self, request: wire.ScreenRequest) -> wire.ScreenReply: ...
         def rendered_replay(self, scrollback: int) -> bytes: ...
 
 REPLAY_CHUNK = 1024 * 1024
@@ -104,7 +104,7 @@ CLOSE_LINGER = 5.0
 """Seconds a closed connection may keep unsent frames while its peer does not read; then it is dropped."""
 
 _CLIENT_FRAMES = (wire.Data, wire.Resize, wire.Signal, wire.Spawn, wire.Stop, wire.Status, wire.Ping, wire.Pong,
-                  wire.Screen)
+                  wire.ScreenRequest)
 _TOWER_ONLY = (wire.Signal, wire.Spawn, wire.Stop)
 
 
@@ -630,7 +630,7 @@ class ClientConn:
             self.send_frame(wire.Pong(nonce=event.nonce))
         elif isinstance(event, wire.Pong):
             return
-        elif isinstance(event, wire.Screen):
+        elif isinstance(event, wire.ScreenRequest):
             if self.version < wire.SCREEN_VERSION:
                 self.send_error("protocol", "SCREEN needs protocol version 3", event.TYPE)
                 return

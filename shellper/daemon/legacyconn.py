@@ -13,7 +13,7 @@ from shellper.core.peertext import quote_peer
 from shellper.core.states import SessionState
 from shellper.daemon.clientconn import MAX_UNREAD_BYTES, ClientConn
 from shellper.protocol import legacy, wire
-from shellper.protocol.legacy import Action, LegacyError
+from shellper.protocol.legacy import LegacyAction, LegacyError
 from shellper.protocol.wire import FrameType
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
@@ -70,12 +70,12 @@ class LegacyConn(ClientConn):
             return
         session = self.session
         action = legacy.action_for(self.role, frame.frame_type)
-        if action is Action.INPUT:
+        if action is LegacyAction.INPUT:
             if frame.payload:
                 session.write_input(frame.payload, self)
-        elif action is Action.RESIZE:
+        elif action is LegacyAction.RESIZE:
             session.resize(*legacy.parse_resize(frame.payload))
-        elif action is Action.SIGNAL:
+        elif action is LegacyAction.SIGNAL:
             signum = legacy.parse_signal(frame.payload)
             name = legacy.ALLOWED_SIGNALS.get(signum)
             if name is None:  # the connection stays up
@@ -83,12 +83,12 @@ class LegacyConn(ClientConn):
                                   f"(allowed: {', '.join(map(str, legacy.ALLOWED_SIGNALS))})")
                 return
             session.send_signal(name, self)
-        elif action is Action.SPAWN:
+        elif action is LegacyAction.SPAWN:
             spawn = legacy.parse_spawn(frame.payload)
             old = session.welcome(self.role).child_pid
             session.log.write(f"SPAWN: command={spawn.argv[0]}, killing old PTY pid={-1 if old is None else old}")
             session.start_respawn(wire.Spawn(argv=spawn.argv, cwd=spawn.cwd, env=spawn.env, clear_ring=True), self)
-        elif action is Action.PONG:
+        elif action is LegacyAction.PONG:
             self._write(legacy.encode(FrameType.PONG))
 
     def _legacy_hello(self, hello: legacy.Hello) -> None:
