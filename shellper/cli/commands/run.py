@@ -197,9 +197,7 @@ def _make_room(args: argparse.Namespace) -> None:
     """A session of this name whose program has ended blocks the name: say so, or with --replace stop it
     first. A running one is left to launch(), which refuses it. One that is stopping (a `shellper stop`,
     another --replace, its husk time) is waited for: the name is about to be free."""
-    from shellper.cli.commands.stop import stop_named
     from shellper.cli.connect import CliError, session_dir, user_errors
-    from shellper.client.stop import lock_freed
     from shellper.core.names import validate_name
     from shellper.host.paths import SessionPaths
     from shellper.host.record import SessionLock
@@ -208,6 +206,10 @@ def _make_room(args: argparse.Namespace) -> None:
     paths = SessionPaths.for_name(session_dir(args), args.name)
     if not SessionLock.is_locked(paths.lock):
         return
+    # imported here: a name nobody holds, the usual case, needs no client code
+    from shellper.cli.commands.stop import stop_named
+    from shellper.client.stop import lock_freed
+
     try:
         ended = _ended(args, paths)
     except _Stopping:
