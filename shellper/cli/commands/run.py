@@ -221,7 +221,7 @@ def _make_room(args: argparse.Namespace) -> None:
         raise CliError(f"run: session {args.name!r} {ended}; --replace to start anew, or `shellper restart "
                        f"{args.name}` to run its command again")
     try:
-        stop_named(args, args.name, None)  # its "stopped NAME" line is not printed: this run's own follows
+        stop_named(session_dir(args), args.name, None)  # its "stopped NAME" line is not printed: this run's own follows
     except user_errors():
         # Another stop of the husk may have come first (its connection replaced ours, or it closed ours):
         # what --replace needs is the name free, whoever freed it.

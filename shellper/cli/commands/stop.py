@@ -32,30 +32,31 @@ def handle(args: argparse.Namespace) -> int:
     failed = 0
     for name in names:
         try:
-            print(stop_named(args, name, args.grace))
+            print(stop_named(session_dir(args), name, args.grace))
         except user_errors() as exc:
             print(f"shellper: {exc}", file=sys.stderr)
             failed += 1
     return 1 if failed else 0
 
 
-def stop_named(args: argparse.Namespace, name: str, grace: float | None) -> str:
-    """Stop session ``name`` of ``args``'s runtime directory; the line that says how."""
+def stop_named(directory: str, name: str, grace: float | None) -> str:
+    """Stop session ``name`` of runtime directory ``directory`` (``run --replace`` too); the line that says
+    how."""
     import sys
 
-    from shellper.cli.connect import session_dir, trusted_paths, unreachable
+    from shellper.cli.connect import trusted_paths, unreachable
     from shellper.client.stop import StopWay, Unreachable, stop_session
 
-    trusted_paths(session_dir(args), name)
+    trusted_paths(directory, name)
 
     def notify(why: str) -> None:
         print(f"shellper: session {name!r}: {why}; ending it with signals", file=sys.stderr, flush=True)
 
     try:
-        stopped = stop_session(session_dir(args), name, grace=grace, client_name=f"shellper-cli:{args.cmd}",
+        stopped = stop_session(directory, name, grace=grace, client_name="shellper-cli:stop",
                                notify=notify)
     except Unreachable as exc:
-        raise unreachable(session_dir(args), name, exc.error) from None
+        raise unreachable(directory, name, exc.error) from None
     if stopped.way == StopWay.ASKED_NAME_TAKEN:
         return f"stopped {name}; a new session {name!r} has started since"
     if stopped.way == StopWay.SILENT:
