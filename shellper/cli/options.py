@@ -49,8 +49,12 @@ class Arg:
 
     @property
     def attribute(self) -> str:
-        """The attribute argparse stores it in."""
-        return self.dest or self.names[0].lstrip("-").replace("-", "_")
+        """The attribute argparse stores it in: ``dest``, else its first long name (its first name without
+        one) without the dashes, ``-`` read as ``_``."""
+        if self.dest is not None:
+            return self.dest
+        name = next((name for name in self.names if name.startswith("--")), self.names[0])
+        return name.lstrip("-").replace("-", "_")
 
     @property
     def unset(self) -> object:

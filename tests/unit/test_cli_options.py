@@ -67,3 +67,24 @@ def test_every_policy_option_shows_the_policys_own_default() -> None:
             continue
         assert f"{option.names[0]} {option.metavar} " in text
         assert f"(default {_shown(getattr(DEFAULT_POLICY, field))})" in option.help, option.names
+
+
+def test_every_option_is_stored_where_and_as_the_table_says() -> None:
+    """The attribute and the value-when-not-given that attach's quick path reads from the table are the
+    ones argparse uses (``-c, --create`` is stored as ``create``)."""
+    from shellper.cli.commands import COMMANDS, load
+    from shellper.cli.options import GLOBAL, Version
+
+    parser = argtree.build()
+    (sub,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    tables = [(parser, GLOBAL), *((sub.choices[name], load(name).ARGUMENTS) for name in COMMANDS)]
+    checked = 0
+    for command, table in tables:
+        actions = {option: action for action in command._actions for option in action.option_strings}
+        for arg in table:
+            if arg.positional or isinstance(arg, Version):
+                continue
+            action = actions[arg.names[0]]
+            assert (action.dest, action.default) == (arg.attribute, arg.unset), arg.names
+            checked += 1
+    assert checked > 40
