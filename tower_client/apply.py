@@ -17,7 +17,6 @@
 """
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -45,11 +44,12 @@ from shellper.host.cleanup import (
     ProtectedProcess,
     Termination,
     clean_session,
+    clear_dead,
 )
 from shellper.host.identity import IdentityMismatch, ProcessGone
 from shellper.host.paths import SessionPaths
 from shellper.host.record import AlreadyRunning, LockError, SessionLock, SessionRecord
-from shellper.host.survivors import SurvivorReport, end_cgroup, reap_survivors
+from shellper.host.survivors import SurvivorReport, end_cgroup
 from shellper.protocol import wire
 from tower_client.discover import PROBE_TIMEOUT, check_probe_timeout
 from tower_client.reconcile import Action, Decision
@@ -254,14 +254,13 @@ def _apply_one(d: Decision, grace: float, stop_timeout: float | None, probe_time
         return _clean_stray(d, obs.dir, grace, confirm_timeout)
     paths = SessionPaths.for_name(obs.dir, d.name)
     if d.action is Action.CLEAN:
-        reaped = SurvivorReport(d.name, (), ())
-        if obs.record is not None and obs.boot == "current" and obs.identity in ("gone", "mismatch"):
-            # The recorded shellper is dead: what its tree left behind is nobody's now.
-            reaped = reap_survivors(obs.record, directory=obs.dir or None, grace=grace, confirm_timeout=confirm_timeout)
+        # The recorded shellper is dead: what its tree left behind is nobody's now.
+        dead = obs.record is not None and obs.boot == "current" and obs.identity in ("gone", "mismatch")
+        cleared = clear_dead(obs.record if dead else None, paths, grace=grace, confirm_timeout=confirm_timeout,
+                             directory=obs.dir or None)
+        reaped, removed = cleared.reaped, cleared.removed
         survivors = reaped.pids
-        try:
-            removed = clean_session(paths)
-        except AlreadyRunning:
+        if removed is None:
             return Outcome(d, "skipped", False, "a live process now holds the lock: nothing removed"
                            + _survivor_note(reaped), survivors=survivors)
         detail = f"removed {len(removed)} file(s)" + _survivor_note(reaped)
@@ -285,12 +284,9 @@ def _apply_one(d: Decision, grace: float, stop_timeout: float | None, probe_time
         return Outcome(d, "skipped", False, "the record names this process or one of its ancestors: "
                        "nothing signalled", error=str(exc))
     except ProcessGone as exc:
-        gone = reap_survivors(record, directory=obs.dir or None, grace=grace, confirm_timeout=confirm_timeout)
-        gone_removed: tuple[str, ...] = ()
-        with contextlib.suppress(AlreadyRunning):
-            gone_removed = clean_session(paths)
-        return Outcome(d, "already_gone", True, str(exc) + _survivor_note(gone), gone_removed,
-                       survivors=gone.pids)
+        gone = clear_dead(record, paths, grace=grace, confirm_timeout=confirm_timeout, directory=obs.dir or None)
+        return Outcome(d, "already_gone", True, str(exc) + _survivor_note(gone.reaped), gone.removed or (),
+                       survivors=gone.reaped.pids)
     detail = f"stopped via {term.method}" + (f" ({term.stop_error})" if term.stop_error else "")
     if term.strangers:
         detail += f"; not signalled: {list(term.strangers)}, strangers in the cgroup's shellper/ part"

@@ -477,33 +477,25 @@ def _stop_stale(paths: SessionPaths, grace: float, client_name: str) -> Stopped:
     """The shellper is gone (killed, crashed, or a launch that failed) and left files: end what its tree
     left running and remove them, as tower_client's reconcile does for a dead session (identity-checked,
     under the lock). What is not the session's to remove (a symlink, a directory) is named, not touched."""
-    from shellper.host.cleanup import clean_session
-    from shellper.host.record import AlreadyRunning
+    from shellper.host.cleanup import clear_dead
+    from shellper.host.reaper import SurvivorError
     from shellper.host.shellpers import record_is_alive
-    from shellper.host.survivors import reap_survivors
 
     name = paths.name
-    ended: tuple[int, ...] = ()
     recorded = read_record_if_any(paths)
     if recorded is not None:
         _refuse_foreign(paths, recorded)
     if recorded is not None and record_is_alive(recorded):
         return _stop_lockless(paths, recorded, grace, client_name)
-    kept = ""
-    if recorded is not None:
-        from shellper.host.reaper import SurvivorError
-
-        try:
-            reaped = reap_survivors(recorded, directory=paths.dir, grace=grace)
-        except SurvivorError as exc:  # the record is how they are found again: kept, like every file
-            raise StopFailed(f"stop: session {name!r}: its shellper was already gone, and processes it left "
-                             f"survived SIGKILL: {', '.join(map(str, exc.pids))}; nothing removed: run `shellper "
-                             f"stop {name}` again once they can die") from None
-        ended, kept = reaped.pids, reaped.kept
     try:
-        removed = clean_session(paths)
-    except AlreadyRunning:
-        raise StopFailed(f"stop: session {name!r} was started again meanwhile; nothing removed") from None
+        cleared = clear_dead(recorded, paths, grace=grace)  # as a Tower's apply clears a dead session
+    except SurvivorError as exc:  # the record is how they are found again: kept, like every file
+        raise StopFailed(f"stop: session {name!r}: its shellper was already gone, and processes it left "
+                         f"survived SIGKILL: {', '.join(map(str, exc.pids))}; nothing removed: run `shellper "
+                         f"stop {name}` again once they can die") from None
+    if cleared.removed is None:
+        raise StopFailed(f"stop: session {name!r} was started again meanwhile; nothing removed")
+    removed, ended, kept = cleared.removed, cleared.reaped.pids, cleared.reaped.kept
     ended_note = f" and ended {len(ended)} process(es) it left running" if ended else ""
     left = session_files(paths)
     if left:
