@@ -125,13 +125,13 @@ COMPLETIONS := build/completions
 MAN := build/man
 completions: $(STAMP)
 	mkdir -p $(COMPLETIONS) $(MAN)
-	$(BIN)/shtab --shell=bash --prog shellper shellper.cli.main._parser > $(COMPLETIONS)/shellper.bash
-	$(BIN)/shtab --shell=zsh --prog shellper shellper.cli.main._parser > $(COMPLETIONS)/_shellper
-	$(BIN)/shtab --shell=fish --prog shellper shellper.cli.main._parser > $(COMPLETIONS)/shellper.fish
+	$(BIN)/shtab --shell=bash --prog shellper shellper.cli.argtree.build > $(COMPLETIONS)/shellper.bash
+	$(BIN)/shtab --shell=zsh --prog shellper shellper.cli.argtree.build > $(COMPLETIONS)/_shellper
+	$(BIN)/shtab --shell=fish --prog shellper shellper.cli.argtree.build > $(COMPLETIONS)/shellper.fish
 	$(BIN)/shtab --shell=bash --prog tower-client tower_client.cli._parser > $(COMPLETIONS)/tower-client.bash
 	$(BIN)/shtab --shell=zsh --prog tower-client tower_client.cli._parser > $(COMPLETIONS)/_tower-client
 	$(BIN)/shtab --shell=fish --prog tower-client tower_client.cli._parser > $(COMPLETIONS)/tower-client.fish
-	$(BIN)/argparse-manpage --module shellper.cli.main --function _parser --prog shellper --project-name shellper \
+	$(BIN)/argparse-manpage --module shellper.cli.argtree --function build --prog shellper --project-name shellper \
 		--version "$$($(BIN)/python -c 'import shellper; print(shellper.__version__)')" \
 		--description "keep a terminal session alive in a process of its own" \
 		--manual-title "shellper manual" --output $(MAN)/shellper.1

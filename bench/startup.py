@@ -33,7 +33,7 @@ from shellper.core.structs import STANDARD_ENV
 
 DAEMON = "shellper.daemon.session, shellper.core.config, shellper.daemon.main"
 """What the prefork imports before it takes the config (shellper.daemon.prefork)."""
-ATTACH = "shellper.cli.entry, shellper.cli.attach"
+ATTACH = "shellper.cli.entry, shellper.cli.commands.attach"
 """What a plain ``shellper attach NAME`` imports (shellper.cli.entry's quick path)."""
 
 _PROBE = """

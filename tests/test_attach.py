@@ -700,8 +700,8 @@ def test_attach_in_a_terminal_to_unknown_session(sessions: Sessions) -> None:
 ])
 def test_quick_attach_arguments_mean_what_the_full_cli_makes_of_them(argv: list[str], taken: bool) -> None:
     from shellper.cli.argscan import scan
-    from shellper.cli.attach import quick_args
-    from shellper.cli.main import _parser
+    from shellper.cli.argtree import build as _parser
+    from shellper.cli.commands.attach import quick_args
 
     quick = quick_args(scan(argv))
     assert (quick is not None) == taken

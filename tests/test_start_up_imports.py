@@ -43,6 +43,8 @@ if OUT:
 notes what it loads in that directory, in a file named by its pid (and so does each fork of it)."""
 
 _BOTH = {"shellper", "shellper.cli", "shellper.cli.argscan", "shellper.cli.entry", "shellper.core",
+         # the option table, read by the console script's scan before it forks the prefork (shellper.cli.argscan)
+         "shellper.cli.options", "shellper.cli.commands", "shellper.cli.commands.run",
          "shellper.core.config", "shellper.core.containment", "shellper.core.defaults", "shellper.core.errors",
          "shellper.core.execve", "shellper.core.exitrecord", "shellper.core.exits", "shellper.core.launchfailure",
          "shellper.core.names", "shellper.core.owner", "shellper.core.signals", "shellper.core.states",
@@ -52,12 +54,11 @@ _BOTH = {"shellper", "shellper.cli", "shellper.cli.argscan", "shellper.cli.entry
          "shellper.host.logfile", "shellper.host.paths", "shellper.host.record"}
 
 CLI = _BOTH - {"shellper.host.logfile"} | {
-    "shellper.cli.main", "shellper.cli.remote", "shellper.client", "shellper.client.launch", "shellper.host.prelaunch",
-    "shellper.host.terminfo"}
-"""The package's modules ``shellper run`` loads: the parser and the launch; none of the server. (The launch
-moved from shellper.daemon.launch to shellper.client.launch, its checks to shellper.host.prelaunch, in issue
-28: the same code in one module more, and the client package's two-line __init__; the log file is now the
-daemon's alone, which imports it.)"""
+    "shellper.cli.main", "shellper.cli.onhost", "shellper.cli.argtree", "shellper.cli.connect", "shellper.client",
+    "shellper.client.launch", "shellper.host.prelaunch", "shellper.host.terminfo"}
+"""The package's modules ``shellper run`` loads: the parser and the launch; none of the server, nor another
+command's module. (The launch moved from shellper.daemon.launch to shellper.client.launch, its checks to
+shellper.host.prelaunch, in issue 28; the log file is now the daemon's alone, which imports it.)"""
 
 DAEMON = _BOTH | {
     "shellper.core.detachkeys", "shellper.core.merge", "shellper.core.terminal.modes", "shellper.core.ring",
@@ -150,7 +151,8 @@ def test_a_session_a_tower_launches_loads_the_same_server(cli_runtime_dir: Path,
             tower.connect(replay_bytes=0)
             assert tower.status().state == "running"
         served = loaded(out, daemon)
-        console_script = {"shellper.cli", "shellper.cli.entry", "shellper.cli.argscan", "shellper.daemon.prefork"}
+        console_script = {"shellper.cli", "shellper.cli.entry", "shellper.cli.argscan", "shellper.daemon.prefork",
+                          "shellper.cli.options", "shellper.cli.commands", "shellper.cli.commands.run"}
         assert {m for m in served if m.startswith("shellper")} == DAEMON - console_script
         assert served & NEVER == set()
     finally:

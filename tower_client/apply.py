@@ -17,14 +17,13 @@
 """
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from shellper.client.blocking import Client, peer_pid
-from shellper.client.stop import send_stop
+from shellper.client.blocking import Client
+from shellper.client.stop import check_recorded, terminate_recorded
 from shellper.core.defaults import DEFAULT_GRACE
 from shellper.core.errors import ShellperError
 from shellper.core.owner import default_owner
@@ -45,14 +44,13 @@ from shellper.host.cleanup import (
     ProtectedProcess,
     Termination,
     clean_session,
-    terminate_shellper,
+    clear_dead,
 )
 from shellper.host.identity import IdentityMismatch, ProcessGone
 from shellper.host.paths import SessionPaths
 from shellper.host.record import AlreadyRunning, LockError, SessionLock, SessionRecord
-from shellper.host.survivors import SurvivorReport, end_cgroup, reap_survivors
+from shellper.host.survivors import SurvivorReport, end_cgroup
 from shellper.protocol import wire
-from tower_client.client import InstanceMismatch, PeerMismatch
 from tower_client.discover import PROBE_TIMEOUT, check_probe_timeout
 from tower_client.reconcile import ReconcileAction, ReconcileDecision
 
@@ -83,18 +81,10 @@ def verify_session(record: SessionRecord, paths: SessionPaths,
     client = Client(paths.socket, "viewer", client_name=VERIFY_CLIENT_NAME, timeout=timeout)
     try:
         welcome = client.connect(replay_bytes=0)
-        _check_peer(client, welcome, record)
+        check_recorded(client, welcome, record)
         return welcome
     finally:
         client.close()
-
-
-def _check_peer(client: Client, welcome: wire.Welcome, record: SessionRecord) -> None:
-    if welcome.instance_id != record.instance_id:
-        raise InstanceMismatch(client.path, record.instance_id, welcome.instance_id)
-    seen = peer_pid(client.sock) if client.sock is not None else None
-    if seen != record.shellper_pid or welcome.shellper_pid != record.shellper_pid:
-        raise PeerMismatch(client.path, record.shellper_pid, seen)
 
 
 # --------------------------------------------------------------------------------------------- terminate
@@ -105,18 +95,15 @@ def terminate_session(record: SessionRecord, paths: SessionPaths, *, grace: floa
                       confirm_timeout: float = CONFIRM_TIMEOUT) -> Termination:
     """End a verified shellper and its whole tree: STOP over its socket if it answers as the recorded
     shellper, else (or if it does not exit within ``stop_timeout``) signals through pidfds. See
-    :func:`shellper.host.cleanup.terminate_shellper`.
+    :func:`shellper.client.stop.terminate_recorded`, which ``shellper stop`` uses too.
 
     Raises ProcessGone (nothing to do), IdentityMismatch (pid reused: nothing signalled), its subclass
     CommandMismatch (the process does not run the recorded program: nothing signalled), ProtectedProcess
     (the record names this process or an ancestor: nothing signalled), InstanceMismatch / PeerMismatch
     (the socket answers as someone else: nothing signalled), SurvivorError (something outlived SIGKILL).
     """
-    def ask_stop() -> Client:  # to the recorded instance and pid only
-        return send_stop(paths.socket, grace, lambda client, welcome: _check_peer(client, welcome, record),
-                         client_name="tower-client-terminate", timeout=connect_timeout)
-
-    return terminate_shellper(record, paths, grace=grace, ask_stop=ask_stop, stop_timeout=stop_timeout,
+    return terminate_recorded(record, paths, grace=grace, client_name="tower-client-terminate",
+                              connect_timeout=connect_timeout, stop_timeout=stop_timeout,
                               confirm_timeout=confirm_timeout)
 
 
@@ -267,14 +254,13 @@ def _apply_one(d: ReconcileDecision, grace: float, stop_timeout: float | None, p
         return _clean_stray(d, obs.dir, grace, confirm_timeout)
     paths = SessionPaths.for_name(obs.dir, d.name)
     if d.action is ReconcileAction.CLEAN:
-        reaped = SurvivorReport(d.name, (), ())
-        if obs.record is not None and obs.boot == "current" and obs.identity in ("gone", "mismatch"):
-            # The recorded shellper is dead: what its tree left behind is nobody's now.
-            reaped = reap_survivors(obs.record, directory=obs.dir or None, grace=grace, confirm_timeout=confirm_timeout)
+        # The recorded shellper is dead: what its tree left behind is nobody's now.
+        dead = obs.record is not None and obs.boot == "current" and obs.identity in ("gone", "mismatch")
+        cleared = clear_dead(obs.record if dead else None, paths, grace=grace, confirm_timeout=confirm_timeout,
+                             directory=obs.dir or None)
+        reaped, removed = cleared.reaped, cleared.removed
         survivors = reaped.pids
-        try:
-            removed = clean_session(paths)
-        except AlreadyRunning:
+        if removed is None:
             return Outcome(d, "skipped", False, "a live process now holds the lock: nothing removed"
                            + _survivor_note(reaped), survivors=survivors)
         detail = f"removed {len(removed)} file(s)" + _survivor_note(reaped)
@@ -298,12 +284,9 @@ def _apply_one(d: ReconcileDecision, grace: float, stop_timeout: float | None, p
         return Outcome(d, "skipped", False, "the record names this process or one of its ancestors: "
                        "nothing signalled", error=str(exc))
     except ProcessGone as exc:
-        gone = reap_survivors(record, directory=obs.dir or None, grace=grace, confirm_timeout=confirm_timeout)
-        gone_removed: tuple[str, ...] = ()
-        with contextlib.suppress(AlreadyRunning):
-            gone_removed = clean_session(paths)
-        return Outcome(d, "already_gone", True, str(exc) + _survivor_note(gone), gone_removed,
-                       survivors=gone.pids)
+        gone = clear_dead(record, paths, grace=grace, confirm_timeout=confirm_timeout, directory=obs.dir or None)
+        return Outcome(d, "already_gone", True, str(exc) + _survivor_note(gone.reaped), gone.removed or (),
+                       survivors=gone.reaped.pids)
     detail = f"stopped via {term.method}" + (f" ({term.stop_error})" if term.stop_error else "")
     if term.strangers:
         detail += f"; not signalled: {list(term.strangers)}, strangers in the cgroup's shellper/ part"

@@ -5,7 +5,6 @@ Time is a plain float (a fake monotonic clock); the supervisor never reads a clo
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -256,46 +255,6 @@ def test_policy_from_loose_options_and_round_trip() -> None:
     options = json.loads(json.dumps(policy.to_options()))
     assert RestartPolicy.from_options(options) == policy
     assert RestartPolicy.from_options({}) == DEFAULT_POLICY
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="shellper run")
-    parser.add_argument("--grace", type=float)   # a neighbour option of the real CLI
-    RestartPolicy.add_arguments(parser)
-    return parser
-
-
-@pytest.mark.parametrize(("argv", "expected"), [
-    ([], DEFAULT_POLICY),
-    (["--grace", "3"], DEFAULT_POLICY),
-    (["--restart", "always", "--backoff-max", "30", "--max-restarts", "none"],
-     RestartPolicy(mode="always", backoff_max=30, max_restarts=None)),
-    (["--fatal-pattern", "lock held", "--fatal-pattern", "quota exceeded"],
-     RestartPolicy(fatal_patterns=("lock held", "quota exceeded"))),
-    (["--no-fatal-patterns"], RestartPolicy(fatal_patterns=())),
-    (["--prevent-codes", "2,64", "--clean-signals", "TERM,HUP", "--breaker-count", "3"],
-     RestartPolicy(prevent_codes=frozenset({2, 64}), breaker_count=3,
-                   clean_signals=frozenset({TERM, int(signal.SIGHUP)}))),
-])
-def test_policy_from_command_line(argv: list[str], expected: RestartPolicy) -> None:
-    assert RestartPolicy.from_arguments(_parser().parse_args(argv)) == expected
-
-
-@pytest.mark.parametrize(("argv", "bad_field"), [
-    (["--breaker-count", "0"], "breaker_count"),
-    (["--min-uptime", "x"], "min_uptime"),
-    (["--fatal-pattern", "("], "fatal_patterns"),
-])
-def test_policy_command_line_errors_name_the_field(argv: list[str], bad_field: str) -> None:
-    with pytest.raises(PolicyError) as info:
-        RestartPolicy.from_arguments(_parser().parse_args(argv))
-    assert info.value.field == bad_field
-
-
-def test_policy_help_shows_defaults() -> None:
-    text = " ".join(_parser().format_help().split())
-    assert "--restart {no,on-failure,always}" in text
-    assert "(default 64,78)" in text and "(default 100)" in text
 
 
 def test_policy_dict_round_trip() -> None:
