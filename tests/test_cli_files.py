@@ -26,8 +26,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import PY, SHELLPER_CLI, poll_until, wait_gone
-from test_tower_support import REPO, Sessions, identity, is_dead, kill_verified, sessions, tree
+from support.paths import PY, REPO, SHELLPER_CLI
+from support.processes import identity, is_dead, kill_verified, tree
+from support.sessions import Sessions
+from support.waiting import poll_until, wait_gone
 
 from shellper.client.blocking import Client
 from shellper.client.sessions import probe_status
@@ -36,7 +38,7 @@ from shellper.host.identity import PidFd, ProcessIdentity, read_stat
 from shellper.host.paths import record_temp_name, temp_file_session
 from shellper.host.record import read_record
 
-__all__ = ["sessions"]  # the fixture, re-exported for pytest
+pytestmark = pytest.mark.kills_sessions
 
 TOWER_CLI = [str(Path(PY).with_name("tower-client"))]
 
@@ -114,7 +116,7 @@ def test_only_exactly_the_writers_pattern_counts(file_name: str) -> None:
 
 
 def test_stop_removes_the_temp_file_a_killed_writer_left_beside_a_killed_session(sessions: Sessions) -> None:
-    info = sessions.launch("kw", ["sleep", "300"])
+    info = sessions.start("kw", ["sleep", "300"])
     leftover = killed_writer_leftover(sessions.dir, "kw")
     shellper_id = identity(info.pid)
     os.kill(info.pid, signal.SIGKILL)  # our own shellper
@@ -248,7 +250,7 @@ def stopping_session(sessions: Sessions, name: str) -> Iterator[tuple[LaunchInfo
                                                                       subprocess.Popen[str]]]:
     """Session ``name`` whose tree ignores TERM (a setsid'd sleep in it), and a `shellper stop` with a 60 s
     grace that has begun: (info, the sleep, the stop command), which is ended on the way out."""
-    info = sessions.launch(name, [PY, "-c", _IGNORES_TERM])
+    info = sessions.start(name, [PY, "-c", _IGNORES_TERM])
     sleep = poll_until(lambda: next((m for m in tree(info.pid) if (st := read_stat(m.pid)) is not None
                                      and st.comm == "sleep"), None), what="the setsid'd sleep")
     sessions.track(sleep)
@@ -293,7 +295,7 @@ def stop_lingering(sessions: Sessions, name: str) -> Iterator[int]:
     """A session whose shellper, once asked to stop, lingers ~2 s after closing the `stop` connection:
     a viewer that stopped reading mid-flood has its EXIT still queued, and the shellper gives it up to 2 s
     before it removes its files and exits. Yields the shellper's pid."""
-    info = sessions.launch(name, [PY, "-c", _FLOOD_ON_ENTER])
+    info = sessions.start(name, [PY, "-c", _FLOOD_ON_ENTER])
     stalled = Client(sessions.dir / f"{name}.sock", "viewer", client_name="stalled", timeout=10)
     stalled.connect(replay_bytes=0)
     try:
@@ -442,7 +444,7 @@ def test_a_symlinked_socket_is_named_with_what_to_do(sessions: Sessions, secret:
 
 
 def test_a_stale_socket_says_where_and_what_to_do(sessions: Sessions) -> None:
-    info = sessions.launch("dead", ["sleep", "300"])
+    info = sessions.start("dead", ["sleep", "300"])
     kill_verified(identity(info.pid))
     done = shellper(sessions.dir, "tail", "dead")
     assert done.returncode == 1 and one_line(done.stderr), done.stderr
