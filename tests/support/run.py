@@ -1,8 +1,17 @@
-"""The test run as a whole: its mark, its cgroup tree, and what it left.
+"""The test run as a whole: its mark, its cgroup tree, what it left, and its guard.
 
 Imported by conftest.py when pytest starts (and so in every xdist worker): the run's first process marks the run
-in the environment (RUN_ENV) and makes the run's cgroup parent; at the run's end (:func:`clean_up_run`) whatever
-still carries the mark is ended and the cgroup tree removed.
+in the environment (RUN_ENV), makes the run's cgroup parent, and starts the guard (support/run_guard.py) that ends
+what the run left should the run be killed. How a run ends, and what ends its sessions:
+
+- normally, or interrupted (Ctrl-C, SIGTERM, SIGHUP: conftest turns the last two into a KeyboardInterrupt): the
+  fixtures tear down (each test's sessions stopped), then :func:`clean_up_run` ends whatever still carries the
+  run's mark and removes the cgroup tree; a run that seemed to pass but left something fails;
+- SIGKILL of pytest (or of xdist's controller): nothing in pytest runs; the guard, waiting on a pidfd of the run's
+  first process, ends every process carrying the mark (the workers, the sessions, their children) and removes the
+  cgroup tree with everything in it;
+- a run whose guard was killed too: the next run removes its empty cgroups (:func:`sweep_dead_runs`); processes
+  that dropped the mark from their environment and escaped the cgroup tree are beyond either.
 """
 
 from __future__ import annotations
@@ -11,6 +20,9 @@ import contextlib
 import os
 import secrets
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 from shellper.host import cgroup
 from support.run_guard import RUN_ENV, remove_tree, sweep
@@ -97,6 +109,20 @@ _CLEANER = os.getpid()
 """The process that made CGROUP_PARENT and removes it (not a fork of it)."""
 CGROUP_PARENT = _test_cgroup_parent()
 """Where this process's sessions make their cgroups; None where the machine gives none (containment none)."""
+
+
+def _start_guard() -> subprocess.Popen[bytes] | None:
+    if not RUN_OWNER:
+        return None
+    env = {k: v for k, v in os.environ.items() if k != RUN_ENV}
+    argv = [sys.executable, "-I", "-S", str(Path(__file__).with_name("run_guard.py")), RUN, str(os.getpid())]
+    if CGROUP_PARENT is not None:
+        argv.append(CGROUP_PARENT)
+    return subprocess.Popen(argv, env=env, start_new_session=True, stdin=subprocess.DEVNULL, close_fds=True)
+
+
+GUARD = _start_guard()
+"""The run's guard (support/run_guard.py), in the run's first process: a child that outlives it by design."""
 
 
 def session_cgroups() -> set[str]:
