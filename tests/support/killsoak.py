@@ -85,7 +85,7 @@ while True:  # churn: fork, the child leaves the session, the parent exits half 
     try:
         pid = os.fork()
     except OSError:
-        time.sleep(0.001)
+        time.sleep(0.01)
         continue
     if pid == 0:
         os.setsid()
