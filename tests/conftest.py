@@ -152,7 +152,32 @@ _REASON_MARKS = {"cgroup": "cgroup", "root": "needs root", "node": "node is not 
 """A skipif whose reason says this: the test needs that."""
 
 
+RECORDS_RERUN_EXAMPLES = 10
+"""Examples per property test when the unit tests run again on the standard dataclasses (SHELLPER_RECORDS,
+tests/test_records.py): the rerun shows the records work there; the examples' paths were explored in the
+first run, on the same code."""
+
+
+def _fewer_examples_on_standard_dataclasses(items: list[pytest.Item]) -> None:
+    if os.environ.get("SHELLPER_RECORDS") != "dataclasses":
+        return
+    from hypothesis import settings
+
+    for item in items:
+        test = getattr(getattr(item, "obj", None), "__func__", getattr(item, "obj", None))
+        current = getattr(test, "_hypothesis_internal_use_settings", None)  # where @given keeps its settings
+        if current is not None and current.max_examples > RECORDS_RERUN_EXAMPLES:
+            test._hypothesis_internal_use_settings = settings(current, max_examples=RECORDS_RERUN_EXAMPLES)
+
+
+LONGEST_FIRST = ("tests/test_records.py::test_the_pure_cores_pass_with_the_standard_dataclasses_too",)
+"""Tests run first: each takes far longer than the rest (tests/unit again, in one process), so started last on
+a worker it would finish alone after everything else."""
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _fewer_examples_on_standard_dataclasses(items)
+    items.sort(key=lambda item: item.nodeid not in LONGEST_FIRST)  # stable: the rest keep their order
     matched: set[str] = set()
     modules: set[str] = set()
     for item in items:
