@@ -22,6 +22,11 @@ import pytest
 from support.processes import children
 from support.run import CGROUP_PARENT, RUN_OWNER, clean_up_run, remove_cgroup_tree, session_cgroups
 
+# pytest caches each test module with its asserts rewritten (tests/**/__pycache__), unless bytecode writing is off:
+# then every process of every run rewrites every module again, ~9 s of CPU per xdist worker. The processes the tests
+# start still inherit PYTHONDONTWRITEBYTECODE; only pytest's own caching comes back.
+sys.dont_write_bytecode = False
+
 pytest_plugins = ["support.sessions", "support.legacy", "support.remote"]
 """The shared fixtures: sessions, other, runtime_dir, cli_runtime_dir; legacy_env; the ssh world and remote."""
 
