@@ -33,6 +33,13 @@ def _own_run_env(report: Path, containment: str) -> dict[str, str]:
     return env
 
 
+def _sigint_as_at_a_terminal() -> None:
+    """In the inner run's child before exec: SIGINT back to its default. A test run before this one in the same
+    process may have left it ignored, which the inner run would inherit, and Python then raises no
+    KeyboardInterrupt: the interrupt would be lost, not the run's clean-up tested."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize(("signum", "workers", "containment"), [
     pytest.param(signal.SIGINT, 0, "none", id="SIGINT"),
     pytest.param(signal.SIGKILL, 0, "none", id="SIGKILL"),
@@ -44,7 +51,8 @@ def test_a_session_a_test_started_dies_with_the_run(tmp_path: Path, signum: int,
     argv = [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", *(["-n", str(workers)] if workers else []),
             str(TARGET)]
     run = subprocess.Popen(argv, cwd=ROOT, env=_own_run_env(report, containment), stdin=subprocess.DEVNULL,
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                           preexec_fn=_sigint_as_at_a_terminal)
     held: list[ProcessIdentity] = []
     try:
         def started() -> dict[str, int] | None:
