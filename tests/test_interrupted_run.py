@@ -1,12 +1,14 @@
-"""An interrupted test run leaves nothing: a session a test started dies with the run, whether the run is
-interrupted (SIGINT: the fixtures tear down, then the run's sweep) or killed outright (SIGKILL of pytest, or of
-xdist's controller: the run's guard, support/run_guard.py). Each case starts a run of its own on
-support/interrupted_run.py, waits for its session, interrupts the run and waits for the session to die."""
+"""An interrupted test run leaves nothing running: a session a test started dies with the run, whether the run
+is interrupted (SIGINT: the fixtures tear down, then the run's sweep) or killed outright (SIGKILL of pytest, or
+of xdist's controller: the run's guard, support/run_guard.py; such a run's runtime directories, files only, stay
+in /tmp). Each case starts a run of its own on support/interrupted_run.py, waits for its session, interrupts
+the run and waits for the session to die."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 from pathlib import Path
@@ -76,3 +78,5 @@ def test_a_session_a_test_started_dies_with_the_run(tmp_path: Path, signum: int,
             run.communicate()
         for ident in held:
             kill_verified(ident)
+        if report.exists():  # the inner run's runtime directory: a run killed outright leaves its files
+            shutil.rmtree(json.loads(report.read_text())["dir"], ignore_errors=True)

@@ -19,6 +19,6 @@ def test_a_session_left_running_until_the_run_is_interrupted(sessions: Sessions)
     report = Path(os.environ["INTERRUPTED_REPORT"])
     partial = report.with_suffix(".partial")
     partial.write_text(json.dumps({"boot_id": info.boot_id, "pid": info.pid, "start_time": info.start_time,
-                                   "child_pid": info.child_pid, "run": os.getpid()}))
+                                   "child_pid": info.child_pid, "dir": str(sessions.dir)}))
     partial.rename(report)
     select.select([], [], [], 120)  # the run is interrupted here; a run that is not fails the outer test's deadline
