@@ -9,7 +9,7 @@ what the run left should the run be killed. How a run ends, and what ends its se
   run's mark and removes the cgroup tree; a run that seemed to pass but left something fails;
 - SIGKILL of pytest (or of xdist's controller): nothing in pytest runs; the guard, waiting on a pidfd of the run's
   first process, ends every process carrying the mark (the workers, the sessions, their children) and removes the
-  cgroup tree with everything in it;
+  cgroup tree with everything in it (the tests' runtime directories, files only, stay in /tmp);
 - a run whose guard was killed too: the next run removes its empty cgroups (:func:`sweep_dead_runs`); processes
   that dropped the mark from their environment and escaped the cgroup tree are beyond either.
 """
