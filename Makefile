@@ -47,7 +47,11 @@ TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$((n * 2 > 4 ? 
 PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
 PARALLEL := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist worksteal)
 
+# pytest caches the test modules with their asserts rewritten (tests/conftest.py lets it despite
+# PYTHONDONTWRITEBYTECODE); on a fresh clone the workers, starting together, would each rewrite all of them
+# (~9 s of CPU each), so one collection fills the cache first.
 unit: compile
+	@ls tests/__pycache__/test_*-pytest-*.pyc >/dev/null 2>&1 || $(PYTEST) --collect-only tests >/dev/null 2>&1 || true
 	$(PYTEST) -m "not slow" $(PARALLEL) --durations=25
 
 # Every edit: lint, types and the pure tests (tests/unit: no session, no terminal), in well under a minute;

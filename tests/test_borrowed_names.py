@@ -12,8 +12,9 @@ import signal
 import time
 
 import pytest
-from conftest import Sessions, poll_until, recv_until, wait_gone
-from test_server import expect_closed, status
+from support.frames import expect_closed, recv_until, status
+from support.sessions import Sessions
+from support.waiting import poll_until, wait_gone
 
 from shellper.core.structs import replace
 from shellper.host.record import SessionLock, read_record, write_record

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 import pexpect
 import pyte
 import pytest
-from test_attach import BASH, DETACH, PROMPT, Sessions, _env, _finish, _wait_gone
+from support.terminals import BASH, DETACH, PROMPT, Terminals, cli_env, finish, wait_all_gone
 
 from shellper.core.terminal.restore import restore_sequence
 
@@ -31,15 +31,15 @@ SHOWN = b"on-42\x1b[1;38;5;196;48;5;22m\x1b[4h\x1b[?7l\x1b[3g\x1b)0\x0e\x1b[?5h"
 """What DIRTY writes (the marker is computed by the shell: the echo of the typed line never matches)."""
 
 MODES = {"handoff": (), "relay": ("--relay",), "raw": ("--raw",)}
-"""How each test attaches (``sessions``' parameter): the ends other than a detach take the same path with
+"""How each test attaches (``terminals``' parameter): the ends other than a detach take the same path with
 ``--raw`` as without (only the replay differs), so they run in the first two."""
-every_mode = pytest.mark.parametrize("sessions", list(MODES), indirect=True)
-handed_and_relayed = pytest.mark.parametrize("sessions", ["handoff", "relay"], indirect=True)
+every_mode = pytest.mark.parametrize("terminals", list(MODES), indirect=True)
+handed_and_relayed = pytest.mark.parametrize("terminals", ["handoff", "relay"], indirect=True)
 
 
 @pytest.fixture
-def sessions(request: pytest.FixtureRequest) -> Iterator[Sessions]:
-    s = Sessions(tempfile.mkdtemp(prefix="shpr-", dir="/tmp"), _env())
+def terminals(request: pytest.FixtureRequest) -> Iterator[Terminals]:
+    s = Terminals(tempfile.mkdtemp(prefix="shpr-", dir="/tmp"), cli_env())
     s.attach_opts = MODES[request.param]
     try:
         yield s
@@ -47,9 +47,9 @@ def sessions(request: pytest.FixtureRequest) -> Iterator[Sessions]:
         s.teardown()
 
 
-def attach_dirty(sessions: Sessions, name: str, then: str = "read -rsn1") -> tuple[pexpect.spawn, io.BytesIO]:
+def attach_dirty(terminals: Terminals, name: str, then: str = "read -rsn1") -> tuple[pexpect.spawn, io.BytesIO]:
     """Attach to shell ``name`` and have it leave its terminal dirty; the terminal and all it has received."""
-    term = sessions.attach(name, dimensions=(ROWS, COLS))
+    term = terminals.attach(name, dimensions=(ROWS, COLS))
     received = io.BytesIO()
     term.logfile_read = received  # before the first read: every byte the terminal is shown
     term.expect(re.escape(PROMPT))
@@ -77,46 +77,46 @@ def assert_fresh(shown: bytes) -> None:
 
 
 @every_mode
-def test_detach_leaves_a_fresh_terminal(sessions: Sessions) -> None:
-    sessions.shell("d")
-    term, received = attach_dirty(sessions, "d")
+def test_detach_leaves_a_fresh_terminal(terminals: Terminals) -> None:
+    terminals.shell("d")
+    term, received = attach_dirty(terminals, "d")
     term.send(DETACH)
-    assert _finish(term) == 0
+    assert finish(term) == 0
     shown = received.getvalue()
     assert_fresh(shown)
     assert re.search(re.escape(restore_sequence(COLS)) + rb"\r+\n\[detached\]\r+\n\Z", shown), shown[-300:]
 
 
 @handed_and_relayed
-def test_exit_leaves_a_fresh_terminal(sessions: Sessions) -> None:
-    sessions.shell("x", "--restart", "no")
-    term, received = attach_dirty(sessions, "x", then="exit 3")
-    assert _finish(term) == 3
+def test_exit_leaves_a_fresh_terminal(terminals: Terminals) -> None:
+    terminals.shell("x", "--restart", "no")
+    term, received = attach_dirty(terminals, "x", then="exit 3")
+    assert finish(term) == 3
     shown = received.getvalue()
     assert_fresh(shown)
     assert re.search(re.escape(restore_sequence(COLS)) + rb"\r+\n\[exited: [^\]]*\]\r+\n\Z", shown), shown[-300:]
 
 
 @handed_and_relayed
-def test_lost_connection_leaves_a_fresh_terminal(sessions: Sessions) -> None:
-    info = sessions.run("k", *BASH)
-    term, received = attach_dirty(sessions, "k")
+def test_lost_connection_leaves_a_fresh_terminal(terminals: Terminals) -> None:
+    info = terminals.run("k", *BASH)
+    term, received = attach_dirty(terminals, "k")
     os.kill(info["pid"], signal.SIGKILL)  # the shellper: the connection ends without a word
-    assert _finish(term) == 1
+    assert finish(term) == 1
     shown = received.getvalue()
     assert_fresh(shown)
     assert re.search(re.escape(restore_sequence(COLS)) + rb"\r+\n\[session closed\]\r+\n\Z", shown), shown[-300:]
-    assert not _wait_gone(sessions.started.pop("k"))  # its shell goes with the hung-up terminal
-    sessions.cli("stop", "k")  # the files a killed shellper left, removed as a person would
+    assert not wait_all_gone(terminals.started.pop("k"))  # its shell goes with the hung-up terminal
+    terminals.cli("stop", "k")  # the files a killed shellper left, removed as a person would
 
 
 @handed_and_relayed
-def test_sighup_leaves_a_fresh_terminal(sessions: Sessions) -> None:
+def test_sighup_leaves_a_fresh_terminal(terminals: Terminals) -> None:
     """A SIGHUP while the terminal is still there (``kill -HUP``, the shell that ran attach killed)."""
-    sessions.shell("h")
-    term, received = attach_dirty(sessions, "h")
+    terminals.shell("h")
+    term, received = attach_dirty(terminals, "h")
     os.kill(term.pid, signal.SIGHUP)
-    assert _finish(term) == 128 + signal.SIGHUP
+    assert finish(term) == 128 + signal.SIGHUP
     shown = received.getvalue()
     assert_fresh(shown)
     assert shown.endswith(restore_sequence(COLS)), shown[-300:]

@@ -22,8 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import SHELLPER_CLI, Sessions, left_in, poll_until, read_until, recv_until, wait_gone
-from soak_support import (
+from support.frames import read_until, recv_until
+from support.paths import SHELLPER_CLI
+from support.sessions import Sessions, left_in
+from support.soak import (
     PatternStream,
     RawConn,
     Reaper,
@@ -38,6 +40,7 @@ from soak_support import (
     scales,
     status_kib,
 )
+from support.waiting import poll_until, wait_gone
 
 from shellper.client.blocking import Client, SessionNotFound
 from shellper.core import structs

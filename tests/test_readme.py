@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pexpect
-from conftest import poll_until
+from support.waiting import poll_until
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import os
 import subprocess
@@ -271,12 +270,12 @@ def test_the_pure_cores_pass_with_the_standard_dataclasses_too() -> None:
                               timeout=60)
     assert switched.stdout.split() == ["True", "True"]
     unit = Path(__file__).parent / "unit"
-    # The whole unit suite again is the longest single test: on workers of its own (pytest-xdist, the test
-    # extra) where there are any, so it does not finish alone long after the rest of a parallel run.
-    workers = ["-n", "3"] if importlib.util.find_spec("xdist") is not None else []
+    # The whole unit suite again, in one process: workers of its own would each collect it again (twice the
+    # CPU); its property tests take fewer examples so (conftest.RECORDS_RERUN_EXAMPLES), and conftest runs
+    # this test first in a parallel run so it does not finish alone after the rest.
     # Left out: the layers (no record) and the screen emulator's tables, half the unit suite's time, whose
     # module (shellper.core.terminal.screen) defines and builds no record.
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *workers, str(unit),
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(unit),
                            "--ignore", str(unit / "test_layers.py"), "--ignore", str(unit / "test_screen.py")],
                           env=env, capture_output=True, text=True, timeout=600, cwd=unit.parent.parent)
     assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-2000:]

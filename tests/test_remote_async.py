@@ -1,5 +1,5 @@
 """The asyncio clients of a session on another host (tower_client.remote_clients's AsyncRemoteClient and
-AsyncRemoteResumingClient), against the real sshd instances of tests/sshd_support.py: output, a request
+AsyncRemoteResumingClient), against the real sshd instances of tests/support/sshd.py: output, a request
 with its reply, a missing session, and a resume after the host's ssh connection is killed mid-flood."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import signal
 import time
 
 import pytest
-from test_remote import FLOOD, FLOOD_LINES, TIMEOUT, remote, shellper, world  # noqa: F401 - the fixtures
+from support.remote import FLOOD, FLOOD_LINES, TIMEOUT, shellper
 
 from shellper.host import ssh
 from shellper.protocol import wire

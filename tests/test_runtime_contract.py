@@ -11,7 +11,9 @@ from typing import Any
 
 import jsonschema
 import pytest
-from conftest import PY, ROOT, SHELLPER_CLI, Sessions, poll_until
+from support.paths import PY, ROOT, SHELLPER_CLI
+from support.sessions import Sessions
+from support.waiting import poll_until
 
 from shellper.client.launch import LaunchError, LaunchFailure, LaunchInfo, launch
 from shellper.core.config import SessionConfig

@@ -12,7 +12,7 @@ from typing import Any
 
 import msgpack
 import pytest
-from conftest import Sessions
+from support.sessions import Sessions
 
 from shellper.protocol import wire
 

@@ -15,8 +15,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import ROOT, wait_gone
-from legacy_support import V1Client
+from support.legacy import V1Client
+from support.paths import ROOT
+from support.waiting import wait_gone
 
 from shellper.client.blocking import Client
 

@@ -18,8 +18,10 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import poll_until
-from test_tower_support import REPO, Sessions, alive, hand_made_record, identity, is_dead, other, sessions, tree
+from support.paths import REPO
+from support.processes import alive, identity, is_dead, tree
+from support.sessions import Sessions, hand_made_record
+from support.waiting import poll_until
 
 from shellper.core.structs import replace
 from shellper.host.identity import ProcessIdentity, read_stat
@@ -61,7 +63,7 @@ def files(d: Path) -> set[str]:
 
 def test_registered_live_shellper_is_adopted_and_resumed_without_loss(sessions: Sessions) -> None:
     """Tower reads some output, "restarts", output goes on; reconcile adopts; resume gives exact bytes."""
-    info = sessions.launch("arch-main", ["cat"])
+    info = sessions.start("arch-main", ["cat"])
 
     async def before_restart() -> int:
         async with AsyncClient(info.socket) as tower:
@@ -112,7 +114,7 @@ def test_registered_live_shellper_is_adopted_and_resumed_without_loss(sessions: 
 
 
 def test_unregistered_shellper_is_terminated_with_its_whole_tree(sessions: Sessions) -> None:
-    info = sessions.launch("stray", TREE)
+    info = sessions.start("stray", TREE)
     members = poll_until(lambda: full_tree(info.pid), what="sh, 2 sleeps and a subshell")
     shellper = identity(info.pid)
     assert decide(sessions.dir) == [("stray", ReconcileAction.TERMINATE, "unregistered")]
@@ -128,7 +130,7 @@ def test_unregistered_shellper_is_terminated_with_its_whole_tree(sessions: Sessi
 
 def test_unresponsive_shellper_is_terminated_by_signals(sessions: Sessions) -> None:
     """A frozen shellper cannot take STOP: the pidfd path (TERM, grace, KILL, confirm) still ends it all."""
-    info = sessions.launch("frozen", TREE)
+    info = sessions.start("frozen", TREE)
     members = poll_until(lambda: full_tree(info.pid), what="sh, 2 sleeps and a subshell")
     shellper = identity(info.pid)
     os.kill(info.pid, signal.SIGSTOP)  # our own shellper, just launched
@@ -144,8 +146,8 @@ def test_unresponsive_shellper_is_terminated_by_signals(sessions: Sessions) -> N
 
 
 def test_husk_adopted_when_wanted_terminated_when_not(sessions: Sessions) -> None:
-    wanted = sessions.launch("husk-a", ["sh", "-c", "exit 0"])
-    unwanted = sessions.launch("husk-b", ["sh", "-c", "exit 0"])
+    wanted = sessions.start("husk-a", ["sh", "-c", "exit 0"])
+    unwanted = sessions.start("husk-b", ["sh", "-c", "exit 0"])
     poll_until(lambda: all(o.state == "exited" for o in discover(sessions.dir)), what="both children to exit")
     decisions = _decisions(sessions.dir, RegistryRow("husk-a"))
     assert [(d.name, d.action, d.reason) for d in decisions] == [
@@ -162,7 +164,7 @@ def test_husk_adopted_when_wanted_terminated_when_not(sessions: Sessions) -> Non
 
 
 def test_superseded_instance_is_terminated_and_respawned(sessions: Sessions) -> None:
-    info = sessions.launch("sup", ["sleep", "300"])
+    info = sessions.start("sup", ["sleep", "300"])
     shellper = identity(info.pid)
     row = RegistryRow("sup", "0" * 32)
     decisions = _decisions(sessions.dir, row)
@@ -178,7 +180,7 @@ def test_superseded_instance_is_terminated_and_respawned(sessions: Sessions) -> 
 
 def test_rewritten_start_time_is_left_and_never_signalled(sessions: Sessions) -> None:
     """The record now names "another process" at that pid: leave it, whatever the registry says."""
-    info = sessions.launch("tampered", ["sleep", "300"])
+    info = sessions.start("tampered", ["sleep", "300"])
     shellper = identity(info.pid)
     path = sessions.dir / "tampered.json"
     rec = read_record(path)
@@ -331,10 +333,10 @@ print(json.dumps({"same_pid": same_pid, "same_tick": same_tick, "cases": cases})
 
 
 def test_two_towers_on_two_directories_never_meet(sessions: Sessions, other: Sessions) -> None:
-    a = sessions.launch("same", ["sleep", "300"])
-    b = other.launch("same", ["sleep", "300"])
+    a = sessions.start("same", ["sleep", "300"])
+    b = other.start("same", ["sleep", "300"])
     b_id = identity(b.pid)
-    mine = sessions.launch("only-a", ["sleep", "300"])
+    mine = sessions.start("only-a", ["sleep", "300"])
     seen_a = {o.name: o.instance_id for o in discover(sessions.dir)}
     seen_b = {o.name: o.instance_id for o in discover(other.dir)}
     assert seen_a == {"same": a.instance_id, "only-a": mine.instance_id}
@@ -350,7 +352,7 @@ def test_two_towers_on_two_directories_never_meet(sessions: Sessions, other: Ses
 
 
 def test_observe_reports_a_dead_shellper_and_clean_then_respawn(sessions: Sessions) -> None:
-    info = sessions.launch("gone", ["sleep", "300"])
+    info = sessions.start("gone", ["sleep", "300"])
     child = identity(info.child_pid or 0)
     sessions.track(child)
     shellper = identity(info.pid)
@@ -365,4 +367,4 @@ def test_observe_reports_a_dead_shellper_and_clean_then_respawn(sessions: Sessio
     assert [o.result for o in report.outcomes] == ["cleaned", "reported"] and report.ok
     assert files(sessions.dir) == set()
 
-__all__ = ["other", "sessions"]  # the fixtures, re-exported for pytest
+pytestmark = pytest.mark.kills_sessions

@@ -17,8 +17,11 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import CGROUP_PARENT, SHELLPER_CLI, left_in, poll_until
-from test_tower_support import REPO, Sessions, alive, hand_made_record, identity, is_dead, other, sessions, tree
+from support.paths import REPO, SHELLPER_CLI
+from support.processes import alive, identity, is_dead, tree
+from support.run import CGROUP_PARENT
+from support.sessions import Sessions, hand_made_record, left_in
+from support.waiting import poll_until
 
 from shellper.client.launch import LaunchInfo
 from shellper.core.structs import replace
@@ -31,7 +34,7 @@ from tower_client.client import InstanceMismatch
 from tower_client.discover import discover, discover_async, observe
 from tower_client.reconcile import ReconcileAction, ReconcileDecision, Registry, RegistryRow, reconcile
 
-__all__ = ["other", "sessions"]  # the fixtures, re-exported for pytest
+pytestmark = pytest.mark.kills_sessions
 
 
 def decisions(d: Path, *rows: RegistryRow, probe_timeout: float = 2.0) -> list[ReconcileDecision]:
@@ -63,7 +66,7 @@ def test_terminate_refuses_a_foreign_process_with_the_recorded_ticks(sessions: S
 def test_terminate_sends_no_stop_to_a_socket_answering_as_another_instance(sessions: Sessions) -> None:
     """The pid, its ticks, its command line and its listening socket are the record's, but WELCOME names
     another instance: InstanceMismatch, and neither STOP nor a signal reaches the shellper."""
-    info = sessions.launch("im", ["sleep", "300"])
+    info = sessions.start("im", ["sleep", "300"])
     shellper = identity(info.pid)
     rec = replace(read_record(sessions.dir / "im.json"), instance_id="f" * 32)
     with pytest.raises(InstanceMismatch):
@@ -136,7 +139,7 @@ def test_real_shellper_records_pass_the_cmdline_check(sessions: Sessions, how: s
         pid = json.loads(run.stdout.decode().strip().splitlines()[-1])["pid"]
         sessions.track(identity(pid))
     else:
-        pid = sessions.launch("real", ["sleep", "300"]).pid
+        pid = sessions.start("real", ["sleep", "300"]).pid
     shellper = identity(pid)
     members = poll_until(lambda: tree(pid), what="the shellper's child")
     found = decisions(sessions.dir)
@@ -163,7 +166,7 @@ def test_cleaning_a_ghost_of_a_live_session_spares_its_child(sessions: Sessions,
     other_instance: only the child is claimed (suspect); live_record_removed: nothing claims anything,
     but the child's parent is the live shellper holding cat1's lock (spared). With a cgroup, the ghost names
     cat1's cgroup, which is not a cgroup of a session "ghost": nothing is ended either."""
-    info = sessions.launch("cat1", ["cat"], containment=mode)
+    info = sessions.start("cat1", ["cat"], containment=mode)
     assert info.child_pid is not None
     shellper, child = identity(info.pid), identity(info.child_pid)
     rec = read_record(sessions.dir / "cat1.json")
@@ -193,8 +196,8 @@ def test_cleaning_a_ghost_of_a_live_session_spares_its_child(sessions: Sessions,
 
 def killed_beside_a_live_one(sessions: Sessions) -> tuple[LaunchInfo, ProcessIdentity]:
     """Sessions "keep" (live) and "dead" (its shellper SIGKILLed, its setsid'd sleep left running)."""
-    keep = sessions.launch("keep", ["cat"])
-    info = sessions.launch("dead", ["sh", "-c", "setsid sleep 300 & echo started; wait"])
+    keep = sessions.start("keep", ["cat"])
+    info = sessions.start("dead", ["sh", "-c", "setsid sleep 300 & echo started; wait"])
     grandchild = poll_until(lambda: next((m for m in tree(info.pid) if (st := read_stat(m.pid)) is not None
                                           and st.comm == "sleep"), None), what="the setsid'd sleep")
     sessions.track(grandchild)
@@ -234,7 +237,7 @@ def test_shellper_stop_of_a_dead_session_ends_its_leftovers_and_removes_its_file
 @pytest.mark.parametrize("concurrency", [0, -1])
 def test_discover_refuses_a_concurrency_below_one(sessions: Sessions, concurrency: int) -> None:
     """0 used to wait forever for a free probe slot; the async form is bounded here so a regression fails."""
-    sessions.launch("one", ["cat"])
+    sessions.start("one", ["cat"])
 
     async def bounded() -> None:
         async with asyncio.timeout(10):
@@ -248,7 +251,7 @@ def test_discover_refuses_a_concurrency_below_one(sessions: Sessions, concurrenc
 
 @pytest.mark.parametrize("probe_timeout", [0, -1.0, float("nan"), float("inf")])
 def test_probe_timeout_must_be_finite_and_positive(sessions: Sessions, probe_timeout: float) -> None:
-    sessions.launch("one", ["cat"])
+    sessions.start("one", ["cat"])
     with pytest.raises(ValueError, match="probe_timeout"):
         discover(sessions.dir, probe_timeout=probe_timeout)
     with pytest.raises(ValueError, match="probe_timeout"):
@@ -259,7 +262,7 @@ def test_probe_timeout_must_be_finite_and_positive(sessions: Sessions, probe_tim
 
 @pytest.mark.parametrize("husk_max_age", [-1, float("nan")])
 def test_reconcile_refuses_a_bad_husk_max_age(sessions: Sessions, husk_max_age: float) -> None:
-    sessions.launch("one", ["cat"])
+    sessions.start("one", ["cat"])
     with pytest.raises(ValueError, match="husk_max_age"):
         reconcile(Registry((RegistryRow("one"),)), discover(sessions.dir), now=time.time(),
                   husk_max_age=husk_max_age)
@@ -315,7 +318,7 @@ def test_a_bad_request_raises_locally_and_keeps_the_connection(
     spawn([]), ended the child): now the argument is refused before anything is sent."""
     from tower_client.client import AsyncClient
 
-    info = sessions.launch("req", ["cat"])
+    info = sessions.start("req", ["cat"])
 
     async def go() -> str:
         async with asyncio.timeout(20):
@@ -337,7 +340,7 @@ def test_observe_refuses_a_directory_others_could_plant_records_in(sessions: Ses
     its records as evidence."""
     from shellper.host.paths import UnsafeDirError
 
-    sessions.launch("one", ["cat"])
+    sessions.start("one", ["cat"])
     for mode in (0o777, 0o750):  # 0750: not writable by others, but a client would refuse to connect there
         os.chmod(sessions.dir, mode)
         try:

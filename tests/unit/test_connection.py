@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.connection import INSTANCE, welcome
 
 from shellper.protocol import wire
 from shellper.protocol.connection import (
@@ -37,16 +38,6 @@ from shellper.protocol.connection import (
 )
 
 PATH = "/run/test.sock"
-INSTANCE = "a" * 32
-
-
-def welcome(**changes: Any) -> wire.Welcome:
-    fields: dict[str, Any] = dict(version=2, name="t", shellper_pid=100, shellper_start_time=1, boot_id="b",
-                                  instance_id=INSTANCE, state="running", cols=80, rows=24, ring_start=0,
-                                  ring_end=10, event_seq=7, role="tower")
-    return wire.Welcome(**{**fields, **changes})
-
-
 REPLAY = wire.Replay(offset=4, data=b"123456", gap=0)
 HANDSHAKE_BYTES = wire.encode(welcome()) + wire.encode(REPLAY)
 UNKNOWN = wire.HEADER.pack(0x7E, 3) + b"new"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_connection import INSTANCE, welcome
+from support.connection import INSTANCE, welcome
 
 from shellper.protocol import wire
 from shellper.protocol.connection import (

@@ -34,14 +34,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from soak_support import child, fd_count, identity, is_dead, marked, rss_mib
-
 from shellper.client.launch import LaunchInfo
 from shellper.core.exits import RestartPolicy
 from shellper.host.identity import IdentityError, ProcessIdentity, read_stat
 from shellper.host.reaper import descendants
 from shellper.host.record import read_record
 from shellper.protocol import wire
+from support.soak import child, fd_count, identity, is_dead, marked, rss_mib
 from tower_client.apply import apply
 from tower_client.client import AsyncClient, ClientError
 from tower_client.discover import discover_async
