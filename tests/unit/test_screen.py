@@ -165,7 +165,7 @@ def test_resize_keeps_the_bottom_and_moves_rows_to_the_scrollback() -> None:
 def _model_and_direct(steps: list[tuple[str, object]], capacity: int = 64 * 1024) -> tuple[Screen, Screen]:
     """The same output and resizes through the daemon's ScreenModel (fed from a ring, late) and straight."""
     from shellper.core.ring import Scrollback
-    from shellper.daemon.screen import ScreenModel
+    from shellper.daemon.screenfeed import ScreenModel
 
     ring = Scrollback(capacity)
     model = ScreenModel(ring, capacity, 20, 5)
@@ -245,7 +245,7 @@ def test_the_model_fed_in_pieces_shows_what_full_emulation_does(seed: int, monke
     (most skipped) as appends come: the screen is the one every byte emulated gives, and no append makes the
     model feed more than the append's size and a piece (the bound on a catch-up's pause)."""
     from shellper.core.ring import Scrollback
-    from shellper.daemon import screen as daemon_screen
+    from shellper.daemon import screenfeed as daemon_screen
     monkeypatch.setattr(daemon_screen, "FEED_PIECE", rng_piece := random.Random(seed).choice([1000, 4096, 30_000]))
     monkeypatch.setattr(daemon_screen, "FEED_SLICE", random.Random(seed).choice([300, 1000]))
     rng = random.Random(seed)
@@ -307,7 +307,7 @@ def test_a_flood_is_read_and_checked_once(monkeypatch: pytest.MonkeyPatch) -> No
     """The piece looked ahead at is kept for when it is fed: a plain flood's bytes are checked for plainness
     once each (twice, before, which was a third of the model's cost on the bench's flood)."""
     from shellper.core.ring import Scrollback
-    from shellper.daemon import screen as daemon_screen
+    from shellper.daemon import screenfeed as daemon_screen
     checked = 0
     real = screen_module.plain_lines
 
