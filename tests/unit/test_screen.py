@@ -327,3 +327,23 @@ def test_a_flood_is_read_and_checked_once(monkeypatch: pytest.MonkeyPatch) -> No
     assert model.fed > 20 * 1024 * 1024
     assert model.fed <= checked <= model.fed + daemon_screen.FEED_PIECE
     assert model.catch_up().lines()[-2] == "x" * 80
+
+
+@pytest.mark.parametrize("data", [
+    b"", b"\x1b[?1049h", b"\x1b[?1049h\x1b[?1049l", b"\x1b[?47h", b"\x1b[?1047h", b"\x1b[?25l", b"\x1b]2;hello\x07",
+    b"\x1b]0;x\x1b\\", b"\x1b[2;4r", b"\x1b[2;4r\x1b[r", b"\x1b[?6h", b"\x1b[?6h\x1b[?6l", b"\x1b[2;4r\x1b[?1049h",
+    b"\x1b[?25l\x1bc", b"\x1b[?25l\x1b[!p", b"\x1b[?1049h\x1b[?25l\x1b[?1049l\x1b[3;4r\x1b[?6h\x1b]2;t\x07",
+])
+def test_the_screen_and_the_mode_tracker_agree_on_the_modes_both_track(data: bytes) -> None:
+    """The overlap of the two models (issue 28): ScreenModel.modes is the screen's values for SCREEN_MODES,
+    the ring tracker's for the rest; where both track a mode they must not disagree, or a terminal would be
+    given one after a rendered replay and the other after a gap."""
+    from shellper.core.ring import Scrollback
+    from shellper.daemon.screenfeed import SCREEN_MODES, ScreenModel
+    ring = Scrollback(64 * 1024)
+    model = ScreenModel(ring, 64 * 1024, 20, 5)
+    ring.append(b"\x1b[?2004h" + data)
+    modes, tracked = model.modes(), ring.modes.current()
+    assert [getattr(modes, name) for name in SCREEN_MODES] == [getattr(tracked, name) for name in SCREEN_MODES]
+    assert modes.bracketed_paste == tracked.bracketed_paste == (b"\x1b[?2004h" in model.rendered(0))
+    assert b"\x1b[?1049h" not in model.input_modes() and b"\x1b[?25l" not in model.input_modes()
