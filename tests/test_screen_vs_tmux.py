@@ -5,13 +5,16 @@ the same. What tmux cannot show (reverse video, OSC 8 hyperlinks) is checked as 
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from test_attach import DETACH, Sessions, _env, _finish
 
 from shellper.core.terminal import pen as pens
 from shellper.core.terminal.screen import Screen
@@ -33,14 +36,14 @@ class Tmux:
     def run(self, *args: str) -> str:
         return subprocess.run([*self.base, *args], check=True, capture_output=True, text=True, timeout=60).stdout
 
-    def show(self, data: bytes) -> tuple[str, str]:
-        """``data`` written raw into a new pane of COLS x ROWS: its cells with SGR, and its cursor."""
+    def show(self, data: bytes, cols: int = COLS, rows: int = ROWS) -> tuple[str, str]:
+        """``data`` written raw into a new pane of ``cols`` x ``rows``: its cells with SGR, and its cursor."""
         self.count += 1
         name = f"c{self.count}"
         path = self.tmp / name
         path.write_bytes(data)
         signal = " ".join([*self.base, "wait-for", "-S", name])
-        self.run("new-session", "-d", "-s", name, "-x", str(COLS), "-y", str(ROWS),
+        self.run("new-session", "-d", "-s", name, "-x", str(cols), "-y", str(rows),
                  f"stty raw -echo; cat {path}; {signal}; sleep 600")
         self.run("wait-for", name)  # the pane has all of it: no polling, no sleep
         cells = self.run("capture-pane", "-e", "-p", "-t", name)
@@ -83,6 +86,40 @@ def test_the_rendered_screen_continues_as_the_program_s_own_output_does(tmux: Tm
     screen = Screen(COLS, ROWS, 0)
     screen.feed(output)
     assert tmux.show(screen.render() + after) == tmux.show(output + after)
+
+
+# What the issue tried against tmux: the pen repro, a row filled to the last column, tab stops changed, and
+# the pen left set; then it waits.
+PROGRAM_OUTPUT = (b"\x1b[4:3mcurly\x1b[0m \x1b[21mdouble\x1b[0m \x1b[38:2::10:20:30mrgb\x1b[0m "
+                  b"\x1b[4:1msingle\x1b[0m\r\n\x1b[3g\x1b[1;5H\x1bH\x1b[1;13H\x1bH\x1b[3;1H" + b"f" * 80
+                  + b"\x1b[1;38:5:196;58:2::1:2:3;4:3m")
+PROGRAM = f"import sys\nsys.stdout.buffer.write({PROGRAM_OUTPUT!r})\nsys.stdout.flush()\nsys.stdin.readline()\n"
+
+
+@pytest.fixture(params=["handoff", "relay"])
+def sessions(request: pytest.FixtureRequest) -> Iterator[Sessions]:
+    s = Sessions(tempfile.mkdtemp(prefix="shst-", dir="/tmp"), _env())
+    s.attach_opts = ("--relay",) if request.param == "relay" else ()
+    try:
+        yield s
+    finally:
+        s.teardown()
+
+
+def test_a_reattaching_terminal_is_drawn_what_tmux_shows(tmux: Tmux, sessions: Sessions) -> None:
+    """The rendered replay a real attach draws (the shellper writing to the terminal it was handed, or
+    ``attach --relay`` relaying it), written into a tmux pane and continued, against the program's bytes."""
+    sessions.run("pen", sys.executable, "-c", PROGRAM)
+    watch = sessions.follow("pen")
+    watch.expect("f" * 80)
+    term = sessions.attach("pen")
+    term.expect(re.escape(b"\x1b[?25h"))  # the drawing's last sequence
+    drawn = term.before + term.after
+    term.send(DETACH)
+    term.expect(re.escape(b"[detached]"))
+    assert _finish(term) == 0
+    after = b"X\tY\tZ"
+    assert tmux.show(drawn + after, 80, 24) == tmux.show(PROGRAM_OUTPUT + after, 80, 24)
 
 
 def fed(data: bytes) -> Screen:
