@@ -44,10 +44,8 @@ def _count(params: str) -> int:
 # ------------------------------------------------------------------------------------- cursor movement
 
 def cursor_position(s: Screen, params: str) -> None:
-    args = _args(params)
-    row = (args[0] if args else 0) or 1
-    col = (args[1] if len(args) > 1 else 0) or 1
-    s.goto(col - 1, row - 1)
+    row, _, col = params.partition(";")  # the commonest sequence of a redraw: no list made
+    s.goto(_count(col) - 1, _count(row) - 1)
 
 
 def cursor_up(s: Screen, params: str) -> None:
@@ -267,14 +265,24 @@ KEEPS_PENDING_WRAP = frozenset("mXsubghlST")
 or not, ends it."""
 
 
+_PLAIN_CSI = {final: handler for (private, intermediates, final), handler in CSI.items()
+              if not private and not intermediates}
+"""The commonest part of :data:`CSI`, by final alone: one lookup without building a key."""
+
+
 def csi(s: Screen, params: str, intermediates: str, final: str) -> None:
     """A control sequence; ``params`` starts with its private marker, if any."""
+    if not intermediates and not (params and params[0] in "<=>?"):
+        handler = _PLAIN_CSI.get(final)
+        if handler is not None:
+            handler(s, params)
+        if final not in KEEPS_PENDING_WRAP:
+            s.cursor.pending = False
+        return
     private = params[:1] if params[:1] in ("?", ">", "<", "=") else ""
     handler = CSI.get((private, intermediates, final))
     if handler is not None:
         handler(s, params[1:] if private else params)
-    if not private and not intermediates and final not in KEEPS_PENDING_WRAP:
-        s.cursor.pending = False
 
 
 # ------------------------------------------------------------------------------------ escape sequences

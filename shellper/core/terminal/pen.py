@@ -167,9 +167,21 @@ def _colon_colour(sub: list[str]) -> int | None:
     return None
 
 
+_erase_cache: dict[int, tuple[Pen, Pen]] = {}
+
+
 def erase_pen(pen: Pen) -> Pen:
     """What erased cells take: the pen's background alone (xterm's back colour erase)."""
-    return DEFAULT if not pen.bg else apply(DEFAULT, _colour_sgr(48, pen.bg))
+    if not pen.bg:
+        return DEFAULT
+    hit = _erase_cache.get(id(pen))
+    if hit is not None and hit[0] is pen:
+        return hit[1]
+    if len(_erase_cache) > 1024:
+        _erase_cache.clear()
+    erased = intern(Pen(bg=pen.bg))
+    _erase_cache[id(pen)] = (pen, erased)
+    return erased
 
 
 def _colour_sgr(base: int, colour: int) -> str:
