@@ -10,12 +10,13 @@ import re
 
 from shellper.core.terminal import parser as vtparse
 from shellper.core.terminal.pen import DEFAULT, apply, intern
+from shellper.core.terminal.writer import ScreenWriter
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from shellper.core.terminal.writer import ScreenWriter as Screen
+    from shellper.core.terminal.writer import ScreenWriter as Screen  # what the handlers act on
 
 
 __all__ = ["CONTROLS", "CSI", "ESC", "control", "csi", "esc", "osc", "sequence"]
@@ -287,17 +288,9 @@ def csi(s: Screen, params: str, intermediates: str, final: str) -> None:
 
 # ------------------------------------------------------------------------------------ escape sequences
 
-def index(s: Screen) -> None:
-    s.index()
-
-
 def next_line(s: Screen) -> None:
     carriage_return(s)
     s.index()
-
-
-def reverse_index(s: Screen) -> None:
-    s.reverse_index()
 
 
 def set_tab_stop(s: Screen) -> None:
@@ -318,8 +311,8 @@ def full_reset(s: Screen) -> None:
 
 
 ESC: dict[tuple[str, str], Callable[[Screen], None]] = {
-    ("", "7"): lambda s: s.save_cursor(), ("", "8"): lambda s: s.restore_cursor(), ("", "D"): index,
-    ("", "E"): next_line, ("", "M"): reverse_index, ("", "H"): set_tab_stop, ("", "c"): full_reset,
+    ("", "7"): ScreenWriter.save_cursor, ("", "8"): ScreenWriter.restore_cursor, ("", "D"): ScreenWriter.index,
+    ("", "E"): next_line, ("", "M"): ScreenWriter.reverse_index, ("", "H"): set_tab_stop, ("", "c"): full_reset,
     ("#", "8"): screen_alignment,
 }
 """Escape sequences by (intermediates, final); the character set designations are :func:`designate`."""
@@ -375,8 +368,8 @@ def shift_in(s: Screen) -> None:
 
 CONTROLS: dict[str, Callable[[Screen], None]] = {
     "\n": line_feed, "\x0b": line_feed, "\x0c": line_feed, "\r": carriage_return, "\x08": backspace,
-    "\t": horizontal_tab, "\x0e": shift_out, "\x0f": shift_in, "\x84": index, "\x85": next_line,
-    "\x88": set_tab_stop, "\x8d": reverse_index,
+    "\t": horizontal_tab, "\x0e": shift_out, "\x0f": shift_in, "\x84": ScreenWriter.index, "\x85": next_line,
+    "\x88": set_tab_stop, "\x8d": ScreenWriter.reverse_index,
 }
 """C0 and C1 controls by character."""
 

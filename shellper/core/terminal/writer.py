@@ -29,6 +29,8 @@ _DEC_GRAPHICS = str.maketrans(dict(zip(
 """The DEC Special Graphics set (``ESC ( 0``): line drawing as xterm shows it."""
 
 DEFAULT_TABS = frozenset(range(8, MAX_COLS, 8))
+"""A terminal's tab stops as it starts: every 8 columns."""
+
 
 class Cursor:
     """Where the next character goes, the pen it is drawn with, and what DECSC saves with them."""
@@ -50,6 +52,7 @@ class Cursor:
         c.x, c.y, c.pending, c.attr, c.gl, c.origin = self.x, self.y, self.pending, self.attr, self.gl, self.origin
         c.charsets = list(self.charsets)
         return c
+
 
 class ScreenWriter:
     """A screen of ``cols`` x ``rows`` and what writes it; :class:`~shellper.core.terminal.screen.Screen`
