@@ -128,6 +128,15 @@ def fed(data: bytes) -> Screen:
     return screen
 
 
+def test_the_issue_s_pen_repro_reads_as_written() -> None:
+    """``shellper screen --ansi`` prints these rows: 4:3 was italic and underline, 21 dropped, 38:2::10:20:30
+    black, 4:1 bold and underline."""
+    screen = Screen(40, 2, 0)
+    screen.feed(PROGRAM_OUTPUT.split(b"\r\n")[0])
+    assert screen.ansi_lines()[0] == ("\x1b[0;4:3mcurly\x1b[0m \x1b[0;4:2mdouble\x1b[0m "
+                                      "\x1b[0;38;2;10;20;30mrgb\x1b[0m \x1b[0;4msingle\x1b[0m")
+
+
 def test_reverse_video_is_kept_and_rendered() -> None:
     screen = fed(b"\x1b[?5h")
     assert screen.reverse_video and screen.render().endswith(b"\x1b[?25h")
