@@ -11,7 +11,7 @@ import time
 import tracemalloc
 
 from shellper.core.ring import Scrollback
-from shellper.daemon.screen import ScreenModel
+from shellper.daemon.screenfeed import ScreenModel
 
 MiB = 1024 * 1024
 RING = 8 * MiB

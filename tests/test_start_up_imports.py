@@ -66,7 +66,7 @@ DAEMON = _BOTH | {
     "shellper.core.peertext",  # 29 lines, no imports: a peer's string quoted for the log (issue 27)
     "shellper.daemon.clientconn", "shellper.daemon.files", "shellper.daemon.inputqueue", "shellper.daemon.journal",
     "shellper.daemon.lifecycle", "shellper.daemon.main", "shellper.daemon.output", "shellper.daemon.pacing",
-    "shellper.daemon.reactor", "shellper.daemon.registry", "shellper.daemon.screen", "shellper.daemon.session",
+    "shellper.daemon.reactor", "shellper.daemon.registry", "shellper.daemon.screenfeed", "shellper.daemon.session",
     "shellper.daemon.starved", "shellper.daemon.terminal", "shellper.daemon.transport", "shellper.daemon.tree",
     "shellper.host.child", "shellper.host.reaper", "shellper.host.shellpers", "shellper.protocol",
     "shellper.protocol.firstframe", "shellper.protocol.wire"}

@@ -19,7 +19,7 @@ from shellper.core.merge import StreamMerger
 from shellper.core.ring import Scrollback
 from shellper.core.terminal.text import strip_escapes
 from shellper.daemon.pacing import OutputPacer
-from shellper.daemon.screen import ScreenModel
+from shellper.daemon.screenfeed import ScreenModel
 from shellper.daemon.starved import Starvation
 from shellper.protocol import wire
 
@@ -61,7 +61,7 @@ class Output:
         self.loop = loop
         self.scrollback = Scrollback(ring_bytes)
         self.screen = ScreenModel(self.scrollback, ring_bytes)
-        """The screen of the output (shellper.daemon.screen), fed from the ring in batches."""
+        """The screen of the output (shellper.daemon.screenfeed), fed from the ring in batches."""
         self.last_output_at: float | None = None
         self.notices = True
         """Whether :meth:`notice` writes anything (off for legacy-main: shellper.daemon.legacymain)."""

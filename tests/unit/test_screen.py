@@ -165,7 +165,7 @@ def test_resize_keeps_the_bottom_and_moves_rows_to_the_scrollback() -> None:
 def _model_and_direct(steps: list[tuple[str, object]], capacity: int = 64 * 1024) -> tuple[Screen, Screen]:
     """The same output and resizes through the daemon's ScreenModel (fed from a ring, late) and straight."""
     from shellper.core.ring import Scrollback
-    from shellper.daemon.screen import ScreenModel
+    from shellper.daemon.screenfeed import ScreenModel
 
     ring = Scrollback(capacity)
     model = ScreenModel(ring, capacity, 20, 5)
@@ -245,7 +245,7 @@ def test_the_model_fed_in_pieces_shows_what_full_emulation_does(seed: int, monke
     (most skipped) as appends come: the screen is the one every byte emulated gives, and no append makes the
     model feed more than the append's size and a piece (the bound on a catch-up's pause)."""
     from shellper.core.ring import Scrollback
-    from shellper.daemon import screen as daemon_screen
+    from shellper.daemon import screenfeed as daemon_screen
     monkeypatch.setattr(daemon_screen, "FEED_PIECE", rng_piece := random.Random(seed).choice([1000, 4096, 30_000]))
     monkeypatch.setattr(daemon_screen, "FEED_SLICE", random.Random(seed).choice([300, 1000]))
     rng = random.Random(seed)
@@ -307,7 +307,7 @@ def test_a_flood_is_read_and_checked_once(monkeypatch: pytest.MonkeyPatch) -> No
     """The piece looked ahead at is kept for when it is fed: a plain flood's bytes are checked for plainness
     once each (twice, before, which was a third of the model's cost on the bench's flood)."""
     from shellper.core.ring import Scrollback
-    from shellper.daemon import screen as daemon_screen
+    from shellper.daemon import screenfeed as daemon_screen
     checked = 0
     real = screen_module.plain_lines
 
@@ -327,3 +327,23 @@ def test_a_flood_is_read_and_checked_once(monkeypatch: pytest.MonkeyPatch) -> No
     assert model.fed > 20 * 1024 * 1024
     assert model.fed <= checked <= model.fed + daemon_screen.FEED_PIECE
     assert model.catch_up().lines()[-2] == "x" * 80
+
+
+@pytest.mark.parametrize("data", [
+    b"", b"\x1b[?1049h", b"\x1b[?1049h\x1b[?1049l", b"\x1b[?47h", b"\x1b[?1047h", b"\x1b[?25l", b"\x1b]2;hello\x07",
+    b"\x1b]0;x\x1b\\", b"\x1b[2;4r", b"\x1b[2;4r\x1b[r", b"\x1b[?6h", b"\x1b[?6h\x1b[?6l", b"\x1b[2;4r\x1b[?1049h",
+    b"\x1b[?25l\x1bc", b"\x1b[?25l\x1b[!p", b"\x1b[?1049h\x1b[?25l\x1b[?1049l\x1b[3;4r\x1b[?6h\x1b]2;t\x07",
+])
+def test_the_screen_and_the_mode_tracker_agree_on_the_modes_both_track(data: bytes) -> None:
+    """The overlap of the two models (issue 28): ScreenModel.modes is the screen's values for SCREEN_MODES,
+    the ring tracker's for the rest; where both track a mode they must not disagree, or a terminal would be
+    given one after a rendered replay and the other after a gap."""
+    from shellper.core.ring import Scrollback
+    from shellper.daemon.screenfeed import SCREEN_MODES, ScreenModel
+    ring = Scrollback(64 * 1024)
+    model = ScreenModel(ring, 64 * 1024, 20, 5)
+    ring.append(b"\x1b[?2004h" + data)
+    modes, tracked = model.modes(), ring.modes.current()
+    assert [getattr(modes, name) for name in SCREEN_MODES] == [getattr(tracked, name) for name in SCREEN_MODES]
+    assert modes.bracketed_paste == tracked.bracketed_paste == (b"\x1b[?2004h" in model.rendered(0))
+    assert b"\x1b[?1049h" not in model.input_modes() and b"\x1b[?25l" not in model.input_modes()

@@ -1,5 +1,11 @@
 """The session's screen model, fed from the ring off the hot path (shellper.core.terminal.screen does the emulation).
 
+Two models watch the output: the ring's mode tracker (shellper.core.terminal.modes: the modes at any offset,
+for a byte replay and a gap) and this screen (the screen of the moment). Both know the alternate screen, the
+cursor's visibility, the title, the scroll region and origin mode; :data:`SCREEN_MODES` names them, and
+:meth:`ScreenModel.modes` is the one record of the session's modes now: the screen's values for those, the
+tracker's for the rest (mouse, bracketed paste, keyboard...), which the screen does not model.
+
 Output is not fed as it arrives: the model reads the ring when a terminal attaches or a SCREEN request or a
 resize needs it, and before an append when more than :data:`BACKLOG` is unseen (less with a small ring: a
 quarter of it before it trims). Then only the oldest piece is fed, or a slice of it, so no single pause is
@@ -13,6 +19,7 @@ The figures: bench/NOTES.md, "A screen model" and "Feeding in pieces".
 from __future__ import annotations
 
 from shellper.core import structs
+from shellper.core.terminal.modes import TerminalModes
 from shellper.protocol import wire
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
@@ -31,6 +38,19 @@ skipped when the next one (this long: 2,600 lines of 100 characters) scrolls it 
 FEED_SLICE = 64 * 1024
 """Output that cannot be skipped is emulated this much per append (what one append's pause is bounded by:
 about 20 ms for full-screen redraws, bench/NOTES.md)."""
+
+
+SCREEN_MODES = ("alt_screen", "cursor_visible", "title", "scroll_region", "origin_mode")
+"""The fields of :class:`~shellper.core.terminal.modes.TerminalModes` the screen model tracks and draws
+itself (:meth:`~shellper.core.terminal.screen.Screen.render`)."""
+
+
+def screen_modes(screen: Screen, modes: TerminalModes) -> TerminalModes:
+    """``modes`` with the screen's own values for :data:`SCREEN_MODES`."""
+    region = None if (screen.top, screen.bottom) == (0, screen.rows - 1) else (screen.top + 1, screen.bottom + 1)
+    return structs.replace(modes, alt_screen=screen.alternate, cursor_visible=screen.cursor_visible,
+                           title=screen.title.encode() if screen.title else None, scroll_region=region,
+                           origin_mode=screen.cursor.origin)
 
 
 class ScreenModel:
@@ -157,13 +177,17 @@ class ScreenModel:
         if len(self._resizes) > 64:
             self.catch_up()
 
+    def modes(self) -> TerminalModes:
+        """The session's modes now: the screen's for :data:`SCREEN_MODES`, the ring's tracker's for the rest."""
+        return screen_modes(self.catch_up(), self.ring.modes.current())
+
     def input_modes(self) -> bytes:
-        """The input modes in effect now (mouse, bracketed paste, focus, keypad), from the ring's tracker:
-        the screen model draws the screen, the cursor, the title, the scroll region and origin mode itself
-        (a scroll region set again after the cursor would move it home)."""
-        modes = structs.replace(self.ring.modes.current(), alt_screen=False, cursor_visible=True, title=None,
-                                scroll_region=None, origin_mode=False)
-        return modes.enable_sequence()
+        """What the rendered screen is followed by: the modes the screen model does not draw itself (mouse,
+        bracketed paste, focus, keypad...). Its own are drawn by the render, in their place (a scroll region
+        set again after the cursor would move it home)."""
+        default = TerminalModes()
+        drawn = {name: getattr(default, name) for name in SCREEN_MODES}
+        return structs.replace(self.ring.modes.current(), **drawn).enable_sequence()
 
     def rendered(self, scrollback: int) -> bytes:
         """What a terminal of the session's size is sent instead of a byte replay (PROTOCOL.md, 8.6)."""
