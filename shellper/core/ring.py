@@ -15,7 +15,6 @@ offset it has seen can resume exactly, and learns how much it missed (``gap``).
 from __future__ import annotations
 
 import mmap
-import re
 
 from shellper.core.defaults import DEFAULT_RING_BYTES
 from shellper.core.errors import ShellperError
@@ -41,9 +40,6 @@ that the current append has already overwritten."""
 
 FORWARD_WINDOW = 4096
 """How far past a cut we follow an unfinished sequence before giving up (original: 4096)."""
-
-_CONTINUATION = re.compile(rb"[\x80-\xbf]{1,3}")
-
 
 def sequence_end(buf: bytes, pos: int) -> int | None:
     """Index just past the escape sequence (or control, or text) that begins at ``buf[pos]``, by the grammar
@@ -198,21 +194,40 @@ class RingBuffer:
         its reasoning in the middle of an older sequence it cannot see.
         """
         end = self._end
+        cut = self._after_character(cut, floor)
         if cut >= end:
             return end
         seq_start = self._cut_short(max(floor, cut - LOOKBACK_WINDOW), cut)
         if seq_start >= 0:
             # Most sequences are short: try a small window first, then the full one.
             for hi in (min(end, cut + 64), min(end, cut + FORWARD_WINDOW)):
-                stop = sequence_end(self._copy(seq_start, hi), 0)
+                window, at = self._copy(seq_start, hi), 0
+                # From a string that an ESC at the cut may have ended, the next token may be the one cut.
+                while (stop := sequence_end(window, at)) is not None and seq_start + stop < cut:
+                    at = stop
                 if stop is not None:
-                    return max(cut, seq_start + stop)  # right after the straddling sequence
+                    return seq_start + stop  # right after the straddling sequence (or the cut, a boundary)
                 if hi == end or hi - cut >= FORWARD_WINDOW:
-                    break  # unfinished within bounds: fall back to a UTF-8 cut
-        if self._buf[cut % self._phys] & 0xC0 != 0x80:  # not a UTF-8 continuation byte: the usual case
+                    break  # unfinished within bounds: the cut stays (on a character's start)
+        return cut
+
+    def _after_character(self, cut: int, floor: int) -> int:
+        """``cut``, or the end of the UTF-8 character it splits. A byte 0x80-0xBF that continues no
+        character is one of its own (to the grammar, 0x80-0x9F are C1 controls): a cut before it stays."""
+        buf, phys, end = self._buf, self._phys, self._end
+        if cut >= end or buf[cut % phys] & 0xC0 != 0x80:  # not a continuation byte: the usual case
             return cut
-        m = _CONTINUATION.match(self._copy(cut, min(end, cut + 3)))
-        return cut + (m.end() if m else 0)
+        for lead in range(cut - 1, max(floor, cut - 3) - 1, -1):
+            byte = buf[lead % phys]
+            if byte & 0xC0 == 0x80:
+                continue
+            need = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
+            stop = min(end, lead + need)
+            if 0xC2 <= byte <= 0xF4 and stop > cut and all(
+                    buf[i % phys] & 0xC0 == 0x80 for i in range(cut, stop)):
+                return stop
+            break
+        return cut
 
     def _cut_short(self, first: int, cut: int) -> int:
         """Where the sequence that ``cut`` cuts short begins, looked for from ``first`` (by the grammar:
@@ -222,13 +237,13 @@ class RingBuffer:
             return -1  # no ESC and no C1 control: nothing is cut short (every trim costs this much)
         from shellper.core.terminal import parser
 
-        # The window may begin and end inside a character: its bytes are no C1 controls.
-        skip = _CONTINUATION.match(back)
-        text = parser.decode(back[skip.end() if skip else 0:len(back) - parser.partial_char(back)])
+        first = self._after_character(first, first)  # the window may begin inside a character
+        back = back[len(back) - (cut - first):] if first < cut else b""
+        text = parser.decode(back)
         start = parser.unfinished(text)
         if start < 0:
             return -1
-        return cut - parser.partial_char(back) - len(parser.encode(text[start:]))
+        return cut - len(parser.encode(text[start:]))
 
     def _write(self, at: int, data: memoryview) -> None:
         i = at % self._phys

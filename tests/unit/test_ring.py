@@ -127,7 +127,8 @@ ST = b"\x1b\\"
         ("inside 4-byte UTF-8", 6, ["😀😀".encode()], 4),
         ("inside 2-byte UTF-8", 5, ["éééé".encode()], 4),
         ("plain ASCII: exact cut", 5, [b"0123456789"], 5),
-        ("invalid UTF-8: raw cut after 3 continuation bytes", 4, [b"a\x80\x80\x80\x80\x80\x80"], 6),
+        # bytes that continue no character are each a token of their own (0x80-0x9F: C1 controls)
+        ("invalid UTF-8: a cut before a lone continuation byte stays", 4, [b"a\x80\x80\x80\x80\x80\x80"], 3),
     ],
 )
 def test_trim_alignment(name: str, capacity: int, appends: list[bytes], start: int) -> None:

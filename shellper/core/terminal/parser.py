@@ -267,8 +267,10 @@ def _same_ends(states: tuple[State, ...]) -> tuple[set[int], set[int]]:
 
 
 def _starts(target: State, state: State = State.GROUND) -> set[int]:
-    """The codes that begin ``target`` from ``state`` (an ESC's second byte, or a C1 control)."""
-    return {code for code in range(_WIDE) if TABLE[state][code] == (Action.START, target)}
+    """The codes that begin ``target`` from ``state`` (an ESC's second byte, or a C1 control; not one that
+    aborts ``state`` first)."""
+    return _where((state,), lambda a, n: a is Action.START and n is target) if state is not State.GROUND else {
+        code for code in range(_WIDE) if TABLE[state][code] == (Action.START, target)}
 
 
 C1 = _klass(range(0x80, 0xA0))
