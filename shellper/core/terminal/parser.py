@@ -225,8 +225,10 @@ def transition(state: State, char: str) -> tuple[Action, State]:
 
 def aborts(state: State, char: str) -> bool:
     """Whether ``char`` ends a sequence under way in ``state`` before it (and begins something of its own)."""
+    if state is State.GROUND:
+        return False  # nothing is under way
     code = _code(char)
-    return code in _ABORTS[state] or (code == _WIDE and state not in _STRING_STATES and state is not State.GROUND)
+    return code in _ABORTS[state] or (code == _WIDE and state not in _STRING_STATES)
 
 
 # ------------------------------------------------------------------------ the table as regular expressions
