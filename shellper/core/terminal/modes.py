@@ -215,11 +215,12 @@ _PARAMS_MAX = 64
 """Longest parameter string followed (a hostile number costs nothing)."""
 
 
-@functools.lru_cache(maxsize=1)
-def _mode_pattern() -> re.Pattern[str]:
+@functools.lru_cache(maxsize=2)
+def _mode_pattern(eight_bit: bool) -> re.Pattern[str]:
+    """The search for :data:`_MODE_SEQUENCES`; without ``eight_bit``, for ASCII text (faster)."""
     from shellper.core.terminal import parser  # here: a session whose output has no ESC never loads it
 
-    return re.compile(parser.pattern(**_MODE_SEQUENCES))  # type: ignore[arg-type]
+    return re.compile(parser.pattern(**_MODE_SEQUENCES, eight_bit=eight_bit))  # type: ignore[arg-type]
 
 
 class ModeOffsetError(ShellperError, ValueError):
@@ -424,10 +425,11 @@ def _apply(flags: int, title: bytes | None, token: str) -> _State:
     return (flags & ~mask) | value, None if mask == _RIS else title
 
 
-def _changes(flags: int, title: bytes | None, text: str, cut: int) -> Iterator[tuple[int, int, bytes | None]]:
+def _changes(flags: int, title: bytes | None, text: str, eight_bit: bool, cut: int,
+             ) -> Iterator[tuple[int, int, bytes | None]]:
     """(where, flags, title) after each sequence in ``text`` before ``cut`` that changes the state, ``where``
-    just past it (an index into ``text``)."""
-    for m in _mode_pattern().finditer(text, 0, cut):
+    just past it (an index into ``text``); ``eight_bit``: ``text`` may hold C1 controls."""
+    for m in _mode_pattern(eight_bit).finditer(text, 0, cut):
         new_flags, new_title = _apply(flags, title, m.group())
         if new_flags != flags or new_title != title:
             flags, title = new_flags, new_title
@@ -494,19 +496,16 @@ class ModeTracker:
         else:
             buf, buf_offset = self._carry + data, offset - len(self._carry)
             self._carry = b""
-        if buf.isascii():
-            held = 0
-        else:
-            from shellper.core.terminal.parser import partial_char
+        from shellper.core.terminal import parser
 
-            held = partial_char(buf)
-        text = (buf[:len(buf) - held] if held else buf).decode("utf-8", "surrogateescape")
+        held = 0 if buf.isascii() else parser.partial_char(buf)
+        text, eight_bit = parser.decode_for_search(buf[:len(buf) - held] if held else buf)
         cut = _unfinished(text)
         offsets, states = self._offsets, self._states
         flags, title = states[-1] if states else self._base
         ascii_ = len(text) == len(buf) - held
         seen, seen_bytes = 0, 0  # how far, in text and in bytes, the offsets were counted
-        for at, new_flags, new_title in _changes(flags, title, text, cut):
+        for at, new_flags, new_title in _changes(flags, title, text, eight_bit, cut):
             if ascii_:
                 seen_bytes = at
             else:
@@ -550,8 +549,10 @@ class ModeTracker:
                 data = read(first, offset)
                 if data is not None:
                     state = self._cp_states[i - 1]
-                    text = data.decode("utf-8", "surrogateescape")
-                    for _, new_flags, new_title in _changes(*state, text, _unfinished(text)):
+                    from shellper.core.terminal import parser
+
+                    text, eight_bit = parser.decode_for_search(data)
+                    for _, new_flags, new_title in _changes(*state, text, eight_bit, _unfinished(text)):
                         state = (new_flags, new_title)
                     return _to_modes(*state)
         return _to_modes(*self._state_before(offset))

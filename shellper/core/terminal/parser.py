@@ -59,8 +59,8 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-u
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
-__all__ = ["TABLE", "TOKEN", "Action", "Kind", "Sequence", "State", "decode", "encode", "end_of", "finished",
-           "hold_back", "parse", "partial_char", "pattern", "transition", "unfinished"]
+__all__ = ["TABLE", "TOKEN", "Action", "Kind", "Sequence", "State", "decode", "decode_for_search", "encode",
+           "end_of", "finished", "hold_back", "parse", "partial_char", "pattern", "transition", "unfinished"]
 
 
 class State(enum.IntEnum):
@@ -305,19 +305,38 @@ _OSC_END_7 = _OSC_END - set(range(0x80, 0xA0))
 """An OSC's terminators but ST (xterm's BEL)."""
 
 
-def _string(start: str, body: set[int], group: str, extra_end: frozenset[int] | set[int] = frozenset()) -> str:
+def _string_rest(body: set[int], group: str, extra_end: frozenset[int] | set[int] = frozenset()) -> str:
+    """A string's data and terminator, after its introducer (``group``: the terminator's group name, or "")."""
     end = f"[{_klass(extra_end)}]|{ST}" if extra_end else ST
-    return f"{start}[^{_klass(set(range(_WIDE)) - body)}]*+(?P<{group}>{end})?"
+    return f"[^{_klass(set(range(_WIDE)) - body)}]*+(?{f'P<{group}>' if group else ':'}{end})?"
 
 
-CSI = f"{CSI_START}[{_klass(_CSI_BODY)}]*+(?P<csi_final>[{_klass(_CSI_FINAL)}])?"
-OSC = _string(OSC_START, _OSC_BODY, "osc_end", _OSC_END_7)
-DCS = _string(DCS_START, _DCS_BODY, "dcs_end")
-SOS_PM_APC = _string(SOS_PM_APC_START, _STR_BODY, "str_end")
-_ESC_INTERMEDIATE_BODY, _ESC_INTERMEDIATE_FINAL = _same_ends((State.ESCAPE_INTERMEDIATE,))
-ESCAPE = (f"{ESC}(?:(?P<esc_final>[{_klass(_where((State.ESCAPE,), lambda a, n: a is Action.DISPATCH))}])"
-          f"|[{_klass(_where((State.ESCAPE,), lambda a, n: n is State.ESCAPE_INTERMEDIATE))}]"
-          f"[{_klass(_ESC_INTERMEDIATE_BODY)}]*+(?P<esc_final2>[{_klass(_ESC_INTERMEDIATE_FINAL)}])?)?")
+def _rests(groups: bool) -> dict[State, str]:
+    """What follows each sequence's introducer, by the state the introducer enters (with the named groups
+    :func:`finished` reads, or without, for a pattern that holds one twice)."""
+    def group(name: str) -> str:
+        return f"?P<{name}>" if groups else "?:"
+
+    return {
+        State.CSI_ENTRY: f"[{_klass(_CSI_BODY)}]*+({group('csi_final')}[{_klass(_CSI_FINAL)}])?",
+        State.OSC_STRING: _string_rest(_OSC_BODY, "osc_end" if groups else "", _OSC_END_7),
+        State.DCS_ENTRY: _string_rest(_DCS_BODY, "dcs_end" if groups else ""),
+        State.SOS_PM_APC_STRING: _string_rest(_STR_BODY, "str_end" if groups else ""),
+        State.ESCAPE: (f"(?:({group('esc_final')}[{_ESC_FINALS}])|[{_ESC_COLLECTS}][{_ESC_INTERMEDIATE_BODY}]*+"
+                       f"({group('esc_final2')}[{_ESC_INTERMEDIATE_FINALS}])?)?"),
+    }
+
+
+_ESC_INTERMEDIATE_BODY, _ESC_INTERMEDIATE_FINALS = (
+    _klass(codes) for codes in _same_ends((State.ESCAPE_INTERMEDIATE,)))
+_ESC_FINALS = _klass(_where((State.ESCAPE,), lambda a, n: a is Action.DISPATCH))
+_ESC_COLLECTS = _klass(_where((State.ESCAPE,), lambda a, n: n is State.ESCAPE_INTERMEDIATE))
+_REST = _rests(groups=True)
+CSI = CSI_START + _REST[State.CSI_ENTRY]
+OSC = OSC_START + _REST[State.OSC_STRING]
+DCS = DCS_START + _REST[State.DCS_ENTRY]
+SOS_PM_APC = SOS_PM_APC_START + _REST[State.SOS_PM_APC_STRING]
+ESCAPE = ESC + _REST[State.ESCAPE]
 _CONTROLS = {code for code in range(_WIDE) if TABLE[State.GROUND][code] in (
     (Action.EXECUTE, State.GROUND), (Action.IGNORE, State.GROUND))}
 CONTROL = f"[{_klass(_CONTROLS)}]"
@@ -331,12 +350,11 @@ TOKEN = f"(?P<text>{TEXT})|{SEQUENCE}"
 """The whole grammar: consecutive matches from 0 cover any text exactly, one token each."""
 EXECUTED_CHARS = "".join(chr(code) for code in _where((State.ESCAPE,), lambda a, n: n is State.ESCAPE))
 _INTRODUCERS = {code for code, (action, _) in _ANYWHERE.items() if action is Action.START}
-_INTRODUCER = f"[{_klass(_INTRODUCERS)}][^{STOP}]*+\\Z"
-_ANY_INTRODUCER = f"[{_klass(_INTRODUCERS)}]"
 
 
 def pattern(*, sequences: bool = False, csi_finals: str = "", marked_csi_finals: str = "", esc_finals: str = "",
-            osc_prefixes: tuple[str, ...] = (), strings: bool = False, controls: str = "") -> str:
+            osc_prefixes: tuple[str, ...] = (), strings: bool = False, controls: str = "",
+            eight_bit: bool = True) -> str:
     """A pattern that, searched for anywhere in a text, matches exactly the whole tokens of this grammar a
     consumer wants, and nothing else (every token it wants begins with an introducer, and every introducer
     begins a token): with ``sequences``, every escape sequence (complete, aborted or cut by the end);
@@ -345,36 +363,50 @@ def pattern(*, sequences: bool = False, csi_finals: str = "", marked_csi_finals:
     without intermediates whose final is in ``esc_finals``, the OSCs whose data begins with one of
     ``osc_prefixes`` and, with ``strings``, every OSC, DCS, SOS, PM and APC (whole, however they end:
     :attr:`Sequence.complete` says); and, either way, each of the ``controls`` on its own. A consumer
-    classifies what it gets with :func:`parse`; everything else fails in C, most of it at its first
-    character (the pattern begins with a look-ahead for the characters that can begin a match)."""
-    marks = _where((State.CSI_ENTRY,), lambda a, n: a is Action.COLLECT)
-    plain = f"[{_klass(_CSI_BODY - marks)}]*+"
-    branches, csi, first = [], [], set(map(ord, controls))
+    classifies what it gets with :func:`parse`.
+
+    The pattern begins with a class of the characters that can begin a match, then tells them apart with
+    a look-behind: so ``re`` skips everything else (plain text, and most of a TUI's output) in C. Without
+    ``eight_bit``, for ASCII text (which has no C1 control), it begins with ESC alone, which ``re`` finds
+    faster still."""
+    rest = _rests(groups=False)
+    after: dict[State, list[str]] = {state: [] for state in rest}  # what may follow each introducer
     if sequences:
-        branches += [CSI, OSC, DCS, SOS_PM_APC, ESCAPE]
-        first |= _INTRODUCERS
+        for state, form in rest.items():
+            after[state].append(form)
+    csi, marks = [], _where((State.CSI_ENTRY,), lambda a, n: a is Action.COLLECT)
     if csi_finals:
         csi.append(f"[{_klass(map(ord, csi_finals))}]")
     if marked_csi_finals:
         csi.append(f"[{_klass(marks)}][{_klass(_CSI_BODY)}]*+[{_klass(map(ord, marked_csi_finals))}]")
-    if csi:
-        branches.append(f"{CSI_START}{plain}(?:{'|'.join(csi)})")
-        first |= {_ESC} | _starts(State.CSI_ENTRY)
-    if esc_finals:
-        branches.append(f"{ESC}[{_klass(map(ord, esc_finals))}]")
+    if csi and not sequences:
+        after[State.CSI_ENTRY].append(f"[{_klass(_CSI_BODY - marks)}]*+(?:{'|'.join(csi)})")
+    if strings and not sequences:
+        for state in (State.OSC_STRING, State.DCS_ENTRY, State.SOS_PM_APC_STRING):
+            after[state].append(rest[state])
+    elif osc_prefixes and not sequences:
+        after[State.OSC_STRING].append(f"(?={'|'.join(map(re.escape, osc_prefixes))}){rest[State.OSC_STRING]}")
+    if esc_finals and not sequences:
+        after[State.ESCAPE].append(f"[{_klass(map(ord, esc_finals))}]")
+    # After ESC (and the C0 controls it executes): a second character that begins a sequence, or a final.
+    esc = [f"[{_klass(_starts(state, State.ESCAPE))}](?:{'|'.join(forms)})"
+           for state, forms in after.items() if forms and state is not State.ESCAPE]
+    esc += after[State.ESCAPE]  # last: an ESC on its own matches nothing more
+    if not eight_bit:
+        return f"{re.escape(chr(_ESC))}[{EXECUTED}]*+(?:{'|'.join(esc)})" if esc else "(?!)"
+    branches, first = [], set(map(ord, controls))
+    if esc:
+        branches.append(f"(?<={re.escape(chr(_ESC))})[{EXECUTED}]*+(?:{'|'.join(esc)})")
         first.add(_ESC)
-    if strings:
-        branches += [OSC, DCS, SOS_PM_APC]
-        first |= {_ESC} | _starts(State.OSC_STRING) | _starts(State.DCS_ENTRY) | _starts(State.SOS_PM_APC_STRING)
-    elif osc_prefixes:
-        prefixes = "|".join(map(re.escape, osc_prefixes))
-        branches.append(OSC.replace(OSC_START, f"{OSC_START}(?={prefixes})", 1))
-        first |= {_ESC} | _starts(State.OSC_STRING)
+    for state, forms in after.items():
+        if forms and state is not State.ESCAPE:
+            branches.append(f"(?<=[{_klass(_starts(state))}])(?:{'|'.join(forms)})")
+            first |= _starts(state)
     if controls:
-        branches.append(f"[{_klass(map(ord, controls))}]")
+        branches.append(f"(?<=[{_klass(map(ord, controls))}])")
     if not branches:
         return "(?!)"
-    return f"(?=[{_klass(first)}])(?:{'|'.join(branches)})"
+    return f"[{_klass(first)}](?:{'|'.join(branches)})"
 
 
 # --------------------------------------------------------------------------------------------- the tokens
@@ -387,6 +419,16 @@ def decode(data: bytes) -> str:
 def encode(text: str) -> bytes:
     """The inverse of :func:`decode`."""
     return text.encode("utf-8", "surrogateescape")
+
+
+def decode_for_search(data: bytes) -> tuple[str, bool]:
+    """:func:`decode`'s text, and whether it may hold a C1 control (if not, a :func:`pattern` without
+    ``eight_bit`` finds the same, faster): only valid UTF-8 with no U+0080-U+00BF has none. Both checks
+    are scans in C, far cheaper than a search for the C1 controls in the text."""
+    try:
+        return data.decode("utf-8"), b"\xc2" in data
+    except UnicodeDecodeError:
+        return decode(data), True
 
 
 def partial_char(data: bytes) -> int:
@@ -562,9 +604,11 @@ _STRING_START = f"{OSC_START}|{DCS_START}|{SOS_PM_APC_START}"
 
 
 def _last_introducer(text: str, end: int) -> int:
-    """The last ESC or C1 introducer before ``end`` with nothing that ends a sequence after it, or -1 (for
-    ASCII text, simply the last ESC)."""
+    """The last ESC or C1 introducer before ``end``, or -1 (for ASCII text, simply the last ESC)."""
     if text.isascii():
         return text.rfind("\x1b", 0, end)
-    m = re.compile(_INTRODUCER).search(text, 0, end)
-    return m.start() if m is not None else -1
+    return max(text.rfind(char, 0, end) for char in _INTRODUCER_CHARS)
+
+
+_INTRODUCER_CHARS = "".join(chr(code) for code in sorted(_INTRODUCERS)) + "".join(
+    chr(code + 0xDC00) for code in sorted(_INTRODUCERS) if code >= 0x80)
