@@ -59,8 +59,8 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-u
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
-__all__ = ["TABLE", "TOKEN", "Action", "Kind", "Sequence", "State", "decode", "decode_for_search", "encode",
-           "end_of", "finished", "hold_back", "parse", "partial_char", "pattern", "transition", "unfinished"]
+__all__ = ["TABLE", "TOKEN", "Action", "Kind", "Sequence", "State", "aborts", "decode", "decode_for_search",
+           "encode", "end_of", "finished", "hold_back", "parse", "partial_char", "pattern", "transition", "unfinished"]
 
 
 class State(enum.IntEnum):
