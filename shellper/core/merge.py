@@ -23,33 +23,27 @@ FLUSH_AFTER_QUIET = 0.03
 stdout line or of its own: short enough that nobody waits for a prompt written to stderr, long enough
 for a line written in pieces."""
 
-_ESC = 0x1B
 _NEWLINE = 0x0A
 
 
 def incomplete_suffix(data: bytes | bytearray) -> int:
-    """How many bytes at the end of ``data`` are an unfinished escape sequence or UTF-8 character.
+    """How many bytes at the end of ``data`` are an unfinished escape sequence or UTF-8 character (by the
+    grammar of :mod:`shellper.core.terminal.parser`, as the ring and the screen read output).
 
     An escape sequence that started more than FORWARD_WINDOW bytes back counts as finished, as the
     ring counts it: a stream is never held up by a sequence that never ends.
     """
-    n = len(data)
-    floor = max(0, n - FORWARD_WINDOW)
-    esc = data.rfind(b"\x1b", floor)
-    if esc >= 0 and sequence_end(bytes(data[esc:]), 0) is None:
-        if esc == n - 1:  # a lone ESC at the end may be the first half of an unfinished string's ST
-            string = data.rfind(b"\x1b", floor, esc)
-            if string >= 0 and sequence_end(bytes(data[string:]), 0) is None:
-                return n - string
-        return n - esc
-    for i in range(n - 1, max(-1, n - 4), -1):  # a UTF-8 lead byte within the last three?
-        byte = data[i]
-        if byte < 0x80:
-            return 0
-        if byte >= 0xC0:
-            need = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
-            return n - i if n - i < need else 0
-    return 0
+    window = bytes(data[max(0, len(data) - FORWARD_WINDOW):])
+    if window.isascii():
+        esc = window.rfind(b"\x1b")
+        if esc < 0 or sequence_end(window, esc) is not None:
+            return 0  # the common case: no ESC, or the last one's sequence finished
+    from shellper.core.terminal import parser  # here: a merged stream without escapes never loads it
+
+    held = parser.partial_char(window)
+    text = parser.decode(window[:len(window) - held])
+    start = parser.unfinished(text)
+    return held + (len(parser.encode(text[start:])) if start >= 0 else 0)
 
 
 def line_cut(data: bytes | bytearray) -> int:

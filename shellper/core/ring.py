@@ -15,7 +15,6 @@ offset it has seen can resume exactly, and learns how much it missed (``gap``).
 from __future__ import annotations
 
 import mmap
-import re
 
 from shellper.core.defaults import DEFAULT_RING_BYTES
 from shellper.core.errors import ShellperError
@@ -42,46 +41,23 @@ that the current append has already overwritten."""
 FORWARD_WINDOW = 4096
 """How far past a cut we follow an unfinished sequence before giving up (original: 4096)."""
 
-_ESC = 0x1B
-_CONTINUATION = re.compile(rb"[\x80-\xbf]{1,3}")
-_CSI_BODY = re.compile(rb"\x1b\[[\x20-\x3f]*")
-_STRING_END = re.compile(rb"[\x07\x18\x1a\x1b]")
-_ESC_INTERMEDIATES = re.compile(rb"\x1b[\x20-\x2f]*")
-_STRING_INTRODUCERS = frozenset(b"]PX^_")  # OSC, DCS, SOS, PM, APC: ended by BEL or ST
-
-
 def sequence_end(buf: bytes, pos: int) -> int | None:
-    """Index just past the escape sequence that starts with the ESC at ``buf[pos]``.
+    """Index just past the escape sequence (or control, or text) that begins at ``buf[pos]``, by the grammar
+    (:func:`shellper.core.terminal.parser.end_of`): C1 introducers in both forms, C0 controls inside a
+    sequence, CAN and SUB included.
 
-    Returns None when ``buf`` ends before the sequence does. A sequence interrupted by
-    another ESC (or CAN/SUB) ends where the interruption starts, as in a VT parser; a
-    malformed CSI ends at the first byte that cannot continue it.
+    Returns None when ``buf`` ends before the sequence does. A sequence interrupted by another
+    ESC (or CAN, SUB, a C1 control) ends where the interruption starts, as in a VT parser.
     """
-    n = len(buf)
-    if pos + 1 >= n:
-        return None
-    intro = buf[pos + 1]
-    if intro == 0x5B:  # '[' CSI: parameters/intermediates 0x20-0x3F, final 0x40-0x7E
-        q = _CSI_BODY.match(buf, pos).end()  # type: ignore[union-attr]  # always matches
-        if q >= n:
-            return None
-        return q + 1 if 0x40 <= buf[q] <= 0x7E else q
-    if intro in _STRING_INTRODUCERS:
-        m = _STRING_END.search(buf, pos + 2)
-        if m is None:
-            return None
-        q = m.start()
-        if buf[q] != _ESC:
-            return q + 1  # BEL (OSC terminator) or CAN/SUB (abort)
-        if q + 1 >= n:
-            return None  # may be the first half of ST
-        return q + 2 if buf[q + 1] == 0x5C else q
-    q = _ESC_INTERMEDIATES.match(buf, pos).end()  # type: ignore[union-attr]  # always matches
-    if q >= n:
-        return None
-    if q == pos + 1 and not 0x30 <= buf[q] <= 0x7E:
-        return pos + 1  # ESC followed by a control or 8-bit byte: lone ESC
-    return q + 1 if 0x30 <= buf[q] <= 0x7E else q
+    from shellper.core.terminal import parser  # here: a session whose ring never trims never loads it
+
+    data = buf[pos:]
+    held = 0 if data.isascii() else parser.partial_char(data)
+    text = parser.decode(data[:len(data) - held])
+    end = parser.end_of(text)
+    if end is None or (held and end == len(text) and parser.end_of(text + "\xa0") != end):
+        return None  # the character cut by the end may go on with it (a string's data)
+    return pos + (end if len(text) == len(data) else len(parser.encode(text[:end])))
 
 
 class OffsetError(ShellperError, ValueError):
@@ -218,24 +194,56 @@ class RingBuffer:
         its reasoning in the middle of an older sequence it cannot see.
         """
         end = self._end
+        cut = self._after_character(cut, floor)
         if cut >= end:
             return end
-        seq_start = self.rfind(b"\x1b", max(floor, cut - LOOKBACK_WINDOW), cut)  # in place: every trim does this
+        seq_start = self._cut_short(max(floor, cut - LOOKBACK_WINDOW), cut)
         if seq_start >= 0:
             # Most sequences are short: try a small window first, then the full one.
             for hi in (min(end, cut + 64), min(end, cut + FORWARD_WINDOW)):
-                window = self._copy(seq_start, hi)
-                stop = sequence_end(window, 0)
+                window, at = self._copy(seq_start, hi), 0
+                # From a string that an ESC at the cut may have ended, the next token may be the one cut.
+                while (stop := sequence_end(window, at)) is not None and seq_start + stop < cut:
+                    at = stop
                 if stop is not None:
-                    if seq_start + stop > cut:
-                        return seq_start + stop  # right after the straddling sequence
-                    break  # finished before the cut: the cut is outside it
+                    return seq_start + stop  # right after the straddling sequence (or the cut, a boundary)
                 if hi == end or hi - cut >= FORWARD_WINDOW:
-                    break  # unfinished within bounds: fall back to a UTF-8 cut
-        if self._buf[cut % self._phys] & 0xC0 != 0x80:  # not a UTF-8 continuation byte: the usual case
+                    break  # unfinished within bounds: the cut stays (on a character's start)
+        return cut
+
+    def _after_character(self, cut: int, floor: int) -> int:
+        """``cut``, or the end of the UTF-8 character it splits. A byte 0x80-0xBF that continues no
+        character is one of its own (to the grammar, 0x80-0x9F are C1 controls): a cut before it stays."""
+        buf, phys, end = self._buf, self._phys, self._end
+        if cut >= end or buf[cut % phys] & 0xC0 != 0x80:  # not a continuation byte: the usual case
             return cut
-        m = _CONTINUATION.match(self._copy(cut, min(end, cut + 3)))
-        return cut + (m.end() if m else 0)
+        for lead in range(cut - 1, max(floor, cut - 3) - 1, -1):
+            byte = buf[lead % phys]
+            if byte & 0xC0 == 0x80:
+                continue
+            need = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
+            stop = min(end, lead + need)
+            if 0xC2 <= byte <= 0xF4 and stop > cut and all(
+                    buf[i % phys] & 0xC0 == 0x80 for i in range(cut, stop)):
+                return stop
+            break
+        return cut
+
+    def _cut_short(self, first: int, cut: int) -> int:
+        """Where the sequence that ``cut`` cuts short begins, looked for from ``first`` (by the grammar:
+        :func:`shellper.core.terminal.parser.unfinished`), or -1."""
+        back = self._copy(first, cut)
+        if b"\x1b" not in back and back.isascii():
+            return -1  # no ESC and no C1 control: nothing is cut short (every trim costs this much)
+        from shellper.core.terminal import parser
+
+        first = self._after_character(first, first)  # the window may begin inside a character
+        back = back[len(back) - (cut - first):] if first < cut else b""
+        text = parser.decode(back)
+        start = parser.unfinished(text)
+        if start < 0:
+            return -1
+        return cut - len(parser.encode(text[start:]))
 
     def _write(self, at: int, data: memoryview) -> None:
         i = at % self._phys

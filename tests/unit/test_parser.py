@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import codecs
 import re
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -48,6 +49,125 @@ TABLE = [
     ("\x18", Kind.CONTROL, True, True, "", "", "", "", "\x18", ""),
     ("plain é", Kind.TEXT, True, True, "", "", "", "", "plain é", ""),
 ]
+
+
+S, A = vtparse.State, vtparse.Action
+
+STATES = [
+    # (state, character, action, next state): the DEC diagram, a row or two of each state's transitions
+    (S.GROUND, "a", A.PRINT, S.GROUND),
+    (S.GROUND, "é", A.PRINT, S.GROUND),
+    (S.GROUND, "\x08", A.EXECUTE, S.GROUND),
+    (S.GROUND, "\x7f", A.EXECUTE, S.GROUND),  # DEL: a control on its own, stripped from plain text
+    (S.GROUND, "\x1b", A.START, S.ESCAPE),
+    (S.GROUND, "\x9b", A.START, S.CSI_ENTRY),
+    (S.GROUND, "\udc9b", A.START, S.CSI_ENTRY),  # an undecodable byte 0x9B: the same C1 control
+    (S.GROUND, "\x9d", A.START, S.OSC_STRING),
+    (S.GROUND, "\x90", A.START, S.DCS_ENTRY),
+    (S.GROUND, "\x9f", A.START, S.SOS_PM_APC_STRING),
+    (S.GROUND, "\x85", A.EXECUTE, S.GROUND),
+    (S.GROUND, "\x9c", A.EXECUTE, S.GROUND),  # ST with nothing to end
+    (S.ESCAPE, "\x0b", A.EXECUTE, S.ESCAPE),
+    (S.ESCAPE, "\x7f", A.IGNORE, S.ESCAPE),
+    (S.ESCAPE, "(", A.COLLECT, S.ESCAPE_INTERMEDIATE),
+    (S.ESCAPE, "7", A.DISPATCH, S.GROUND),
+    (S.ESCAPE, "\\", A.DISPATCH, S.GROUND),  # ST's 7-bit form
+    (S.ESCAPE, "[", A.START, S.CSI_ENTRY),
+    (S.ESCAPE, "]", A.START, S.OSC_STRING),
+    (S.ESCAPE, "P", A.START, S.DCS_ENTRY),
+    (S.ESCAPE, "X", A.START, S.SOS_PM_APC_STRING),
+    (S.ESCAPE, "_", A.START, S.SOS_PM_APC_STRING),
+    (S.ESCAPE, "\x1b", A.START, S.ESCAPE),  # anywhere: a new one
+    (S.ESCAPE, "\x18", A.EXECUTE, S.GROUND),  # CAN
+    (S.ESCAPE_INTERMEDIATE, "#", A.COLLECT, S.ESCAPE_INTERMEDIATE),
+    (S.ESCAPE_INTERMEDIATE, "8", A.DISPATCH, S.GROUND),
+    (S.CSI_ENTRY, "?", A.COLLECT, S.CSI_PARAM),
+    (S.CSI_ENTRY, "1", A.PARAM, S.CSI_PARAM),
+    (S.CSI_ENTRY, " ", A.COLLECT, S.CSI_INTERMEDIATE),
+    (S.CSI_ENTRY, "m", A.DISPATCH, S.GROUND),
+    (S.CSI_ENTRY, "\x08", A.EXECUTE, S.CSI_ENTRY),  # C0 inside a CSI: executed, the CSI goes on
+    (S.CSI_PARAM, ";", A.PARAM, S.CSI_PARAM),
+    (S.CSI_PARAM, ":", A.PARAM, S.CSI_PARAM),  # SGR's sub-parameters (the diagram, older, ignores)
+    (S.CSI_PARAM, "?", A.IGNORE, S.CSI_IGNORE),  # a late private marker
+    (S.CSI_PARAM, "\x08", A.EXECUTE, S.CSI_PARAM),
+    (S.CSI_PARAM, "\x7f", A.IGNORE, S.CSI_PARAM),
+    (S.CSI_PARAM, "$", A.COLLECT, S.CSI_INTERMEDIATE),
+    (S.CSI_PARAM, "h", A.DISPATCH, S.GROUND),
+    (S.CSI_PARAM, "\x1a", A.EXECUTE, S.GROUND),  # SUB aborts
+    (S.CSI_PARAM, "\x9b", A.START, S.CSI_ENTRY),  # a C1 introducer begins a new one
+    (S.CSI_PARAM, "é", A.PRINT, S.GROUND),  # text aborts it
+    (S.CSI_INTERMEDIATE, "1", A.IGNORE, S.CSI_IGNORE),  # a parameter after an intermediate
+    (S.CSI_INTERMEDIATE, "p", A.DISPATCH, S.GROUND),
+    (S.CSI_IGNORE, "5", A.IGNORE, S.CSI_IGNORE),
+    (S.CSI_IGNORE, "\x08", A.EXECUTE, S.CSI_IGNORE),
+    (S.CSI_IGNORE, "m", A.END, S.GROUND),  # ended, not dispatched
+    (S.DCS_ENTRY, "$", A.COLLECT, S.DCS_INTERMEDIATE),
+    (S.DCS_ENTRY, ">", A.COLLECT, S.DCS_PARAM),
+    (S.DCS_ENTRY, "\x08", A.IGNORE, S.DCS_ENTRY),  # C0 in a DCS header: ignored, not executed
+    (S.DCS_PARAM, "q", A.HOOK, S.DCS_PASSTHROUGH),
+    (S.DCS_PARAM, "<", A.IGNORE, S.DCS_IGNORE),
+    (S.DCS_INTERMEDIATE, "q", A.HOOK, S.DCS_PASSTHROUGH),
+    (S.DCS_INTERMEDIATE, "\x9c", A.END, S.GROUND),
+    (S.DCS_PASSTHROUGH, "#", A.PUT, S.DCS_PASSTHROUGH),
+    (S.DCS_PASSTHROUGH, "\x07", A.PUT, S.DCS_PASSTHROUGH),  # BEL does not end a DCS
+    (S.DCS_PASSTHROUGH, "\x9c", A.END, S.GROUND),
+    (S.DCS_PASSTHROUGH, "\x1b", A.START, S.ESCAPE),  # perhaps ST's first half
+    (S.DCS_IGNORE, "x", A.IGNORE, S.DCS_IGNORE),
+    (S.DCS_IGNORE, "\udc9c", A.END, S.GROUND),
+    (S.OSC_STRING, "t", A.PUT, S.OSC_STRING),
+    (S.OSC_STRING, "é", A.PUT, S.OSC_STRING),
+    (S.OSC_STRING, "\x01", A.PUT, S.OSC_STRING),  # C0 in a string: its data
+    (S.OSC_STRING, "\x07", A.END, S.GROUND),  # xterm's BEL
+    (S.OSC_STRING, "\x9c", A.END, S.GROUND),
+    (S.OSC_STRING, "\x18", A.EXECUTE, S.GROUND),
+    (S.OSC_STRING, "\x85", A.EXECUTE, S.GROUND),  # a C1 control ends it
+    (S.SOS_PM_APC_STRING, "G", A.PUT, S.SOS_PM_APC_STRING),
+    (S.SOS_PM_APC_STRING, "\x07", A.PUT, S.SOS_PM_APC_STRING),
+    (S.SOS_PM_APC_STRING, "\x9c", A.END, S.GROUND),
+]
+
+
+@pytest.mark.parametrize(("state", "char", "action", "after"), STATES,
+                         ids=[f"{r[0].name}-{r[1]!r}" for r in STATES])
+def test_transition(state: vtparse.State, char: str, action: vtparse.Action, after: vtparse.State) -> None:
+    assert vtparse.transition(state, char) == (action, after)
+
+
+@pytest.mark.parametrize(("state", "char", "aborts"), [
+    (S.CSI_PARAM, "\x1b", True), (S.CSI_PARAM, "\x18", True), (S.CSI_PARAM, "\x85", True),
+    (S.CSI_PARAM, "é", True), (S.CSI_PARAM, "\x08", False), (S.ESCAPE, "\x9c", True),
+    (S.OSC_STRING, "\x9c", False), (S.OSC_STRING, "\x1b", True), (S.OSC_STRING, "é", False),
+    (S.DCS_PARAM, "\x9c", False), (S.GROUND, "\x1b", False),
+])
+def test_aborts(state: vtparse.State, char: str, aborts: bool) -> None:
+    assert vtparse.aborts(state, char) is aborts
+
+
+def test_every_state_has_a_transition_for_every_character() -> None:
+    for state in vtparse.State:
+        for code in (*range(0xA0), 0xA0, 0x2500, 0xDC9B, 0xDCFF):
+            assert isinstance(vtparse.transition(state, chr(code)), tuple)
+
+
+@pytest.mark.parametrize(("text", "pos", "end"), [
+    ("\x1b[6n", 0, 4), ("\x1b[6", 0, None), ("ab\x1b[6nc", 2, 6), ("\x1b]0;t\x1b", 0, None),
+    ("\x1b]0;t\x1b[m", 0, 5), ("\x1b]0;t\x1b\\", 0, 7), ("\x9d0;t\x9c", 0, 5), ("abc", 0, 3), ("\x1b", 0, None),
+    ("\x1b\x9b6n", 0, 1),  # a C1 introducer aborts the ESC
+])
+def test_end_of(text: str, pos: int, end: int | None) -> None:
+    assert vtparse.end_of(text, pos) == end
+
+
+@pytest.mark.parametrize(("wanted", "text", "found"), [
+    ({"csi_finals": "rt"}, "\x1b[1;5r \x1b[31m \x1b[?1r \x9b22t", ["\x1b[1;5r", "\x9b22t"]),
+    ({"marked_csi_finals": "h"}, "\x1b[?25h \x1b[4h \x1b[?1049\x08h", ["\x1b[?25h", "\x1b[?1049\x08h"]),
+    ({"esc_finals": "c"}, "\x1bc \x1b(c \x1b\x08c", ["\x1bc", "\x1b\x08c"]),
+    ({"osc_prefixes": ("2;",)}, "\x1b]2;a\x07 \x1b]7;b\x07 \x9d2;c", ["\x1b]2;a\x07", "\x9d2;c"]),
+    ({"controls": "\x9a"}, "a\x9a\udc9a\x9b", ["\x9a", "\udc9a"]),
+    ({"sequences": True}, "a\x1b[1\x1b]x\x1bZ", ["\x1b[1", "\x1b]x", "\x1bZ"]),
+])
+def test_pattern_finds_just_the_sequences_asked_for(wanted: dict[str, Any], text: str, found: list[str]) -> None:
+    assert [m.group() for m in re.finditer(vtparse.pattern(**wanted), text)] == found
 
 
 @pytest.mark.parametrize("row", TABLE, ids=[repr(r[0]) for r in TABLE])

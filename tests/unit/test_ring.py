@@ -127,7 +127,8 @@ ST = b"\x1b\\"
         ("inside 4-byte UTF-8", 6, ["😀😀".encode()], 4),
         ("inside 2-byte UTF-8", 5, ["éééé".encode()], 4),
         ("plain ASCII: exact cut", 5, [b"0123456789"], 5),
-        ("invalid UTF-8: raw cut after 3 continuation bytes", 4, [b"a\x80\x80\x80\x80\x80\x80"], 6),
+        # bytes that continue no character are each a token of their own (0x80-0x9F: C1 controls)
+        ("invalid UTF-8: a cut before a lone continuation byte stays", 4, [b"a\x80\x80\x80\x80\x80\x80"], 3),
     ],
 )
 def test_trim_alignment(name: str, capacity: int, appends: list[bytes], start: int) -> None:
@@ -175,14 +176,18 @@ def test_start_may_exceed_end_minus_capacity_but_within_forward_window() -> None
         (b"\x1b]0;t\x1b", None),
         (b"\x1b]0;t\x1b\\X", 7),
         (b"\x1b]0;t\x1b[m", 5),  # OSC interrupted by a new sequence
-        (b"\x1b]0;t\x18X", 6),  # CAN aborts
+        (b"\x1b]0;t\x18X", 5),  # CAN aborts: it ends the OSC, and is a control of its own
         (b"\x1bPq" + ST, 5),
         (b"\x1b7X", 2),
         (b"\x1b(BX", 3),
         (b"\x1b(", None),
         (b"\x1b\x1b[m", 1),
-        (b"\x1b\nX", 1),
-        (b"\x1b[12\nX", 4),  # malformed CSI ends where it cannot continue
+        (b"\x1b\nX", None),  # LF is executed inside the sequence, and ESC X begins an SOS
+        (b"\x1b[12\nX", 6),  # LF is executed inside the CSI, which X ends (as a DEC parser reads it)
+        (b"\x1b[12\x85X", 4),  # a C1 control aborts it
+        (b"\xc2\x9b6nX", 4),  # an 8-bit CSI (U+009B)
+        (b"\x9b6nX", 3),  # a lone byte 0x9B is one too
+        (b"\x1b]0;t\xc2\x9c", 7),  # ST in its 8-bit form
     ],
 )
 def test_sequence_end_table(buf: bytes, end: int | None) -> None:
@@ -261,7 +266,8 @@ _CSI = st.builds(
 _OSC = st.builds(
     lambda kind, body, term: b"\x1b]" + kind + b";" + body.encode() + term,
     st.sampled_from([b"0", b"2", b"8;", b"7"]),
-    st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=0x2FFF, blacklist_categories=("Cs",)),
+    # no C1 control (Cc): U+0080-U+009F ends an OSC, as ESC does
+    st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=0x2FFF, blacklist_categories=("Cs", "Cc")),
             max_size=20),
     st.sampled_from([b"\x07", ST]),
 )

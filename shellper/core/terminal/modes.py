@@ -32,7 +32,7 @@ from shellper.core.structs import record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
 __all__ = [
     "CARRY_MAX",
@@ -201,19 +201,26 @@ titles are not popped: how many is unknown.
 For a client that cannot know the state, e.g. after an uncontrolled disconnect. Note that
 ``?1049l`` also restores the cursor position saved when the alternate screen was entered."""
 
-# One pass over the data finds every sequence that changes a tracked mode. The CSIs share one path, and a
-# lookahead lets the common ones (cursor moves, SGR, erases: no prefix, another final byte) fail after one
-# scan of their parameters: a branch per sequence kind made the scan of a TUI's output twice as slow
-# (bench/NOTES.md, "Mode tracking for the detach reset").
-_MODE_RE = re.compile(
-    rb"\x1b(?:"
-    rb"(\[(?=[?!<>=]|[0-9;]*+[ hlprtun])[?!<>=]?[0-9;]{0,64}+(?: q|[hlprtunm]))"  # 1: DEC modes, DECSTR, ...
-    rb"|([=>c])"  # 2: DECKPAM / DECKPNM / RIS
-    rb"|\][02];([^\x07\x1b]{0,%d})(?:\x07|\x1b\\)" % TITLE_MAX  # 3: OSC 0/2 title
-    + rb")"
-)
-# An unfinished sequence at the end of the data that could still become one of the above.
-_PARTIAL_RE = re.compile(rb"\x1b(?:\[[\x20-\x3f]*|\][^\x07\x1b]*\x1b?)?")
+_MODE_SEQUENCES = {
+    # What the grammar (shellper.core.terminal.parser) is asked to find: one search over the data finds
+    # every sequence that may change a tracked mode, and the common ones (cursor moves, SGR, erases: no
+    # private marker, another final) fail at their final in C (bench/NOTES.md, "Mode tracking for the
+    # detach reset").
+    "csi_finals": "rt",  # DECSTBM, XTWINOPS (the title stack)
+    "marked_csi_finals": "hlpumnq",  # DEC modes, DECSTR, kitty keyboard, XTMODKEYS, DECSCUSR
+    "esc_finals": "=>c",  # DECKPAM, DECKPNM, RIS
+    "osc_prefixes": ("0;", "2;"),  # the title
+}
+_PARAMS_MAX = 64
+"""Longest parameter string followed (a hostile number costs nothing)."""
+
+
+@functools.lru_cache(maxsize=2)
+def _mode_pattern(eight_bit: bool) -> re.Pattern[str]:
+    """The search for :data:`_MODE_SEQUENCES`; without ``eight_bit``, for ASCII text (faster)."""
+    from shellper.core.terminal import parser  # here: a session whose output has no ESC never loads it
+
+    return re.compile(parser.pattern(**_MODE_SEQUENCES, eight_bit=eight_bit))  # type: ignore[arg-type]
 
 
 class ModeOffsetError(ShellperError, ValueError):
@@ -379,15 +386,62 @@ def _stack(flags: int, seq: bytes) -> int:
     return (flags & ~(_KITTY_MASK | _KFLAGS_MASK)) | depth << _KITTY_SHIFT | kflags << _KFLAGS_SHIFT
 
 
-def _apply(flags: int, title: bytes | None, m: re.Match[bytes]) -> _State:
-    """The state after one matched sequence."""
-    if m.lastindex == 3:  # OSC 0/2 title
-        return flags, m.group(3)
-    seq = m.group()
-    mask, value, relative = _effect(seq)
+@functools.lru_cache(maxsize=512)
+def _read(token: str) -> tuple[bytes | None, bytes | None]:
+    """What a sequence found by :func:`_mode_pattern` is to the tracker: (its 7-bit form without C0 controls,
+    as :func:`_effect` reads it, or None for one that changes nothing: not dispatched, or not a form a
+    tracked mode is set with; the title an OSC 0 or 2 sets, or None: one longer than :data:`TITLE_MAX`
+    is ignored)."""
+    from shellper.core.terminal import parser
+
+    seq = parser.parse(token)
+    if seq.kind is parser.Kind.OSC:
+        title = seq.data[2:].encode("utf-8", "surrogateescape")
+        return None, (title if len(title) <= TITLE_MAX else None)
+    if not seq.dispatched:
+        return None, None
+    if seq.kind is parser.Kind.ESC:
+        return (b"\x1b" + seq.final.encode() if not seq.intermediates else None), None
+    params, inter = seq.params, seq.intermediates
+    if ":" in params or len(params) > _PARAMS_MAX:
+        return None, None
+    if inter == "!":  # DECSTR, read by _effect as a prefix
+        return b"\x1b[!" + params.encode() + seq.final.encode(), None
+    if inter not in ("", " ") or (inter == " ") != (seq.final == "q"):
+        return None, None
+    return f"\x1b[{seq.private}{params}{inter}{seq.final}".encode(), None
+
+
+def _apply(flags: int, title: bytes | None, token: str) -> _State:
+    """The state after one sequence :func:`_mode_pattern` found."""
+    canonical, new_title = _read(token)
+    if new_title is not None:
+        return flags, new_title
+    if canonical is None:
+        return flags, title
+    mask, value, relative = _effect(canonical)
     if relative:
-        return _stack(flags, seq), title
+        return _stack(flags, canonical), title
     return (flags & ~mask) | value, None if mask == _RIS else title
+
+
+def _changes(flags: int, title: bytes | None, text: str, eight_bit: bool, cut: int,
+             ) -> Iterator[tuple[int, int, bytes | None]]:
+    """(where, flags, title) after each sequence in ``text`` before ``cut`` that changes the state, ``where``
+    just past it (an index into ``text``); ``eight_bit``: ``text`` may hold C1 controls."""
+    for m in _mode_pattern(eight_bit).finditer(text, 0, cut):
+        new_flags, new_title = _apply(flags, title, m.group())
+        if new_flags != flags or new_title != title:
+            flags, title = new_flags, new_title
+            yield m.end(), flags, title
+
+
+def _unfinished(text: str) -> int:
+    """Where the sequence the end of ``text`` cuts short begins (the grammar's answer), or ``len(text)``."""
+    from shellper.core.terminal import parser
+
+    cut = parser.unfinished(text)
+    return len(text) if cut < 0 else cut
 
 
 class ModeTracker:
@@ -436,23 +490,35 @@ class ModeTracker:
         if 0 <= self._checkpoint_due <= offset and not self._carry:
             self._checkpoint(offset)
         if not self._carry:
-            if b"\x1b" not in data:
+            if b"\x1b" not in data and data.isascii():
                 return
             buf, buf_offset = data, offset
         else:
             buf, buf_offset = self._carry + data, offset - len(self._carry)
             self._carry = b""
+        from shellper.core.terminal import parser
+
+        held = 0 if buf.isascii() else parser.partial_char(buf)
+        text, eight_bit = parser.decode_for_search(buf[:len(buf) - held] if held else buf)
+        cut = _unfinished(text)
         offsets, states = self._offsets, self._states
         flags, title = states[-1] if states else self._base
-        for m in _MODE_RE.finditer(buf):
-            new_flags, new_title = _apply(flags, title, m)
-            if new_flags != flags or new_title != title:
-                flags, title = new_flags, new_title
-                offsets.append(buf_offset + m.end())
-                states.append((flags, title))
+        ascii_ = len(text) == len(buf) - held
+        seen, seen_bytes = 0, 0  # how far, in text and in bytes, the offsets were counted
+        for at, new_flags, new_title in _changes(flags, title, text, eight_bit, cut):
+            if ascii_:
+                seen_bytes = at
+            else:
+                seen_bytes += len(text[seen:at].encode("utf-8", "surrogateescape"))
+                seen = at
+            offsets.append(buf_offset + seen_bytes)
+            states.append((new_flags, new_title))
         if len(offsets) > MAX_HISTORY:  # fold the oldest entries: amortised O(1) per change
             self._fold(offsets[len(offsets) - MAX_HISTORY // 2 - 1])
-        self._carry = self._unfinished_tail(buf)
+        tail = text[cut:].encode("utf-8", "surrogateescape") if cut < len(text) else b""
+        if len(tail) > CARRY_MAX:
+            tail = b""  # a huge OSC cut by the end: dropped, not held
+        self._carry = tail + buf[len(buf) - held:]
 
     def _checkpoint(self, offset: int) -> None:
         """Note the state at ``offset``, where no sequence is unfinished (the carry is empty)."""
@@ -482,10 +548,13 @@ class ModeTracker:
                 first = self._cp_offsets[i - 1]
                 data = read(first, offset)
                 if data is not None:
-                    flags, title = self._cp_states[i - 1]
-                    for m in _MODE_RE.finditer(data):
-                        flags, title = _apply(flags, title, m)
-                    return _to_modes(flags, title)
+                    state = self._cp_states[i - 1]
+                    from shellper.core.terminal import parser
+
+                    text, eight_bit = parser.decode_for_search(data)
+                    for _, new_flags, new_title in _changes(*state, text, eight_bit, _unfinished(text)):
+                        state = (new_flags, new_title)
+                    return _to_modes(*state)
         return _to_modes(*self._state_before(offset))
 
     def preamble(self, offset: int, read: Callable[[int, int], bytes | None] | None = None,
@@ -528,17 +597,3 @@ class ModeTracker:
         self._cp_states.clear()
         if self._checkpoint_due >= 0:
             self._checkpoint(offset)
-
-    @staticmethod
-    def _unfinished_tail(buf: bytes) -> bytes:
-        """The tail of ``buf`` that may be the start of a tracked sequence (bounded)."""
-        p = buf.rfind(b"\x1b", max(0, len(buf) - CARRY_MAX))
-        if p < 0:
-            return b""
-        if _PARTIAL_RE.fullmatch(buf, p) is not None:
-            if p == len(buf) - 1:  # a lone ESC may be the first half of an OSC's ST
-                q = buf.rfind(b"\x1b", max(0, len(buf) - CARRY_MAX), p)
-                if q >= 0 and _PARTIAL_RE.fullmatch(buf, q) is not None and buf[q + 1] == 0x5D:
-                    return buf[q:]
-            return buf[p:]
-        return b""

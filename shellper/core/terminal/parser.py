@@ -1,23 +1,35 @@
 """The grammar of terminal output (sans-IO): where each escape sequence ends and what it is.
 
 One grammar for every part that reads a program's output: the screen model, the query filter of a replay,
-the sanitisers of ``tail --plain`` and of exit reasons. It is the DEC/VT500 state machine's (Paul Williams,
-"A parser for DEC's ANSI-compatible video terminals", vt100.net/emu/dec_ansi_parser), written as regular
-expressions so that plain text is skipped in C, never by a loop over characters in Python:
+the sanitisers of ``tail --plain`` and of exit reasons, the mode tracker and the ring's trims. It is the
+DEC/VT500 state machine (Paul Williams, "A parser for DEC's ANSI-compatible video terminals",
+vt100.net/emu/dec_ansi_parser), held once, as the table :data:`TABLE`: for each :class:`State` and each
+character, an :class:`Action` and the next state. Everything else here is read off that table:
+
+- :func:`parse` classifies one token by stepping the table (kind, private marker, parameters,
+  intermediates, final, data, the C0 controls executed inside it);
+- the regular expressions (:data:`TOKEN` and its parts) are built from the table's character classes at
+  import, so that plain text is skipped in C, never by a loop over characters in Python, and a consumer
+  finds sequences with one search (:func:`pattern` builds the search for just the sequences it wants).
+  The table's sub-states that end a sequence alike (CSI entry, parameters, intermediates and ignore; the
+  DCS states) are one loop in them: :func:`_same_ends` checks at import that they do.
+
+What the table says, in words:
 
 - CSI: ``CSI [<=>?] params [intermediates] final``; C0 controls inside it (a BS in ``ESC [ 6 BS n``) are
   executed where they stand and do not end it (so the DSR is still a DSR), nor do they between ESC and
   the byte after it. DEL is ignored. A private marker after the first parameter byte, or a parameter
   byte after an intermediate, makes the sequence one that is ended by its final but never dispatched
   (the diagram's "CSI ignore"). ``:`` is a parameter byte (SGR's sub-parameters), as in every current
-  terminal.
+  terminal (the diagram, older, sends it to "ignore").
 - ESC: ``ESC [intermediates] final``; ``ESC [``, ``ESC ]``, ``ESC P``, ``ESC X``, ``ESC ^``, ``ESC _``
   start CSI, OSC, DCS, SOS, PM and APC.
-- OSC: to BEL or ST. DCS, SOS, PM, APC: to ST. C0 controls inside them are part of their data (ignored
-  by a terminal), except CAN, SUB and ESC.
+- OSC: to BEL (xterm's) or ST. DCS, SOS, PM, APC: to ST. C0 controls inside them are part of their data
+  (ignored by a terminal), except CAN, SUB and ESC.
 - Anywhere: CAN and SUB abort what is under way; ESC starts a new sequence; so does a C1 control. A
   string (OSC, DCS, ...) ended so is still dispatched by a terminal (the diagram's exit actions), so its
-  data counts as a whole sequence here too, just without a terminator.
+  data counts as a whole sequence here too, just without a terminator. ST's 7-bit form, ESC ``\\``,
+  right after a string's data is that string's end, part of its token.
 - A character above U+009F inside an escape or control sequence (not a string) aborts it and is text:
   no terminal dispatches such a sequence, and text is not swallowed waiting for a final byte.
 
@@ -43,42 +55,361 @@ import re
 
 from shellper.core.structs import record
 
-__all__ = ["TOKEN", "Kind", "Sequence", "decode", "encode", "finished", "parse", "unfinished"]
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
 
-C1 = "\x80-\x9f\udc80-\udc9f"
+__all__ = ["TABLE", "TOKEN", "Action", "Kind", "Sequence", "State", "aborts", "decode", "decode_for_search",
+           "encode", "end_of", "finished", "hold_back", "parse", "partial_char", "pattern", "transition", "unfinished"]
+
+
+class State(enum.IntEnum):
+    """The states of the DEC diagram (int-valued: a hot loop hashes them, and an int hashes in C)."""
+
+    GROUND = 0
+    ESCAPE = 1
+    ESCAPE_INTERMEDIATE = 2
+    CSI_ENTRY = 3
+    CSI_PARAM = 4
+    CSI_INTERMEDIATE = 5
+    CSI_IGNORE = 6
+    DCS_ENTRY = 7
+    DCS_PARAM = 8
+    DCS_INTERMEDIATE = 9
+    DCS_PASSTHROUGH = 10
+    DCS_IGNORE = 11
+    OSC_STRING = 12
+    SOS_PM_APC_STRING = 13
+
+
+class Action(enum.IntEnum):
+    """What a character does in a state (the diagram's actions, those that matter for where a sequence ends
+    and what it is)."""
+
+    PRINT = 0
+    """Text."""
+    EXECUTE = 1
+    """A control, acted on where it stands (inside a sequence too: the sequence goes on)."""
+    IGNORE = 2
+    COLLECT = 3
+    """A private marker or an intermediate."""
+    PARAM = 4
+    START = 5
+    """The character begins a sequence (the diagram's "clear" on entering it)."""
+    DISPATCH = 6
+    """A final: the sequence ends with this character and is acted on."""
+    HOOK = 7
+    """A DCS's final: its data follows."""
+    PUT = 8
+    """A string's data."""
+    END = 9
+    """A terminator (BEL of an OSC, ST) or a final the sequence is not acted on for ("CSI ignore")."""
+
+
+_ESC, _CAN, _SUB, _BEL, _DEL, _ST, _ST_FINAL = 0x1B, 0x18, 0x1A, 0x07, 0x7F, 0x9C, 0x5C
+_WIDE = 0xA0
+"""Characters from here on (and every lone surrogate but U+DC80-U+DC9F) are text to the table."""
+_C0 = (*range(0x18), 0x19, *range(0x1C, 0x20))
+"""The C0 controls but CAN, SUB and ESC (which act anywhere)."""
+_CSI_STATES = (State.CSI_ENTRY, State.CSI_PARAM, State.CSI_INTERMEDIATE, State.CSI_IGNORE)
+_DCS_STATES = (State.DCS_ENTRY, State.DCS_PARAM, State.DCS_INTERMEDIATE, State.DCS_PASSTHROUGH, State.DCS_IGNORE)
+_STRING_STATES = (State.OSC_STRING, State.SOS_PM_APC_STRING, *_DCS_STATES)
+
+_Cell = tuple[Action, State]
+_Row = dict[int, _Cell]
+
+
+def _cells(codes: Iterable[int], action: Action, state: State) -> _Row:
+    return dict.fromkeys(codes, (action, state))
+
+
+def _span(first: int, last: int) -> range:
+    return range(first, last + 1)
+
+
+_ANYWHERE: _Row = {
+    **_cells((_CAN, _SUB), Action.EXECUTE, State.GROUND),
+    **_cells((*_span(0x80, 0x8F), *_span(0x91, 0x97), 0x99, 0x9A), Action.EXECUTE, State.GROUND),
+    _ST: (Action.EXECUTE, State.GROUND),  # a terminator with nothing to end: a control of its own
+    _ESC: (Action.START, State.ESCAPE),
+    0x90: (Action.START, State.DCS_ENTRY),
+    0x9B: (Action.START, State.CSI_ENTRY),
+    0x9D: (Action.START, State.OSC_STRING),
+    **_cells((0x98, 0x9E, 0x9F), Action.START, State.SOS_PM_APC_STRING),
+}
+"""The diagram's "anywhere" transitions: taken from every state, ending what was under way first."""
+
+
+def _csi_like(entry: State, param: State, intermediate: State, ignore: State, final: _Cell, c0: Action,
+              ) -> dict[State, _Row]:
+    """The rows of CSI's or DCS's header states, which differ only in their final, what C0 does and whether
+    ST ends them (a DCS's header is a string's start: ST ends it as it ends its data)."""
+    st = {_ST: (Action.END, State.GROUND)} if c0 is Action.IGNORE else {}
+    return {
+        entry: {**st, **_cells(_C0, c0, entry), _DEL: (Action.IGNORE, entry),
+                **_cells(_span(0x20, 0x2F), Action.COLLECT, intermediate),
+                **_cells(_span(0x30, 0x3B), Action.PARAM, param),
+                **_cells(_span(0x3C, 0x3F), Action.COLLECT, param),
+                **_cells(_span(0x40, 0x7E), *final)},
+        param: {**st, **_cells(_C0, c0, param), _DEL: (Action.IGNORE, param),
+                **_cells(_span(0x20, 0x2F), Action.COLLECT, intermediate),
+                **_cells(_span(0x30, 0x3B), Action.PARAM, param),
+                **_cells(_span(0x3C, 0x3F), Action.IGNORE, ignore),
+                **_cells(_span(0x40, 0x7E), *final)},
+        intermediate: {**st, **_cells(_C0, c0, intermediate), _DEL: (Action.IGNORE, intermediate),
+                       **_cells(_span(0x20, 0x2F), Action.COLLECT, intermediate),
+                       **_cells(_span(0x30, 0x3F), Action.IGNORE, ignore),
+                       **_cells(_span(0x40, 0x7E), *final)},
+    }
+
+
+_OWN: dict[State, _Row] = {
+    State.GROUND: {**_cells(_C0, Action.EXECUTE, State.GROUND), _DEL: (Action.EXECUTE, State.GROUND),
+                   **_cells(_span(0x20, 0x7E), Action.PRINT, State.GROUND)},
+    State.ESCAPE: {**_cells(_C0, Action.EXECUTE, State.ESCAPE), _DEL: (Action.IGNORE, State.ESCAPE),
+                   **_cells(_span(0x20, 0x2F), Action.COLLECT, State.ESCAPE_INTERMEDIATE),
+                   **_cells((*_span(0x30, 0x4F), *_span(0x51, 0x57), 0x59, 0x5A, 0x5C, *_span(0x60, 0x7E)),
+                            Action.DISPATCH, State.GROUND),
+                   0x5B: (Action.START, State.CSI_ENTRY), 0x5D: (Action.START, State.OSC_STRING),
+                   0x50: (Action.START, State.DCS_ENTRY),
+                   **_cells((0x58, 0x5E, 0x5F), Action.START, State.SOS_PM_APC_STRING)},
+    State.ESCAPE_INTERMEDIATE: {
+        **_cells(_C0, Action.EXECUTE, State.ESCAPE_INTERMEDIATE), _DEL: (Action.IGNORE, State.ESCAPE_INTERMEDIATE),
+        **_cells(_span(0x20, 0x2F), Action.COLLECT, State.ESCAPE_INTERMEDIATE),
+        **_cells(_span(0x30, 0x7E), Action.DISPATCH, State.GROUND)},
+    **_csi_like(*_CSI_STATES[:3], State.CSI_IGNORE, (Action.DISPATCH, State.GROUND), Action.EXECUTE),
+    State.CSI_IGNORE: {**_cells(_C0, Action.EXECUTE, State.CSI_IGNORE),
+                       **_cells((*_span(0x20, 0x3F), _DEL), Action.IGNORE, State.CSI_IGNORE),
+                       **_cells(_span(0x40, 0x7E), Action.END, State.GROUND)},
+    **_csi_like(*_DCS_STATES[:3], State.DCS_IGNORE, (Action.HOOK, State.DCS_PASSTHROUGH), Action.IGNORE),
+    State.DCS_PASSTHROUGH: {**_cells((*_C0, *_span(0x20, 0x7E)), Action.PUT, State.DCS_PASSTHROUGH),
+                            _DEL: (Action.IGNORE, State.DCS_PASSTHROUGH), _ST: (Action.END, State.GROUND)},
+    State.DCS_IGNORE: {**_cells((*_C0, *_span(0x20, 0x7F)), Action.IGNORE, State.DCS_IGNORE),
+                       _ST: (Action.END, State.GROUND)},
+    State.OSC_STRING: {**_cells((*_C0, *_span(0x20, 0x7F)), Action.PUT, State.OSC_STRING),
+                       _BEL: (Action.END, State.GROUND), _ST: (Action.END, State.GROUND)},
+    State.SOS_PM_APC_STRING: {**_cells((*_C0, *_span(0x20, 0x7F)), Action.PUT, State.SOS_PM_APC_STRING),
+                              _ST: (Action.END, State.GROUND)},
+}
+"""Each state's own transitions; they take precedence over :data:`_ANYWHERE` (so ST ends a string)."""
+
+
+def _wide(state: State) -> _Cell:
+    """A character above U+009F: data in a string, text anywhere else (aborting a sequence under way)."""
+    if state in _STRING_STATES:
+        return (Action.IGNORE if state is State.DCS_IGNORE else Action.PUT), state
+    return Action.PRINT, State.GROUND
+
+
+TABLE: dict[State, tuple[_Cell, ...]] = {
+    state: (*(_OWN[state].get(code) or _ANYWHERE[code] for code in range(_WIDE)), _wide(state))
+    for state in State
+}
+"""The machine: ``TABLE[state][code]`` for a character's code below U+00A0, ``TABLE[state][-1]`` above."""
+_ABORTS = {state: frozenset(code for code in _ANYWHERE if code not in _OWN[state]) for state in State}
+"""Per state, the characters that end a sequence under way before them (they begin something else)."""
+
+
+def _code(char: str) -> int:
+    """The table's index for ``char``: an undecodable byte 0x80-0x9F is the C1 control of its value."""
+    code = ord(char)
+    if 0xDC80 <= code <= 0xDC9F:
+        return code - 0xDC00
+    return code if code < _WIDE else _WIDE
+
+
+def transition(state: State, char: str) -> tuple[Action, State]:
+    """What ``char`` does in ``state``, and the state after it."""
+    return TABLE[state][_code(char)]
+
+
+def aborts(state: State, char: str) -> bool:
+    """Whether ``char`` ends a sequence under way in ``state`` before it (and begins something of its own)."""
+    if state is State.GROUND:
+        return False  # nothing is under way
+    code = _code(char)
+    return code in _ABORTS[state] or (code == _WIDE and state not in _STRING_STATES)
+
+
+# ------------------------------------------------------------------------ the table as regular expressions
+
+def _klass(codes: Iterable[int]) -> str:
+    """A character class's body for the table's codes below U+00A0 (and the undecodable bytes of C1 ones)."""
+    chosen = sorted(set(codes))
+    chosen += [code + 0xDC00 for code in chosen if 0x80 <= code <= 0x9F]
+    out, i = [], 0
+    while i < len(chosen):
+        j = i
+        while j + 1 < len(chosen) and chosen[j + 1] == chosen[j] + 1:
+            j += 1
+        first, last = (re.escape(chr(chosen[k])) for k in (i, j))
+        out.append(first if i == j else f"{first}{last}" if j == i + 1 else f"{first}-{last}")
+        i = j + 1
+    return "".join(out)
+
+
+_LIVE = {state: [(code, *cell) for code, cell in enumerate(TABLE[state][:_WIDE]) if code not in _ABORTS[state]]
+         for state in State}
+"""Per state, (code, action, next state) for each character below U+00A0 that does not abort it."""
+
+
+def _where(states: Iterable[State], keep: Callable[[Action, State], bool]) -> set[int]:
+    """The codes below U+00A0 whose transition, from any of ``states``, ``keep`` takes."""
+    return {code for state in states for code, action, after in _LIVE[state] if keep(action, after)}
+
+
+def _same_ends(states: tuple[State, ...]) -> tuple[set[int], set[int]]:
+    """What continues and what ends a sequence in any of ``states``, checked to be the same in each (so the
+    states are one loop in the patterns)."""
+    goes_on = [_where((s,), lambda a, n: n in states) for s in states]
+    ends = [_where((s,), lambda a, n: n is State.GROUND) for s in states]
+    if any(g != goes_on[0] for g in goes_on) or any(e != ends[0] for e in ends):
+        raise AssertionError(f"the table's {states} do not end a sequence alike")
+    return goes_on[0], ends[0]
+
+
+def _starts(target: State, state: State = State.GROUND) -> set[int]:
+    """The codes that begin ``target`` from ``state`` (an ESC's second byte, or a C1 control; not one that
+    aborts ``state`` first)."""
+    return _where((state,), lambda a, n: a is Action.START and n is target) if state is not State.GROUND else {
+        code for code in range(_WIDE) if TABLE[state][code] == (Action.START, target)}
+
+
+C1 = _klass(range(0x80, 0xA0))
 """C1 controls: as code points and as undecodable bytes (``surrogateescape``), for a character class."""
-STOP = "\x18\x1a\x1b" + C1
+STOP = _klass(_ANYWHERE)
 """What ends any sequence or string, for a character class: CAN, SUB, ESC and every C1 control."""
-EXECUTED = "\x00-\x17\x19\x1c-\x1f\x7f"
+EXECUTED = _klass(_where((State.ESCAPE,), lambda a, n: n is State.ESCAPE))
 """C0 controls (and DEL) that a sequence under way executes (ignores) and goes on, for a character class."""
-ESC = "\x1b[" + EXECUTED + "]*+"
+ESC = f"{re.escape(chr(_ESC))}[{EXECUTED}]*+"
 """ESC and the C0 controls a terminal executes before the byte that follows it."""
 
-CSI_START = f"(?:{ESC}\\[|[\x9b\udc9b])"
-OSC_START = f"(?:{ESC}\\]|[\x9d\udc9d])"
-DCS_START = f"(?:{ESC}P|[\x90\udc90])"
-SOS_PM_APC_START = f"(?:{ESC}[X^_]|[\x98\x9e\x9f\udc98\udc9e\udc9f])"
-ST = f"(?:{ESC}\\\\|[\x9c\udc9c])"
 
-CSI = f"{CSI_START}[{EXECUTED}\x20-\x3f]*+(?P<csi_final>[\x40-\x7e])?"
-OSC = f"{OSC_START}[^\x07{STOP}]*+(?P<osc_end>\x07|{ST})?"
-DCS = f"{DCS_START}[^{STOP}]*+(?P<dcs_end>{ST})?"
-SOS_PM_APC = f"{SOS_PM_APC_START}[^{STOP}]*+(?P<str_end>{ST})?"
-ESCAPE = f"{ESC}(?:(?P<esc_final>[\x30-\x4f\x51-\x57\x59\x5a\\\\\x60-\x7e])" \
-         f"|[\x20-\x2f][{EXECUTED}\x20-\x2f]*+(?P<esc_final2>[\x30-\x7e])?)?"
-CONTROL = f"[\x00-\x1a\x1c-\x1f\x7f{C1}]"
-"""One control on its own (C1 ones that start nothing: the starting ones are tried first)."""
-TEXT = f"[^\x00-\x1f\x7f{C1}]++"
+def _start(target: State) -> str:
+    return f"(?:{ESC}[{_klass(_starts(target, State.ESCAPE))}]|[{_klass(_starts(target))}])"
+
+
+CSI_START = _start(State.CSI_ENTRY)
+OSC_START = _start(State.OSC_STRING)
+DCS_START = _start(State.DCS_ENTRY)
+SOS_PM_APC_START = _start(State.SOS_PM_APC_STRING)
+_TERMINATORS = _where(_STRING_STATES, lambda a, n: a is Action.END and n is State.GROUND)
+ST = f"(?:{ESC}{re.escape(chr(_ST_FINAL))}|[{_klass(_TERMINATORS & set(range(0x80, 0xA0)))}])"
+"""String Terminator, 7- and 8-bit."""
+
+_CSI_BODY, _CSI_FINAL = _same_ends(_CSI_STATES)
+_DCS_BODY, _DCS_END = _same_ends(_DCS_STATES)
+_OSC_BODY, _OSC_END = _same_ends((State.OSC_STRING,))
+_STR_BODY, _STR_END = _same_ends((State.SOS_PM_APC_STRING,))
+_OSC_END_7 = _OSC_END - set(range(0x80, 0xA0))
+"""An OSC's terminators but ST (xterm's BEL)."""
+
+
+def _string_rest(body: set[int], group: str, extra_end: frozenset[int] | set[int] = frozenset()) -> str:
+    """A string's data and terminator, after its introducer (``group``: the terminator's group name, or "")."""
+    end = f"[{_klass(extra_end)}]|{ST}" if extra_end else ST
+    return f"[^{_klass(set(range(_WIDE)) - body)}]*+(?{f'P<{group}>' if group else ':'}{end})?"
+
+
+def _rests(groups: bool) -> dict[State, str]:
+    """What follows each sequence's introducer, by the state the introducer enters (with the named groups
+    :func:`finished` reads, or without, for a pattern that holds one twice)."""
+    def group(name: str) -> str:
+        return f"?P<{name}>" if groups else "?:"
+
+    return {
+        State.CSI_ENTRY: f"[{_klass(_CSI_BODY)}]*+({group('csi_final')}[{_klass(_CSI_FINAL)}])?",
+        State.OSC_STRING: _string_rest(_OSC_BODY, "osc_end" if groups else "", _OSC_END_7),
+        State.DCS_ENTRY: _string_rest(_DCS_BODY, "dcs_end" if groups else ""),
+        State.SOS_PM_APC_STRING: _string_rest(_STR_BODY, "str_end" if groups else ""),
+        State.ESCAPE: (f"(?:({group('esc_final')}[{_ESC_FINALS}])|[{_ESC_COLLECTS}][{_ESC_INTERMEDIATE_BODY}]*+"
+                       f"({group('esc_final2')}[{_ESC_INTERMEDIATE_FINALS}])?)?"),
+    }
+
+
+_ESC_INTERMEDIATE_BODY, _ESC_INTERMEDIATE_FINALS = (
+    _klass(codes) for codes in _same_ends((State.ESCAPE_INTERMEDIATE,)))
+_ESC_FINALS = _klass(_where((State.ESCAPE,), lambda a, n: a is Action.DISPATCH))
+_ESC_COLLECTS = _klass(_where((State.ESCAPE,), lambda a, n: n is State.ESCAPE_INTERMEDIATE))
+_REST = _rests(groups=True)
+CSI = CSI_START + _REST[State.CSI_ENTRY]
+OSC = OSC_START + _REST[State.OSC_STRING]
+DCS = DCS_START + _REST[State.DCS_ENTRY]
+SOS_PM_APC = SOS_PM_APC_START + _REST[State.SOS_PM_APC_STRING]
+ESCAPE = ESC + _REST[State.ESCAPE]
+_CONTROLS = {code for code in range(_WIDE) if TABLE[State.GROUND][code] in (
+    (Action.EXECUTE, State.GROUND), (Action.IGNORE, State.GROUND))}
+CONTROL = f"[{_klass(_CONTROLS)}]"
+"""One control on its own (C1 ones that start nothing)."""
+_NOT_TEXT = {code for code in range(_WIDE) if TABLE[State.GROUND][code][0] is not Action.PRINT}
+TEXT = f"[^{_klass(_NOT_TEXT)}]++"
 
 SEQUENCE = f"{CSI}|{OSC}|{DCS}|{SOS_PM_APC}|{ESCAPE}|(?P<control>{CONTROL})"
 """Any one token that is not text: a sequence (complete, aborted, or cut by the end) or one control."""
 TOKEN = f"(?P<text>{TEXT})|{SEQUENCE}"
 """The whole grammar: consecutive matches from 0 cover any text exactly, one token each."""
-EXECUTED_CHARS = "".join(map(chr, (*range(0x18), 0x19, *range(0x1C, 0x20), 0x7F)))
-_INTRODUCER = f"[\x1b\x90\x98\x9b\x9d\x9e\x9f\udc90\udc98\udc9b\udc9d\udc9e\udc9f][^{STOP}]*+\\Z"
-_C0_IN_SEQUENCE = f"[{EXECUTED}]"
-_CSI_BODY = "([<=>?]?)([0-9:;]*)([\x20-\x2f]*)"
+EXECUTED_CHARS = "".join(chr(code) for code in _where((State.ESCAPE,), lambda a, n: n is State.ESCAPE))
+_INTRODUCERS = {code for code, (action, _) in _ANYWHERE.items() if action is Action.START}
 
+
+def pattern(*, sequences: bool = False, csi_finals: str = "", marked_csi_finals: str = "", esc_finals: str = "",
+            osc_prefixes: tuple[str, ...] = (), strings: bool = False, controls: str = "",
+            eight_bit: bool = True) -> str:
+    """A pattern that, searched for anywhere in a text, matches exactly the whole tokens of this grammar a
+    consumer wants, and nothing else (every token it wants begins with an introducer, and every introducer
+    begins a token): with ``sequences``, every escape sequence (complete, aborted or cut by the end);
+    otherwise the complete CSIs with no private marker nor intermediate whose final is in ``csi_finals``,
+    the complete ones with either whose final is in ``marked_csi_finals``, the complete ESC sequences
+    without intermediates whose final is in ``esc_finals``, the OSCs whose data begins with one of
+    ``osc_prefixes`` and, with ``strings``, every OSC, DCS, SOS, PM and APC (whole, however they end:
+    :attr:`Sequence.complete` says); and, either way, each of the ``controls`` on its own. A consumer
+    classifies what it gets with :func:`parse`.
+
+    The pattern begins with a class of the characters that can begin a match, then tells them apart with
+    a look-behind: so ``re`` skips everything else (plain text, and most of a TUI's output) in C. Without
+    ``eight_bit``, for ASCII text (which has no C1 control), it begins with ESC alone, which ``re`` finds
+    faster still."""
+    rest = _rests(groups=False)
+    after: dict[State, list[str]] = {state: [] for state in rest}  # what may follow each introducer
+    if sequences:
+        for state, form in rest.items():
+            after[state].append(form)
+    csi, marks = [], _where((State.CSI_ENTRY,), lambda a, n: a is Action.COLLECT)
+    if csi_finals:
+        csi.append(f"[{_klass(map(ord, csi_finals))}]")
+    if marked_csi_finals:
+        csi.append(f"[{_klass(marks)}][{_klass(_CSI_BODY)}]*+[{_klass(map(ord, marked_csi_finals))}]")
+    if csi and not sequences:
+        after[State.CSI_ENTRY].append(f"[{_klass(_CSI_BODY - marks)}]*+(?:{'|'.join(csi)})")
+    if strings and not sequences:
+        for state in (State.OSC_STRING, State.DCS_ENTRY, State.SOS_PM_APC_STRING):
+            after[state].append(rest[state])
+    elif osc_prefixes and not sequences:
+        after[State.OSC_STRING].append(f"(?={'|'.join(map(re.escape, osc_prefixes))}){rest[State.OSC_STRING]}")
+    if esc_finals and not sequences:
+        after[State.ESCAPE].append(f"[{_klass(map(ord, esc_finals))}]")
+    # After ESC (and the C0 controls it executes): a second character that begins a sequence, or a final.
+    esc = [f"[{_klass(_starts(state, State.ESCAPE))}](?:{'|'.join(forms)})"
+           for state, forms in after.items() if forms and state is not State.ESCAPE]
+    esc += after[State.ESCAPE]  # last: an ESC on its own matches nothing more
+    if not eight_bit:
+        return f"{re.escape(chr(_ESC))}[{EXECUTED}]*+(?:{'|'.join(esc)})" if esc else "(?!)"
+    branches, first = [], set(map(ord, controls))
+    if esc:
+        branches.append(f"(?<={re.escape(chr(_ESC))})[{EXECUTED}]*+(?:{'|'.join(esc)})")
+        first.add(_ESC)
+    for state, forms in after.items():
+        if forms and state is not State.ESCAPE:
+            branches.append(f"(?<=[{_klass(_starts(state))}])(?:{'|'.join(forms)})")
+            first |= _starts(state)
+    if controls:
+        branches.append(f"(?<=[{_klass(map(ord, controls))}])")
+    if not branches:
+        return "(?!)"
+    return f"[{_klass(first)}](?:{'|'.join(branches)})"
+
+
+# --------------------------------------------------------------------------------------------- the tokens
 
 def decode(data: bytes) -> str:
     """``data`` as text for this grammar: UTF-8, and any byte that is not, kept as U+DC80-U+DCFF."""
@@ -88,6 +419,29 @@ def decode(data: bytes) -> str:
 def encode(text: str) -> bytes:
     """The inverse of :func:`decode`."""
     return text.encode("utf-8", "surrogateescape")
+
+
+def decode_for_search(data: bytes) -> tuple[str, bool]:
+    """:func:`decode`'s text, and whether it may hold a C1 control (if not, a :func:`pattern` without
+    ``eight_bit`` finds the same, faster): only valid UTF-8 with no U+0080-U+00BF has none. Both checks
+    are scans in C, far cheaper than a search for the C1 controls in the text."""
+    try:
+        return data.decode("utf-8"), b"\xc2" in data
+    except UnicodeDecodeError:
+        return decode(data), True
+
+
+def partial_char(data: bytes) -> int:
+    """How many bytes at the end of ``data`` begin a UTF-8 character that more data would complete. Decode
+    ``data`` without them: alone, a character's bytes 0x80-0x9F would read as C1 controls."""
+    for back in range(1, min(4, len(data) + 1)):
+        byte = data[-back]
+        if byte < 0x80:
+            return 0
+        if byte >= 0xC0:  # a lead byte: 2, 3 or 4 bytes long
+            need = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
+            return back if back < need and byte <= 0xF4 else 0
+    return 0
 
 
 class Kind(enum.Enum):
@@ -115,22 +469,102 @@ class Sequence:
     complete: bool = True
     """False: aborted (by CAN, SUB, ESC, a C1 control or a character above U+009F) or cut by the end."""
     dispatched: bool = True
-    """Whether a terminal acts on it: not on an incomplete CSI or ESC, nor on a CSI the grammar ignores.
-    A string is acted on however it ends."""
+    """Whether a terminal acts on it: not on an incomplete CSI or ESC, nor on a CSI or DCS the grammar
+    ignores. A string is acted on however it ends."""
     private: str = ""
     """A CSI's or DCS's private marker, one of ``<=>?``, or ""."""
     params: str = ""
+    """Its parameters (for an ignored CSI, everything between its introducer and its final)."""
     intermediates: str = ""
     final: str = ""
     data: str = ""
     """An OSC's, DCS's (after its final), SOS's, PM's or APC's data; a control or text itself."""
     controls: str = ""
-    """The C0 controls inside a CSI or ESC, which a terminal executes before it acts on the sequence."""
+    """The C0 controls (and DELs) inside a CSI or ESC, or before a string's data, which a terminal executes
+    before it acts on the sequence."""
 
 
 def finished(m: re.Match[str]) -> bool:
     """Whether the token of a :data:`TOKEN` match has its end (a final byte, a terminator), or needs none."""
     return m.lastgroup is not None  # every named group is a token's end
+
+
+_STRING_KIND = {"]": Kind.OSC, "P": Kind.DCS, "X": Kind.SOS, "^": Kind.PM, "_": Kind.APC,
+                "\x9d": Kind.OSC, "\x90": Kind.DCS, "\x98": Kind.SOS, "\x9e": Kind.PM, "\x9f": Kind.APC}
+_KIND_OF_STATE = {State.ESCAPE: Kind.ESC, State.CSI_ENTRY: Kind.CSI}
+_DATA_STATES = (State.OSC_STRING, State.SOS_PM_APC_STRING, State.DCS_PASSTHROUGH, State.DCS_IGNORE)
+
+
+def parse(token: str) -> Sequence:
+    """Classify one token (the whole of a match of :data:`TOKEN`) by stepping :data:`TABLE` over it (a
+    string's data is taken whole, not stepped)."""
+    m = re.compile(TOKEN).fullmatch(token)
+    if m is None:
+        raise ValueError(f"not one token: {token!r}")
+    if m.lastgroup == "text":
+        return Sequence(kind=Kind.TEXT, data=token)
+    if m.lastgroup == "control":
+        return Sequence(kind=Kind.CONTROL, data=token)
+    kind, state, ignored = Kind.ESC, State.GROUND, False
+    private = params = intermediates = final = controls = raw = ""
+    table, aborts_ = TABLE, _ABORTS
+    for i, char in enumerate(token):
+        code = _code(char)
+        action, state_after = table[state][code]
+        if state is not State.GROUND and code in aborts_[state]:
+            break  # only an ST's ESC, in a string's token: its end
+        if state_after is State.CSI_IGNORE or state_after is State.DCS_IGNORE:
+            ignored = True
+        if action is Action.START:
+            kind = _KIND_OF_STATE.get(state_after) or _STRING_KIND[chr(code)]
+        elif code < 0x20 or code == _DEL:
+            if state not in _DCS_STATES:  # executed (DEL ignored) where it stands; a DCS header ignores them
+                controls += char
+        elif action is Action.COLLECT:
+            raw += char
+            if state in (State.CSI_ENTRY, State.DCS_ENTRY) and code >= 0x3C:
+                private += char
+            else:
+                intermediates += char
+        elif action is Action.PARAM:
+            raw += char
+            params += char
+        elif action is Action.IGNORE:
+            raw += char
+        elif action is Action.DISPATCH or action is Action.HOOK or state in _CSI_STATES:
+            final = char
+        state = state_after
+        if state in _DATA_STATES:
+            end = m.group(m.lastgroup) if m.lastgroup else ""
+            data = token[i + 1:len(token) - len(end)]
+            if state is State.DCS_IGNORE:
+                return Sequence(kind=kind, complete=bool(end), dispatched=False, params=raw + data, data="",
+                                controls=controls)
+            return Sequence(kind=kind, complete=bool(end), private=private, params=params,
+                            intermediates=intermediates, final=final, data=data, controls=controls)
+        if state is State.GROUND:
+            break
+    complete = finished(m)
+    if kind in STRINGS:  # a DCS cut or aborted in its header
+        return Sequence(kind=kind, complete=complete, dispatched=not ignored, private=private, params=params,
+                        intermediates=intermediates, controls=controls)
+    if ignored:  # the diagram's "CSI ignore": it ends, and nothing is done
+        return Sequence(kind=kind, complete=complete, dispatched=False, params=raw, final=final, controls=controls)
+    return Sequence(kind=kind, complete=complete, dispatched=complete, private=private, params=params,
+                    intermediates=intermediates, final=final, controls=controls)
+
+
+def end_of(text: str, pos: int = 0) -> int | None:
+    """Where the token that begins at ``text[pos]`` ends, or None when the end of ``text`` cuts it short (more
+    text could change where it ends; an ESC right after a string's data may begin its ST)."""
+    m = re.compile(TOKEN).match(text, pos)
+    assert m is not None  # every character starts a token
+    end = m.end()
+    if end == len(text):
+        return end if finished(m) or m.lastgroup == "text" else None
+    if not finished(m) and _is_string(text, pos) and re.compile(f"{ESC}\\Z").match(text, end):
+        return None
+    return end
 
 
 def hold_back(text: str, most: int) -> tuple[str, str]:
@@ -153,83 +587,28 @@ def unfinished(text: str) -> int:
     assert m is not None  # every character starts a token
     if m.end() < len(text) or finished(m):
         return -1
-    if start and _kind_of(m.group()) is Kind.ESC:
+    if start and re.compile(f"{ESC}\\Z").match(text, start):
         prior = _last_introducer(text, start)
         s = re.compile(TOKEN).match(text, prior) if prior >= 0 else None
-        if s is not None and s.end() == start and not finished(s) and _kind_of(s.group()) in STRINGS:
+        if s is not None and s.end() == start and not finished(s) and _is_string(text, prior):
             return prior
     return start
 
 
-def _last_introducer(text: str, end: int) -> int:
-    """The last ESC or C1 introducer before ``end`` with nothing that ends a sequence after it, or -1 (for
-    ASCII text, simply the last ESC)."""
-    if text.isascii():
-        return text.rfind("\x1b", 0, end)
-    m = re.compile(_INTRODUCER).search(text, 0, end)
-    return m.start() if m is not None else -1
-
-
-_STRING_KINDS = {"]": Kind.OSC, "P": Kind.DCS, "X": Kind.SOS, "^": Kind.PM, "_": Kind.APC}
-_C1_KINDS = {"\x9b": Kind.CSI, "\x9d": Kind.OSC, "\x90": Kind.DCS, "\x98": Kind.SOS, "\x9e": Kind.PM,
-             "\x9f": Kind.APC}
-
-
-def _kind_of(token: str) -> Kind:
-    """The kind of a token, from its first characters."""
-    first = token[0]
-    if first >= "\udc80":  # an undecodable byte: the C1 control of its value
-        first = chr(ord(first) - 0xDC00)
-    if first in _C1_KINDS:
-        return _C1_KINDS[first]
-    if first != "\x1b":
-        return Kind.CONTROL if first < " " or "\x7f" <= first <= "\x9f" else Kind.TEXT
-    second = token[1:].lstrip(EXECUTED_CHARS)[:1]
-    if second == "[":
-        return Kind.CSI
-    return _STRING_KINDS.get(second, Kind.ESC)
-
-
-def parse(token: str) -> Sequence:
-    """Classify one token (the whole of a match of :data:`TOKEN`)."""
-    m = re.compile(TOKEN).fullmatch(token)
-    if m is None:
-        raise ValueError(f"not one token: {token!r}")
-    kind = _kind_of(token)
-    if kind is Kind.TEXT or kind is Kind.CONTROL:
-        return Sequence(kind=kind, data=token)
-    complete = finished(m)
-    if kind is Kind.ESC:
-        controls = "".join(re.compile(_C0_IN_SEQUENCE).findall(token, 1))
-        body = re.compile(_C0_IN_SEQUENCE).sub("", token[1:])
-        return Sequence(kind=kind, complete=complete, dispatched=complete,
-                        intermediates=body[:-1] if complete else body, final=body[-1:] if complete else "",
-                        controls=controls)
-    if kind is Kind.CSI:
-        controls = "".join(re.compile(_C0_IN_SEQUENCE).findall(token, 1)) if token[0] == "\x1b" else ""
-        body = re.compile(_C0_IN_SEQUENCE).sub("", token[1:])
-        if token[0] == "\x1b":
-            body = body[1:]  # the [
-        final = body[-1:] if complete else ""
-        if complete:
-            body = body[:-1]
-        shape = re.compile(_CSI_BODY).fullmatch(body)
-        if shape is None:  # the diagram's "CSI ignore": it ends, and nothing is done
-            return Sequence(kind=kind, complete=complete, dispatched=False, params=body, final=final,
-                            controls=controls)
-        return Sequence(kind=kind, complete=complete, dispatched=complete, private=shape.group(1),
-                        params=shape.group(2), intermediates=shape.group(3), final=final, controls=controls)
-    start = re.compile(_STRING_START).match(token)
-    assert start is not None
-    end = m.group("osc_end") or m.group("dcs_end") or m.group("str_end") or ""
-    data = token[start.end():len(token) - len(end)]
-    if kind is Kind.DCS:
-        header = re.compile(_DCS_HEADER).match(re.compile(_C0_IN_SEQUENCE).sub("", data))
-        if header is not None:
-            return Sequence(kind=kind, complete=complete, private=header.group(1), params=header.group(2),
-                            intermediates=header.group(3), final=header.group(4), data=header.group(5))
-    return Sequence(kind=kind, complete=complete, data=data)
+def _is_string(text: str, pos: int) -> bool:
+    """Whether the token at ``text[pos]`` is a string (OSC, DCS, SOS, PM, APC)."""
+    return re.compile(_STRING_START).match(text, pos) is not None
 
 
 _STRING_START = f"{OSC_START}|{DCS_START}|{SOS_PM_APC_START}"
-_DCS_HEADER = "(?s)([<=>?]?)([0-9;]*)([\x20-\x2f]*)([\x40-\x7e])(.*)"
+
+
+def _last_introducer(text: str, end: int) -> int:
+    """The last ESC or C1 introducer before ``end``, or -1 (for ASCII text, simply the last ESC)."""
+    if text.isascii():
+        return text.rfind("\x1b", 0, end)
+    return max(text.rfind(char, 0, end) for char in _INTRODUCER_CHARS)
+
+
+_INTRODUCER_CHARS = "".join(chr(code) for code in sorted(_INTRODUCERS)) + "".join(
+    chr(code + 0xDC00) for code in sorted(_INTRODUCERS) if code >= 0x80)

@@ -30,15 +30,12 @@ from shellper.core.terminal import parser as vtparse
 
 __all__ = ["is_query", "strip_queries"]
 
-_CANDIDATE = (
+_CANDIDATE = vtparse.pattern(
     # Only what may be a query is matched (and looked at in Python): a CSI with a private marker or an
-    # intermediate, or with one of the finals of a query; every string; ESC Z; the 8-bit DECID; ENQ.
-    # Ordinary CSIs (SGR, cursor moves, erases) fail at their final in C.
-    f"{vtparse.CSI_START}(?=[{vtparse.EXECUTED}]*+[<=>?])[{vtparse.EXECUTED}\x20-\x3f]*+[\x40-\x7e]"
-    f"|{vtparse.CSI_START}[{vtparse.EXECUTED}0-9:;]*+(?:[\x20-\x2f][{vtparse.EXECUTED}\x20-\x3f]*+[\x40-\x7e]|[nctx])"
-    f"|{vtparse.OSC}|{vtparse.DCS}|{vtparse.SOS_PM_APC}"
-    f"|{vtparse.ESC}Z|[\x9a\udc9a]"
-)
+    # intermediate, or with one of the finals of a query; every string; ESC Z; the 8-bit DECID. Ordinary
+    # CSIs (SGR, cursor moves, erases) fail at their final in C.
+    csi_finals="nctx", marked_csi_finals="".join(map(chr, range(0x40, 0x7F))), esc_finals="Z", strings=True,
+    controls="\x9a")
 _XTWINOPS_REPORTS = frozenset(("11", "13", "14", "15", "16", "17", "18", "19", "20", "21"))
 _OSC_FIELDS_BEFORE_QUERY = re.compile(r"(?:[0-9]*;)+\?(?:;|\Z)")
 

@@ -24,14 +24,20 @@ PLAIN_CARRY_MAX = 4096
 huge OSC cut by a piece's end) is dropped."""
 
 
+_PATTERNS: dict[str, str] = {}
+"""The stripping pattern for each ``keep`` asked for (built once: the grammar's pieces cost to join)."""
+
+
 def _pattern(keep: str) -> str:
+    if keep in _PATTERNS:
+        return _PATTERNS[keep]
     from shellper.core.terminal import (
         parser as vtparse,  # here: a shellper imports this module at start, and may never strip
     )
 
-    controls = "".join(c for c in map(chr, range(0x20)) if c not in keep and c != "\x1b") + "\x7f"
-    return (f"{vtparse.CSI}|{vtparse.OSC}|{vtparse.DCS}|{vtparse.SOS_PM_APC}|{vtparse.ESCAPE}"
-            f"|[{re.escape(controls)}{vtparse.C1}]")
+    controls = "".join(c for c in map(chr, range(0x20)) if c not in keep and c != "\x1b")
+    found = _PATTERNS[keep] = vtparse.pattern(sequences=True, controls=controls + "".join(map(chr, range(0x7F, 0xA0))))
+    return found
 
 
 def strip_escapes(text: str, keep: str = "\t\n\r") -> str:
