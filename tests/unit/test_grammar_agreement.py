@@ -119,7 +119,7 @@ def _stepped_ends(text: str) -> list[int]:
             continue  # the character begins something of its own
         action, after = vtparse.transition(state, char)
         if state is ground:
-            if action is vtparse.Action.PRINT:
+            if action is vtparse.ParserAction.PRINT:
                 if in_text:
                     ends[-1] = i + 1  # a run of text is one token
                 else:

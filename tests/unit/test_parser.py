@@ -51,7 +51,7 @@ TABLE = [
 ]
 
 
-S, A = vtparse.State, vtparse.Action
+S, A = vtparse.State, vtparse.ParserAction
 
 STATES = [
     # (state, character, action, next state): the DEC diagram, a row or two of each state's transitions
@@ -129,7 +129,7 @@ STATES = [
 
 @pytest.mark.parametrize(("state", "char", "action", "after"), STATES,
                          ids=[f"{r[0].name}-{r[1]!r}" for r in STATES])
-def test_transition(state: vtparse.State, char: str, action: vtparse.Action, after: vtparse.State) -> None:
+def test_transition(state: vtparse.State, char: str, action: vtparse.ParserAction, after: vtparse.State) -> None:
     assert vtparse.transition(state, char) == (action, after)
 
 

@@ -4,7 +4,7 @@ One grammar for every part that reads a program's output: the screen model, the 
 the sanitisers of ``tail --plain`` and of exit reasons, the mode tracker and the ring's trims. It is the
 DEC/VT500 state machine (Paul Williams, "A parser for DEC's ANSI-compatible video terminals",
 vt100.net/emu/dec_ansi_parser), held once, as the table :data:`TABLE`: for each :class:`State` and each
-character, an :class:`Action` and the next state. Everything else here is read off that table:
+character, an :class:`ParserAction` and the next state. Everything else here is read off that table:
 
 - :func:`parse` classifies one token by stepping the table (kind, private marker, parameters,
   intermediates, final, data, the C0 controls executed inside it);
@@ -59,8 +59,26 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-u
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
-__all__ = ["TABLE", "TOKEN", "Action", "Kind", "Sequence", "State", "aborts", "decode", "decode_for_search",
-           "encode", "end_of", "finished", "hold_back", "parse", "partial_char", "pattern", "transition", "unfinished"]
+__all__ = [
+    "TABLE",
+    "TOKEN",
+    "Kind",
+    "ParserAction",
+    "Sequence",
+    "State",
+    "aborts",
+    "decode",
+    "decode_for_search",
+    "encode",
+    "end_of",
+    "finished",
+    "hold_back",
+    "parse",
+    "partial_char",
+    "pattern",
+    "transition",
+    "unfinished",
+]
 
 
 class State(enum.IntEnum):
@@ -82,7 +100,7 @@ class State(enum.IntEnum):
     SOS_PM_APC_STRING = 13
 
 
-class Action(enum.IntEnum):
+class ParserAction(enum.IntEnum):
     """What a character does in a state (the diagram's actions, those that matter for where a sequence ends
     and what it is)."""
 
@@ -115,11 +133,11 @@ _CSI_STATES = (State.CSI_ENTRY, State.CSI_PARAM, State.CSI_INTERMEDIATE, State.C
 _DCS_STATES = (State.DCS_ENTRY, State.DCS_PARAM, State.DCS_INTERMEDIATE, State.DCS_PASSTHROUGH, State.DCS_IGNORE)
 _STRING_STATES = (State.OSC_STRING, State.SOS_PM_APC_STRING, *_DCS_STATES)
 
-_Cell = tuple[Action, State]
+_Cell = tuple[ParserAction, State]
 _Row = dict[int, _Cell]
 
 
-def _cells(codes: Iterable[int], action: Action, state: State) -> _Row:
+def _cells(codes: Iterable[int], action: ParserAction, state: State) -> _Row:
     return dict.fromkeys(codes, (action, state))
 
 
@@ -128,68 +146,69 @@ def _span(first: int, last: int) -> range:
 
 
 _ANYWHERE: _Row = {
-    **_cells((_CAN, _SUB), Action.EXECUTE, State.GROUND),
-    **_cells((*_span(0x80, 0x8F), *_span(0x91, 0x97), 0x99, 0x9A), Action.EXECUTE, State.GROUND),
-    _ST: (Action.EXECUTE, State.GROUND),  # a terminator with nothing to end: a control of its own
-    _ESC: (Action.START, State.ESCAPE),
-    0x90: (Action.START, State.DCS_ENTRY),
-    0x9B: (Action.START, State.CSI_ENTRY),
-    0x9D: (Action.START, State.OSC_STRING),
-    **_cells((0x98, 0x9E, 0x9F), Action.START, State.SOS_PM_APC_STRING),
+    **_cells((_CAN, _SUB), ParserAction.EXECUTE, State.GROUND),
+    **_cells((*_span(0x80, 0x8F), *_span(0x91, 0x97), 0x99, 0x9A), ParserAction.EXECUTE, State.GROUND),
+    _ST: (ParserAction.EXECUTE, State.GROUND),  # a terminator with nothing to end: a control of its own
+    _ESC: (ParserAction.START, State.ESCAPE),
+    0x90: (ParserAction.START, State.DCS_ENTRY),
+    0x9B: (ParserAction.START, State.CSI_ENTRY),
+    0x9D: (ParserAction.START, State.OSC_STRING),
+    **_cells((0x98, 0x9E, 0x9F), ParserAction.START, State.SOS_PM_APC_STRING),
 }
 """The diagram's "anywhere" transitions: taken from every state, ending what was under way first."""
 
 
-def _csi_like(entry: State, param: State, intermediate: State, ignore: State, final: _Cell, c0: Action,
+def _csi_like(entry: State, param: State, intermediate: State, ignore: State, final: _Cell, c0: ParserAction,
               ) -> dict[State, _Row]:
     """The rows of CSI's or DCS's header states, which differ only in their final, what C0 does and whether
     ST ends them (a DCS's header is a string's start: ST ends it as it ends its data)."""
-    st = {_ST: (Action.END, State.GROUND)} if c0 is Action.IGNORE else {}
+    st = {_ST: (ParserAction.END, State.GROUND)} if c0 is ParserAction.IGNORE else {}
     return {
-        entry: {**st, **_cells(_C0, c0, entry), _DEL: (Action.IGNORE, entry),
-                **_cells(_span(0x20, 0x2F), Action.COLLECT, intermediate),
-                **_cells(_span(0x30, 0x3B), Action.PARAM, param),
-                **_cells(_span(0x3C, 0x3F), Action.COLLECT, param),
+        entry: {**st, **_cells(_C0, c0, entry), _DEL: (ParserAction.IGNORE, entry),
+                **_cells(_span(0x20, 0x2F), ParserAction.COLLECT, intermediate),
+                **_cells(_span(0x30, 0x3B), ParserAction.PARAM, param),
+                **_cells(_span(0x3C, 0x3F), ParserAction.COLLECT, param),
                 **_cells(_span(0x40, 0x7E), *final)},
-        param: {**st, **_cells(_C0, c0, param), _DEL: (Action.IGNORE, param),
-                **_cells(_span(0x20, 0x2F), Action.COLLECT, intermediate),
-                **_cells(_span(0x30, 0x3B), Action.PARAM, param),
-                **_cells(_span(0x3C, 0x3F), Action.IGNORE, ignore),
+        param: {**st, **_cells(_C0, c0, param), _DEL: (ParserAction.IGNORE, param),
+                **_cells(_span(0x20, 0x2F), ParserAction.COLLECT, intermediate),
+                **_cells(_span(0x30, 0x3B), ParserAction.PARAM, param),
+                **_cells(_span(0x3C, 0x3F), ParserAction.IGNORE, ignore),
                 **_cells(_span(0x40, 0x7E), *final)},
-        intermediate: {**st, **_cells(_C0, c0, intermediate), _DEL: (Action.IGNORE, intermediate),
-                       **_cells(_span(0x20, 0x2F), Action.COLLECT, intermediate),
-                       **_cells(_span(0x30, 0x3F), Action.IGNORE, ignore),
+        intermediate: {**st, **_cells(_C0, c0, intermediate), _DEL: (ParserAction.IGNORE, intermediate),
+                       **_cells(_span(0x20, 0x2F), ParserAction.COLLECT, intermediate),
+                       **_cells(_span(0x30, 0x3F), ParserAction.IGNORE, ignore),
                        **_cells(_span(0x40, 0x7E), *final)},
     }
 
 
 _OWN: dict[State, _Row] = {
-    State.GROUND: {**_cells(_C0, Action.EXECUTE, State.GROUND), _DEL: (Action.EXECUTE, State.GROUND),
-                   **_cells(_span(0x20, 0x7E), Action.PRINT, State.GROUND)},
-    State.ESCAPE: {**_cells(_C0, Action.EXECUTE, State.ESCAPE), _DEL: (Action.IGNORE, State.ESCAPE),
-                   **_cells(_span(0x20, 0x2F), Action.COLLECT, State.ESCAPE_INTERMEDIATE),
+    State.GROUND: {**_cells(_C0, ParserAction.EXECUTE, State.GROUND), _DEL: (ParserAction.EXECUTE, State.GROUND),
+                   **_cells(_span(0x20, 0x7E), ParserAction.PRINT, State.GROUND)},
+    State.ESCAPE: {**_cells(_C0, ParserAction.EXECUTE, State.ESCAPE), _DEL: (ParserAction.IGNORE, State.ESCAPE),
+                   **_cells(_span(0x20, 0x2F), ParserAction.COLLECT, State.ESCAPE_INTERMEDIATE),
                    **_cells((*_span(0x30, 0x4F), *_span(0x51, 0x57), 0x59, 0x5A, 0x5C, *_span(0x60, 0x7E)),
-                            Action.DISPATCH, State.GROUND),
-                   0x5B: (Action.START, State.CSI_ENTRY), 0x5D: (Action.START, State.OSC_STRING),
-                   0x50: (Action.START, State.DCS_ENTRY),
-                   **_cells((0x58, 0x5E, 0x5F), Action.START, State.SOS_PM_APC_STRING)},
+                            ParserAction.DISPATCH, State.GROUND),
+                   0x5B: (ParserAction.START, State.CSI_ENTRY), 0x5D: (ParserAction.START, State.OSC_STRING),
+                   0x50: (ParserAction.START, State.DCS_ENTRY),
+                   **_cells((0x58, 0x5E, 0x5F), ParserAction.START, State.SOS_PM_APC_STRING)},
     State.ESCAPE_INTERMEDIATE: {
-        **_cells(_C0, Action.EXECUTE, State.ESCAPE_INTERMEDIATE), _DEL: (Action.IGNORE, State.ESCAPE_INTERMEDIATE),
-        **_cells(_span(0x20, 0x2F), Action.COLLECT, State.ESCAPE_INTERMEDIATE),
-        **_cells(_span(0x30, 0x7E), Action.DISPATCH, State.GROUND)},
-    **_csi_like(*_CSI_STATES[:3], State.CSI_IGNORE, (Action.DISPATCH, State.GROUND), Action.EXECUTE),
-    State.CSI_IGNORE: {**_cells(_C0, Action.EXECUTE, State.CSI_IGNORE),
-                       **_cells((*_span(0x20, 0x3F), _DEL), Action.IGNORE, State.CSI_IGNORE),
-                       **_cells(_span(0x40, 0x7E), Action.END, State.GROUND)},
-    **_csi_like(*_DCS_STATES[:3], State.DCS_IGNORE, (Action.HOOK, State.DCS_PASSTHROUGH), Action.IGNORE),
-    State.DCS_PASSTHROUGH: {**_cells((*_C0, *_span(0x20, 0x7E)), Action.PUT, State.DCS_PASSTHROUGH),
-                            _DEL: (Action.IGNORE, State.DCS_PASSTHROUGH), _ST: (Action.END, State.GROUND)},
-    State.DCS_IGNORE: {**_cells((*_C0, *_span(0x20, 0x7F)), Action.IGNORE, State.DCS_IGNORE),
-                       _ST: (Action.END, State.GROUND)},
-    State.OSC_STRING: {**_cells((*_C0, *_span(0x20, 0x7F)), Action.PUT, State.OSC_STRING),
-                       _BEL: (Action.END, State.GROUND), _ST: (Action.END, State.GROUND)},
-    State.SOS_PM_APC_STRING: {**_cells((*_C0, *_span(0x20, 0x7F)), Action.PUT, State.SOS_PM_APC_STRING),
-                              _ST: (Action.END, State.GROUND)},
+        **_cells(_C0, ParserAction.EXECUTE, State.ESCAPE_INTERMEDIATE),
+        _DEL: (ParserAction.IGNORE, State.ESCAPE_INTERMEDIATE),
+        **_cells(_span(0x20, 0x2F), ParserAction.COLLECT, State.ESCAPE_INTERMEDIATE),
+        **_cells(_span(0x30, 0x7E), ParserAction.DISPATCH, State.GROUND)},
+    **_csi_like(*_CSI_STATES[:3], State.CSI_IGNORE, (ParserAction.DISPATCH, State.GROUND), ParserAction.EXECUTE),
+    State.CSI_IGNORE: {**_cells(_C0, ParserAction.EXECUTE, State.CSI_IGNORE),
+                       **_cells((*_span(0x20, 0x3F), _DEL), ParserAction.IGNORE, State.CSI_IGNORE),
+                       **_cells(_span(0x40, 0x7E), ParserAction.END, State.GROUND)},
+    **_csi_like(*_DCS_STATES[:3], State.DCS_IGNORE, (ParserAction.HOOK, State.DCS_PASSTHROUGH), ParserAction.IGNORE),
+    State.DCS_PASSTHROUGH: {**_cells((*_C0, *_span(0x20, 0x7E)), ParserAction.PUT, State.DCS_PASSTHROUGH),
+                            _DEL: (ParserAction.IGNORE, State.DCS_PASSTHROUGH), _ST: (ParserAction.END, State.GROUND)},
+    State.DCS_IGNORE: {**_cells((*_C0, *_span(0x20, 0x7F)), ParserAction.IGNORE, State.DCS_IGNORE),
+                       _ST: (ParserAction.END, State.GROUND)},
+    State.OSC_STRING: {**_cells((*_C0, *_span(0x20, 0x7F)), ParserAction.PUT, State.OSC_STRING),
+                       _BEL: (ParserAction.END, State.GROUND), _ST: (ParserAction.END, State.GROUND)},
+    State.SOS_PM_APC_STRING: {**_cells((*_C0, *_span(0x20, 0x7F)), ParserAction.PUT, State.SOS_PM_APC_STRING),
+                              _ST: (ParserAction.END, State.GROUND)},
 }
 """Each state's own transitions; they take precedence over :data:`_ANYWHERE` (so ST ends a string)."""
 
@@ -197,8 +216,8 @@ _OWN: dict[State, _Row] = {
 def _wide(state: State) -> _Cell:
     """A character above U+009F: data in a string, text anywhere else (aborting a sequence under way)."""
     if state in _STRING_STATES:
-        return (Action.IGNORE if state is State.DCS_IGNORE else Action.PUT), state
-    return Action.PRINT, State.GROUND
+        return (ParserAction.IGNORE if state is State.DCS_IGNORE else ParserAction.PUT), state
+    return ParserAction.PRINT, State.GROUND
 
 
 TABLE: dict[State, tuple[_Cell, ...]] = {
@@ -218,7 +237,7 @@ def _code(char: str) -> int:
     return code if code < _WIDE else _WIDE
 
 
-def transition(state: State, char: str) -> tuple[Action, State]:
+def transition(state: State, char: str) -> tuple[ParserAction, State]:
     """What ``char`` does in ``state``, and the state after it."""
     return TABLE[state][_code(char)]
 
@@ -253,7 +272,7 @@ _LIVE = {state: [(code, *cell) for code, cell in enumerate(TABLE[state][:_WIDE])
 """Per state, (code, action, next state) for each character below U+00A0 that does not abort it."""
 
 
-def _where(states: Iterable[State], keep: Callable[[Action, State], bool]) -> set[int]:
+def _where(states: Iterable[State], keep: Callable[[ParserAction, State], bool]) -> set[int]:
     """The codes below U+00A0 whose transition, from any of ``states``, ``keep`` takes."""
     return {code for state in states for code, action, after in _LIVE[state] if keep(action, after)}
 
@@ -271,8 +290,8 @@ def _same_ends(states: tuple[State, ...]) -> tuple[set[int], set[int]]:
 def _starts(target: State, state: State = State.GROUND) -> set[int]:
     """The codes that begin ``target`` from ``state`` (an ESC's second byte, or a C1 control; not one that
     aborts ``state`` first)."""
-    return _where((state,), lambda a, n: a is Action.START and n is target) if state is not State.GROUND else {
-        code for code in range(_WIDE) if TABLE[state][code] == (Action.START, target)}
+    return _where((state,), lambda a, n: a is ParserAction.START and n is target) if state is not State.GROUND else {
+        code for code in range(_WIDE) if TABLE[state][code] == (ParserAction.START, target)}
 
 
 C1 = _klass(range(0x80, 0xA0))
@@ -293,7 +312,7 @@ CSI_START = _start(State.CSI_ENTRY)
 OSC_START = _start(State.OSC_STRING)
 DCS_START = _start(State.DCS_ENTRY)
 SOS_PM_APC_START = _start(State.SOS_PM_APC_STRING)
-_TERMINATORS = _where(_STRING_STATES, lambda a, n: a is Action.END and n is State.GROUND)
+_TERMINATORS = _where(_STRING_STATES, lambda a, n: a is ParserAction.END and n is State.GROUND)
 ST = f"(?:{ESC}{re.escape(chr(_ST_FINAL))}|[{_klass(_TERMINATORS & set(range(0x80, 0xA0)))}])"
 """String Terminator, 7- and 8-bit."""
 
@@ -329,7 +348,7 @@ def _rests(groups: bool) -> dict[State, str]:
 
 _ESC_INTERMEDIATE_BODY, _ESC_INTERMEDIATE_FINALS = (
     _klass(codes) for codes in _same_ends((State.ESCAPE_INTERMEDIATE,)))
-_ESC_FINALS = _klass(_where((State.ESCAPE,), lambda a, n: a is Action.DISPATCH))
+_ESC_FINALS = _klass(_where((State.ESCAPE,), lambda a, n: a is ParserAction.DISPATCH))
 _ESC_COLLECTS = _klass(_where((State.ESCAPE,), lambda a, n: n is State.ESCAPE_INTERMEDIATE))
 _REST = _rests(groups=True)
 CSI = CSI_START + _REST[State.CSI_ENTRY]
@@ -338,10 +357,10 @@ DCS = DCS_START + _REST[State.DCS_ENTRY]
 SOS_PM_APC = SOS_PM_APC_START + _REST[State.SOS_PM_APC_STRING]
 ESCAPE = ESC + _REST[State.ESCAPE]
 _CONTROLS = {code for code in range(_WIDE) if TABLE[State.GROUND][code] in (
-    (Action.EXECUTE, State.GROUND), (Action.IGNORE, State.GROUND))}
+    (ParserAction.EXECUTE, State.GROUND), (ParserAction.IGNORE, State.GROUND))}
 CONTROL = f"[{_klass(_CONTROLS)}]"
 """One control on its own (C1 ones that start nothing)."""
-_NOT_TEXT = {code for code in range(_WIDE) if TABLE[State.GROUND][code][0] is not Action.PRINT}
+_NOT_TEXT = {code for code in range(_WIDE) if TABLE[State.GROUND][code][0] is not ParserAction.PRINT}
 TEXT = f"[^{_klass(_NOT_TEXT)}]++"
 
 SEQUENCE = f"{CSI}|{OSC}|{DCS}|{SOS_PM_APC}|{ESCAPE}|(?P<control>{CONTROL})"
@@ -349,7 +368,7 @@ SEQUENCE = f"{CSI}|{OSC}|{DCS}|{SOS_PM_APC}|{ESCAPE}|(?P<control>{CONTROL})"
 TOKEN = f"(?P<text>{TEXT})|{SEQUENCE}"
 """The whole grammar: consecutive matches from 0 cover any text exactly, one token each."""
 EXECUTED_CHARS = "".join(chr(code) for code in _where((State.ESCAPE,), lambda a, n: n is State.ESCAPE))
-_INTRODUCERS = {code for code, (action, _) in _ANYWHERE.items() if action is Action.START}
+_INTRODUCERS = {code for code, (action, _) in _ANYWHERE.items() if action is ParserAction.START}
 
 
 def pattern(*, sequences: bool = False, csi_finals: str = "", marked_csi_finals: str = "", esc_finals: str = "",
@@ -374,7 +393,7 @@ def pattern(*, sequences: bool = False, csi_finals: str = "", marked_csi_finals:
     if sequences:
         for state, form in rest.items():
             after[state].append(form)
-    csi, marks = [], _where((State.CSI_ENTRY,), lambda a, n: a is Action.COLLECT)
+    csi, marks = [], _where((State.CSI_ENTRY,), lambda a, n: a is ParserAction.COLLECT)
     if csi_finals:
         csi.append(f"[{_klass(map(ord, csi_finals))}]")
     if marked_csi_finals:
@@ -515,23 +534,23 @@ def parse(token: str) -> Sequence:
             break  # only an ST's ESC, in a string's token: its end
         if state_after is State.CSI_IGNORE or state_after is State.DCS_IGNORE:
             ignored = True
-        if action is Action.START:
+        if action is ParserAction.START:
             kind = _KIND_OF_STATE.get(state_after) or _STRING_KIND[chr(code)]
         elif code < 0x20 or code == _DEL:
             if state not in _DCS_STATES:  # executed (DEL ignored) where it stands; a DCS header ignores them
                 controls += char
-        elif action is Action.COLLECT:
+        elif action is ParserAction.COLLECT:
             raw += char
             if state in (State.CSI_ENTRY, State.DCS_ENTRY) and code >= 0x3C:
                 private += char
             else:
                 intermediates += char
-        elif action is Action.PARAM:
+        elif action is ParserAction.PARAM:
             raw += char
             params += char
-        elif action is Action.IGNORE:
+        elif action is ParserAction.IGNORE:
             raw += char
-        elif action is Action.DISPATCH or action is Action.HOOK or state in _CSI_STATES:
+        elif action is ParserAction.DISPATCH or action is ParserAction.HOOK or state in _CSI_STATES:
             final = char
         state = state_after
         if state in _DATA_STATES:
