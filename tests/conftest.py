@@ -39,6 +39,10 @@ SHELLPER_CLI = [str(_SCRIPT)] if _SCRIPT.exists() else [PY, "-m", "shellper.cli"
 """How a person runs ``shellper``: the installed console script (shellper.cli.entry.entry) when there is one."""
 
 
+os.environ["SHELLPER_LAUNCHER"] = "off"
+"""No warm launcher (shellper.daemon.launcher) unless a test asks for one (tests/test_launcher.py): a launcher
+would outlive the test that started it, and its files would stay in every runtime directory."""
+
 TEST_PARENT_PREFIX = "shellper-test-"
 
 
