@@ -122,10 +122,13 @@ def test_warm_session_runs_attaches_and_stops_like_a_cold_one(wd: WarmDir) -> No
 
 def test_session_survives_kill_9_of_the_launcher_and_a_new_one_takes_over(wd: WarmDir) -> None:
     launcher = wd.ensure_launcher()
+    about = warmstart.launcher_status(str(wd.dir))
+    assert about is not None and about["pid"] == launcher and about["current"] is True
     info = wd.start("k", ["cat"])
     assert is_warm(info)
     os.kill(launcher, signal.SIGKILL)
     assert wait_gone(launcher)
+    assert warmstart.launcher_status(str(wd.dir)) is None, "a killed launcher's lock file is not a launcher"
     echoes(wd, "k", b"after-kill")
     cold = wd.start("k2", ["cat"])  # its socket refuses: a cold start, and a new launcher for the next one
     assert not is_warm(cold)

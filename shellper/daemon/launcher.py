@@ -37,7 +37,7 @@ from shellper.host.paths import unlink_if_socket
 
 PREWARM = ("shellper.daemon.main", "shellper.daemon.session", "shellper.core.config", "shellper.daemon.clientconn",
            "shellper.daemon.screen", "shellper.core.terminal.screen", "shellper.protocol.wire", "shellper.host.child",
-           "shellper.daemon.tree", "shellper.protocol.legacy", "shellper.daemon.legacyconn", "msgpack", "hashlib",
+           "shellper.daemon.tree", "shellper.protocol.legacy", "shellper.daemon.legacyconn", "msgpack",
            "pwd", "resource")
 """What the launcher imports before it freezes its heap: a session's own imports and those it may make later
 (the screen model, the legacy codec), which a forked session then shares instead of loading privately."""

@@ -51,10 +51,13 @@ def enabled() -> bool:
 def package_stamp() -> str:
     """Which code this process runs: the version and a hash of every file of the package (path, size,
     mtime), so an upgrade or an edit in place makes a launcher started before it stale."""
-    import hashlib
+    try:  # the builtin module: hashlib would load OpenSSL, 10-30 ms of a `shellper run`
+        from _sha256 import sha256  # type: ignore[import-not-found]
+    except ImportError:  # pragma: no cover - an interpreter built without it
+        from hashlib import sha256
 
     root = os.path.dirname(os.path.abspath(shellper.__file__))
-    digest = hashlib.sha256(shellper.__version__.encode())
+    digest = sha256(shellper.__version__.encode())
     for directory, subdirs, files in os.walk(root):
         subdirs[:] = sorted(d for d in subdirs if d != "__pycache__")
         for name in sorted(files):
@@ -146,5 +149,33 @@ def log_line(directory: str, text: str) -> None:
         os.write(fd, f"{stamp} [{os.getpid()}] {text}\n".encode(errors="replace"))
     except OSError:
         pass
+    finally:
+        os.close(fd)
+
+
+def launcher_status(directory: str) -> dict[str, Any] | None:
+    """The live launcher of ``directory`` as ``ls --json`` would show it under a key of its own (pid, start
+    ticks, stamp, socket, idle exit, and whether it runs this process's code), or None if none runs: its
+    lock file is read only while another process holds its flock (a killed launcher's is stale)."""
+    import fcntl
+    import json
+
+    try:
+        fd = os.open(os.path.join(directory, LOCK_NAME), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            about = json.loads(os.pread(fd, 65536, 0) or b"null")
+        else:
+            return None  # nobody holds it: no launcher runs
+        if not isinstance(about, dict):
+            return None
+        about["current"] = about.get("stamp") == package_stamp()
+        return about
+    except (OSError, ValueError):
+        return None
     finally:
         os.close(fd)
