@@ -196,6 +196,9 @@ def test_nothing_of_the_launcher_leaks_into_a_session(wd: WarmDir, monkeypatch: 
                 assert _status(w, field) == _status(c, field), (field, w, c)
             assert _cgroup(w) == _cgroup(c)
             assert "LEAK_MARK" not in _environ(w)
+        # A shellper holds its cgroup's cgroup.procs open for a moment as it moves in: wait until both settle.
+        with contextlib.suppress(pytest.fail.Exception):
+            poll_until(lambda: _fds(warm_info.pid, "w") == _fds(cold_info.pid, "c"), timeout=5, what="")
         assert _fds(warm_info.pid, "w") == _fds(cold_info.pid, "c")
         assert _fds(warm_info.child_pid or 0, "w") == _fds(cold_info.child_pid or 0, "c")
         assert set(_environ(warm_info.child_pid or 0)) == set(_environ(cold_info.child_pid or 0))
@@ -287,3 +290,27 @@ def test_off_takes_the_cold_path_and_starts_no_launcher(wd: WarmDir, monkeypatch
     assert not is_warm(again)
     wd.stop("o")
     wd.stop("o2")
+
+
+def test_a_caller_in_another_namespace_starts_cold(wd: WarmDir) -> None:
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("a network namespace of its own needs root and unshare(1)")
+    launcher = wd.ensure_launcher()
+    code = ("import json, os, sys\n"
+            "from shellper.client.launch import launch\n"
+            "from shellper.core.config import SessionConfig\n"
+            "info = launch(SessionConfig(name='n', argv=['cat'], dir=sys.argv[1], cwd='/', env=dict(os.environ)))\n"
+            "print(json.dumps(info.to_dict()))\n")
+    done = subprocess.run(["unshare", "--net", sys.executable, "-c", code, str(wd.dir)], capture_output=True,
+                          timeout=60, env={**os.environ, warmstart.LAUNCHER_ENV: "on"})
+    if done.returncode != 0 and b"unshare" in done.stderr:
+        pytest.skip(f"no network namespace here: {done.stderr.decode(errors='replace').strip()}")
+    assert done.returncode == 0, done.stderr
+    info = LaunchInfo.from_dict(json.loads(done.stdout))
+    wd.started.append(info)
+    assert not is_warm(info)
+    assert "cold start: the launcher refused: the caller is in another net namespace" in \
+        (wd.dir / warmstart.LOG_NAME).read_text()
+    assert wd.listening() == launcher
+    echoes(wd, "n", b"from-another-netns")
+    wd.stop("n")

@@ -67,8 +67,8 @@ class Launcher:
         """Its socket, lock or directory was removed: it says nothing more there."""
 
     def claim(self) -> bool:
-        """Take the directory's launcher lock and socket; False if another launcher holds them or the
-        directory is not ours alone (then this one exits at once)."""
+        """Take the directory's launcher lock; False if another launcher holds it or the directory is not
+        ours alone (then this one exits at once)."""
         st = os.lstat(self.directory)
         if dir_refusal(self.directory, st.st_mode, st.st_uid, os.geteuid()) is not None:
             return False
@@ -78,6 +78,10 @@ class Launcher:
             fcntl.flock(self.lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             return False
+        return True
+
+    def listen(self) -> None:
+        """Bind the socket, once warm: a caller is never kept waiting on a launcher's own imports."""
         self.watch_fd = _inotify_watch(self.directory)
         unlink_if_socket(self.socket_path)  # a launcher killed before it could remove it; we hold the lock
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
@@ -94,7 +98,6 @@ class Launcher:
                  "socket": self.socket_path, "idle_exit": warmstart.IDLE_EXIT}
         os.ftruncate(self.lock_fd, 0)
         os.pwrite(self.lock_fd, json.dumps(about).encode(), 0)
-        return True
 
     def serve(self) -> str:
         """Start sessions until idle, replaced or removed; why it stopped."""
@@ -338,12 +341,15 @@ def launcher_main(argv: list[str]) -> int:
             warmstart.log_line(directory, f"launcher could not start: {exc}")
         return 0
     try:
-        import shellper.daemon.main
-        import shellper.daemon.session  # noqa: F401  (what every session runs: imported once, here)
-        from shellper.core.config import SessionConfig  # noqa: F401
+        import importlib
+
+        for module in PREWARM:  # what every session runs, and what some load later: shared, not copied
+            with contextlib.suppress(ImportError):
+                importlib.import_module(module)
 
         gc.collect()
         gc.freeze()  # what is imported stays out of every later collection: shared, never copied
+        launcher.listen()
         warmstart.log_line(directory, f"launcher {os.getpid()} started ({stamp})")
         why = launcher.serve()
     finally:
