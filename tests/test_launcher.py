@@ -253,10 +253,10 @@ def test_another_uid_cannot_start_a_session_through_it(wd: WarmDir) -> None:
             _, ready_w = os.pipe()
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
                 sock.connect(sock_path)
-                warmstart.send_message(sock, request, [ready_w])
                 try:
+                    warmstart.send_message(sock, request, [ready_w])
                     reply: object = warmstart.recv_message(sock)[0]
-                except (warmstart.LauncherError, ConnectionResetError):  # refused: no reply, nothing read
+                except (warmstart.LauncherError, ConnectionResetError, BrokenPipeError):  # refused, unread
                     reply = "closed"
             os.write(report_w, json.dumps(reply).encode())
             code = 0
@@ -314,3 +314,26 @@ def test_a_caller_in_another_namespace_starts_cold(wd: WarmDir) -> None:
     assert wd.listening() == launcher
     echoes(wd, "n", b"from-another-netns")
     wd.stop("n")
+
+
+def test_a_bad_request_is_refused_unlogged_and_the_launcher_serves_on(wd: WarmDir) -> None:
+    launcher = wd.ensure_launcher()
+    secret = "SECRET-8c1f-in-the-env"
+    bad = json.dumps({"name": "b", "argv": ["cat"], "dir": str(wd.dir), "cwd": "/", "env": {"TOKEN": secret}})[:-1]
+    ready_r, ready_w = os.pipe()
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.connect(str(wd.dir / warmstart.SOCKET_NAME))
+            warmstart.send_message(sock, {"stamp": warmstart.package_stamp(), "config": bad,
+                                          **warmstart.caller_state()}, [ready_w])
+            with pytest.raises((warmstart.LauncherError, ConnectionResetError)):
+                warmstart.recv_message(sock)
+    finally:
+        os.close(ready_r)
+        os.close(ready_w)
+    log = (wd.dir / warmstart.LOG_NAME).read_text()
+    assert "request failed" in log and secret not in log
+    assert wd.listening() == launcher
+    info = wd.start("b", ["cat"])
+    assert is_warm(info)
+    wd.stop("b")

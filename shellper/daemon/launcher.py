@@ -150,8 +150,10 @@ class Launcher:
             conn.settimeout(5.0)
             try:
                 return self._request(conn)
-            except (OSError, ValueError, warmstart.LauncherError) as exc:
-                warmstart.log_line(self.directory, f"request failed: {exc}")
+            except Exception as exc:  # the caller starts cold; the launcher serves on
+                # Only the kind of a bad config's error: its text could quote a value of the environment.
+                said = str(exc) if isinstance(exc, OSError | warmstart.LauncherError) else type(exc).__name__
+                warmstart.log_line(self.directory, f"request failed: {said}")
                 return None
 
     def _request(self, conn: socket.socket) -> str | None:
