@@ -256,7 +256,7 @@ def test_another_uid_cannot_start_a_session_through_it(wd: WarmDir) -> None:
                 try:
                     warmstart.send_message(sock, request, [ready_w])
                     reply: object = warmstart.recv_message(sock)[0]
-                except (warmstart.LauncherError, ConnectionResetError, BrokenPipeError):  # refused, unread
+                except (EOFError, warmstart.LauncherError, ConnectionResetError, BrokenPipeError):  # refused
                     reply = "closed"
             os.write(report_w, json.dumps(reply).encode())
             code = 0
@@ -326,7 +326,7 @@ def test_a_bad_request_is_refused_unlogged_and_the_launcher_serves_on(wd: WarmDi
             sock.connect(str(wd.dir / warmstart.SOCKET_NAME))
             warmstart.send_message(sock, {"stamp": warmstart.package_stamp(), "config": bad,
                                           **warmstart.caller_state()}, [ready_w])
-            with pytest.raises((warmstart.LauncherError, ConnectionResetError)):
+            with pytest.raises((EOFError, warmstart.LauncherError, ConnectionResetError)):
                 warmstart.recv_message(sock)
     finally:
         os.close(ready_r)
@@ -337,3 +337,17 @@ def test_a_bad_request_is_refused_unlogged_and_the_launcher_serves_on(wd: WarmDi
     info = wd.start("b", ["cat"])
     assert is_warm(info)
     wd.stop("b")
+
+
+def test_idle_it_never_wakes_and_it_exits_after_its_idle_period(wd: WarmDir) -> None:
+    subprocess.run([sys.executable, "-m", warm.LAUNCHER_MODULE, str(wd.dir), "--idle", "2"],
+                   start_new_session=True, check=True, timeout=30)
+    launcher = wd.ensure_launcher()
+    poll_until(lambda: "poll" in Path(f"/proc/{launcher}/wchan").read_text(), what="the launcher asleep in poll")
+    switches = _status(launcher, "voluntary_ctxt_switches"), _status(launcher, "nonvoluntary_ctxt_switches")
+    assert not wait_gone(launcher, 0.5), "it exited long before its idle period"
+    assert (_status(launcher, "voluntary_ctxt_switches"), _status(launcher, "nonvoluntary_ctxt_switches")) == \
+        switches, "an idle launcher woke up"
+    assert wait_gone(launcher, 10), "it did not exit after its idle period"
+    assert not (wd.dir / warmstart.SOCKET_NAME).exists() and not (wd.dir / warmstart.LOCK_NAME).exists()
+    assert "exits after 0 sessions: idle for 2 s" in (wd.dir / warmstart.LOG_NAME).read_text()

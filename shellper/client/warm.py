@@ -50,7 +50,7 @@ def warm_launch(config: SessionConfig, directory: str) -> int | None:
             os.close(ready_w)
             ready_w = -1
             reply, _ = warmstart.recv_message(sock)
-    except (OSError, ValueError, ShellperError) as exc:
+    except (OSError, ValueError, EOFError, ShellperError) as exc:  # EOFError: it closed without an answer
         os.close(ready_r)
         _log_once(directory, f"cold start: the launcher failed: {exc}")
         return None

@@ -54,9 +54,10 @@ when it coerces a C locale (else each exec would add it again)."""
 class Launcher:
     """The resident process's state: its socket, lock, directory watch and the stamp of the code it runs."""
 
-    def __init__(self, directory: str, stamp: str) -> None:
+    def __init__(self, directory: str, stamp: str, idle: float = warmstart.IDLE_EXIT) -> None:
         self.directory = directory
         self.stamp = stamp
+        self.idle = idle
         self.socket_path = os.path.join(directory, warmstart.SOCKET_NAME)
         self.lock_fd = -1
         self.watch_fd = -1
@@ -95,7 +96,7 @@ class Launcher:
         self.socket_ino = os.lstat(self.socket_path).st_ino
         stat = read_stat(os.getpid())
         about = {"pid": os.getpid(), "start_time": stat.start_time if stat else None, "stamp": self.stamp,
-                 "socket": self.socket_path, "idle_exit": warmstart.IDLE_EXIT}
+                 "socket": self.socket_path, "idle_exit": self.idle}
         os.ftruncate(self.lock_fd, 0)
         os.pwrite(self.lock_fd, json.dumps(about).encode(), 0)
 
@@ -107,9 +108,9 @@ class Launcher:
         poller.register(self.watch_fd, select.POLLIN)
         last = time.monotonic()
         while True:
-            left = warmstart.IDLE_EXIT - (time.monotonic() - last)
+            left = self.idle - (time.monotonic() - last)
             if left <= 0:
-                return f"idle for {warmstart.IDLE_EXIT:g} s"
+                return f"idle for {self.idle:g} s"
             try:
                 ready = poller.poll(left * 1000)
             except InterruptedError:
@@ -150,6 +151,8 @@ class Launcher:
             conn.settimeout(5.0)
             try:
                 return self._request(conn)
+            except EOFError:  # connected and closed: someone looking whether a launcher listens
+                return None
             except Exception as exc:  # the caller starts cold; the launcher serves on
                 # Only the kind of a bad config's error: its text could quote a value of the environment.
                 said = str(exc) if isinstance(exc, OSError | warmstart.LauncherError) else type(exc).__name__
@@ -322,10 +325,10 @@ def _inotify_watch(directory: str) -> int:
 def launcher_main(argv: list[str]) -> int:
     """Entry: shed what the spawner left us, detach (the spawner reaps our first process), claim the
     directory, warm up, serve. ``--stamp`` (tests only) claims to run other code, to be found stale."""
-    stamp = ""
-    if len(argv) == 3 and argv[1] == "--stamp":
-        stamp = argv.pop()
-        argv.pop()
+    stamp, idle = "", warmstart.IDLE_EXIT
+    while len(argv) >= 3 and argv[-2] in ("--stamp", "--idle"):  # tests only: a stale one, a short idle exit
+        value, option = argv.pop(), argv.pop()
+        stamp, idle = (value, idle) if option == "--stamp" else (stamp, float(value))
     if len(argv) != 1 or not os.path.isabs(argv[0]):
         print("usage: python -m shellper.daemon.launcher /ABSOLUTE/RUNTIME/DIR", file=sys.stderr)
         return 2
@@ -334,7 +337,7 @@ def launcher_main(argv: list[str]) -> int:
         return 0  # the spawner reaps this one; the launcher is nobody's child
     directory = argv[0]
     stamp = stamp or warmstart.package_stamp()
-    launcher = Launcher(directory, stamp)
+    launcher = Launcher(directory, stamp, idle)
     try:
         if not launcher.claim():
             return 0

@@ -105,6 +105,8 @@ def recv_message(sock: socket.socket, *, with_fds: int = 0) -> tuple[dict[str, A
             raise LauncherError("launcher: descriptors cut off")
     else:
         data = sock.recv(65536)
+    if not data and not fds:
+        raise EOFError("closed before a message")  # a probe: nothing to answer, nothing to log
     buf = bytearray(data)
     try:
         while len(buf) < _LENGTH.size:
