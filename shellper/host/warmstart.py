@@ -158,26 +158,26 @@ def log_line(directory: str, text: str) -> None:
 def launcher_status(directory: str) -> dict[str, Any] | None:
     """The live launcher of ``directory`` as ``ls --json`` would show it under a key of its own (pid, start
     ticks, stamp, socket, idle exit, and whether it runs this process's code), or None if none runs: its
-    lock file is read only while another process holds its flock (a killed launcher's is stale)."""
-    import fcntl
+    lock file counts only while the pid it names has the start ticks it names (a killed launcher's is
+    stale). Never locks the file: a launcher starting then would find it held, and give up."""
     import json
+
+    from shellper.host.identity import read_stat
 
     try:
         fd = os.open(os.path.join(directory, LOCK_NAME), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
         return None
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            about = json.loads(os.pread(fd, 65536, 0) or b"null")
-        else:
-            return None  # nobody holds it: no launcher runs
-        if not isinstance(about, dict):
-            return None
-        about["current"] = about.get("stamp") == package_stamp()
-        return about
+        about = json.loads(os.pread(fd, 65536, 0) or b"null")
     except (OSError, ValueError):
         return None
     finally:
         os.close(fd)
+    if not isinstance(about, dict) or not isinstance(about.get("pid"), int):
+        return None
+    stat = read_stat(about["pid"])
+    if stat is None or stat.start_time != about.get("start_time") or stat.state == "Z":
+        return None
+    about["current"] = about.get("stamp") == package_stamp()
+    return about
