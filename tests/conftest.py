@@ -30,6 +30,10 @@ sys.dont_write_bytecode = False
 pytest_plugins = ["support.sessions", "support.legacy", "support.remote"]
 """The shared fixtures: sessions, other, runtime_dir, cli_runtime_dir; legacy_env; the ssh world and remote."""
 
+os.environ["SHELLPER_LAUNCHER"] = "off"
+"""No warm launcher (shellper.daemon.launcher) unless a test asks for one (tests/test_launcher.py): a launcher
+would outlive the test that started it, and its files would stay in every runtime directory."""
+
 
 @pytest.hookimpl(wrapper=True)
 def pytest_sessionfinish(session: pytest.Session) -> Iterator[None]:

@@ -40,7 +40,7 @@ def entry() -> None:
         code = quick_main(line)
         if code is not None:
             _leave(code)
-    prefork = Prefork.start(_label(line)) if may_detach(line) else None
+    prefork = Prefork.start(_label(line)) if may_detach(line) and not _launcher_listens(line) else None
     try:
         from shellper.cli.main import main
 
@@ -61,6 +61,21 @@ def _label(line: Scan) -> tuple[str, ...]:
         return ()
     directory = line.options.get("--dir")
     return (*line.operands[:1], *((directory,) if isinstance(directory, str) else ()))
+
+
+def _launcher_listens(line: Scan) -> bool:
+    """Whether the runtime directory the scan names (else the default one) has a warm launcher's socket
+    (shellper.client.warm): then launch() uses it, and a prefork would be started for nothing."""
+    if os.environ.get("SHELLPER_LAUNCHER", "").lower() in ("off", "0", "no", "false"):  # warmstart.LAUNCHER_ENV
+        return False
+    from shellper.core.names import runtime_dir_name
+
+    directory = line.options.get("--dir")
+    try:
+        return os.path.exists(os.path.join(runtime_dir_name(directory if isinstance(directory, str) else None),
+                                           ".launcher.sock"))  # warmstart.SOCKET_NAME
+    except OSError:
+        return False
 
 
 def _leave(code: int | str | None) -> None:

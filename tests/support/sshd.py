@@ -141,7 +141,7 @@ def _client_config(world: SshWorld, key: Path, down_port: int) -> None:
     lines = []
     for host in world.hosts.values():
         lines += [f"Host {host.alias}", "  HostName 127.0.0.1", f"  Port {host.port}",
-                  f"  SetEnv SHELLPER_DIR={host.runtime}"]
+                  f"  SetEnv SHELLPER_DIR={host.runtime} SHELLPER_LAUNCHER=off"]  # no launcher, as conftest
     lines += [f"Host {DOWN}", "  HostName 127.0.0.1", f"  Port {down_port}",
               "Host *", f"  User {user}", f"  IdentityFile {key}", "  IdentitiesOnly yes",
               f"  UserKnownHostsFile {world.base}/known_hosts", "  GlobalKnownHostsFile /dev/null",

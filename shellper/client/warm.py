@@ -1,0 +1,101 @@
+"""A launch through the runtime directory's warm launcher (shellper.daemon.launcher), when one can be used.
+
+:func:`warm_launch` asks the launcher to fork the session, handing it the readiness pipe's write end, and
+returns the read end; the caller then waits on it exactly as after a cold start. Anything else (no launcher,
+``SHELLPER_LAUNCHER=off``, a refusal, a stale launcher, any error) returns None and the caller starts cold;
+a failure is logged once per process to the directory's ``.launcher.log``. Where no launcher runs, one is
+started in the background for the next launch: this one does not wait for it.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sys
+
+from shellper.core.errors import ShellperError
+from shellper.host import warmstart
+from shellper.host.trust import connect_session
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
+if TYPE_CHECKING:
+    from shellper.core.config import SessionConfig
+
+LAUNCHER_MODULE = "shellper.daemon.launcher"
+_logged: set[str] = set()
+"""Runtime directories this process has already logged a fallback for."""
+
+
+def warm_launch(config: SessionConfig, directory: str) -> int | None:
+    """The read end of a readiness pipe the launcher's session reports on, or None: start cold."""
+    if not warmstart.enabled():
+        return None
+    path = os.path.join(directory, warmstart.SOCKET_NAME)
+    try:
+        sock = connect_session(path, 5.0)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ECONNREFUSED):  # none yet, or one that was killed
+            start_launcher(directory)
+        else:
+            _log_once(directory, f"cold start: cannot connect to the launcher: {exc}")
+        return None
+    except ShellperError as exc:
+        _log_once(directory, f"cold start: {exc}")
+        return None
+    ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
+    try:
+        with sock:
+            warmstart.send_message(sock, {"stamp": warmstart.package_stamp(), "config": config.to_json(),
+                                          **warmstart.caller_state()}, [ready_w])
+            os.close(ready_w)
+            ready_w = -1
+            reply, _ = warmstart.recv_message(sock)
+    except (OSError, ValueError, EOFError, ShellperError) as exc:  # EOFError: it closed without an answer
+        os.close(ready_r)
+        _log_once(directory, f"cold start: the launcher failed: {exc}")
+        return None
+    finally:
+        if ready_w >= 0:
+            os.close(ready_w)
+    if reply.get("ok") is True:
+        return ready_r
+    os.close(ready_r)
+    if "stale" in reply:  # it exits now; the next launch finds the one started here
+        _log_once(directory, f"cold start: replacing a stale launcher ({reply['stale']})")
+        start_launcher(directory)
+    else:
+        _log_once(directory, f"cold start: the launcher refused: {reply.get('cold', reply)}")
+    return None
+
+
+def start_launcher(directory: str) -> None:
+    """Start a launcher for ``directory`` and reap its first process (it forks and that one exits at once);
+    its environment holds only what finds this package, so nothing of the caller's stays in it."""
+    import subprocess  # as a cold start does: posix_spawn would leave glibc's signals 32 and 33 ignored
+
+    env = {k: v for k, v in _package_env().items() if k == "PYTHONPATH"}
+    try:
+        proc = subprocess.Popen([sys.executable, "-P", "-m", LAUNCHER_MODULE, directory], env=env,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True, close_fds=True)
+    except OSError as exc:
+        _log_once(directory, f"cannot start a launcher: {exc}")
+        return
+    proc.wait()
+
+
+def _package_env() -> dict[str, str]:
+    """The caller's environment, with this package's directory first on PYTHONPATH when ``-P`` would not
+    find it (shellper.daemon.prefork.package_env, spelt again: the client does not import the daemon)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if root in {os.path.abspath(p) for p in sys.path[1:] if p}:
+        return dict(os.environ)
+    path = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{path}" if path else root}
+
+
+def _log_once(directory: str, text: str) -> None:
+    if directory not in _logged:
+        _logged.add(directory)
+        warmstart.log_line(directory, text)
+
