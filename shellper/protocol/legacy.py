@@ -26,7 +26,7 @@ from shellper.protocol.firstframe import HEADER as HEADER
 from shellper.protocol.firstframe import HEADER_SIZE as HEADER_SIZE
 from shellper.protocol.firstframe import MAX_FRAME_SIZE as MAX_FRAME_SIZE
 from shellper.protocol.firstframe import first_frame_is_legacy as first_frame_is_legacy
-from shellper.protocol.wire import CONTROL_LIMIT, HELLO_LIMIT, SPAWN_LIMIT, FrameType, PayloadLimit
+from shellper.protocol.wire import CONTROL_LIMIT, HELLO_LIMIT, SPAWN_LIMIT, FrameType, PayloadLimit, Role
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
 if TYPE_CHECKING:
@@ -59,24 +59,24 @@ class Action(IntEnum):
     PONG = 5
 
 
-RIGHTS: dict[tuple[str, int], Action] = {
-    **{(client, FrameType.DATA): Action.INPUT for client in ("tower", "terminal")},
-    **{(client, FrameType.RESIZE): Action.RESIZE for client in ("tower", "terminal")},
-    **{(client, FrameType.PING): Action.PONG for client in ("tower", "terminal")},
-    ("tower", FrameType.SIGNAL): Action.SIGNAL,
-    ("tower", FrameType.SPAWN): Action.SPAWN,
+RIGHTS: dict[tuple[Role, int], Action] = {
+    **{(client, FrameType.DATA): Action.INPUT for client in (Role.TOWER, Role.TERMINAL)},
+    **{(client, FrameType.RESIZE): Action.RESIZE for client in (Role.TOWER, Role.TERMINAL)},
+    **{(client, FrameType.PING): Action.PONG for client in (Role.TOWER, Role.TERMINAL)},
+    (Role.TOWER, FrameType.SIGNAL): Action.SIGNAL,
+    (Role.TOWER, FrameType.SPAWN): Action.SPAWN,
 }
 """(kind of client, frame type) -> action; anything not here is ignored silently (a terminal's SIGNAL or
 SPAWN, a second HELLO, the shellper's own frame types, unknown types)."""
 
 
-def action_for(client_kind: str, frame_type: int) -> Action:
+def action_for(client_kind: Role, frame_type: int) -> Action:
     return RIGHTS.get((client_kind, frame_type), Action.IGNORE)
 
 
-def client_kind(client_type: str) -> str:
+def client_kind(client_type: str) -> Role:
     """Exactly ``tower`` is a tower; any other clientType has a terminal's (restricted) rights."""
-    return "tower" if client_type == "tower" else "terminal"
+    return Role.TOWER if client_type == Role.TOWER else Role.TERMINAL
 
 
 class LegacyError(ShellperError):
