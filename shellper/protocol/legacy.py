@@ -191,7 +191,9 @@ class Hello:
 def parse_hello(payload: bytes) -> Hello:
     value = parse_json_payload(payload, "HELLO", HELLO_LIMIT.objects)
     client_type = value.get("clientType")
-    return Hello(version=value.get("version"), client_type=client_type if isinstance(client_type, str) else "tower")
+    if not isinstance(client_type, str):  # no clientType: a tower's HELLO
+        client_type = Role.TOWER.value
+    return Hello(version=value.get("version"), client_type=client_type)
 
 
 def _number(value: Any) -> bool:
