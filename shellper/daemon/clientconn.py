@@ -90,9 +90,12 @@ class ClientConn:
         self.transport: SocketTransport | None = None
         self.codec: Codec = WireCodec(self)
         """How this client speaks: versions 2 and 3 unless its first frame is version 1's."""
-        self.pump = OutputPump(self)
         self.sink = TerminalSink(self)
+        self.pump = OutputPump(self, self.sink)
         self.on_output = self.pump.on_output  # the output's hot path calls the pump without a hop through here
+        self.keystrokes: wire.Decoder | None = None
+        """The codec's decoder once a client that may type is registered (versions 2 and 3): a read that is one
+        whole DATA frame goes to the child from here, the hot path of a key, without the codec or the decoder."""
         self.registered = False
         """The handshake's replay is sent: output flows, and requests are judged by the role."""
         self.wants_events = False
@@ -148,6 +151,11 @@ class ClientConn:
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return
+        if self.keystrokes is not None:
+            keystroke = self.keystrokes.sole_data(data)
+            if keystroke is not None:  # what the codec would do with it: the session takes the bytes
+                self.session.write_input(bytes(keystroke), self)
+                return
         if self._first_bytes is not None:
             data = self._version_known(data)
             if not data:

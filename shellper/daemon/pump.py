@@ -24,8 +24,6 @@ if TYPE_CHECKING:
         """What the pump uses of its connection (shellper.daemon.clientconn.ClientConn)."""
 
         @property
-        def sink(self) -> SinkView: ...
-        @property
         def codec(self) -> Codec: ...
 
 REPLAY_CHUNK = 1024 * 1024
@@ -40,8 +38,11 @@ class OutputPump:
     """What of the output one connection has had (``pos``), whether it may take more now (``paused``), and
     the control frames waiting for their place in the stream."""
 
-    def __init__(self, conn: PumpOwner) -> None:
+    def __init__(self, conn: PumpOwner, sink: SinkView) -> None:
         self.conn = conn
+        self.sink = sink
+        self.ring = conn.session.scrollback
+        """The session's ring (one for its life): read directly on the output's hot path, as is ``sink``."""
         self.pos = 0
         self.paused = False
         self.paced = False
@@ -51,10 +52,13 @@ class OutputPump:
     def on_output(self, old_end: int, data: bytes, frame: bytes) -> None:
         """New output ``data`` was appended at ``old_end``; ``frame`` is it as a DATA frame (empty for
         a client with a handed-over terminal, which writes ``data`` itself)."""
-        conn = self.conn
-        if not conn.registered or conn.closing or conn.sink.released or conn.transport_gone():
+        conn, sink = self.conn, self.sink
+        if not conn.registered or conn.closing or sink.released:
             return
-        terminal = conn.sink.terminal
+        transport = conn.transport
+        if transport is None or transport.is_closing():  # conn.transport_gone(), inline: once per client per read
+            return
+        terminal = sink.terminal
         if self.paused:
             if terminal is not None:
                 terminal.flush()  # see Terminal.flush; may resume us, which catches up from the ring
@@ -63,9 +67,8 @@ class OutputPump:
             if terminal is not None:
                 terminal.write(data)
             else:
-                assert conn.transport is not None
-                conn.transport.write(frame)
-            self.pos = conn.session.scrollback.end
+                transport.write(frame)
+            self.pos = self.ring.end
         else:
             self.run()
 
@@ -74,9 +77,8 @@ class OutputPump:
         conn = self.conn
         if not conn.registered or conn.closing or conn.transport_gone():
             return
-        transport, sink = conn.transport, conn.sink
+        transport, sink, ring = conn.transport, self.sink, self.ring
         assert transport is not None
-        ring = conn.session.scrollback
         while not self.paused:
             self.flush_control()
             end = ring.end

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
         wants_events: bool
         drawn: bool
+        keystrokes: wire.Decoder | None
 
         @property
         def pump(self) -> OutputPump: ...
@@ -63,8 +64,6 @@ class WireCodec:
         self.side = ServerSide()
         self.decoder = wire.Decoder(limits=wire.HANDSHAKE_LIMITS)
         """Until a HELLO is accepted every frame is held to HELLO's limit (4 KiB), then each type to its own."""
-        self._types_input = False
-        """Registered with a role that may type: a read that is one whole DATA frame skips the decoder."""
         self._handlers: dict[FrameType, Callable[[Any, int | None], None]] = {
             FrameType.DATA: self._input, FrameType.STATUS: self._status, FrameType.PING: self._ping,
             FrameType.PONG: self._pong, FrameType.SCREEN: self._screen, FrameType.RESIZE: self._resize,
@@ -84,11 +83,6 @@ class WireCodec:
 
     def feed(self, data: bytes) -> None:
         conn = self.conn
-        if self._types_input:
-            keystroke = self.decoder.sole_data(data)
-            if keystroke is not None:  # one whole DATA frame: what _input would do, without the decoder
-                conn.input(bytes(keystroke))
-                return
         self.decoder.feed(data)
         finished = self._decode()
         conn.partial(self.decoder.buffered, finished)
@@ -96,6 +90,7 @@ class WireCodec:
     def reset(self) -> None:
         """The connection closes: what the decoder held is dropped."""
         self.decoder = wire.Decoder(limits=wire.HANDSHAKE_LIMITS)
+        self.conn.keystrokes = None
 
     def _decode(self) -> bool:
         """Handle every frame the decoder now holds whole; whether there was one."""
@@ -219,7 +214,8 @@ class WireCodec:
             conn.send_frame(wire.Replay(offset=replay.offset, data=replay.data, gap=replay.gap,
                                         preamble=replay.preamble))
         conn.registered = True
-        self._types_input = accepted.role is not Role.VIEWER
+        if self.side.may_send(FrameType.DATA):
+            conn.keystrokes = self.decoder
         ended = session.ended_exit()
         if ended is not None:
             exit_frame = wire.Exit.of(ended)

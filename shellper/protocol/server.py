@@ -104,19 +104,22 @@ class ServerSide:
     """One connection's protocol state on the shellper's side: pending until a HELLO is accepted, then open
     with a role and a version."""
 
-    __slots__ = ("name", "open", "role", "version")
+    __slots__ = ("_replies", "_rights", "name", "open", "role", "version")
 
     def __init__(self) -> None:
         self.role: Role | None = None
         self.name = ""
         self.version = wire.PROTOCOL_VERSION
         self.open = False
+        # Read on every frame, so looked up once (a Feature's hash is a Python call).
+        self._rights: frozenset[FrameType] = frozenset()
+        self._replies = False
 
     def has(self, feature: Feature) -> bool:
         return supports(self.version, feature)
 
     def may_send(self, frame_type: FrameType) -> bool:
-        return self.role is not None and frame_type in MAY_SEND[self.role]
+        return frame_type in self._rights
 
     @property
     def gap_preamble(self) -> bool:
@@ -146,6 +149,7 @@ class ServerSide:
         role = Role(hello.role)
         self.role, self.name = role, hello.client[:NAME_MAX]
         self.version = min(hello.version, wire.PROTOCOL_VERSION)
+        self._rights, self._replies = MAY_SEND[role], self.has(Feature.REPLY)
         sized = self.has(Feature.HELLO_SIZE) and role is Role.TERMINAL  # where HELLO's size means something
         if sized:
             wire.check_request(hello)
@@ -175,9 +179,9 @@ class ServerSide:
             raise wire.ProtocolError("HELLO was already received", kind)
         if kind not in CLIENT_FRAMES:
             return Refuse(kind, None, "protocol", f"{kind.name} is sent by the shellper, not by clients")
-        rid: int | None = getattr(event, "id", None) if self.has(Feature.REPLY) else None
-        assert self.role is not None
-        if kind not in MAY_SEND[self.role]:
+        rid: int | None = getattr(event, "id", None) if self._replies else None
+        if kind not in self._rights:
+            assert self.role is not None
             text = WHY_NOT.get(kind, TOWER_ONLY_TEXT)
             return Refuse(kind, rid, "forbidden", text.format(frame=kind.name, role=self.role.value))
         feature = NEEDS.get(kind)
