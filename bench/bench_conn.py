@@ -118,8 +118,12 @@ def _best(fn: Any, n: int, repeat: int) -> float:
     return best * 1e9
 
 
-def run(repeat: int = 7) -> dict[str, float]:
+def run(repeat: int = 7, scale: float = 1.0) -> dict[str, float]:
+    """Nanoseconds per operation of each path; ``scale`` multiplies the operations per round."""
     results: dict[str, float] = {}
+
+    def count(n: int) -> int:
+        return max(1, int(n * scale))
 
     _, conn, _ = _connected("terminal")
     key = wire.encode_data(b"x")
@@ -127,14 +131,14 @@ def run(repeat: int = 7) -> dict[str, float]:
     def keystrokes(n: int) -> None:
         for _ in range(n):
             conn.data_received(key)
-    results["keystroke (one DATA frame) in, ns"] = _best(keystrokes, 200_000, repeat)
+    results["keystroke (one DATA frame) in, ns"] = _best(keystrokes, count(200_000), repeat)
 
     ping = wire.encode(wire.Ping(nonce=1))
 
     def pings(n: int) -> None:
         for _ in range(n):
             conn.data_received(ping)
-    results["PING in, PONG out, ns"] = _best(pings, 100_000, repeat)
+    results["PING in, PONG out, ns"] = _best(pings, count(100_000), repeat)
 
     session, conns = _Session(), []
     for _ in range(4):
@@ -151,7 +155,7 @@ def run(repeat: int = 7) -> dict[str, float]:
             ring.append(piece)
             for conn in conns:
                 conn.on_output(old_end, piece, frame)
-    results["output batch to 4 caught-up clients (ring append included), ns"] = _best(outputs, 100_000, repeat)
+    results["output batch to 4 caught-up clients (ring append included), ns"] = _best(outputs, count(100_000), repeat)
 
     session, conn, _ = _connected("tower")
     ring, block = session.scrollback, b"y" * 4095 + b"\n"
@@ -162,7 +166,7 @@ def run(repeat: int = 7) -> dict[str, float]:
             for _ in range(64):  # 256 KiB behind
                 ring.append(block)
             conn.resume_writing()
-    results["catch-up of 256 KiB from the ring, ns"] = _best(catch_up, 500, repeat)
+    results["catch-up of 256 KiB from the ring, ns"] = _best(catch_up, count(500), repeat)
     return results
 
 
