@@ -47,7 +47,11 @@ TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$((n * 2 > 4 ? 
 PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
 PARALLEL := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist worksteal)
 
+# pytest caches the test modules with their asserts rewritten (tests/conftest.py lets it despite
+# PYTHONDONTWRITEBYTECODE); on a fresh clone the workers, starting together, would each rewrite all of them
+# (~9 s of CPU each), so one collection fills the cache first.
 unit: compile
+	@ls tests/__pycache__/test_*-pytest-*.pyc >/dev/null 2>&1 || $(PYTEST) --collect-only tests >/dev/null 2>&1 || true
 	$(PYTEST) -m "not slow" $(PARALLEL) --durations=25
 
 # Every edit: lint, types and the pure tests (tests/unit: no session, no terminal), in well under a minute;
@@ -125,13 +129,13 @@ COMPLETIONS := build/completions
 MAN := build/man
 completions: $(STAMP)
 	mkdir -p $(COMPLETIONS) $(MAN)
-	$(BIN)/shtab --shell=bash --prog shellper shellper.cli.main._parser > $(COMPLETIONS)/shellper.bash
-	$(BIN)/shtab --shell=zsh --prog shellper shellper.cli.main._parser > $(COMPLETIONS)/_shellper
-	$(BIN)/shtab --shell=fish --prog shellper shellper.cli.main._parser > $(COMPLETIONS)/shellper.fish
+	$(BIN)/shtab --shell=bash --prog shellper shellper.cli.argtree.build > $(COMPLETIONS)/shellper.bash
+	$(BIN)/shtab --shell=zsh --prog shellper shellper.cli.argtree.build > $(COMPLETIONS)/_shellper
+	$(BIN)/shtab --shell=fish --prog shellper shellper.cli.argtree.build > $(COMPLETIONS)/shellper.fish
 	$(BIN)/shtab --shell=bash --prog tower-client tower_client.cli._parser > $(COMPLETIONS)/tower-client.bash
 	$(BIN)/shtab --shell=zsh --prog tower-client tower_client.cli._parser > $(COMPLETIONS)/_tower-client
 	$(BIN)/shtab --shell=fish --prog tower-client tower_client.cli._parser > $(COMPLETIONS)/tower-client.fish
-	$(BIN)/argparse-manpage --module shellper.cli.main --function _parser --prog shellper --project-name shellper \
+	$(BIN)/argparse-manpage --module shellper.cli.argtree --function build --prog shellper --project-name shellper \
 		--version "$$($(BIN)/python -c 'import shellper; print(shellper.__version__)')" \
 		--description "keep a terminal session alive in a process of its own" \
 		--manual-title "shellper manual" --output $(MAN)/shellper.1

@@ -27,9 +27,9 @@ from pathlib import Path
 from types import TracebackType
 
 from shellper.client.blocking import Client, ClientError
+from shellper.client.launch import LaunchInfo, launch
 from shellper.core.config import SessionConfig
 from shellper.core.defaults import DEFAULT_RING_BYTES
-from shellper.daemon.launch import LaunchInfo, launch
 from shellper.protocol import wire
 
 MiB = 1024 * 1024

@@ -19,8 +19,8 @@ import threading
 import time
 from pathlib import Path
 
+from shellper.client.launch import launch
 from shellper.core.config import SessionConfig
-from shellper.daemon.launch import launch
 from shellper.protocol import wire
 
 MiB = 1024 * 1024

@@ -1,4 +1,4 @@
-"""Sessions over ssh beside local ones: ``python -m bench.remote`` (needs sshd; tests/sshd_support.py starts
+"""Sessions over ssh beside local ones: ``python -m bench.remote`` (needs sshd; tests/support/sshd.py starts
 one on a loopback port, installing openssh-server as root where it is missing).
 
 The harness plays the terminal (bench/harness.py) for five ways to a child's terminal: ``shellper attach``
@@ -197,7 +197,7 @@ def connect_latency(lab: Lab) -> dict[str, float]:
 
 @contextlib.contextmanager
 def _world() -> Iterator[None]:
-    from sshd_support import _env, ssh_world
+    from support.sshd import _env, ssh_world
 
     with ssh_world() as world, _env(world.env()):
         ssh.ensure_master("alpha")

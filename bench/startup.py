@@ -28,12 +28,12 @@ import sys
 import time
 
 from bench.harness import Lab, median
+from shellper.client.launch import LaunchInfo
 from shellper.core.structs import STANDARD_ENV
-from shellper.daemon.launch import LaunchInfo
 
 DAEMON = "shellper.daemon.session, shellper.core.config, shellper.daemon.main"
 """What the prefork imports before it takes the config (shellper.daemon.prefork)."""
-ATTACH = "shellper.cli.entry, shellper.cli.attach"
+ATTACH = "shellper.cli.entry, shellper.cli.commands.attach"
 """What a plain ``shellper attach NAME`` imports (shellper.cli.entry's quick path)."""
 
 _PROBE = """

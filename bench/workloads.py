@@ -40,7 +40,7 @@ from bench.harness import (
     wait_file,
 )
 from shellper.client.blocking import Client, SessionGone
-from shellper.daemon.launch import LaunchInfo
+from shellper.client.launch import LaunchInfo
 from shellper.protocol import wire
 
 DTACH_CLEAR = b"\x1b[H\x1b[J"

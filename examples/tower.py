@@ -17,8 +17,7 @@ import signal
 import sys
 import time
 
-from tower_client.fleet import Fleet, FleetPolicy, SessionSpec
-from tower_client.stream import FleetState, Missed, Notice, OutputChunk, StateChange
+from tower_client import Fleet, FleetPolicy, FleetState, Missed, Notice, OutputChunk, SessionSpec, StateChange
 
 FLOOD = ("import os, sys, time\n"
          "name, seconds = sys.argv[1], float(sys.argv[2])\n"

@@ -14,19 +14,22 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import CGROUP_PARENT, SHELLPER_CLI, poll_until, remove_cgroup_tree
-from test_containment import MODES, decide, needs_cgroup, start_nested
-from test_tower_support import Sessions, alive, identity, is_dead, other, sessions
+from support.containment import MODES, decide, needs_cgroup, start_nested
+from support.paths import SHELLPER_CLI
+from support.processes import alive, identity, is_dead
+from support.run import CGROUP_PARENT, remove_cgroup_tree
+from support.sessions import Sessions
+from support.waiting import poll_until
 
+from shellper.client.launch import launch
 from shellper.core.config import SessionConfig
-from shellper.daemon.launch import launch
 from shellper.host.cgroup import find_session_cgroups
 from shellper.host.identity import ProcessIdentity, open_verified
 from shellper.host.record import read_record
 from tower_client.apply import apply
-from tower_client.reconcile import Action, RegistryRow
+from tower_client.reconcile import ReconcileAction, RegistryRow
 
-__all__ = ["other", "sessions"]
+pytestmark = pytest.mark.kills_sessions
 
 def kill9(ident: ProcessIdentity) -> None:
     """SIGKILL a shellper this test launched (verified through a pidfd), and wait for it to be gone."""
@@ -51,7 +54,7 @@ def test_reconcile_terminating_a_live_outer_session_spares_a_session_started_ins
         sessions: Sessions, other: Sessions, mode: str) -> None:
     outer, inner_shellper, inner_child = start_nested(sessions, other, mode, mode)
     found = decide(sessions.dir)
-    assert [(d.action, d.reason) for d in found] == [(Action.TERMINATE, "unregistered")]
+    assert [(d.action, d.reason) for d in found] == [(ReconcileAction.TERMINATE, "unregistered")]
     report = apply(found, grace=0.5)
     assert report.ok, report.to_dict()
     assert is_dead(outer)
@@ -86,12 +89,12 @@ def test_ending_a_contained_outer_session_spares_an_uncontained_session_started_
 @needs_cgroup
 @pytest.mark.parametrize("where", ["child", "leaf"])
 def test_a_cgroup_parent_inside_another_session_is_refused_or_spared(sessions: Sessions, where: str) -> None:
-    a = sessions.launch("a", ["sleep", "300"], containment="cgroup")
+    a = sessions.start("a", ["sleep", "300"], containment="cgroup")
     rec_a = read_record(sessions.dir / "a.json")
     assert rec_a.cgroup is not None
     parent = os.path.join(rec_a.cgroup, "child") if where == "child" else rec_a.cgroup
     try:
-        sessions.launch("b", ["sleep", "300"], containment="cgroup", cgroup_parent=parent)
+        sessions.start("b", ["sleep", "300"], containment="cgroup", cgroup_parent=parent)
     except Exception:
         return  # refused: what a fix may do
     rec_b = read_record(sessions.dir / "b.json")
@@ -148,7 +151,7 @@ def test_a_reconcile_run_by_a_process_the_dead_session_left_never_ends_the_calle
     script = tmp_path / "caller.py"
     script.write_text(CALLER)
     argv = ["sh", "-c", f"(setsid {sys.executable} {script} {sessions.dir} {out} &) ; exec sleep 300"]
-    info = sessions.launch("s", argv, containment=mode)
+    info = sessions.start("s", argv, containment=mode)
     caller = identity(int(poll_until(lambda: (tmp_path / "report.json.pid").exists()
                                      and (tmp_path / "report.json.pid").read_text().strip(), what="the caller")))
     sessions.track(caller)
@@ -206,7 +209,7 @@ def test_a_session_process_that_migrates_itself_out_of_the_cgroup_does_not_survi
     from shellper.host.cgroup import find_mount
 
     out = sessions.dir / "migrated.pid"
-    info = sessions.launch("m", ["sh", "-c", MIGRATOR.format(mount=find_mount(), out=out)], containment="cgroup",
+    info = sessions.start("m", ["sh", "-c", MIGRATOR.format(mount=find_mount(), out=out)], containment="cgroup",
                            grace=0.5)
     migrated = identity(int(poll_until(lambda: out.exists() and out.read_text().strip(), what="the migrant")))
     sessions.track(migrated)

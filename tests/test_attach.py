@@ -14,7 +14,6 @@ import json
 import os
 import re
 import shlex
-import shutil
 import signal
 import socket
 import subprocess
@@ -23,26 +22,20 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pexpect
 import psutil
 import pytest
-from conftest import SHELLPER_CLI, poll_until
+from support.paths import SHELLPER_CLI
+from support.terminals import BASH, DETACH, PROMPT, TIMEOUT, Terminals, cli_env, finish, wait_all_gone
+from support.waiting import poll_until
 
 from shellper.cli.attach import DetachKeyError, attach, describe, exit_status, parse_detach_key
 from shellper.protocol import wire
 
 REPO = Path(__file__).resolve().parents[1]
-TIMEOUT = 10.0
-PROMPT = b"psh> "
-BASH = ["bash", "--norc", "--noprofile", "-i"]
-GRACE = "0.1"
-SESSION_OPTS = ["--env", "PS1=psh> ", "--env", "HISTFILE=", "--grace", GRACE]
-DETACH = b"\x1c"
-
 # A full-screen program: enters the alternate screen, writes more than the ring keeps (so a replay
 # starts after the ?1049h and only the preamble can restore it), draws its screen and waits.
 ALT_SCREEN_PROGRAM = r"""
@@ -57,126 +50,6 @@ sys.stdin.readline()
 """
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
-    env.pop("SHELLPER_DIR", None)
-    return env
-
-
-def _gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
-def _wait_gone(pids: list[int], timeout: float = TIMEOUT) -> list[int]:
-    deadline = time.monotonic() + timeout
-    left = [p for p in pids if not _gone(p)]
-    while left and time.monotonic() < deadline:
-        with contextlib.suppress(psutil.Error):
-            psutil.wait_procs([psutil.Process(p) for p in left if not _gone(p)], timeout=0.2)
-        left = [p for p in left if not _gone(p)]
-    return left
-
-
-@dataclass
-class Sessions:
-    """A runtime directory, the sessions (name -> pids) started in it, and the terminals spawned."""
-
-    dir: str
-    env: dict[str, str]
-    started: dict[str, list[int]] = field(default_factory=dict)
-    spawned: list[pexpect.spawn] = field(default_factory=list)
-    attach_opts: tuple[str, ...] = ()
-    """Options every ``attach`` gets: ``--relay`` in the relay runs of the tests (fixture ``how``)."""
-
-    def cli_args(self, *args: str) -> list[str]:
-        return [*SHELLPER_CLI, "--dir", self.dir, *args]
-
-    def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(self.cli_args(*args), capture_output=True, text=True, env=self.env,
-                              cwd=REPO, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
-        if check:
-            assert proc.returncode == 0, f"shellper {' '.join(args)}: rc={proc.returncode} {proc.stderr}"
-        return proc
-
-    def run(self, name: str, *argv: str, opts: tuple[str, ...] = ()) -> dict[str, Any]:
-        proc = self.cli("run", "--json", *SESSION_OPTS, *opts, name, "--", *argv)
-        info: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-        self.started[name] = [info["pid"]] + ([info["child_pid"]] if info.get("child_pid") else [])
-        return info
-
-    def shell(self, name: str, *opts: str) -> None:
-        self.run(name, *BASH, opts=opts)
-
-    def spawn(self, argv: list[str], dimensions: tuple[int, int] = (24, 80)) -> pexpect.spawn:
-        child = pexpect.spawn(argv[0], argv[1:], env=self.env, cwd=str(REPO), dimensions=dimensions,
-                              timeout=TIMEOUT)
-        child.ptyproc.delayafterclose = 0  # we wait for the exit ourselves (_finish, _discard)
-        child.delaybeforesend = None  # no echo-timing guesswork: every test expects what it waits for
-        self.spawned.append(child)
-        return child
-
-    def attach(self, name: str, *opts: str, dimensions: tuple[int, int] = (24, 80)) -> pexpect.spawn:
-        return self.spawn(self.cli_args("attach", name, *self.attach_opts, *opts), dimensions)
-
-    def follow(self, name: str) -> pexpect.spawn:
-        """``tail --follow --plain``: a watcher to expect() a session's output on."""
-        return self.spawn(self.cli_args("tail", name, "--follow", "--plain"))
-
-    def type_line(self, name: str, text: str) -> None:
-        self.cli("send", name, text, "--enter")
-
-    def stop(self, name: str) -> None:
-        pids = self.started.pop(name)
-        self.cli("stop", name, "--grace", GRACE)
-        left = _wait_gone(pids)
-        assert not left, f"still running after stop {name}: {left}"
-
-    def close_terminals(self) -> None:
-        for child in self.spawned:
-            _discard(child)
-        self.spawned.clear()
-
-    def teardown(self) -> None:
-        """Stop every session, then check that nothing is left behind."""
-        self.close_terminals()
-        problems: list[str] = []
-        for name, pids in list(self.started.items()):
-            try:
-                self.stop(name)
-            except (AssertionError, subprocess.SubprocessError) as exc:
-                problems.append(str(exc))
-                for pid in pids:  # by pid only, and only what this test started
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
-        leftovers = sorted(n for n in os.listdir(self.dir) if n != "logs")  # logs/: kept by design
-        shutil.rmtree(self.dir, ignore_errors=True)
-        assert not problems, problems
-        assert not leftovers, f"files left in the runtime dir: {leftovers}"
-
-
-def _discard(child: pexpect.spawn) -> None:
-    """End a terminal's program now (SIGKILL by pid) and reap it, without pexpect's polite delays."""
-    if not child.closed:
-        if child.isalive():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(child.pid, signal.SIGKILL)
-            child.wait()
-        child.close()
-
-
-def _finish(child: pexpect.spawn) -> int:
-    """Wait for the program in a terminal to end by itself; its exit status."""
-    child.expect(pexpect.EOF)
-    child.wait()
-    child.close()
-    assert child.exitstatus is not None, f"died by signal {child.signalstatus}"
-    return int(child.exitstatus)
-
-
 @pytest.fixture(scope="module", params=["handoff", "relay"])
 def how(request: pytest.FixtureRequest) -> str:
     """Each terminal test runs twice: the terminal handed to the shellper (the default), and relayed.
@@ -185,9 +58,9 @@ def how(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def sessions(how: str) -> Iterator[Sessions]:
+def terminals(how: str) -> Iterator[Terminals]:
     """A runtime directory of its own, for tests that end or change their sessions."""
-    s = Sessions(tempfile.mkdtemp(prefix="shpa-", dir="/tmp"), _env())
+    s = Terminals(tempfile.mkdtemp(prefix="shpa-", dir="/tmp"), cli_env())
     s.attach_opts = ("--relay",) if how == "relay" else ()
     try:
         yield s
@@ -196,8 +69,8 @@ def sessions(how: str) -> Iterator[Sessions]:
 
 
 @pytest.fixture(scope="module")
-def _shared(how: str) -> Iterator[Sessions]:
-    s = Sessions(tempfile.mkdtemp(prefix="shps-", dir="/tmp"), _env())
+def _shared(how: str) -> Iterator[Terminals]:
+    s = Terminals(tempfile.mkdtemp(prefix="shps-", dir="/tmp"), cli_env())
     s.attach_opts = ("--relay",) if how == "relay" else ()
     try:
         s.shell("sh")
@@ -207,7 +80,7 @@ def _shared(how: str) -> Iterator[Sessions]:
 
 
 @pytest.fixture
-def shared(_shared: Sessions) -> Iterator[Sessions]:
+def shared(_shared: Terminals) -> Iterator[Terminals]:
     """One long-lived shell session ``sh`` for the tests that only attach, type and detach.
 
     Each test types its own markers (computed by the shell, so the echo of the typed line never matches).
@@ -362,7 +235,7 @@ def test_attach_off_the_main_thread_runs_without_signal_handling(tmp_path: Path)
 # ------------------------------------------------------------------------------------------- attach
 
 
-def test_attach_replays_forwards_input_and_detaches(shared: Sessions) -> None:
+def test_attach_replays_forwards_input_and_detaches(shared: Terminals) -> None:
     shared.type_line("sh", "echo pre-$((2*3))")
     watch = shared.follow("sh")
     watch.expect("pre-6")
@@ -373,7 +246,7 @@ def test_attach_replays_forwards_input_and_detaches(shared: Sessions) -> None:
     term.expect("hi-42")
     term.send(DETACH)
     term.expect(re.escape(b"[detached]"))
-    assert _finish(term) == 0
+    assert finish(term) == 0
 
     # The session did not notice: the same shell runs on, and a later attach replays it all.
     shared.type_line("sh", "echo still-$((3*3))")
@@ -383,7 +256,7 @@ def test_attach_replays_forwards_input_and_detaches(shared: Sessions) -> None:
     again.expect("still-9")
     again.send(DETACH)
     again.expect(re.escape(b"[detached]"))
-    assert _finish(again) == 0
+    assert finish(again) == 0
 
 
 def _log_has(path: str, pattern: str, timeout: float = TIMEOUT) -> str:
@@ -393,7 +266,7 @@ def _log_has(path: str, pattern: str, timeout: float = TIMEOUT) -> str:
     return Path(path).read_text(errors="replace")
 
 
-def test_the_log_records_attach_and_detach_with_role_and_pid(shared: Sessions) -> None:
+def test_the_log_records_attach_and_detach_with_role_and_pid(shared: Terminals) -> None:
     term = shared.attach("sh")
     term.expect(re.escape(PROMPT))
     log = os.path.join(shared.dir, "sh.log")
@@ -401,7 +274,7 @@ def test_the_log_records_attach_and_detach_with_role_and_pid(shared: Sessions) -
     assert re.search(attached, _log_has(log, attached))
     term.send(DETACH)
     term.expect(re.escape(b"[detached]"))
-    assert _finish(term) == 0
+    assert finish(term) == 0
     detached = rf"client (\d+) detached: terminal, pid {term.pid} \("
     text = _log_has(log, detached)
     assert re.search(detached, text), text[-2000:]
@@ -409,7 +282,7 @@ def test_the_log_records_attach_and_detach_with_role_and_pid(shared: Sessions) -
     assert len(ids) == 1  # one client id in both lines
 
 
-def test_detach_key_is_never_forwarded(shared: Sessions) -> None:
+def test_detach_key_is_never_forwarded(shared: Terminals) -> None:
     term = shared.attach("sh", "--detach-key", "^A")
     term.expect(re.escape(PROMPT))
     # Ctrl-\ is an ordinary key now: it reaches the program (cat -v shows it as ^\), no detach.
@@ -423,14 +296,14 @@ def test_detach_key_is_never_forwarded(shared: Sessions) -> None:
     # The detach key and whatever follows it in the same read stay here.
     term.send(b"echo lost-$((9*9))\x01\r")
     term.expect(re.escape(b"[detached]"))
-    assert _finish(term) == 0
+    assert finish(term) == 0
     shared.type_line("sh", "\x15echo after-$((5*5))")  # ^U clears the half-typed line
     watch = shared.follow("sh")
     watch.expect("after-25")
     assert b"lost-81" not in watch.before
 
 
-def test_a_detach_key_typed_ahead_detaches(shared: Sessions) -> None:
+def test_a_detach_key_typed_ahead_detaches(shared: Terminals) -> None:
     """Typed as soon as the replay shows (attach set raw mode before connecting): the shellper may act
     on it before attach has even reported the window size; that must read as a detach, never as a
     closed session."""
@@ -439,17 +312,17 @@ def test_a_detach_key_typed_ahead_detaches(shared: Sessions) -> None:
         term.expect(re.escape(PROMPT))
         term.send(DETACH)
         term.expect(re.escape(b"[detached]"))
-        assert _finish(term) == 0
+        assert finish(term) == 0
 
 
-def test_bad_detach_key_is_one_line_and_status_2(shared: Sessions) -> None:
+def test_bad_detach_key_is_one_line_and_status_2(shared: Terminals) -> None:
     proc = shared.cli("attach", "sh", "--detach-key", "^1", check=False)
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert len(proc.stderr.strip().splitlines()) == 1 and "--detach-key" in proc.stderr
 
 
-def test_no_replay_shows_only_new_output(shared: Sessions) -> None:
+def test_no_replay_shows_only_new_output(shared: Terminals) -> None:
     shared.type_line("sh", "echo old-$((4*4))")
     shared.follow("sh").expect("old-16")
     term = shared.attach("sh", "--no-replay")
@@ -457,10 +330,10 @@ def test_no_replay_shows_only_new_output(shared: Sessions) -> None:
     term.expect("new-25")
     assert b"old-16" not in term.before
     term.send(DETACH)
-    assert _finish(term) == 0
+    assert finish(term) == 0
 
 
-def test_read_only_does_not_forward_input(shared: Sessions) -> None:
+def test_read_only_does_not_forward_input(shared: Terminals) -> None:
     shared.type_line("sh", "echo mark-$((1+1))")
     term = shared.attach("sh", "--read-only")
     term.expect("mark-2")  # attached: the replay arrived
@@ -468,7 +341,7 @@ def test_read_only_does_not_forward_input(shared: Sessions) -> None:
     term.send(DETACH)
     term.expect(re.escape(b"[detached]"))
     assert b"shellper:" not in term.before  # it did not even try (no 'viewer may not send input')
-    assert _finish(term) == 0
+    assert finish(term) == 0
     # Had the input been forwarded, the shell would have run it before this later line.
     shared.type_line("sh", "echo after-$((7*8))")
     watch = shared.follow("sh")
@@ -480,14 +353,14 @@ def test_read_only_does_not_forward_input(shared: Sessions) -> None:
 _STTY = rb"([0-9a-f]+(?::[0-9a-f]+){8,})\r\n"
 
 
-def _wrapped_attach(sessions: Sessions, name: str) -> pexpect.spawn:
+def _wrapped_attach(terminals: Terminals, name: str) -> pexpect.spawn:
     """attach between two ``stty -g``: what the terminal was before, and what it is after."""
-    attach_cmd = " ".join(shlex.quote(a) for a in sessions.cli_args("attach", name))
+    attach_cmd = " ".join(shlex.quote(a) for a in terminals.cli_args("attach", name))
     script = f"stty -g; {attach_cmd}; echo rc=$?; stty -g"
-    return sessions.spawn(["bash", "--norc", "--noprofile", "-c", script])
+    return terminals.spawn(["bash", "--norc", "--noprofile", "-c", script])
 
 
-def test_terminal_restored_after_detach(shared: Sessions) -> None:
+def test_terminal_restored_after_detach(shared: Terminals) -> None:
     term = _wrapped_attach(shared, "sh")
     term.expect(_STTY)
     before = term.match.group(1)
@@ -499,10 +372,10 @@ def test_terminal_restored_after_detach(shared: Sessions) -> None:
     assert term.match.group(1) == b"0"
     term.expect(_STTY)
     assert term.match.group(1) == before
-    assert _finish(term) == 0
+    assert finish(term) == 0
 
 
-def test_sigterm_restores_terminal(shared: Sessions) -> None:
+def test_sigterm_restores_terminal(shared: Terminals) -> None:
     term = _wrapped_attach(shared, "sh")
     term.expect(_STTY)
     before = term.match.group(1)
@@ -514,12 +387,12 @@ def test_sigterm_restores_terminal(shared: Sessions) -> None:
     assert term.match.group(1) == b"143"
     term.expect(_STTY)
     assert term.match.group(1) == before
-    assert _finish(term) == 0
+    assert finish(term) == 0
     shared.type_line("sh", "echo alive-$((6*6))")  # the session is unaffected
     shared.follow("sh").expect("alive-36")
 
 
-def test_resize_follows_the_terminal(shared: Sessions) -> None:
+def test_resize_follows_the_terminal(shared: Terminals) -> None:
     term = shared.attach("sh", dimensions=(30, 100))
     term.send(b"stty size\r")
     term.expect(rb"30 100\r\n")
@@ -527,10 +400,10 @@ def test_resize_follows_the_terminal(shared: Sessions) -> None:
     term.send(b"stty size\r")
     term.expect(rb"40 120\r\n")
     term.send(DETACH)
-    assert _finish(term) == 0
+    assert finish(term) == 0
 
 
-def test_send_tail_and_ls(shared: Sessions) -> None:
+def test_send_tail_and_ls(shared: Terminals) -> None:
     shared.type_line("sh", "echo x-$((4*4))")
     shared.follow("sh").expect("x-16")
     tail = shared.cli("tail", "sh", "--plain").stdout
@@ -543,37 +416,37 @@ def test_send_tail_and_ls(shared: Sessions) -> None:
     assert [s["name"] for s in listed] == ["sh"]
 
 
-def test_alternate_screen_replayed_with_preamble_and_reset_on_detach(sessions: Sessions) -> None:
-    sessions.run("alt", sys.executable, "-c", ALT_SCREEN_PROGRAM, opts=("--ring-bytes", "64K"))
-    watch = sessions.follow("alt")
+def test_alternate_screen_replayed_with_preamble_and_reset_on_detach(terminals: Terminals) -> None:
+    terminals.run("alt", sys.executable, "-c", ALT_SCREEN_PROGRAM, opts=("--ring-bytes", "64K"))
+    watch = terminals.follow("alt")
     watch.expect("SCREEN-A")
     for _ in range(2):  # attach, detach, reattach: both times the program's screen comes back
-        term = sessions.attach("alt")
+        term = terminals.attach("alt")
         term.expect(re.escape(b"\x1b[?1049h"))  # the ring no longer holds it: this is the preamble
         term.expect("SCREEN-A")
         term.send(DETACH)
         term.expect(re.escape(b"\x1b[?1049l"))  # back to the user's own screen before the message
         term.expect(re.escape(b"[detached]"))
-        assert _finish(term) == 0
+        assert finish(term) == 0
 
 
 @pytest.mark.parametrize(("command", "status", "shown"), [
     ("exit 3", 3, rb"\[exited: [^\]]*3"),
     ("kill -KILL $$", 137, rb"\[exited: [^\]]*KILL"),
 ])
-def test_child_exit_ends_attach_with_its_status(sessions: Sessions, command: str, status: int,
+def test_child_exit_ends_attach_with_its_status(terminals: Terminals, command: str, status: int,
                                                 shown: bytes) -> None:
-    sessions.shell("ex", "--restart", "no")
-    term = sessions.attach("ex")
+    terminals.shell("ex", "--restart", "no")
+    term = terminals.attach("ex")
     term.expect(re.escape(PROMPT))
     term.send(command.encode() + b"\r")
     term.expect(shown)
-    assert _finish(term) == status
+    assert finish(term) == status
 
 
-def test_restarting_child_keeps_attach_going(sessions: Sessions) -> None:
-    sessions.shell("bo", "--restart", "on-failure", "--backoff-initial", "0.1", "--jitter", "0")
-    term = sessions.attach("bo")
+def test_restarting_child_keeps_attach_going(terminals: Terminals) -> None:
+    terminals.shell("bo", "--restart", "on-failure", "--backoff-initial", "0.1", "--jitter", "0")
+    term = terminals.attach("bo")
     term.expect(re.escape(PROMPT))
     term.send(b"exit 5\r")
     term.expect(rb"\[exited: [^\]]*restarting")
@@ -581,36 +454,36 @@ def test_restarting_child_keeps_attach_going(sessions: Sessions) -> None:
     term.send(b"echo back-$((5*5))\r")
     term.expect("back-25")
     term.send(DETACH)
-    assert _finish(term) == 0
+    assert finish(term) == 0
 
 
-def test_attach_to_an_exited_session_reports_the_exit(sessions: Sessions) -> None:
-    sessions.run("husk", "bash", "--norc", "--noprofile", "-c", "echo bye-$((2+2)); exit 4",
+def test_attach_to_an_exited_session_reports_the_exit(terminals: Terminals) -> None:
+    terminals.run("husk", "bash", "--norc", "--noprofile", "-c", "echo bye-$((2+2)); exit 4",
                  opts=("--restart", "no"))
-    watch = sessions.follow("husk")
+    watch = terminals.follow("husk")
     watch.expect(r"\[shellper\] child exit 4")  # the shellper's exit notice, which it writes after the EXIT
     watch.expect(pexpect.EOF)  # tail -f ended with the session: it is a husk now
-    term = sessions.attach("husk")
+    term = terminals.attach("husk")
     term.expect("bye-4")
     term.expect(rb"\[exited: [^\]]*4")
-    assert _finish(term) == 4
+    assert finish(term) == 4
 
 
-def _wait_for_output(sessions: Sessions, name: str, needle: str) -> None:
+def _wait_for_output(terminals: Terminals, name: str, needle: str) -> None:
     deadline = time.monotonic() + TIMEOUT
-    while needle not in sessions.cli("tail", name, "--plain", "--bytes", "256").stdout:
+    while needle not in terminals.cli("tail", name, "--plain", "--bytes", "256").stdout:
         assert time.monotonic() < deadline, f"{needle!r} never appeared in {name}"
 
 
 @pytest.mark.parametrize("replay", ["rendered", "raw"])
-def test_output_lost_by_a_slow_terminal_is_reported(sessions: Sessions, how: str, replay: str) -> None:
+def test_output_lost_by_a_slow_terminal_is_reported(terminals: Terminals, how: str, replay: str) -> None:
     flood = "import sys; sys.stdin.readline(); sys.stdout.write('y' * 8_000_000 + '\\nDONE-' + 'X\\n'); " \
             "sys.stdout.flush(); sys.stdin.readline()"
-    sessions.run("slow", sys.executable, "-c", flood, opts=("--ring-bytes", "64K"))
-    term = sessions.attach("slow", *(("--raw",) if replay == "raw" else ()))
+    terminals.run("slow", sys.executable, "-c", flood, opts=("--ring-bytes", "64K"))
+    term = terminals.attach("slow", *(("--raw",) if replay == "raw" else ()))
     term.maxread = 65536
     term.send(b"\r")  # start the flood, then read nothing until it is all in the ring
-    _wait_for_output(sessions, "slow", "DONE-X")
+    _wait_for_output(terminals, "slow", "DONE-X")
     term.expect(rb"\[shellper: \d+ bytes skipped\]")
     # a full reset at the gap (it includes ?1049l), then the screen drawn again (rendered) or the modes at the
     # gap's end (raw); relayed, both come in the GAP (its preamble), so attach knows the terminal's modes again
@@ -618,44 +491,44 @@ def test_output_lost_by_a_slow_terminal_is_reported(sessions: Sessions, how: str
     term.expect("DONE-X")
     term.send(DETACH)
     term.expect(re.escape(b"[detached]"))
-    assert _finish(term) == 0
+    assert finish(term) == 0
 
 
-def test_session_stopped_while_attached(sessions: Sessions) -> None:
-    sessions.shell("gone")
-    term = sessions.attach("gone")
+def test_session_stopped_while_attached(terminals: Terminals) -> None:
+    terminals.shell("gone")
+    term = terminals.attach("gone")
     term.expect(re.escape(PROMPT))
-    sessions.stop("gone")
+    terminals.stop("gone")
     which = term.expect([rb"\[exited: [^\]]*\]", re.escape(b"[session closed]")])
-    status = _finish(term)
+    status = finish(term)
     if which == 0:  # the shell ends by a signal: the shellper's SIGTERM, or SIGKILL after the grace
         assert status in (128 + signal.SIGHUP, 128 + signal.SIGTERM, 128 + signal.SIGKILL)
     else:
         assert status == 1
 
 
-def test_shellper_killed_while_attached(sessions: Sessions) -> None:
-    info = sessions.run("k9", *BASH)
-    term = sessions.attach("k9")
+def test_shellper_killed_while_attached(terminals: Terminals) -> None:
+    info = terminals.run("k9", *BASH)
+    term = terminals.attach("k9")
     term.expect(re.escape(PROMPT))
     os.kill(info["pid"], signal.SIGKILL)
     term.expect(re.escape(b"[session closed]"))
-    assert _finish(term) == 1
+    assert finish(term) == 1
     # A SIGKILLed shellper cannot clean up after itself; its shell goes with the hung-up terminal.
-    assert not _wait_gone(sessions.started.pop("k9"))
-    sessions.cli("stop", "k9")  # a dead session's files (and its cgroup) go as a person would remove them
+    assert not wait_all_gone(terminals.started.pop("k9"))
+    terminals.cli("stop", "k9")  # a dead session's files (and its cgroup) go as a person would remove them
 
 
-def test_attach_to_unknown_session(sessions: Sessions) -> None:
-    proc = sessions.cli("attach", "nosuch", check=False)
+def test_attach_to_unknown_session(terminals: Terminals) -> None:
+    proc = terminals.cli("attach", "nosuch", check=False)
     assert proc.returncode == 1
     assert proc.stdout == ""
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "nosuch" in lines[0], proc.stderr
 
 
-def test_attach_in_a_terminal_to_unknown_session(sessions: Sessions) -> None:
-    term = sessions.attach("nosuch")
+def test_attach_in_a_terminal_to_unknown_session(terminals: Terminals) -> None:
+    term = terminals.attach("nosuch")
     term.expect(pexpect.EOF)
     lines = [line for line in term.before.split(b"\r\n") if line.strip()]
     assert len(lines) == 1 and b"nosuch" in lines[0], term.before
@@ -700,8 +573,8 @@ def test_attach_in_a_terminal_to_unknown_session(sessions: Sessions) -> None:
 ])
 def test_quick_attach_arguments_mean_what_the_full_cli_makes_of_them(argv: list[str], taken: bool) -> None:
     from shellper.cli.argscan import scan
-    from shellper.cli.attach import quick_args
-    from shellper.cli.main import _parser
+    from shellper.cli.argtree import build as _parser
+    from shellper.cli.commands.attach import quick_args
 
     quick = quick_args(scan(argv))
     assert (quick is not None) == taken
@@ -721,10 +594,10 @@ def test_a_bad_name_on_the_quick_path_gets_the_full_cli_message(tmp_path: Path) 
     assert proc.stderr.startswith("shellper: invalid session name 'a/b'"), proc.stderr
 
 
-def test_attaching_a_session_from_inside_itself_is_refused(sessions: Sessions) -> None:
-    sessions.shell("self")
-    env = {**sessions.env, "SHELLPER_SESSION": "self"}
-    for argv in (sessions.cli_args("attach", "self"), sessions.cli_args("attach", "self", "--read")):  # quick, full
+def test_attaching_a_session_from_inside_itself_is_refused(terminals: Terminals) -> None:
+    terminals.shell("self")
+    env = {**terminals.env, "SHELLPER_SESSION": "self"}
+    for argv in (terminals.cli_args("attach", "self"), terminals.cli_args("attach", "self", "--read")):  # quick, full
         proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
         assert proc.returncode == 1
         assert "this terminal is inside it" in proc.stderr and "unset SHELLPER_SESSION" in proc.stderr

@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, SHELLPER_CLI, wait_gone
+from support.paths import ROOT, SHELLPER_CLI
+from support.waiting import wait_gone
 
 BAD = [
     ["--host", "-F /dev/null gpu1", "stop", "--all"],

@@ -12,8 +12,9 @@ import signal
 import time
 
 import pytest
-from conftest import Sessions, poll_until, recv_until, wait_gone
-from test_server import expect_closed, status
+from support.frames import expect_closed, recv_until, status
+from support.sessions import Sessions
+from support.waiting import poll_until, wait_gone
 
 from shellper.core.structs import replace
 from shellper.host.record import SessionLock, read_record, write_record
@@ -21,7 +22,7 @@ from shellper.protocol import wire
 from tower_client.apply import apply
 from tower_client.cli import main as tower_cli
 from tower_client.discover import discover
-from tower_client.reconcile import Action, Registry, RegistryRow, reconcile
+from tower_client.reconcile import ReconcileAction, Registry, RegistryRow, reconcile
 
 # ----------------------------------------------------------------------------- defect 14: displaced
 
@@ -101,9 +102,9 @@ def test_hard_links_under_another_name_never_get_the_real_session_ended(sessions
         assert viewer.welcome is not None and viewer.welcome.instance_id == info.instance_id
     got = {(x.name, x.action, x.reason) for x in decisions}
     fake = "record_unreadable" if variant == "copy" else "name_mismatch"  # a record naming "real" is unusable
-    assert got == {("fake", Action.LEAVE, fake), ("real", Action.LEAVE, "name_mismatch")}, decisions
+    assert got == {("fake", ReconcileAction.LEAVE, fake), ("real", ReconcileAction.LEAVE, "name_mismatch")}, decisions
     for suffix in (".lock", ".sock", ".json"):
         (d / f"fake{suffix}").unlink(missing_ok=True)
     decisions = reconcile(Registry((RegistryRow("real"),)), discover(d), now=time.time())
-    assert [(x.name, x.action, x.reason) for x in decisions] == [("real", Action.ADOPT, "running")]
+    assert [(x.name, x.action, x.reason) for x in decisions] == [("real", ReconcileAction.ADOPT, "running")]
     sessions.stop("real")

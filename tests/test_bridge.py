@@ -8,7 +8,9 @@ import subprocess
 import sys
 
 import pytest
-from conftest import SHELLPER_CLI, Sessions, read_until
+from support.frames import read_until
+from support.paths import SHELLPER_CLI
+from support.sessions import Sessions
 
 from shellper.client.blocking import Client
 from shellper.protocol import wire

@@ -17,12 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import PY, ROOT, SHELLPER_CLI, Sessions, left_in, wait_gone
-from test_server_lifecycle import _UNDER_SUBREAPER, daemons_for
+from support.paths import PY, ROOT, SHELLPER_CLI
+from support.processes import UNDER_SUBREAPER, daemons_for
+from support.sessions import Sessions, left_in
+from support.waiting import wait_gone
 
+from shellper.client.launch import LaunchInfo, launch
 from shellper.core.config import ConfigError, SessionConfig
 from shellper.core.owner import default_owner
-from shellper.daemon.launch import LaunchInfo, launch
 from shellper.host.cgroup import (
     DEFAULT_PARENT_NAME,
     SessionCgroup,
@@ -97,7 +99,7 @@ class Shell:
                  under_subreaper: bool = False) -> subprocess.CompletedProcess[str]:
         argv = [*SHELLPER_CLI, "--dir", str(self.dir), *args]
         if under_subreaper:  # whatever the CLI leaves running is reported as "orphans: [...]" on stderr
-            argv = [PY, "-c", _UNDER_SUBREAPER, *argv]
+            argv = [PY, "-c", UNDER_SUBREAPER, *argv]
         return subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=ROOT, env=env or _env(),
                               stdin=subprocess.DEVNULL)
 

@@ -14,13 +14,14 @@ from pathlib import Path
 
 import pexpect
 import pytest
-from conftest import SHELLPER_CLI, poll_until, wait_gone
-from test_tower_support import REPO, Sessions, sessions
+from support.paths import REPO, SHELLPER_CLI
+from support.sessions import Sessions
+from support.waiting import poll_until, wait_gone
 
 from shellper.core.exits import RestartPolicy
 from shellper.host.record import read_record
 
-__all__ = ["sessions"]  # the fixture, imported for its name
+pytestmark = pytest.mark.kills_sessions
 
 TIMEOUT = 20.0
 SIGPIPE_STATUS = 141
@@ -56,7 +57,7 @@ def ring_has(sessions: Sessions, name: str, text: str) -> bool:
 
 @pytest.fixture
 def screen(sessions: Sessions) -> Iterator[Sessions]:
-    sessions.launch("scr", [sys.executable, "-c", FULL_SCREEN])
+    sessions.start("scr", [sys.executable, "-c", FULL_SCREEN])
     poll_until(lambda: ring_has(sessions, "scr", "SCREEN-UP"), TIMEOUT, what="the full-screen output")
     yield sessions
 
@@ -99,7 +100,7 @@ def test_tail_lines(screen: Sessions) -> None:
 # ----------------------------------------------------------------------------------------- tail -f's end
 
 def test_tail_f_ends_when_the_session_ends_for_good_with_its_notice_once(sessions: Sessions) -> None:
-    sessions.launch("once", ["sh", "-c", "echo started; read line; exit 0"])
+    sessions.start("once", ["sh", "-c", "echo started; read line; exit 0"])
     poll_until(lambda: ring_has(sessions, "once", "started"), TIMEOUT, what="the child's first line")
     term = terminal(sessions.dir, "tail", "-f", "--plain", "once")
     term.expect_exact(b"started")
@@ -117,7 +118,7 @@ def test_tail_f_ends_when_the_session_ends_for_good_with_its_notice_once(session
 def test_tail_f_follows_a_restart(sessions: Sessions, tmp_path: Path) -> None:
     """A crash with a restart pending is not the end: tail -f shows the restarted child's output."""
     flag = tmp_path / "crashed"
-    sessions.launch("again", ["sh", "-c", f"if [ -e {flag} ]; then echo second-run; sleep 300; "
+    sessions.start("again", ["sh", "-c", f"if [ -e {flag} ]; then echo second-run; sleep 300; "
                                           f"else echo first-run; touch {flag}; read line; exit 3; fi"])
     poll_until(lambda: ring_has(sessions, "again", "first-run"), TIMEOUT, what="the first run")
     term = terminal(sessions.dir, "tail", "-f", "--plain", "again")
@@ -153,7 +154,7 @@ def test_a_reader_gone_is_a_quiet_141(screen: Sessions, command: list[str], unbu
 @pytest.mark.parametrize("unbuffered", ["", "1"], ids=["buffered", "unbuffered"])
 def test_tail_into_head_is_a_quiet_141(sessions: Sessions, unbuffered: str) -> None:
     """More output than a pipe holds, so the writer is still writing when head leaves."""
-    sessions.launch("big", [sys.executable, "-c", "import time\nfor i in range(4000): print('x' * 99)\n"
+    sessions.start("big", [sys.executable, "-c", "import time\nfor i in range(4000): print('x' * 99)\n"
                                                   "time.sleep(300)"])
     poll_until(lambda: len(cli(sessions.dir, "tail", "big").stdout) >= 400_000, TIMEOUT, what="400 KB of output")
     script = (f"{' '.join(SHELLPER_CLI)} --dir {sessions.dir} tail big | head -1 >/dev/null; "
@@ -173,8 +174,8 @@ def ls_rows(d: Path) -> dict[str, str]:
 
 
 def test_ls_marks_finished_sessions_and_shows_their_commands(sessions: Sessions) -> None:
-    sessions.launch("live", ["sleep", "300"])
-    sessions.launch("done", ["sh", "-c", "exit 0"])
+    sessions.start("live", ["sleep", "300"])
+    sessions.start("done", ["sh", "-c", "exit 0"])
     poll_until(lambda: "exited" in ls_rows(sessions.dir)["done"], TIMEOUT, what="the child to exit")
     rows = ls_rows(sessions.dir)
     assert rows["done"].startswith("+ ") and not rows["live"].startswith("+"), rows
@@ -185,8 +186,8 @@ def test_ls_marks_finished_sessions_and_shows_their_commands(sessions: Sessions)
 
 def test_ls_and_status_count_a_restart_down_live_and_drop_it_once_done(sessions: Sessions, tmp_path: Path) -> None:
     flag = tmp_path / "crashed"
-    sessions.launch("slow", ["sh", "-c", "exit 3"], policy=_policy(backoff_initial=40.0, jitter=0.0))
-    sessions.launch("back", ["sh", "-c", f"if [ -e {flag} ]; then sleep 300; else touch {flag}; exit 3; fi"],
+    sessions.start("slow", ["sh", "-c", "exit 3"], policy=_policy(backoff_initial=40.0, jitter=0.0))
+    sessions.start("back", ["sh", "-c", f"if [ -e {flag} ]; then sleep 300; else touch {flag}; exit 3; fi"],
                     policy=_policy(backoff_initial=0.2, jitter=0.0))
     poll_until(lambda: "backoff" in ls_rows(sessions.dir).get("slow", ""), TIMEOUT, what="the backoff")
     record = read_record(sessions.dir / "slow.json")
@@ -215,7 +216,7 @@ def _policy(**fields: float) -> RestartPolicy:
 # -------------------------------------------------------------------------------- a shellper that does not answer
 
 def test_status_and_stop_of_a_stopped_shellper_say_so_and_stop_ends_it(sessions: Sessions) -> None:
-    info = sessions.launch("frozen", ["sleep", "300"])
+    info = sessions.start("frozen", ["sleep", "300"])
     child = read_record(sessions.dir / "frozen.json").child_pid
     assert child is not None
     os.kill(info.pid, signal.SIGSTOP)

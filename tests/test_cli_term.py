@@ -7,16 +7,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_attach import BASH, DETACH, PROMPT, Sessions, _env, _finish
-from test_habits import _adopt
+from support.terminals import BASH, DETACH, PROMPT, Terminals, adopt, cli_env, finish
 
 from shellper.core.defaults import DEFAULT_TERM
 from shellper.host.terminfo import known_terminal, session_term, terminfo_dirs
 
 
 @pytest.fixture
-def sessions() -> Iterator[Sessions]:
-    s = Sessions(tempfile.mkdtemp(prefix="shpt-", dir="/tmp"), {**_env(), "PS1": "psh> ", "HISTFILE": ""})
+def terminals() -> Iterator[Terminals]:
+    s = Terminals(tempfile.mkdtemp(prefix="shpt-", dir="/tmp"), {**cli_env(), "PS1": "psh> ", "HISTFILE": ""})
     try:
         yield s
     finally:
@@ -64,20 +63,20 @@ def test_terminfo_dirs_follow_ncurses_order() -> None:
                     "xterm-color (ncurses-base's /lib/terminfo/x/xterm-color)")
 @pytest.mark.parametrize(("user_term", "expected"), [("xterm-color", "xterm-color"),
                                                       ("no-such-term-here", DEFAULT_TERM)])
-def test_a_session_started_from_a_terminal_gets_its_term(sessions: Sessions, user_term: str,
+def test_a_session_started_from_a_terminal_gets_its_term(terminals: Terminals, user_term: str,
                                                          expected: str) -> None:
     """`attach -c` from a terminal whose TERM is known here passes it on; an unknown one gets the default."""
-    sessions.env["TERM"] = user_term
-    term = sessions.spawn(sessions.cli_args("attach", "-c", "tt", "--", *BASH))
+    terminals.env["TERM"] = user_term
+    term = terminals.spawn(terminals.cli_args("attach", "-c", "tt", "--", *BASH))
     term.expect(PROMPT)
-    _adopt(sessions, "tt")
+    adopt(terminals, "tt")
     term.send(b"echo term=$TERM.\r")
     term.expect(f"term={expected}.".encode())
     term.send(DETACH)
     term.expect(rb"\[detached\]")
-    assert _finish(term) == 0
-    run = sessions.cli("run", "--json", "rr", "--", "sh", "-c", "echo run-term=$TERM.; sleep 60")
+    assert finish(term) == 0
+    run = terminals.cli("run", "--json", "rr", "--", "sh", "-c", "echo run-term=$TERM.; sleep 60")
     assert run.returncode == 0
-    _adopt(sessions, "rr")
-    shown = sessions.spawn(sessions.cli_args("tail", "rr", "--follow", "--plain"))
+    adopt(terminals, "rr")
+    shown = terminals.spawn(terminals.cli_args("tail", "rr", "--follow", "--plain"))
     shown.expect(f"run-term={expected}.".encode())

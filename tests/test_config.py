@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
+from shellper.client.launch import launch
 from shellper.core.config import ConfigError, SessionConfig
 from shellper.core.exits import RestartPolicy
-from shellper.daemon.launch import launch
+from shellper.daemon.prefork import Prefork
 
 
 def config(**overrides: Any) -> SessionConfig:
@@ -85,5 +86,5 @@ def test_a_library_caller_s_bad_config_starts_nothing_and_leaves_nothing(tmp_pat
     directory = tmp_path / "run"
     bad = config(dir=str(directory), env=None)
     with pytest.raises(ConfigError, match="env"):
-        launch(bad, fork=True)
+        launch(bad, start_prefork=Prefork.start)
     assert not directory.exists() or os.listdir(directory) == []

@@ -13,30 +13,29 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from conftest import CGROUP_PARENT, SHELLPER_CLI, left_in, poll_until
-from killsoak_driver import FORK_BOMB
-from test_tower_support import Sessions, alive, identity, is_dead, other, sessions, tree
+from support.containment import MODES, decide, needs_cgroup, start_nested
+from support.killsoak import FORK_BOMB
+from support.paths import SHELLPER_CLI
+from support.processes import alive, identity, is_dead, tree
+from support.run import CGROUP_PARENT, remove_cgroup_tree
+from support.sessions import Sessions, left_in
+from support.waiting import poll_until
 
 from shellper.client.blocking import Client
+from shellper.client.launch import LaunchInfo
 from shellper.core.structs import replace
-from shellper.daemon.launch import LaunchInfo
 from shellper.host import cgroup
 from shellper.host.identity import ProcessIdentity, boot_id, read_stat
 from shellper.host.record import SessionRecord, cmdline_sha256, read_record, write_record
-from shellper.host.shellpers import holds_listener, session_cgroup
+from shellper.host.shellpers import holds_listener
 from tower_client.apply import OwnerBusy, apply, hold_owner_lock
-from tower_client.discover import discover, observe
-from tower_client.reconcile import Action, Registry, RegistryRow, reconcile
+from tower_client.discover import observe
+from tower_client.reconcile import ReconcileAction, RegistryRow
 
-__all__ = ["other", "sessions"]
-
-needs_cgroup = pytest.mark.skipif(CGROUP_PARENT is None, reason="no writable cgroup v2 hierarchy here (CI has one: "
-                                  "root, /sys/fs/cgroup[/unified]); the fallback tests still run")
-MODES = [pytest.param("cgroup", marks=needs_cgroup), "none"]
+pytestmark = pytest.mark.kills_sessions
 
 # A child whose tree escapes the usual nets: a setsid'd, double-forked grandchild that ignores HUP and TERM.
 ESCAPER = ("trap '' HUP TERM; (setsid sh -c 'trap \"\" HUP TERM; while :; do sleep 1; done' &) ; "
@@ -64,10 +63,6 @@ def kill9(pid: int) -> None:
     poll_until(lambda: is_dead(ident), what=f"shellper {pid} to die")
 
 
-def decide(d: Path, *rows: RegistryRow, owner: str | None = None) -> list:  # type: ignore[type-arg]
-    return reconcile(Registry(rows), discover(d), now=time.time(), owner=owner)
-
-
 def session_cgroups(d: Path) -> list[str]:
     assert CGROUP_PARENT is not None
     return [c.path for c in cgroup.find_session_cgroups(CGROUP_PARENT, str(d))]
@@ -78,7 +73,7 @@ def session_cgroups(d: Path) -> list[str]:
 
 @needs_cgroup
 def test_the_child_and_all_it_forks_are_in_the_session_cgroup_and_the_shellper_beside_it(sessions: Sessions) -> None:
-    info = sessions.launch("c", ["sh", "-c", ESCAPER], containment="cgroup")
+    info = sessions.start("c", ["sh", "-c", ESCAPER], containment="cgroup")
     rec = read_record(sessions.dir / "c.json")
     assert (rec.containment, rec.owner) == ("cgroup", info.owner if hasattr(info, "owner") else rec.owner)
     assert rec.cgroup is not None and os.path.dirname(rec.cgroup) == CGROUP_PARENT
@@ -92,7 +87,7 @@ def test_the_child_and_all_it_forks_are_in_the_session_cgroup_and_the_shellper_b
 
 @needs_cgroup
 def test_stop_ends_an_escaped_grandchild_that_ignores_term_and_removes_the_cgroup(sessions: Sessions) -> None:
-    info = sessions.launch("c", ["sh", "-c", ESCAPER], containment="cgroup", grace=0.3)
+    info = sessions.start("c", ["sh", "-c", ESCAPER], containment="cgroup", grace=0.3)
     rec = read_record(sessions.dir / "c.json")
     grandchild = escapee(info)
     done = subprocess.run([*SHELLPER_CLI, "--dir", str(sessions.dir), "stop", "c", "--grace", "0.3"],
@@ -105,15 +100,15 @@ def test_stop_ends_an_escaped_grandchild_that_ignores_term_and_removes_the_cgrou
 
 
 def test_containment_cgroup_fails_to_start_without_a_usable_parent(sessions: Sessions, tmp_path: Path) -> None:
-    from shellper.daemon.launch import LaunchError
+    from shellper.client.launch import LaunchError
 
     with pytest.raises(LaunchError, match="cgroup"):
-        sessions.launch("c", ["cat"], containment="cgroup", cgroup_parent=str(tmp_path))
+        sessions.start("c", ["cat"], containment="cgroup", cgroup_parent=str(tmp_path))
     assert left_in(sessions.dir) == []
 
 
 def test_containment_none_is_recorded_and_marks_the_tree(sessions: Sessions) -> None:
-    sessions.launch("n", ["cat"], containment="none")
+    sessions.start("n", ["cat"], containment="none")
     rec = read_record(sessions.dir / "n.json")
     assert (rec.containment, rec.cgroup, rec.cgroup_id) == ("none", None, None)
 
@@ -130,7 +125,7 @@ def test_a_shellper_killed_in_backoff_leaves_nothing_running_after_reconcile(ses
     marker = sessions.dir / "daemon.pid"
     script = (f"if [ ! -e {marker} ]; then (setsid sh -c 'trap \"\" HUP TERM; echo $$ > {marker}; "
               "while :; do sleep 1; done' &); fi; sleep 0.2; exit 3")
-    info = sessions.launch("b", ["sh", "-c", script], containment=mode,
+    info = sessions.start("b", ["sh", "-c", script], containment=mode,
                            policy=RestartPolicy(backoff_initial=60.0, backoff_max=60.0))
     daemon_pid = int(poll_until(lambda: marker.exists() and marker.read_text().strip(), what="the daemon"))
     daemon = identity(daemon_pid)
@@ -140,7 +135,7 @@ def test_a_shellper_killed_in_backoff_leaves_nothing_running_after_reconcile(ses
     kill9(info.pid)
     marker.unlink()
     found = decide(sessions.dir)
-    assert [(d.action, d.reason) for d in found] == [(Action.CLEAN, "dead")]
+    assert [(d.action, d.reason) for d in found] == [(ReconcileAction.CLEAN, "dead")]
     report = apply(found, grace=0.3)
     assert report.ok, report.to_dict()
     assert is_dead(daemon)
@@ -154,7 +149,7 @@ def test_a_stranger_leading_a_session_whose_id_the_record_names_is_never_ended(s
     """Defect 1: the dead child's pid now leads a stranger's session (forced: the record is pointed at the
     stranger, with its very start ticks, as a tick collision under pid reuse makes it). The session id was
     taken as the mark of the dead session's tree; it is not a mark any more."""
-    info = sessions.launch("s", ["sleep", "300"], containment="none")
+    info = sessions.start("s", ["sleep", "300"], containment="none")
     kill9(info.pid)
     stranger = sessions.spawn(["sleep", "300"], env={"PATH": os.environ["PATH"]})
     ident = identity(stranger.pid)
@@ -169,38 +164,6 @@ def test_a_stranger_leading_a_session_whose_id_the_record_names_is_never_ended(s
 # --------------------------------------------------------------------------------------------- 2, 3, 4: nesting
 
 
-def nested_argv(inner_dir: Path, mode: str) -> list[str]:
-    """An outer child that starts session "inner" of ``inner_dir`` from inside, then waits."""
-    cli = " ".join(SHELLPER_CLI)
-    return ["sh", "-c", f"{cli} --dir {inner_dir} run inner --containment {mode} -- sh -c 'sleep 300' "
-            f"> /dev/null; echo started; sleep 300"]
-
-
-def settled(record: SessionRecord, directory: str) -> bool:
-    """The shellper listens and, when contained, has moved into its own cgroup, which it does only after
-    reporting ready: until then it is still inside the cgroup it was started from (a documented limit)."""
-    if not holds_listener(record.shellper_pid, record.socket):
-        return False
-    group = session_cgroup(record, directory)
-    return group is None or cgroup.member_of(record.shellper_pid, group.relative + "/" + cgroup.SHELLPER_SUB)
-
-
-def start_nested(sessions: Sessions, other: Sessions, outer_mode: str, inner_mode: str) -> tuple[
-        ProcessIdentity, ProcessIdentity, ProcessIdentity]:
-    """Outer session "outer" of ``sessions`` whose child starts "inner" of ``other``: (outer, inner shellper,
-    inner child), all tracked for cleanup."""
-    outer = sessions.launch("outer", nested_argv(other.dir, inner_mode), containment=outer_mode)
-    inner = poll_until(lambda: (other.dir / "inner.json").exists() and read_record(other.dir / "inner.json"),
-                       what="the inner session")
-    inner_shellper = ProcessIdentity(inner.boot_id, inner.shellper_pid, inner.shellper_start_time)
-    other.track(inner_shellper)
-    poll_until(lambda: settled(inner, str(other.dir)), what="the inner shellper in its own cgroup")
-    child = poll_until(lambda: read_record(other.dir / "inner.json").child_pid, what="the inner child")
-    inner_child = identity(child)
-    other.track(inner_child)
-    return ProcessIdentity(outer.boot_id, outer.pid, outer.start_time), inner_shellper, inner_child
-
-
 @pytest.mark.parametrize("mode", MODES)
 def test_reconciling_a_killed_outer_session_never_touches_a_session_started_inside_it(
         sessions: Sessions, other: Sessions, mode: str) -> None:
@@ -212,7 +175,8 @@ def test_reconciling_a_killed_outer_session_never_touches_a_session_started_insi
     assert report.ok, report.to_dict()
     log = other.dir / "inner.log"  # says how the inner session ended, should it have (one unexplained failure)
     assert alive(inner_shellper) and alive(inner_child_ident), (report.to_dict(), log.exists() and log.read_text())
-    assert [(d.action, d.reason) for d in decide(other.dir, RegistryRow("inner"))] == [(Action.ADOPT, "running")]
+    decided = decide(other.dir, RegistryRow("inner"))
+    assert [(d.action, d.reason) for d in decided] == [(ReconcileAction.ADOPT, "running")]
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -235,7 +199,7 @@ def test_stopping_the_outer_session_never_touches_a_session_started_inside_it(
 def test_a_record_copied_from_another_directory_ends_nothing_of_that_session(
         sessions: Sessions, other: Sessions, mode: str) -> None:
     """Defect 3: B's record copied into A with a dead shellper pid made A's apply end B's live child tree."""
-    live = other.launch("b", ["sh", "-c", "sleep 300 & wait"], containment=mode)
+    live = other.start("b", ["sh", "-c", "sleep 300 & wait"], containment=mode)
     rec = read_record(other.dir / "b.json")
     child = poll_until(lambda: read_record(other.dir / "b.json").child_pid, what="b's child")
     members = [identity(child), *tree(child)]
@@ -316,11 +280,11 @@ def test_a_live_shellper_whose_lock_file_was_removed_is_left_by_reconcile_and_st
         sessions: Sessions, mode: str) -> None:
     """Defect 12: with NAME.lock removed (a tmp cleaner), `stop` said "already gone", ended the child tree and
     deleted the files while the shellper lived on; with lock and socket gone, reconcile said clean."""
-    info = sessions.launch("l", ["sleep", "300"], containment=mode)
+    info = sessions.start("l", ["sleep", "300"], containment=mode)
     shellper = identity(info.pid)
     (sessions.dir / "l.lock").unlink()
     (sessions.dir / "l.sock").unlink()
-    assert [(d.action, d.reason) for d in decide(sessions.dir)] == [(Action.LEAVE, "lock_missing")]
+    assert [(d.action, d.reason) for d in decide(sessions.dir)] == [(ReconcileAction.LEAVE, "lock_missing")]
     done = subprocess.run([*SHELLPER_CLI, "--dir", str(sessions.dir), "stop", "l", "--grace", "0.3"],
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
@@ -337,7 +301,7 @@ def test_stop_of_a_copied_record_signals_nothing_and_removes_nothing(sessions: S
     record. Now `stop` judges the files as reconcile and reap do (shellper.host.ownfiles): a record naming
     another session, a socket elsewhere, a hard link, a socket answering as another session, or a shellper
     proven live as another session (the copy with its name and socket edited, in keep's cgroup) is refused."""
-    info = sessions.launch("keep", ["sh", "-c", ESCAPER], containment=mode)
+    info = sessions.start("keep", ["sh", "-c", ESCAPER], containment=mode)
     kept = [identity(info.pid), escapee(info)]
     d = sessions.dir
     rec = read_record(d / "keep.json")
@@ -362,7 +326,7 @@ def test_stop_of_a_copied_record_signals_nothing_and_removes_nothing(sessions: S
 def test_a_live_shellper_whose_lock_file_alone_was_removed_is_stopped_over_its_socket(sessions: Sessions) -> None:
     """With its socket still answering as the recorded shellper, `stop` asks it to STOP (it ends its own tree
     and removes its files) rather than signalling it."""
-    info = sessions.launch("s", ["sleep", "300"])
+    info = sessions.start("s", ["sleep", "300"])
     shellper = identity(info.pid)
     (sessions.dir / "s.lock").unlink()
     done = subprocess.run([*SHELLPER_CLI, "--dir", str(sessions.dir), "stop", "s", "--grace", "0.3"],
@@ -376,7 +340,7 @@ def test_a_live_shellper_whose_lock_file_alone_was_removed_is_stopped_over_its_s
 def test_stop_without_a_lock_file_sends_nothing_to_a_socket_answering_as_another_instance(
         sessions: Sessions) -> None:
     """The record names instance A, the socket answers as B: `stop` refuses, and nothing is signalled."""
-    info = sessions.launch("w", ["sleep", "300"])
+    info = sessions.start("w", ["sleep", "300"])
     shellper = identity(info.pid)
     rec = read_record(sessions.dir / "w.json")
     write_record(sessions.dir / "w.json", replace(rec, instance_id="f" * 32))
@@ -394,11 +358,11 @@ def test_stop_without_a_lock_file_sends_nothing_to_a_socket_answering_as_another
 def test_run_over_a_killed_sessions_files_ends_what_it_left_running(sessions: Sessions, mode: str) -> None:
     """Defect 13: `shellper run NAME` over a killed session's files overwrote its record, and its survivors
     were never found again."""
-    first = sessions.launch("r", ["sh", "-c", ESCAPER], containment=mode)
+    first = sessions.start("r", ["sh", "-c", ESCAPER], containment=mode)
     grandchild = escapee(first)
     sessions.track(grandchild)
     kill9(first.pid)
-    second = sessions.launch("r", ["sleep", "300"], containment=mode)
+    second = sessions.start("r", ["sleep", "300"], containment=mode)
     poll_until(lambda: is_dead(grandchild), what="the first session's leftover to be ended")
     assert alive(identity(second.pid))
 
@@ -410,35 +374,35 @@ def test_another_owners_run_of_a_killed_sessions_name_keeps_its_record_for_its_r
     found what x left running (under none only the record's instance id finds it; under cgroup her reconcile
     may not end a stray cgroup of a name someone holds). Now bob's launch is refused (reason other_owner)
     and the record stays alice's, until her reconcile has ended the survivor."""
-    from shellper.daemon.launch import LaunchError, LaunchFailure
+    from shellper.client.launch import LaunchError, LaunchFailure
 
-    first = sessions.launch("x", ["sh", "-c", ESCAPER], containment=mode, owner="alice")
+    first = sessions.start("x", ["sh", "-c", ESCAPER], containment=mode, owner="alice")
     grandchild = escapee(first)
     sessions.track(grandchild)
     kill9(first.pid)
     with pytest.raises(LaunchError) as refused:
-        sessions.launch("x", ["sleep", "300"], containment=mode, owner="bob")
+        sessions.start("x", ["sleep", "300"], containment=mode, owner="bob")
     assert refused.value.reason == LaunchFailure.OTHER_OWNER, refused.value
     assert "alice" in str(refused.value) and str(grandchild.pid) in str(refused.value), str(refused.value)
     kept = read_record(sessions.dir / "x.json")
     assert (kept.owner, kept.instance_id) == ("alice", first.instance_id)
     assert alive(grandchild)
     found = decide(sessions.dir, owner="alice")
-    assert [(d.action, d.reason) for d in found] == [(Action.CLEAN, "dead")]
+    assert [(d.action, d.reason) for d in found] == [(ReconcileAction.CLEAN, "dead")]
     assert apply(found, owner="alice", grace=0.3).ok
     assert is_dead(grandchild)
-    second = sessions.launch("x", ["sleep", "300"], containment=mode, owner="bob")  # nothing left: the name is free
+    second = sessions.start("x", ["sleep", "300"], containment=mode, owner="bob")  # nothing left: the name is free
     assert read_record(sessions.dir / "x.json").instance_id == second.instance_id
 
 
 def test_another_owners_killed_session_that_left_nothing_running_does_not_block_its_name(
         sessions: Sessions) -> None:
-    first = sessions.launch("y", ["sleep", "300"], containment="none", owner="alice")
+    first = sessions.start("y", ["sleep", "300"], containment="none", owner="alice")
     assert first.child_pid is not None
     child = identity(first.child_pid)
     kill9(first.pid)
     poll_until(lambda: is_dead(child), what="the child to die with its shellper")
-    second = sessions.launch("y", ["sleep", "300"], containment="none", owner="bob")
+    second = sessions.start("y", ["sleep", "300"], containment="none", owner="bob")
     assert read_record(sessions.dir / "y.json").instance_id == second.instance_id
 
 
@@ -492,7 +456,6 @@ def test_stop_of_a_churning_fork_bomb_ends_it_or_fails_naming_what_survived(sess
             assert "survived" in done.stderr and "bomb.json" in done.stderr, done.stderr
             assert read_record(d / "bomb.json").instance_id == rec.instance_id  # what reconcile finds them by
     finally:
-        from conftest import remove_cgroup_tree
 
         remove_cgroup_tree(jail)
         for p in d.iterdir():
@@ -517,14 +480,14 @@ def test_a_daemon_that_sets_a_long_process_title_is_ended_by_reconcile_after_kil
     process that merely read it. So this is a named limit, shown here (a strict xfail: should it ever be
     found, this passes and the limit's text must go)."""
     out = tmp_path / "titled.pid"
-    info = sessions.launch("t", ["sh", "-c", TITLED.format(out=out)], containment="none")
+    info = sessions.start("t", ["sh", "-c", TITLED.format(out=out)], containment="none")
     titled = identity(int(poll_until(lambda: out.exists() and out.read_text().strip(), what="the titled daemon")))
     sessions.track(titled)
     if b"SHELLPER_INSTANCE=" in Path(f"/proc/{titled.pid}/environ").read_bytes():
         raise RuntimeError("the title did not overwrite the environment: the test shows nothing")
     kill9(info.pid)
     found = decide(sessions.dir)
-    assert [(d.action, d.reason) for d in found] == [(Action.CLEAN, "dead")]
+    assert [(d.action, d.reason) for d in found] == [(ReconcileAction.CLEAN, "dead")]
     assert apply(found, grace=0.3).ok
     assert is_dead(titled), "the titled daemon outlived kill -9 + reconcile --apply"
 
@@ -533,19 +496,20 @@ def test_a_daemon_that_sets_a_long_process_title_is_ended_by_reconcile_after_kil
 
 
 def test_a_session_of_another_owner_is_left_whatever_the_registry_says(sessions: Sessions) -> None:
-    info = sessions.launch("o", ["sleep", "300"], owner="bob")
+    info = sessions.start("o", ["sleep", "300"], owner="bob")
     assert read_record(sessions.dir / "o.json").owner == "bob"
     found = decide(sessions.dir, owner="alice")
-    assert [(d.action, d.reason) for d in found] == [(Action.LEAVE, "other_owner")]
+    assert [(d.action, d.reason) for d in found] == [(ReconcileAction.LEAVE, "other_owner")]
     assert apply(found, owner="alice").ok
     assert alive(identity(info.pid))
-    assert [(d.action, d.reason) for d in decide(sessions.dir, owner="bob")] == [(Action.TERMINATE, "unregistered")]
+    decided = decide(sessions.dir, owner="bob")
+    assert [(d.action, d.reason) for d in decided] == [(ReconcileAction.TERMINATE, "unregistered")]
 
 
 def test_two_towers_of_one_owner_never_apply_at_once_and_two_owners_can(sessions: Sessions) -> None:
     held = hold_owner_lock(str(sessions.dir), "alice")
     try:
-        sessions.launch("o", ["sleep", "300"], owner="alice")
+        sessions.start("o", ["sleep", "300"], owner="alice")
         with pytest.raises(OwnerBusy):
             apply(decide(sessions.dir, owner="alice"), owner="alice")
         assert apply(decide(sessions.dir, owner="bob"), owner="bob").ok
@@ -560,7 +524,7 @@ def test_two_towers_of_one_owner_never_apply_at_once_and_two_owners_can(sessions
 
 @needs_cgroup
 def test_a_cgroup_whose_record_is_gone_is_found_reported_and_ended(sessions: Sessions) -> None:
-    info = sessions.launch("g", ["sh", "-c", ESCAPER], containment="cgroup")
+    info = sessions.start("g", ["sh", "-c", ESCAPER], containment="cgroup")
     grandchild = escapee(info)
     sessions.track(grandchild)
     rec = read_record(sessions.dir / "g.json")
@@ -569,7 +533,7 @@ def test_a_cgroup_whose_record_is_gone_is_found_reported_and_ended(sessions: Ses
         p.unlink()
     assert session_cgroups(sessions.dir) == [rec.cgroup]
     found = decide(sessions.dir)
-    assert [(d.action, d.reason, d.cgroup) for d in found] == [(Action.CLEAN, "stray_cgroup", rec.cgroup)]
+    assert [(d.action, d.reason, d.cgroup) for d in found] == [(ReconcileAction.CLEAN, "stray_cgroup", rec.cgroup)]
     listed = subprocess.run([sys.executable, "-m", "tower_client.cli", "--dir", str(sessions.dir), "ls"],
                             capture_output=True, text=True, timeout=30)
     assert "stray cgroup" in listed.stdout
@@ -580,8 +544,8 @@ def test_a_cgroup_whose_record_is_gone_is_found_reported_and_ended(sessions: Ses
 
 @needs_cgroup
 def test_decisions_and_ls_say_which_containment_protects_each_session(sessions: Sessions) -> None:
-    sessions.launch("c", ["sleep", "300"], containment="cgroup")
-    sessions.launch("n", ["sleep", "300"], containment="none")
+    sessions.start("c", ["sleep", "300"], containment="cgroup")
+    sessions.start("n", ["sleep", "300"], containment="none")
     found = {d.name: d.to_dict()["containment"] for d in decide(sessions.dir)}
     assert found == {"c": "cgroup", "n": "none"}
     listed = json.loads(subprocess.run([sys.executable, "-m", "tower_client.cli", "--dir", str(sessions.dir), "ls",
@@ -646,7 +610,7 @@ def marked(instance_id: str) -> list[int]:
 def test_stop_ends_a_tree_that_forks_while_it_is_being_killed(sessions: Sessions, mode: str) -> None:
     """Without a cgroup, a child forked between the SIGKILL round's scan and its parent's death was re-parented
     to the shellper, logged as surviving, and outlived the stop (the kill soak found it)."""
-    info = sessions.launch("churn", [sys.executable, "-c", CHURNER], containment=mode, grace=0.1)
+    info = sessions.start("churn", [sys.executable, "-c", CHURNER], containment=mode, grace=0.1)
     poll_until(lambda: len(marked(info.instance_id)) > 20, what="the churner to be forking")
     done = subprocess.run([*SHELLPER_CLI, "--dir", str(sessions.dir), "stop", "churn", "--grace", "0.1"],
                           capture_output=True, text=True, timeout=60)
@@ -678,7 +642,7 @@ def test_under_systemd_a_shellper_is_started_in_a_delegated_scope_only_when_it_n
 def test_reap_of_a_killed_session_ends_what_it_left_and_removes_its_files(sessions: Sessions, mode: str) -> None:
     """`tower-client reap NAME` refused a session whose shellper was dead ("identity not verified"), so what
     its tree left ran on; it ends it (through the cgroup, or by the mark) and removes the files."""
-    info = sessions.launch("r", ["sh", "-c", ESCAPER], containment=mode)
+    info = sessions.start("r", ["sh", "-c", ESCAPER], containment=mode)
     grandchild = escapee(info)
     sessions.track(grandchild)
     kill9(info.pid)

@@ -20,8 +20,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import CGROUP_PARENT, SHELLPER_CLI, left_in, poll_until
-from test_tower_support import Sessions, alive, identity, is_dead, other, sessions, tree
+from support.paths import SHELLPER_CLI
+from support.processes import alive, identity, is_dead, tree
+from support.run import CGROUP_PARENT, sweep_dead_runs
+from support.sessions import Sessions, left_in
+from support.waiting import poll_until
 
 from shellper.core.owner import default_owner
 from shellper.host import cgroup
@@ -30,12 +33,10 @@ from shellper.host.record import read_record
 from shellper.host.shellpers import holds_listener
 from tower_client.apply import apply
 from tower_client.discover import discover
-from tower_client.reconcile import Action, Registry, reconcile
+from tower_client.reconcile import ReconcileAction, Registry, reconcile
 
-__all__ = ["other", "sessions"]
-
-pytestmark = pytest.mark.skipif(CGROUP_PARENT is None, reason="no writable cgroup v2 hierarchy here (CI has one: "
-                                "root, /sys/fs/cgroup[/unified])")
+pytestmark = [pytest.mark.skipif(CGROUP_PARENT is None, reason="no writable cgroup v2 hierarchy here (CI has one: "
+                                 "root, /sys/fs/cgroup[/unified])"), pytest.mark.kills_sessions]
 
 MOVER = r"""
 import os, signal, sys
@@ -69,7 +70,7 @@ def launch_mover(sessions: Sessions, name: str, target: str, tmp: Path) -> tuple
     """Session ``name`` whose grandchild moves itself into ``target`` (absolute, or relative to the session's
     leaf): (the shellper, the mover), both tracked for cleanup."""
     marker = tmp / f"{name}.mover"
-    info = sessions.launch(name, [sys.executable, "-c", MOVER, target, str(marker), mount()], containment="cgroup",
+    info = sessions.start(name, [sys.executable, "-c", MOVER, target, str(marker), mount()], containment="cgroup",
                            grace=0.3)
     mover = identity(int(poll_until(lambda: marker.exists() and marker.read_text(), what="the mover")))
     sessions.track(mover)
@@ -118,7 +119,7 @@ def test_a_stranger_in_a_killed_sessions_shellper_part_does_not_save_its_leftove
     """Defect 6: a root child of session b moved into a's shellper/; a's shellper was then killed. Reconcile
     took the stranger for a's live shellper ("suspect"): a's leftovers ran on, and its cgroup stayed forever.
     Now a's leftovers are ended, the stranger is named and not signalled, and the cgroup goes once it leaves."""
-    a_shellper = identity(sessions.launch("a", ["sh", "-c", "trap '' HUP TERM; (setsid sh -c 'trap \"\" HUP TERM; "
+    a_shellper = identity(sessions.start("a", ["sh", "-c", "trap '' HUP TERM; (setsid sh -c 'trap \"\" HUP TERM; "
                                                 "while :; do sleep 1; done' &); while :; do sleep 1; done"],
                                           containment="cgroup", grace=0.3).pid)
     group = settle(sessions, "a")
@@ -127,7 +128,7 @@ def test_a_stranger_in_a_killed_sessions_shellper_part_does_not_save_its_leftove
     assert cgroup.own_cgroup(stranger.pid) == group.relative + "/" + cgroup.SHELLPER_SUB
     kill9(a_shellper)
     found = reconcile(Registry(), discover(sessions.dir), now=time.time())
-    assert [(d.name, d.action, d.reason) for d in found if d.name == "a"] == [("a", Action.CLEAN, "dead")]
+    assert [(d.name, d.action, d.reason) for d in found if d.name == "a"] == [("a", ReconcileAction.CLEAN, "dead")]
     report = apply([d for d in found if d.name == "a"], grace=0.3)
     assert all(is_dead(m) for m in leftovers), report.to_dict()
     assert alive(stranger)
@@ -137,7 +138,7 @@ def test_a_stranger_in_a_killed_sessions_shellper_part_does_not_save_its_leftove
     end(stranger)  # it leaves: the cgroup, now no record's, is a stray that is verifiably a's
     found = reconcile(Registry(), discover(sessions.dir), now=time.time())
     assert [(d.action, d.reason, d.cgroup) for d in found if d.name == "a"] == [
-        (Action.CLEAN, "stray_cgroup", group.path)]
+        (ReconcileAction.CLEAN, "stray_cgroup", group.path)]
     assert apply([d for d in found if d.name == "a"]).ok
     assert not os.path.exists(group.path)
     assert shellper(sessions.dir, "stop", "b").returncode == 0
@@ -203,7 +204,7 @@ def test_a_hand_made_cgroup_named_like_a_sessions_is_never_signalled(sessions: S
     strings: a hand-made cgroup so named had its unrelated process SIGTERMed and SIGKILLed by reconcile --apply.
     A shellper's own leaf carries a proof a stranger cannot set (trusted.* on a root-owned leaf); a user.*
     attribute on a root-owned leaf, which its maker can set, proves nothing."""
-    real = sessions.launch("r", ["sleep", "300"], containment="cgroup")
+    real = sessions.start("r", ["sleep", "300"], containment="cgroup")
     rec = read_record(sessions.dir / "r.json")
     assert CGROUP_PARENT is not None and rec.cgroup is not None
     leaf = cgroup.LeafName.of(str(sessions.dir), default_owner(), "h", secrets.token_hex(16))
@@ -218,8 +219,8 @@ def test_a_hand_made_cgroup_named_like_a_sessions_is_never_signalled(sessions: S
     found = reconcile(Registry(), discover(sessions.dir), now=time.time())
     apply([d for d in found if d.name == "h"], grace=0.3)
     assert alive(ident)
-    assert [(d.name, d.action, d.reason) for d in found] == [("h", Action.LEAVE, "stray_cgroup_unproven"),
-                                                             ("r", Action.TERMINATE, "unregistered")]
+    assert [(d.name, d.action, d.reason) for d in found] == [("h", ReconcileAction.LEAVE, "stray_cgroup_unproven"),
+                                                             ("r", ReconcileAction.TERMINATE, "unregistered")]
     assert cgroup.proof(rec.cgroup) == (os.path.realpath(sessions.dir), "")
     assert "carries no shellper proof" in cgroup.proof(path)[1]
     assert alive(identity(real.pid))
@@ -233,7 +234,7 @@ def test_reconcile_removes_the_owners_empty_cgroups_whose_runtime_directory_is_g
     """Defect 9: a shellper killed, then its runtime directory removed, left its empty cgroup forever (27 were
     found on one machine): discovery goes by directory. Any reconcile of the owner now removes it; one that
     still holds processes is reported and left."""
-    gone = other.launch("g", ["sleep", "300"], containment="cgroup")
+    gone = other.start("g", ["sleep", "300"], containment="cgroup")
     gone_cgroup = read_record(other.dir / "g.json").cgroup
     assert gone_cgroup is not None
     kill9(identity(gone.pid))
@@ -251,7 +252,6 @@ def test_reconcile_removes_the_owners_empty_cgroups_whose_runtime_directory_is_g
 
 def test_a_new_test_run_removes_the_empty_cgroups_a_killed_run_left() -> None:
     """Defect 9: a test run killed before its pytest_unconfigure left MOUNT/shellper-test-<pid> behind."""
-    from conftest import sweep_dead_runs
 
     dead = subprocess.Popen(["true"])
     dead.wait()
@@ -277,7 +277,7 @@ def ro_sessions() -> Iterator[tuple[Sessions, Path]]:
     created (needs mount(2); skipped without)."""
     d = Path(tempfile.mkdtemp(prefix="sp-ro-", dir="/tmp"))
     os.chmod(d, 0o700)
-    s = Sessions(d)
+    s = Sessions(d, strict=False)
     try:
         yield s, d
     finally:
@@ -286,6 +286,7 @@ def ro_sessions() -> Iterator[tuple[Sessions, Path]]:
             if subprocess.run(["umount", str(d)], capture_output=True, check=False).returncode != 0:
                 break
         s.cleanup()
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def read_only(d: Path) -> None:
@@ -303,7 +304,7 @@ def test_reconcile_apply_in_a_read_only_runtime_directory_says_so_in_one_line(
         ro_sessions: tuple[Sessions, Path]) -> None:
     """Defect 10: `tower-client reconcile --apply` died with a LockError traceback."""
     sessions, mnt = ro_sessions
-    info = sessions.launch("k", ["sleep", "300"], containment="cgroup")
+    info = sessions.start("k", ["sleep", "300"], containment="cgroup")
     kill9(identity(info.pid))
     read_only(mnt)
     done = tower(mnt, "reconcile", "--apply")
@@ -319,7 +320,7 @@ def test_stop_in_a_read_only_runtime_directory_says_why_the_files_stay(ro_sessio
     """Defect 10: `stop` said the shellper "died before it finished stopping (killed?)" when it had stopped and
     only could not unlink its files."""
     sessions, mnt = ro_sessions
-    info = sessions.launch("s", ["sleep", "300"], containment="cgroup")
+    info = sessions.start("s", ["sleep", "300"], containment="cgroup")
     rec = read_record(mnt / "s.json")
     child = identity(int(poll_until(lambda: read_record(mnt / "s.json").child_pid, what="the child")))
     read_only(mnt)

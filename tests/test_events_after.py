@@ -4,10 +4,10 @@ ERROR bad_offset (fatal). Up to the last event it is accepted, and nothing is he
 from __future__ import annotations
 
 import pytest
+from support.sessions import Sessions
 
 from shellper.protocol import wire
 from shellper.protocol.connection import RemoteError
-from tests.conftest import Sessions
 
 
 @pytest.mark.parametrize("role", ["tower", "viewer"])

@@ -22,8 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import SHELLPER_CLI, Sessions, left_in, poll_until, read_until, recv_until, wait_gone
-from soak_support import (
+from support.frames import read_until, recv_until
+from support.paths import SHELLPER_CLI
+from support.sessions import Sessions, left_in
+from support.soak import (
     PatternStream,
     RawConn,
     Reaper,
@@ -38,6 +40,7 @@ from soak_support import (
     scales,
     status_kib,
 )
+from support.waiting import poll_until, wait_gone
 
 from shellper.client.blocking import Client, SessionNotFound
 from shellper.core import structs
@@ -47,7 +50,7 @@ from shellper.host.survivors import find_survivors
 from shellper.protocol import wire
 from tower_client.apply import apply
 from tower_client.discover import discover
-from tower_client.reconcile import Action, Registry, RegistryRow, reconcile
+from tower_client.reconcile import ReconcileAction, Registry, RegistryRow, reconcile
 
 __all__ = ["reaper"]  # the fixture, re-exported for pytest
 
@@ -111,7 +114,8 @@ def test_kill9_mid_flood_leaves_no_process_and_reconcile_respawns(sessions: Sess
 
     registry = Registry((RegistryRow("k9", info.instance_id),))
     decisions = reconcile(registry, discover(sessions.dir), now=time.time())
-    assert [(d.action, d.reason) for d in decisions] == [(Action.CLEAN, "dead"), (Action.RESPAWN, "dead")]
+    assert [(d.action, d.reason) for d in decisions] == [(ReconcileAction.CLEAN, "dead"),
+                                                         (ReconcileAction.RESPAWN, "dead")]
     report = apply(decisions, grace=0.3, confirm_timeout=5.0)
     assert report.ok, report.to_dict()
     cleaned = report.outcomes[0]
@@ -554,7 +558,7 @@ def test_removed_runtime_dir_is_recreated_on_sigusr1_without_loss(sessions: Sess
         assert got[:len(stream)] == stream
         decisions = reconcile(Registry((RegistryRow("gone", info.instance_id),)), discover(sessions.dir),
                               now=time.time())
-        assert [(d.action, d.reason) for d in decisions] == [(Action.ADOPT, "running")]
+        assert [(d.action, d.reason) for d in decisions] == [(ReconcileAction.ADOPT, "running")]
         assert "socket recreated" in (sessions.dir / "gone.log").read_text()
     sessions.stop("gone")
 

@@ -13,11 +13,15 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.fleet import SLEEPER, make_fleet, wait_for
+from support.paths import ROOT
+from support.processes import kill_verified
+from support.sessions import Sessions
+from support.waiting import poll_until
 
 import tower_client.fleet as fleet_module
 from shellper.client.blocking import Client
@@ -25,36 +29,13 @@ from shellper.host.identity import ProcessIdentity, boot_id
 from shellper.host.record import read_record
 from shellper.protocol import wire
 from shellper.protocol.connection import SpawnFailed
-from tests.conftest import ROOT, poll_until
-from tests.test_tower_support import kill_verified
 from tower_client import apply, discover, reconcile
 from tower_client.agent import AgentCommand
 from tower_client.atomicfile import write_atomic
-from tower_client.fleet import Fleet, FleetPolicy, OnDeath, SessionSpec
+from tower_client.fleet import Fleet, OnDeath, SessionSpec
 from tower_client.progress import ProgressError, ProgressJournal
 from tower_client.reconcile import Registry, RegistryDuplicate, RegistryNotJSON
 from tower_client.stream import FleetItem, FleetState, Missed, Notice, OutputChunk, StateChange
-
-SLEEPER = [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(300)"]
-
-
-def make_fleet(root: Path, runtime_dir: Path, **policy: Any) -> Fleet:
-    return Fleet(runtime_dir, root / "registry.json", root / "journal.json", policy=FleetPolicy(grace=1.0, **policy))
-
-
-async def wait_for(fleet: Fleet, match: Callable[[FleetItem], bool], timeout: float = 20.0,
-                   seen: list[FleetItem] | None = None) -> FleetItem:
-    """Consume (and acknowledge) the fleet's stream until an item matches; fail at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        item = await fleet.next(max(0.0, deadline - time.monotonic()))
-        if item is None:
-            pytest.fail(f"no matching item within {timeout:g} s; seen: {seen[-10:] if seen else '-'}")
-        fleet.ack(item)
-        if seen is not None:
-            seen.append(item)
-        if match(item):
-            return item
 
 
 def shellper_identity(runtime_dir: Path, name: str) -> ProcessIdentity:
@@ -255,7 +236,6 @@ def test_a_new_fleet_adopts_and_resumes_at_the_acknowledged_offset(tmp_path: Pat
 
 
 def test_a_session_started_outside_the_fleet_is_noticed_through_inotify(tmp_path: Path, runtime_dir: Path) -> None:
-    from tests.conftest import Sessions
 
     outside = Sessions(runtime_dir)
 

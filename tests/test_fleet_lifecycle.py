@@ -12,13 +12,13 @@ import time
 from pathlib import Path
 
 import pytest
+from support.fleet import SLEEPER, make_fleet, wait_for
+from support.paths import ROOT
 
 from shellper.client.blocking import Client
 from shellper.core.errors import ShellperError
 from shellper.host.paths import SessionPaths
 from shellper.host.record import read_record
-from tests.conftest import ROOT
-from tests.test_fleet import SLEEPER, make_fleet, wait_for
 from tower_client import FleetClosed, FleetNotStarted, discover
 from tower_client.apply import verify_session
 from tower_client.fleet import Fleet, SessionSpec

@@ -15,10 +15,11 @@ from pathlib import Path
 
 import msgpack  # type: ignore[import-untyped]
 import pytest
-from conftest import Sessions, poll_until
-from legacy_support import V1Client
-from soak_support import RawConn, child, hello, status_kib
-from test_hostile import Watcher
+from support.hostile import Watcher
+from support.legacy import V1Client
+from support.sessions import Sessions
+from support.soak import RawConn, child, hello, status_kib
+from support.waiting import poll_until
 
 from shellper.daemon.clientconn import MAX_PARTIAL_BYTES
 from shellper.protocol import legacy, wire

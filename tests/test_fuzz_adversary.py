@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from conftest import Sessions, poll_until, wait_gone
-from soak_support import child, hello, quiet_fds, scales, status_kib
-from test_hostile import Watcher, judge, mutation_cases
+from support.hostile import Watcher, judge, mutation_cases
+from support.sessions import Sessions
+from support.soak import child, hello, quiet_fds, scales, status_kib
+from support.waiting import poll_until, wait_gone
 
 from shellper.daemon.clientconn import MAX_PARTIAL_BYTES
 from shellper.daemon.transport import CLOSE_DRAIN

@@ -9,22 +9,20 @@ whose owner holds OSC 52 is refused, not printed. Every session is a real shellp
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pexpect
-from conftest import SHELLPER_CLI, poll_until
-from test_tower_support import REPO, Sessions, sessions
+import pytest
+from support.paths import REPO, SHELLPER_CLI
+from support.sessions import Sessions
+from support.waiting import poll_until
 
-from shellper.core.config import SessionConfig
 from shellper.core.exits import RestartPolicy
-from shellper.daemon.launch import launch
-from shellper.host.identity import ProcessIdentity
 
-__all__ = ["sessions"]  # the fixture, imported for its name
+pytestmark = pytest.mark.kills_sessions
 
 TIMEOUT = 20.0
 DETACH = b"\x1c"
@@ -49,7 +47,7 @@ def harmful(out: bytes) -> list[str]:
 
 def _failed(sessions: Sessions, name: str) -> None:
     script = f"import sys; sys.stdout.write({HOSTILE!r} + '\\n'); sys.stdout.flush(); sys.exit(3)"
-    sessions.launch(name, [sys.executable, "-c", script], policy=RestartPolicy(mode="no"))
+    sessions.start(name, [sys.executable, "-c", script], policy=RestartPolicy(mode="no"))
     poll_until(lambda: b"exited" in cli(sessions.dir, "status", name).stdout, TIMEOUT, what="the child's exit")
 
 
@@ -77,11 +75,7 @@ def test_tail_plain_bytes_drops_c1_bel_and_bs(sessions: Sessions) -> None:
 def test_status_shows_a_hostile_command_line_and_directory_harmless(sessions: Sessions, tmp_path: Path) -> None:
     cwd = tmp_path / "dir\x1b]0;pwned\x07\u009b2J"
     cwd.mkdir()
-    info = launch(SessionConfig(name="argv", argv=["sh", "-c", "sleep 300", "\x1b]52;c;aGFjaw==\x07", "\u009b2J"],
-                                dir=str(sessions.dir), cwd=str(cwd), env=dict(os.environ), grace=1.0,
-                                policy=RestartPolicy()))
-    sessions.launched.append(info)
-    sessions.tracked.append(ProcessIdentity(info.boot_id, info.pid, info.start_time))
+    sessions.start("argv", ["sh", "-c", "sleep 300", "\x1b]52;c;aGFjaw==\x07", "\u009b2J"], cwd=str(cwd))
     status = cli(sessions.dir, "status", "argv").stdout
     assert b"sleep 300" in status and b"pwned" in status, status  # shown, escaped
     assert harmful(status) == [], status
@@ -91,7 +85,7 @@ def test_status_shows_a_hostile_command_line_and_directory_harmless(sessions: Se
 
 def _forged_record(sessions: Sessions, name: str, owner: str) -> None:
     """A record of a session whose shellper is gone, copied from a real one, with ``owner`` in it."""
-    sessions.launch("real", ["sleep", "300"])
+    sessions.start("real", ["sleep", "300"])
     record = json.loads((sessions.dir / "real.json").read_text())
     record.update(name=name, owner=owner, shellper_pid=2**22 - 1, child_pid=None, state="running")
     (sessions.dir / f"{name}.json").write_text(json.dumps(record))
@@ -136,7 +130,7 @@ def _attach(sessions: Sessions, *opts: str) -> bytes:
 
 
 def test_a_replay_asks_nothing_and_writes_no_clipboard(sessions: Sessions) -> None:
-    sessions.launch("ask", [sys.executable, "-c", QUERIES])
+    sessions.start("ask", [sys.executable, "-c", QUERIES])
     poll_until(lambda: b"READY" in cli(sessions.dir, "tail", "--plain", "ask").stdout, TIMEOUT,
                what="the program's output")
     raw = _attach(sessions, "--raw")
@@ -152,7 +146,7 @@ def test_a_replay_asks_nothing_and_writes_no_clipboard(sessions: Sessions) -> No
 def test_attach_shows_the_exit_reason_harmless(sessions: Sessions) -> None:
     script = (f"import sys; print('WAITING', flush=True); sys.stdin.readline(); "
               f"sys.stdout.write({HOSTILE!r} + '\\n'); sys.stdout.flush(); sys.exit(3)")
-    sessions.launch("late", [sys.executable, "-c", script], policy=RestartPolicy(mode="no"))
+    sessions.start("late", [sys.executable, "-c", script], policy=RestartPolicy(mode="no"))
     term = pexpect.spawn(SHELLPER_CLI[0], [*SHELLPER_CLI[1:], "--dir", str(sessions.dir), "attach", "late"],
                          timeout=TIMEOUT, cwd=str(REPO), dimensions=(24, 80))
     try:

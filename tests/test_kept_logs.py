@@ -8,7 +8,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from conftest import SHELLPER_CLI, Sessions, left_in
+from support.paths import SHELLPER_CLI
+from support.sessions import Sessions, left_in
 
 from shellper.host.logfile import STOPPED_LOG_DAYS
 

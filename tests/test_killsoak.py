@@ -1,7 +1,7 @@
 """``make soak``: kill -9 a shellper at a random moment of every state, bystanders alive, then
 ``tower-client reconcile --apply``; nothing of the session may survive, no bystander may be signalled, no
 file, cgroup or zombie may be left. Per containment mode (cgroup: a per-run parent under the v2 mount;
-none). See killsoak_driver.py for a trial and what is measured, RELIABILITY.md for the last figures.
+none). See support/killsoak.py for a trial and what is measured, RELIABILITY.md for the last figures.
 
 The fast version (``make test``) runs KILLSOAK_FAST_TRIALS (default 5) trials per mode, the slow one
 KILLSOAK_TRIALS (default 200). KILLSOAK_SEED (default: a fresh one, printed) fixes the states and moments;
@@ -19,8 +19,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
-from killsoak_driver import KillSoakConfig, Mode, State, Summary, TrialResult, cgroup_available, run_killsoak
-from soak_support import scales
+from support.killsoak import KillSoakConfig, Mode, State, Summary, TrialResult, cgroup_available, run_killsoak
+from support.soak import scales
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ class KillScale:
 
 
 SEED = int(os.environ.get("KILLSOAK_SEED") or secrets.randbelow(1 << 31))
-"""One seed for both modes of a run: their trial plans complement each other (killsoak_driver.state_of)."""
+"""One seed for both modes of a run: their trial plans complement each other (support.killsoak.state_of)."""
 
 
 @scales(KillScale("KILLSOAK_FAST_TRIALS", 5), KillScale("KILLSOAK_TRIALS", 200))

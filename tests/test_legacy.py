@@ -8,65 +8,22 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import stat
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import pytest
-from conftest import Sessions, poll_until, read_until, wait_gone
-from legacy_support import Launched, V1Client, config, launch
+from support.frames import read_until
+from support.legacy import Legacy, V1Client, config, launch
+from support.sessions import Sessions
+from support.waiting import poll_until, wait_gone
 
 from shellper.client.blocking import Client
 from shellper.protocol import wire
 from shellper.protocol.wire import FrameType
 
 LOG_LINE = re.compile(r"^\[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\] \S")
-
-
-class Legacy:
-    """Starts legacy shellpers in one socket directory; all are SIGTERMed and gone at the end."""
-
-    def __init__(self, directory: Path) -> None:
-        self.dir = directory
-        self.started: list[Launched] = []
-
-    def start(self, command: str = "cat", *args: str, name: str = "shellper-t1", **extra: Any) -> Launched:
-        sock = self.dir / f"{name}.sock"
-        launched = launch(sock, config(sock, command, *args, **extra))
-        self.started.append(launched)
-        return launched
-
-    def client(self, launched: Launched) -> V1Client:
-        return V1Client(launched.sock)
-
-    def replay_with(self, launched: Launched, needle: bytes) -> bytes:
-        """The REPLAY of a new connection, once the session's output holds ``needle``."""
-        def replay() -> bytes | None:
-            with self.client(launched) as c:
-                data = c.hello()[1]
-            return data if needle in data else None
-        return poll_until(replay, what=f"{needle!r} in the output")  # type: ignore[no-any-return]
-
-
-@pytest.fixture
-def legacy_env() -> Iterator[Legacy]:
-    base = Path(tempfile.mkdtemp(prefix="lg-", dir="/tmp"))
-    env = Legacy(base / "run")  # the directory legacy-main creates, as shellper-main.js did
-    try:
-        yield env
-    finally:
-        for launched in env.started:
-            launched.stop()
-            assert wait_gone(launched.pid, 10)
-        leftovers = sorted(p.name for p in env.dir.iterdir() if p.name != "logs") if env.dir.exists() else []
-        shutil.rmtree(base)
-        assert not [n for n in leftovers if not n.endswith(".log")], leftovers
 
 
 def _sh(script: str) -> tuple[str, ...]:

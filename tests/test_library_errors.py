@@ -10,7 +10,7 @@ import warnings
 from typing import Any
 
 import pytest
-from conftest import Sessions
+from support.sessions import Sessions
 
 from shellper.client.blocking import Client, InvalidRequest
 from shellper.core.errors import BadArgument, InsideEventLoop, ShellperError

@@ -112,7 +112,7 @@ if host == 0:
         import shellper.host.reaper as reaper
         from shellper.core.config import SessionConfig
         from shellper.host.identity import PidFd
-        from shellper.daemon.launch import run_foreground
+        from shellper.daemon.foreground import run_foreground
 
         real_children = reaper.children
         me = os.getpid()

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import time
 
-from conftest import PY, Sessions, collect_output
+from support.frames import collect_output
+from support.paths import PY
+from support.sessions import Sessions
 
 from shellper.core.exits import RestartPolicy
 from shellper.daemon.output import notice_bytes

@@ -8,10 +8,9 @@ from __future__ import annotations
 import contextlib
 
 import msgpack
-from conftest import Sessions
-from legacy_support import V1Client
-from test_legacy import Legacy, legacy_env  # noqa: F401 - the fixture
-from test_server import frame, frames_until_eof, only_error, raw_socket
+from support.frames import frame, frames_until_eof, only_error, raw_socket
+from support.legacy import Legacy, V1Client
+from support.sessions import Sessions
 
 from shellper.core.peertext import PEER_QUOTE_CHARS
 from shellper.protocol import wire
@@ -36,7 +35,7 @@ def test_a_long_role_is_quoted_bounded_in_the_error_and_the_log(sessions: Sessio
     sessions.stop("pq")
 
 
-def test_a_long_client_type_is_quoted_bounded_in_the_legacy_log(legacy_env: Legacy) -> None:  # noqa: F811
+def test_a_long_client_type_is_quoted_bounded_in_the_legacy_log(legacy_env: Legacy) -> None:
     s = legacy_env.start("cat")
     for _ in range(ROUNDS):
         with V1Client(s.sock) as c:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import os
 import subprocess
@@ -198,11 +197,14 @@ _NEVER = {"dataclasses", "typing", "inspect", "threading", "psutil"}
 
 @pytest.mark.parametrize(("modules", "never"), [
     # what the prefork imports: pathlib would bring urllib.parse and ipaddress, ~3.5 ms and 0.5 MiB a session
-    ("shellper.daemon.session, shellper.core.config, shellper.daemon.launch, shellper.daemon.prefork",
+    ("shellper.daemon.session, shellper.core.config, shellper.client.launch, shellper.daemon.prefork",
      {"pathlib", "urllib.parse"}),
     # `shellper run`, the other half of a launch
-    ("shellper.cli.main, shellper.daemon.prefork", {"pathlib", "datetime"}),
-    ("shellper.cli.main, shellper.cli.attach", {"pathlib"}),  # `shellper attach`
+    # (its handler imports the launch path when it runs: imported here too)
+    ("shellper.cli.main, shellper.cli.argtree, shellper.cli.commands.run, shellper.cli.connect, "
+     "shellper.core.config, shellper.client.launch, shellper.host.terminfo, shellper.daemon.prefork",
+     {"pathlib", "datetime"}),
+    ("shellper.cli.main, shellper.cli.commands.attach", {"pathlib"}),  # `shellper attach`
 ])
 def test_start_up_imports_neither_dataclasses_nor_typing(modules: str, never: set[str]) -> None:
     """Each of these cost every session, or every attach, time and memory (see shellper.core.structs)."""
@@ -215,8 +217,8 @@ def test_start_up_imports_neither_dataclasses_nor_typing(modules: str, never: se
 @pytest.mark.parametrize("columns", [60, 100])
 def test_the_cli_parser_needs_no_shutil_and_help_fits_the_terminal(columns: int) -> None:
     """argparse's help formatter, left to find the width itself, imports shutil (with bz2, lzma and
-    zlib), ~3 ms of every ``shellper run`` (see shellper.cli.main._Formatter); help must still fit $COLUMNS."""
-    probe = ("import sys; from shellper.cli.main import _parser\n"
+    zlib), ~3 ms of every ``shellper run`` (see shellper.cli.argtree._Formatter); help must still fit $COLUMNS."""
+    probe = ("import sys; from shellper.cli.argtree import build as _parser\n"
              "_parser().parse_args(['run', 'x', 'cat'])\n"
              "print(' '.join(sorted({'shutil', 'bz2', 'lzma', 'zlib'} & set(sys.modules))))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
@@ -247,9 +249,9 @@ def test_init_is_compiled_on_first_use_and_then_replaced() -> None:
 
 
 def test_a_plain_attach_starts_without_the_cli_pathlib_or_re() -> None:
-    """``shellper attach NAME`` from the console script takes the quick path (shellper.cli.attach.quick_main):
+    """``shellper attach NAME`` from the console script takes the quick path (shellper.cli.commands.attach.quick_main):
     argparse, pathlib, re and the relay-only mode tracker cost it ~20 ms more than its own imports."""
-    probe = ("import sys; from shellper.cli.attach import quick_main\n"
+    probe = ("import sys; from shellper.cli.commands.attach import quick_main\n"
              "print(' '.join(sorted({'argparse', 'pathlib', 're', 'json', 'shellper.cli.main', "
              "'shellper.core.terminal.modes', "
              "'shellper.host.paths', 'typing', 'dataclasses'} & set(sys.modules))))")
@@ -268,12 +270,12 @@ def test_the_pure_cores_pass_with_the_standard_dataclasses_too() -> None:
                               timeout=60)
     assert switched.stdout.split() == ["True", "True"]
     unit = Path(__file__).parent / "unit"
-    # The whole unit suite again is the longest single test: on workers of its own (pytest-xdist, the test
-    # extra) where there are any, so it does not finish alone long after the rest of a parallel run.
-    workers = ["-n", "3"] if importlib.util.find_spec("xdist") is not None else []
+    # The whole unit suite again, in one process: workers of its own would each collect it again (twice the
+    # CPU); its property tests take fewer examples so (conftest.RECORDS_RERUN_EXAMPLES), and conftest runs
+    # this test first in a parallel run so it does not finish alone after the rest.
     # Left out: the layers (no record) and the screen emulator's tables, half the unit suite's time, whose
     # module (shellper.core.terminal.screen) defines and builds no record.
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *workers, str(unit),
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(unit),
                            "--ignore", str(unit / "test_layers.py"), "--ignore", str(unit / "test_screen.py")],
                           env=env, capture_output=True, text=True, timeout=600, cwd=unit.parent.parent)
     assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-2000:]
@@ -283,17 +285,23 @@ def test_the_pure_cores_pass_with_the_standard_dataclasses_too() -> None:
 
 def test_the_console_script_forks_the_prefork_before_importing_anything_else() -> None:
     """shellper.cli.entry and shellper.daemon.prefork are leaves at import: of the package, only themselves and
-    shellper.cli.argscan, which imports nothing (what the prefork imports of the server, it imports in the
-    forked process), and of the standard
-    library nothing the server or the CLI would wait for (signal, which every shellper needs, and what it
-    brings). Else the overlap the prefork exists for shrinks."""
+    shellper.cli.argscan with the option table it reads (what the prefork imports of the server, it imports
+    in the forked process), and of the standard library nothing the server or the CLI would wait for
+    (signal, which every shellper needs, and what it brings). Scanning a ``run`` line adds run's table and
+    the constants it shows, nothing else. Else the overlap the prefork exists for shrinks."""
     probe = ("import sys; before = set(sys.modules); import shellper.cli.entry\n"
+             "print(' '.join(sorted(set(sys.modules) - before)))\n"
+             "before = set(sys.modules); shellper.cli.entry.scan(['run', 's', '--', 'cat'])\n"
              "print(' '.join(sorted(set(sys.modules) - before)))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
-    loaded = set(done.stdout.split())
+    at_import, scanning = done.stdout.split("\n")[:2]
+    loaded = set(at_import.split())
     assert {m for m in loaded if m.startswith("shellper")} == {"shellper", "shellper.cli", "shellper.cli.entry",
-                                                               "shellper.cli.argscan", "shellper.daemon",
+                                                               "shellper.cli.argscan", "shellper.cli.options",
+                                                               "shellper.cli.commands", "shellper.daemon",
                                                                "shellper.daemon.prefork"}
+    assert set(scanning.split()) == {"shellper.cli.commands.run", "shellper.core", "shellper.core.containment",
+                                     "shellper.core.defaults", "shellper.core.errors", "shellper.core.owner"}
     assert "signal" in loaded, "the probe sees what the import loads"
     assert loaded & {"msgpack", "json", "socket", "select", "termios", "re", "argparse", "typing", "dataclasses",
                      "pathlib", "contextlib"} == set()

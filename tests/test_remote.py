@@ -1,4 +1,4 @@
-"""Sessions on other hosts over OpenSSH, against real sshd instances on loopback ports (tests/sshd_support.py):
+"""Sessions on other hosts over OpenSSH, against real sshd instances on loopback ports (tests/support/sshd.py):
 the CLI's ``--host`` and ``HOST:NAME``, attach from a terminal, a resuming client across a killed ssh
 connection, reconcile across two hosts and an unreachable one, and a remote of another version."""
 
@@ -9,50 +9,21 @@ import os
 import shlex
 import signal
 import socket
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pexpect
 import pytest
-from conftest import SHELLPER_CLI, poll_until
-from sshd_support import DOWN, SshWorld, ssh_world
+from support.paths import SHELLPER_CLI
+from support.remote import FLOOD, FLOOD_LINES, TIMEOUT, shellper
+from support.sshd import DOWN, SshWorld
+from support.waiting import poll_until
 
 from shellper.host import ssh
 from shellper.protocol import wire
 from tower_client.cli import main as tower_main
-from tower_client.remote import RemoteClient, RemoteResumingClient
+from tower_client.remote_clients import RemoteClient, RemoteResumingClient
 from tower_client.resume import Backoff, Reconnected
-
-PY = sys.executable
-TIMEOUT = 20.0
-
-
-@pytest.fixture(scope="module")
-def world() -> Iterator[SshWorld]:
-    with ssh_world() as w:
-        yield w
-
-
-@pytest.fixture
-def remote(world: SshWorld, monkeypatch: pytest.MonkeyPatch) -> Iterator[SshWorld]:
-    """The private ssh configuration in the environment; afterwards every session on either host is stopped."""
-    for key, value in world.env().items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.setattr(ssh, "_checked", {})
-    try:
-        yield world
-    finally:
-        for host in world.hosts.values():
-            for sock in host.runtime.glob("*.sock"):
-                subprocess.run([PY, "-m", "shellper", "--dir", str(host.runtime), "stop", "--grace", "0.2",
-                                sock.stem], capture_output=True, timeout=60)
-
-
-def shellper(*args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*SHELLPER_CLI, *args], capture_output=True, text=True, timeout=60, input=input)
 
 
 def sessions_in(directory: Path) -> set[str]:
@@ -142,23 +113,6 @@ def _ask(term: pexpect.spawn, command: str) -> bytes:
     term.send(f"{command}\r")
     term.expect_exact("rsh> ")
     return bytes(term.before)
-
-
-FLOOD_LINES = 400_000
-"""Lines of 8 bytes and CRLF: 4 MB, within the default 8 MiB ring."""
-FLOOD = f"""
-import sys, time
-sys.stdin.readline()
-out = sys.stdout
-for i in range({FLOOD_LINES}):
-    out.write("%07d\\n" % i)
-    if i % 2000 == 1999:
-        out.flush()
-        time.sleep(0.002)
-out.write("DONE\\n")
-out.flush()
-time.sleep(300)
-"""
 
 
 def test_resume_after_the_ssh_connection_is_killed_mid_flood(remote: SshWorld) -> None:

@@ -1,5 +1,5 @@
-"""The asyncio clients of a session on another host (tower_client.remote's AsyncRemoteClient and
-AsyncRemoteResumingClient), against the real sshd instances of tests/sshd_support.py: output, a request
+"""The asyncio clients of a session on another host (tower_client.remote_clients's AsyncRemoteClient and
+AsyncRemoteResumingClient), against the real sshd instances of tests/support/sshd.py: output, a request
 with its reply, a missing session, and a resume after the host's ssh connection is killed mid-flood."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ import signal
 import time
 
 import pytest
-from test_remote import FLOOD, FLOOD_LINES, TIMEOUT, remote, shellper, world  # noqa: F401 - the fixtures
+from support.remote import FLOOD, FLOOD_LINES, TIMEOUT, shellper
 
 from shellper.host import ssh
 from shellper.protocol import wire
 from tower_client.client import SessionNotFound
-from tower_client.remote import AsyncRemoteClient, AsyncRemoteResumingClient
+from tower_client.remote_clients import AsyncRemoteClient, AsyncRemoteResumingClient
 from tower_client.resume import Backoff, Reconnected
 
 pytestmark = pytest.mark.usefixtures("remote")  # the private ssh configuration; sessions stopped afterwards

@@ -8,8 +8,10 @@ import time
 from typing import Any
 
 import pytest
-from conftest import PY, Sessions, poll_until, read_until, recv_until, wait_gone
-from test_server import expect_closed, frames_until_eof, packed, ping, raw_socket
+from support.frames import expect_closed, frames_until_eof, packed, ping, raw_socket, read_until, recv_until
+from support.paths import PY
+from support.sessions import Sessions
+from support.waiting import poll_until, wait_gone
 
 from shellper.client.blocking import Client
 from shellper.core import structs

@@ -11,12 +11,14 @@ from typing import Any
 
 import jsonschema
 import pytest
-from conftest import PY, ROOT, SHELLPER_CLI, Sessions, poll_until
+from support.paths import PY, ROOT, SHELLPER_CLI
+from support.sessions import Sessions
+from support.waiting import poll_until
 
+from shellper.client.launch import LaunchError, LaunchFailure, LaunchInfo, launch
 from shellper.core.config import SessionConfig
 from shellper.core.exits import RestartPolicy
 from shellper.core.structs import replace
-from shellper.daemon.launch import LaunchError, LaunchFailure, LaunchInfo, launch
 from shellper.host.record import SessionRecord
 
 SCHEMA = json.loads((ROOT / "protocol" / "record.schema.json").read_text(encoding="utf-8"))

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pexpect
 import pyte
 import pytest
-from test_attach import DETACH, PROMPT, Sessions, _env, _finish
+from support.terminals import DETACH, PROMPT, Terminals, cli_env, finish
 
 # Draws a status row once, scrolls far more than the ring keeps below it, then waits: the header is
 # only on the screen, no longer in any byte window.
@@ -60,8 +60,8 @@ def render(data: bytes, cols: int = 80, rows: int = 24) -> list[str]:
 
 
 @pytest.fixture(params=["handoff", "relay"])
-def sessions(request: pytest.FixtureRequest) -> Iterator[Sessions]:
-    s = Sessions(tempfile.mkdtemp(prefix="shsr-", dir="/tmp"), _env())
+def terminals(request: pytest.FixtureRequest) -> Iterator[Terminals]:
+    s = Terminals(tempfile.mkdtemp(prefix="shsr-", dir="/tmp"), cli_env())
     s.attach_opts = ("--relay",) if request.param == "relay" else ()
     try:
         yield s
@@ -69,9 +69,9 @@ def sessions(request: pytest.FixtureRequest) -> Iterator[Sessions]:
         s.teardown()
 
 
-def attach_and_capture(sessions: Sessions, name: str, until: bytes, *opts: str) -> tuple[pexpect.spawn, bytes]:
+def attach_and_capture(terminals: Terminals, name: str, until: bytes, *opts: str) -> tuple[pexpect.spawn, bytes]:
     """Attach; every byte the terminal received once the drawing ends with ``until``."""
-    term = sessions.attach(name, *opts)
+    term = terminals.attach(name, *opts)
     received = io.BytesIO()
     term.logfile_read = received
     term.expect(re.escape(until))
@@ -81,39 +81,39 @@ def attach_and_capture(sessions: Sessions, name: str, until: bytes, *opts: str) 
 def detach(term: pexpect.spawn) -> None:
     term.send(DETACH)
     term.expect(re.escape(b"[detached]"))
-    assert _finish(term) == 0
+    assert finish(term) == 0
 
 
-def test_header_drawn_once_comes_back_cell_by_cell(sessions: Sessions) -> None:
-    sessions.run("hdr", sys.executable, "-c", HEADER_PROGRAM, opts=("--ring-bytes", "64K"))
-    watch = sessions.follow("hdr")
+def test_header_drawn_once_comes_back_cell_by_cell(terminals: Terminals) -> None:
+    terminals.run("hdr", sys.executable, "-c", HEADER_PROGRAM, opts=("--ring-bytes", "64K"))
+    watch = terminals.follow("hdr")
     watch.expect("READY")
     for _ in range(2):  # attach, detach, attach again: the same screen both times
-        term, received = attach_and_capture(sessions, "hdr", b"\x1b[?25h")
+        term, received = attach_and_capture(terminals, "hdr", b"\x1b[?25h")
         assert render(received) == header_program_screen()
         detach(term)
 
 
 @pytest.mark.parametrize("replay", ["rendered", "raw"])
-def test_a_terminal_that_fell_behind_is_drawn_the_screen_after_the_gap(sessions: Sessions, replay: str) -> None:
+def test_a_terminal_that_fell_behind_is_drawn_the_screen_after_the_gap(terminals: Terminals, replay: str) -> None:
     """A terminal too slow for a flood loses output (a GAP); after it, the screen of the moment is drawn from
     the model, so the header drawn once before the flood is there again (a byte catch-up from the gap's end
     could not show it). Handed over, the shellper draws it; relayed, the GAP carries the drawing. ``--raw``
     gets the modes at the gap's end instead, with its cursor kept: the header it was shown stays."""
     program = "import sys\nsys.stdin.readline()\n" + HEADER_PROGRAM.replace("range(4000)", "range(30_000)")
-    sessions.run("gap", sys.executable, "-c", program, opts=("--ring-bytes", "64K"))
+    terminals.run("gap", sys.executable, "-c", program, opts=("--ring-bytes", "64K"))
     received = io.BytesIO()
-    term = sessions.attach("gap", *(("--raw",) if replay == "raw" else ()))
+    term = terminals.attach("gap", *(("--raw",) if replay == "raw" else ()))
     term.logfile_read = received
     term.maxread = 65536
     term.expect(re.escape(b"\x1b[?25h") if replay == "rendered" else b"")  # attached
     term.send(b"\r")  # start the flood, then read nothing until it is all in the ring
     deadline = time.monotonic() + 60
-    while "READY" not in sessions.cli("tail", "gap", "--plain", "-n", "1").stdout:
+    while "READY" not in terminals.cli("tail", "gap", "--plain", "-n", "1").stdout:
         assert time.monotonic() < deadline, "the flood never ended"
     term.expect(rb"\[shellper: \d+ bytes skipped\]")
     term.expect(b"READY")  # the last row (the reset before a drawing shows the cursor too)
-    expected = [line.rstrip() for line in json.loads(sessions.cli("screen", "gap", "--json").stdout)["lines"]]
+    expected = [line.rstrip() for line in json.loads(terminals.cli("screen", "gap", "--json").stdout)["lines"]]
     assert expected[0] == "STATUS drawn once" and expected[-1] == "READY"
     shown = received.getvalue()
     if replay == "rendered":
@@ -126,9 +126,9 @@ def test_a_terminal_that_fell_behind_is_drawn_the_screen_after_the_gap(sessions:
     detach(term)
 
 
-def test_main_screen_text_comes_back_after_vim_quits(sessions: Sessions) -> None:
-    sessions.shell("vi")
-    term = sessions.attach("vi")
+def test_main_screen_text_comes_back_after_vim_quits(terminals: Terminals) -> None:
+    terminals.shell("vi")
+    term = terminals.attach("vi")
     term.expect(re.escape(PROMPT))
     term.send(b"for i in 1 2 3; do echo shell-line-$((i*11)); done\r")
     term.expect("shell-line-33")
@@ -144,7 +144,7 @@ def test_main_screen_text_comes_back_after_vim_quits(sessions: Sessions) -> None
     term.send(b"rm -f /tmp/shsr-vim-$$.txt; echo done-$((6*7))\r")
     term.expect("done-42")
     detach(term)
-    term, received = attach_and_capture(sessions, "vi", b"\x1b[?25h")
+    term, received = attach_and_capture(terminals, "vi", b"\x1b[?25h")
     shown = render(received)
     text = "\n".join(shown)
     assert [line for line in shown if line.startswith("shell-line-")] == ["shell-line-11", "shell-line-22",
@@ -153,11 +153,11 @@ def test_main_screen_text_comes_back_after_vim_quits(sessions: Sessions) -> None
     detach(term)
 
 
-def test_a_query_in_the_output_is_not_sent_again(sessions: Sessions) -> None:
-    sessions.run("q", sys.executable, "-c", QUERY_PROGRAM)
-    watch = sessions.follow("q")
+def test_a_query_in_the_output_is_not_sent_again(terminals: Terminals) -> None:
+    terminals.run("q", sys.executable, "-c", QUERY_PROGRAM)
+    watch = terminals.follow("q")
     watch.expect("after the query")
-    term, received = attach_and_capture(sessions, "q", b"\x1b[?25h")
+    term, received = attach_and_capture(terminals, "q", b"\x1b[?25h")
     assert b"\x1b[6n" not in received
     assert render(received)[:2] == ["before the query", "after the query"]
     term.send(b"typed\r")
@@ -165,46 +165,46 @@ def test_a_query_in_the_output_is_not_sent_again(sessions: Sessions) -> None:
     detach(term)
 
 
-def test_raw_replays_the_bytes(sessions: Sessions) -> None:
-    sessions.run("raw", sys.executable, "-c", HEADER_PROGRAM, opts=("--ring-bytes", "64K"))
-    watch = sessions.follow("raw")
+def test_raw_replays_the_bytes(terminals: Terminals) -> None:
+    terminals.run("raw", sys.executable, "-c", HEADER_PROGRAM, opts=("--ring-bytes", "64K"))
+    watch = terminals.follow("raw")
     watch.expect("READY")
-    term, received = attach_and_capture(sessions, "raw", b"READY", "--raw")
+    term, received = attach_and_capture(terminals, "raw", b"READY", "--raw")
     assert b"line 03999" in received and b"STATUS drawn once" not in received  # the header was never replayed
     detach(term)
 
 
-def test_screen_and_tail_plain_show_what_a_person_sees(sessions: Sessions) -> None:
+def test_screen_and_tail_plain_show_what_a_person_sees(terminals: Terminals) -> None:
     program = ("import sys\nfor i in range(40): sys.stdout.write('row %d\\r\\n' % i)\n"
                "sys.stdout.write('\\x1b[1;31mred\\x1b[0m \\x1b]2;the title\\x07\\x1b[6nplain')\n"
                "sys.stdout.flush()\nsys.stdin.readline()\n")
-    sessions.run("scr", sys.executable, "-c", program)
-    watch = sessions.follow("scr")
+    terminals.run("scr", sys.executable, "-c", program)
+    watch = terminals.follow("scr")
     watch.expect("plain")
-    lines = sessions.cli("screen", "scr").stdout.split("\n")
+    lines = terminals.cli("screen", "scr").stdout.split("\n")
     assert lines[:23] == [f"row {i}" for i in range(17, 40)] and lines[23] == "red plain"
-    ansi = sessions.cli("screen", "scr", "--ansi").stdout
+    ansi = terminals.cli("screen", "scr", "--ansi").stdout
     assert "\x1b[0;1;31mred\x1b[0m plain" in ansi
-    info = json.loads(sessions.cli("screen", "scr", "--json", "--scrollback", "2").stdout)
+    info = json.loads(terminals.cli("screen", "scr", "--json", "--scrollback", "2").stdout)
     assert info["scrollback"] == ["row 15", "row 16"] and info["title"] == "the title"
     assert (info["cursor_x"], info["cursor_y"], info["cols"], info["rows"]) == (9, 23, 80, 24)
     assert not info["alternate"] and info["offset"] > 0
-    tail = sessions.cli("tail", "scr", "--plain").stdout
+    tail = terminals.cli("tail", "scr", "--plain").stdout
     assert tail == "".join(f"row {i}\n" for i in range(40)) + "red plain\n"
-    assert sessions.cli("tail", "scr", "--plain", "-n", "2").stdout == "row 39\nred plain\n"
+    assert terminals.cli("tail", "scr", "--plain", "-n", "2").stdout == "row 39\nred plain\n"
 
 
-def test_a_bigger_terminal_gets_the_screen_drawn_at_its_size(sessions: Sessions) -> None:
+def test_a_bigger_terminal_gets_the_screen_drawn_at_its_size(terminals: Terminals) -> None:
     program = ("import sys\nsys.stdout.write('\\x1b[2;10r' + ''.join('row %d\\r\\n' % i for i in range(30)) + 'end')\n"
                "sys.stdout.flush()\nsys.stdin.readline()\n")
-    sessions.run("big", sys.executable, "-c", program)
-    watch = sessions.follow("big")
+    terminals.run("big", sys.executable, "-c", program)
+    watch = terminals.follow("big")
     watch.expect("end")
-    term = sessions.attach("big", dimensions=(30, 100))
+    term = terminals.attach("big", dimensions=(30, 100))
     received = io.BytesIO()
     term.logfile_read = received
     term.expect(re.escape(b"\x1b[?25h"))
-    info = json.loads(sessions.cli("screen", "big", "--json").stdout)
+    info = json.loads(terminals.cli("screen", "big", "--json").stdout)
     # handed over, or relayed (the size is in HELLO): the session takes the terminal's size before the drawing
     assert (info["cols"], info["rows"]) == (100, 30)
     shown = render(received.getvalue(), 100, 30)

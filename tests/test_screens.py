@@ -2,7 +2,7 @@
 
 Each case runs a program twice: directly in a terminal of its own (the reference) and in a session,
 attached from a terminal (pexpect) of the same size. Both get the same keys, and each step waits for
-the same screen content (tests/screens.py: an independent emulator, pyte, with a deadline). Then the
+the same screen content (tests/support/screens.py: an independent emulator, pyte, with a deadline). Then the
 session is detached and reattached from a fresh terminal, of the same size or another (the reference
 is resized then too), and the reattached terminal's screen must be the reference's, cell by cell.
 A terminal that detached must be left with nothing switched on.
@@ -35,8 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from conftest import SHELLPER_CLI, wait_gone
-from screens import Emulator, Terminal, screen_diff
+from support.paths import SHELLPER_CLI
+from support.screens import Emulator, Terminal, screen_diff
+from support.waiting import wait_gone
 
 from shellper.core.defaults import MIN_RING_BYTES
 

@@ -18,11 +18,11 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, SHELLPER_CLI, wait_gone
-from legacy_support import config
-from test_legacy import Legacy, legacy_env  # noqa: F401 - the fixture
+from support.legacy import Legacy, config
+from support.paths import ROOT, SHELLPER_CLI
+from support.waiting import wait_gone
 
-from shellper.daemon.launch import LaunchInfo
+from shellper.client.launch import LaunchInfo
 from shellper.daemon.prefork import holds_secrets
 from shellper.protocol import legacy
 
@@ -126,7 +126,7 @@ def test_run_env_is_in_no_long_lived_command_line_nor_log(cli_runtime_dir: Path,
         assert secret.encode() not in text, path
 
 
-def test_legacy_main_keeps_only_the_socket_path_in_its_command_line(legacy_env: Legacy) -> None:  # noqa: F811
+def test_legacy_main_keeps_only_the_socket_path_in_its_command_line(legacy_env: Legacy) -> None:
     """The Tower's JSON, env and args included, is argv of the first image only; the long-lived process is
     ``python -P -m shellper.daemon.legacymain shellper-main.js {"socketPath":"…"}``, what the Tower's
     scanners match, and nothing else. The config crossed the exec in a memfd, closed after."""

@@ -21,7 +21,10 @@ from typing import Any
 
 import msgpack
 import pytest
-from conftest import PY, Sessions, collect_output, poll_until, read_until, recv_until, wait_gone
+from support.frames import collect_output, read_until, recv_until
+from support.paths import PY
+from support.sessions import Sessions
+from support.waiting import poll_until, wait_gone
 
 from shellper.client.blocking import Client, SessionGone
 from shellper.core.exits import RestartPolicy

@@ -13,10 +13,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import PY, ROOT, SHELLPER_CLI, Sessions, left_in, poll_until, recv_until, wait_gone
-from test_server import NO_RESTART, TREE_CHILD, echo_roundtrip, expect_closed, status, tree_pids
+from support.frames import TREE_CHILD, echo_roundtrip, expect_closed, recv_until, status, tree_pids
+from support.paths import PY, ROOT, SHELLPER_CLI
+from support.sessions import NO_RESTART, Sessions, left_in
+from support.waiting import poll_until, wait_gone
 
-from shellper.daemon.launch import LaunchError, LaunchInfo
+from shellper.client.launch import LaunchError, LaunchInfo
 from shellper.host.cleanup import clean_session
 from shellper.host.identity import boot_id, start_time
 from shellper.host.paths import PathError, SessionPaths

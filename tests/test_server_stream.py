@@ -13,18 +13,21 @@ import os
 import time
 
 import pytest
-from conftest import PY, Sessions, poll_until, read_until, recv_until, wait_gone
-from test_server import (
-    NO_RESTART,
+from support.frames import (
     echo_roundtrip,
     expect_closed,
     hello,
     output_until,
     ping,
     raw_socket,
+    read_until,
+    recv_until,
     status,
-    vm_kib,
 )
+from support.paths import PY
+from support.processes import vm_kib
+from support.sessions import NO_RESTART, Sessions
+from support.waiting import poll_until, wait_gone
 
 from shellper.client.blocking import Client
 from shellper.daemon.clientconn import REPLAY_CHUNK

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from conftest import Sessions, read_until
+from support.frames import read_until
+from support.sessions import Sessions
 
 
 def test_launch_echo_stop(sessions: Sessions) -> None:

@@ -12,9 +12,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from conftest import Sessions
-from soak_driver import SoakConfig, run_soak
-from soak_support import scales
+from support.sessions import Sessions
+from support.soak import scales
+from support.soak_driver import SoakConfig, run_soak
 
 
 @dataclass(frozen=True)

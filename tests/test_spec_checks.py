@@ -12,7 +12,7 @@ from typing import Any
 
 import msgpack
 import pytest
-from conftest import Sessions
+from support.sessions import Sessions
 
 from shellper.protocol import wire
 
@@ -102,7 +102,8 @@ def test_every_frame_only_the_shellper_sends_is_refused_release_too(sessions: Se
         wire.Reply(id=1, frame_type=wire.FrameType.STATUS, ok=True), wire.ScreenReply(offset=0, cols=80, rows=24),
     ]
     assert {type(f) for f in shellper_only} | {wire.Pong} == set(wire.FRAME_CLASSES.values()) - {
-        wire.Data, wire.Resize, wire.Signal, wire.Ping, wire.Hello, wire.Spawn, wire.Status, wire.Stop, wire.Screen}
+        wire.Data, wire.Resize, wire.Signal, wire.Ping, wire.Hello, wire.Spawn, wire.Status, wire.Stop,
+        wire.ScreenRequest}
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     with contextlib.closing(sock):
         sock.connect(str(sessions.dir / "s2c.sock"))

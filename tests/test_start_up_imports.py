@@ -15,8 +15,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import ROOT, wait_gone
-from legacy_support import V1Client
+from support.legacy import V1Client
+from support.paths import ROOT
+from support.waiting import wait_gone
 
 from shellper.client.blocking import Client
 
@@ -43,6 +44,8 @@ if OUT:
 notes what it loads in that directory, in a file named by its pid (and so does each fork of it)."""
 
 _BOTH = {"shellper", "shellper.cli", "shellper.cli.argscan", "shellper.cli.entry", "shellper.core",
+         # the option table, read by the console script's scan before it forks the prefork (shellper.cli.argscan)
+         "shellper.cli.options", "shellper.cli.commands", "shellper.cli.commands.run",
          "shellper.core.config", "shellper.core.containment", "shellper.core.defaults", "shellper.core.errors",
          "shellper.core.execve", "shellper.core.exitrecord", "shellper.core.exits", "shellper.core.launchfailure",
          "shellper.core.names", "shellper.core.owner", "shellper.core.signals", "shellper.core.states",
@@ -51,8 +54,12 @@ _BOTH = {"shellper", "shellper.cli", "shellper.cli.argscan", "shellper.cli.entry
          "shellper.daemon.prefork", "shellper.host", "shellper.host.cgroup", "shellper.host.identity",
          "shellper.host.logfile", "shellper.host.paths", "shellper.host.record"}
 
-CLI = _BOTH | {"shellper.cli.main", "shellper.cli.remote", "shellper.daemon.launch", "shellper.host.terminfo"}
-"""The package's modules ``shellper run`` loads: the parser and the launch; none of the server."""
+CLI = _BOTH - {"shellper.host.logfile"} | {
+    "shellper.cli.main", "shellper.cli.onhost", "shellper.cli.argtree", "shellper.cli.connect", "shellper.client",
+    "shellper.client.launch", "shellper.host.prelaunch", "shellper.host.terminfo"}
+"""The package's modules ``shellper run`` loads: the parser and the launch; none of the server, nor another
+command's module. (The launch moved from shellper.daemon.launch to shellper.client.launch, its checks to
+shellper.host.prelaunch, in issue 28; the log file is now the daemon's alone, which imports it.)"""
 
 DAEMON = _BOTH | {
     "shellper.core.detachkeys", "shellper.core.merge", "shellper.core.terminal.modes", "shellper.core.ring",
@@ -128,14 +135,14 @@ def test_a_plain_run_loads_these_modules_and_the_daemon_the_rest_on_first_use(cl
 _LAUNCH = """
 import os, sys
 from shellper.core.config import SessionConfig
-from shellper.daemon.launch import launch
+from shellper.client.launch import launch
 info = launch(SessionConfig(name="lib", argv=["cat"], dir=sys.argv[1], cwd="/", env=dict(os.environ)))
 print(info.pid)
 """
 
 
 def test_a_session_a_tower_launches_loads_the_same_server(cli_runtime_dir: Path, tmp_path: Path) -> None:
-    """A Tower's fleet launches with shellper.daemon.launch.launch and no prefork: ``python -m shellper.daemon``,
+    """A Tower's fleet launches with shellper.client.launch.launch and no prefork: ``python -m shellper.daemon``,
     a fresh interpreter, which needs none of the console script's modules."""
     out, env = probed(tmp_path)
     done = subprocess.run([sys.executable, "-c", _LAUNCH, str(cli_runtime_dir)], cwd=ROOT, env=env,
@@ -147,7 +154,8 @@ def test_a_session_a_tower_launches_loads_the_same_server(cli_runtime_dir: Path,
             tower.connect(replay_bytes=0)
             assert tower.status().state == "running"
         served = loaded(out, daemon)
-        console_script = {"shellper.cli", "shellper.cli.entry", "shellper.cli.argscan", "shellper.daemon.prefork"}
+        console_script = {"shellper.cli", "shellper.cli.entry", "shellper.cli.argscan", "shellper.daemon.prefork",
+                          "shellper.cli.options", "shellper.cli.commands", "shellper.cli.commands.run"}
         assert {m for m in served if m.startswith("shellper")} == DAEMON - console_script
         assert served & NEVER == set()
     finally:

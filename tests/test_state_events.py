@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import time
 
-from conftest import Sessions, recv_until, wait_gone
+from support.frames import recv_until
+from support.sessions import Sessions
+from support.waiting import wait_gone
 
 from shellper.client.blocking import Client, SessionGone
 from shellper.core.exits import RestartPolicy

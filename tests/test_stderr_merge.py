@@ -9,7 +9,9 @@ import re
 import subprocess
 
 import pytest
-from conftest import PY, SHELLPER_CLI, Sessions, collect_output
+from support.frames import collect_output
+from support.paths import PY, SHELLPER_CLI
+from support.sessions import Sessions
 
 LINES = 300
 PROGRAM = f"""

@@ -10,7 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PY, Sessions, left_in, poll_until, read_until, recv_until
+from support.frames import read_until, recv_until
+from support.paths import PY
+from support.sessions import Sessions, left_in
+from support.waiting import poll_until, wait_gone
 
 from shellper.client.blocking import Client
 from shellper.core.exits import RestartPolicy
@@ -107,7 +110,7 @@ def test_a_restart_whose_command_vanished_is_fatal_at_once(sessions: Sessions) -
 
 
 def test_launch_of_missing_command_fails_and_leaves_nothing(sessions: Sessions) -> None:
-    from shellper.daemon.launch import LaunchError
+    from shellper.client.launch import LaunchError
 
     with pytest.raises(LaunchError, match="nonexistent"):
         sessions.start("bad", ["/nonexistent/agent"])
@@ -257,7 +260,6 @@ def test_spawn_from_tower_revives_a_fatal_session(sessions: Sessions) -> None:
 
 
 def test_husk_ttl_stops_an_exited_session(sessions: Sessions) -> None:
-    from conftest import wait_gone
 
     info = sessions.start("husk", ["true"], husk_ttl=0.2, policy=policy())
     assert wait_gone(info.pid, 15)

@@ -17,7 +17,9 @@ import tty
 from collections.abc import Iterator
 
 import pytest
-from conftest import PY, Sessions, poll_until, wait_gone
+from support.paths import PY
+from support.sessions import Sessions
+from support.waiting import poll_until, wait_gone
 
 from shellper.client.blocking import Client, SessionGone
 from shellper.core.exits import RestartPolicy
@@ -62,7 +64,7 @@ class Term:
 
 @pytest.fixture(autouse=True)
 def _stopped(sessions: Sessions) -> Iterator[None]:
-    """Each test's sessions are stopped at its end (the conftest fixture then checks nothing is left)."""
+    """Each test's sessions are stopped at its end (the sessions fixture then checks nothing is left)."""
     yield
     for info in sessions.started:
         if not wait_gone(info.pid, 0):

@@ -18,8 +18,10 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import poll_until
-from test_tower_support import REPO, Sessions, alive, hand_made_record, identity, is_dead, other, sessions, tree
+from support.paths import REPO
+from support.processes import alive, identity, is_dead, tree
+from support.sessions import Sessions, hand_made_record
+from support.waiting import poll_until
 
 from shellper.core.structs import replace
 from shellper.host.identity import ProcessIdentity, read_stat
@@ -28,13 +30,13 @@ from shellper.protocol import wire
 from tower_client.apply import apply
 from tower_client.client import AsyncClient, AsyncResumingClient
 from tower_client.discover import discover, observe
-from tower_client.reconcile import Action, Registry, RegistryRow, reconcile
+from tower_client.reconcile import ReconcileAction, Registry, RegistryRow, reconcile
 
 TREE = ["sh", "-c", "sleep 300 & (sleep 301 & wait) & echo started; wait"]
 
 
 def decide(d: Path, *rows: RegistryRow, husk_max_age: float | None = None,
-           probe_timeout: float = 2.0) -> list[tuple[str, Action, str]]:
+           probe_timeout: float = 2.0) -> list[tuple[str, ReconcileAction, str]]:
     return [(x.name, x.action, x.reason) for x in _decisions(d, *rows, husk_max_age=husk_max_age,
                                                              probe_timeout=probe_timeout)]
 
@@ -61,7 +63,7 @@ def files(d: Path) -> set[str]:
 
 def test_registered_live_shellper_is_adopted_and_resumed_without_loss(sessions: Sessions) -> None:
     """Tower reads some output, "restarts", output goes on; reconcile adopts; resume gives exact bytes."""
-    info = sessions.launch("arch-main", ["cat"])
+    info = sessions.start("arch-main", ["cat"])
 
     async def before_restart() -> int:
         async with AsyncClient(info.socket) as tower:
@@ -87,7 +89,7 @@ def test_registered_live_shellper_is_adopted_and_resumed_without_loss(sessions: 
     resume_at = asyncio.run(before_restart())
     everything = asyncio.run(meanwhile())
     decisions = _decisions(sessions.dir, RegistryRow("arch-main", info.instance_id))
-    assert [(d.action, d.reason) for d in decisions] == [(Action.ADOPT, "running")]
+    assert [(d.action, d.reason) for d in decisions] == [(ReconcileAction.ADOPT, "running")]
     obs = decisions[0].observed
     assert obs is not None and obs.welcome_instance_id == info.instance_id and obs.peer_pid == info.pid
     assert obs.lock_owners == (info.pid,) and obs.child == "alive" and obs.record is not None
@@ -112,10 +114,10 @@ def test_registered_live_shellper_is_adopted_and_resumed_without_loss(sessions: 
 
 
 def test_unregistered_shellper_is_terminated_with_its_whole_tree(sessions: Sessions) -> None:
-    info = sessions.launch("stray", TREE)
+    info = sessions.start("stray", TREE)
     members = poll_until(lambda: full_tree(info.pid), what="sh, 2 sleeps and a subshell")
     shellper = identity(info.pid)
-    assert decide(sessions.dir) == [("stray", Action.TERMINATE, "unregistered")]
+    assert decide(sessions.dir) == [("stray", ReconcileAction.TERMINATE, "unregistered")]
     report = apply(_decisions(sessions.dir), grace=1.0)
     outcome = report.outcomes[0]
     assert report.ok and outcome.result == "terminated", outcome
@@ -128,12 +130,12 @@ def test_unregistered_shellper_is_terminated_with_its_whole_tree(sessions: Sessi
 
 def test_unresponsive_shellper_is_terminated_by_signals(sessions: Sessions) -> None:
     """A frozen shellper cannot take STOP: the pidfd path (TERM, grace, KILL, confirm) still ends it all."""
-    info = sessions.launch("frozen", TREE)
+    info = sessions.start("frozen", TREE)
     members = poll_until(lambda: full_tree(info.pid), what="sh, 2 sleeps and a subshell")
     shellper = identity(info.pid)
     os.kill(info.pid, signal.SIGSTOP)  # our own shellper, just launched
     decisions = _decisions(sessions.dir, probe_timeout=0.3)
-    assert [(d.action, d.reason) for d in decisions] == [(Action.TERMINATE, "unregistered")]
+    assert [(d.action, d.reason) for d in decisions] == [(ReconcileAction.TERMINATE, "unregistered")]
     assert decisions[0].observed is not None and decisions[0].observed.probe == "timeout"
     report = apply(decisions, grace=0.3, probe_timeout=0.3)
     outcome = report.outcomes[0]
@@ -144,12 +146,12 @@ def test_unresponsive_shellper_is_terminated_by_signals(sessions: Sessions) -> N
 
 
 def test_husk_adopted_when_wanted_terminated_when_not(sessions: Sessions) -> None:
-    wanted = sessions.launch("husk-a", ["sh", "-c", "exit 0"])
-    unwanted = sessions.launch("husk-b", ["sh", "-c", "exit 0"])
+    wanted = sessions.start("husk-a", ["sh", "-c", "exit 0"])
+    unwanted = sessions.start("husk-b", ["sh", "-c", "exit 0"])
     poll_until(lambda: all(o.state == "exited" for o in discover(sessions.dir)), what="both children to exit")
     decisions = _decisions(sessions.dir, RegistryRow("husk-a"))
     assert [(d.name, d.action, d.reason) for d in decisions] == [
-        ("husk-a", Action.ADOPT, "husk"), ("husk-b", Action.TERMINATE, "unregistered")]
+        ("husk-a", ReconcileAction.ADOPT, "husk"), ("husk-b", ReconcileAction.TERMINATE, "unregistered")]
     assert all(d.observed is not None and d.observed.child == "none" for d in decisions)
     wanted_id, unwanted_id = identity(wanted.pid), identity(unwanted.pid)
     report = apply(decisions)
@@ -158,16 +160,16 @@ def test_husk_adopted_when_wanted_terminated_when_not(sessions: Sessions) -> Non
     assert alive(wanted_id) and is_dead(unwanted_id)
     # the Tower still wants it, but it has been a husk for longer than allowed
     assert decide(sessions.dir, RegistryRow("husk-a"), husk_max_age=0) == [
-        ("husk-a", Action.TERMINATE, "husk_expired")]
+        ("husk-a", ReconcileAction.TERMINATE, "husk_expired")]
 
 
 def test_superseded_instance_is_terminated_and_respawned(sessions: Sessions) -> None:
-    info = sessions.launch("sup", ["sleep", "300"])
+    info = sessions.start("sup", ["sleep", "300"])
     shellper = identity(info.pid)
     row = RegistryRow("sup", "0" * 32)
     decisions = _decisions(sessions.dir, row)
-    assert [(d.action, d.reason) for d in decisions] == [(Action.TERMINATE, "superseded"),
-                                                        (Action.RESPAWN, "superseded")]
+    assert [(d.action, d.reason) for d in decisions] == [(ReconcileAction.TERMINATE, "superseded"),
+                                                        (ReconcileAction.RESPAWN, "superseded")]
     report = apply(decisions)
     assert [o.result for o in report.outcomes] == ["terminated", "reported"]
     assert is_dead(shellper)
@@ -178,14 +180,14 @@ def test_superseded_instance_is_terminated_and_respawned(sessions: Sessions) -> 
 
 def test_rewritten_start_time_is_left_and_never_signalled(sessions: Sessions) -> None:
     """The record now names "another process" at that pid: leave it, whatever the registry says."""
-    info = sessions.launch("tampered", ["sleep", "300"])
+    info = sessions.start("tampered", ["sleep", "300"])
     shellper = identity(info.pid)
     path = sessions.dir / "tampered.json"
     rec = read_record(path)
     write_record(path, replace(rec, shellper_start_time=rec.shellper_start_time + 1))
     for rows in ((), (RegistryRow("tampered"),)):
         decisions = _decisions(sessions.dir, *rows)
-        assert [(d.action, d.reason) for d in decisions] == [(Action.LEAVE, "pid_reused")]
+        assert [(d.action, d.reason) for d in decisions] == [(ReconcileAction.LEAVE, "pid_reused")]
         obs = decisions[0].observed
         assert obs is not None and obs.identity == "mismatch" and obs.locked
         report = apply(decisions)
@@ -201,8 +203,8 @@ def test_stand_in_with_rewritten_start_time_survives(sessions: Sessions) -> None
     hand_made_record(sessions.dir, "standin", proc.pid, shellper_start_time=sleeper.start_time + 7)
     (sessions.dir / "standin.lock").touch()
     decisions = _decisions(sessions.dir, RegistryRow("standin"))
-    assert [(d.action, d.reason) for d in decisions] == [(Action.CLEAN, "pid_reused"),
-                                                        (Action.RESPAWN, "pid_reused")]
+    assert [(d.action, d.reason) for d in decisions] == [(ReconcileAction.CLEAN, "pid_reused"),
+                                                        (ReconcileAction.RESPAWN, "pid_reused")]
     report = apply(decisions)
     assert report.ok and report.outcomes[0].result == "cleaned"
     assert files(sessions.dir) == set()
@@ -218,7 +220,7 @@ def test_previous_boot_record_is_cleaned_without_probe_or_signal(sessions: Sessi
     listener.listen(4)  # a probe would show up here as a pending connection
     try:
         decisions = _decisions(sessions.dir)
-        assert [(d.action, d.reason) for d in decisions] == [(Action.CLEAN, "previous_boot")]
+        assert [(d.action, d.reason) for d in decisions] == [(ReconcileAction.CLEAN, "previous_boot")]
         obs = decisions[0].observed
         assert obs is not None and (obs.boot, obs.identity, obs.probe) == ("previous", "unchecked", "skipped")
         report = apply(decisions)
@@ -331,10 +333,10 @@ print(json.dumps({"same_pid": same_pid, "same_tick": same_tick, "cases": cases})
 
 
 def test_two_towers_on_two_directories_never_meet(sessions: Sessions, other: Sessions) -> None:
-    a = sessions.launch("same", ["sleep", "300"])
-    b = other.launch("same", ["sleep", "300"])
+    a = sessions.start("same", ["sleep", "300"])
+    b = other.start("same", ["sleep", "300"])
     b_id = identity(b.pid)
-    mine = sessions.launch("only-a", ["sleep", "300"])
+    mine = sessions.start("only-a", ["sleep", "300"])
     seen_a = {o.name: o.instance_id for o in discover(sessions.dir)}
     seen_b = {o.name: o.instance_id for o in discover(other.dir)}
     assert seen_a == {"same": a.instance_id, "only-a": mine.instance_id}
@@ -346,11 +348,11 @@ def test_two_towers_on_two_directories_never_meet(sessions: Sessions, other: Ses
     assert alive(identity(a.pid)) and alive(identity(mine.pid))
     assert {"same.sock", "same.json", "same.lock"} <= files(sessions.dir)
     assert decide(sessions.dir, RegistryRow("same"), RegistryRow("only-a")) == [
-        ("only-a", Action.ADOPT, "running"), ("same", Action.ADOPT, "running")]
+        ("only-a", ReconcileAction.ADOPT, "running"), ("same", ReconcileAction.ADOPT, "running")]
 
 
 def test_observe_reports_a_dead_shellper_and_clean_then_respawn(sessions: Sessions) -> None:
-    info = sessions.launch("gone", ["sleep", "300"])
+    info = sessions.start("gone", ["sleep", "300"])
     child = identity(info.child_pid or 0)
     sessions.track(child)
     shellper = identity(info.pid)
@@ -359,9 +361,10 @@ def test_observe_reports_a_dead_shellper_and_clean_then_respawn(sessions: Sessio
     obs = observe(sessions.dir, "gone")
     assert (obs.identity, obs.locked, obs.probe) == ("gone", False, "refused")
     decisions = _decisions(sessions.dir, RegistryRow("gone"))
-    assert [(d.action, d.reason) for d in decisions] == [(Action.CLEAN, "dead"), (Action.RESPAWN, "dead")]
+    assert [(d.action, d.reason) for d in decisions] == [(ReconcileAction.CLEAN, "dead"),
+                                                         (ReconcileAction.RESPAWN, "dead")]
     report = apply(decisions)
     assert [o.result for o in report.outcomes] == ["cleaned", "reported"] and report.ok
     assert files(sessions.dir) == set()
 
-__all__ = ["other", "sessions"]  # the fixtures, re-exported for pytest
+pytestmark = pytest.mark.kills_sessions

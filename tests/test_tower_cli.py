@@ -9,8 +9,10 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import poll_until
-from test_tower_support import REPO, Sessions, alive, identity, is_dead, sessions, sleeper_argv
+from support.paths import REPO
+from support.processes import alive, identity, is_dead, sleeper_argv
+from support.sessions import Sessions
+from support.waiting import poll_until
 
 from shellper.core.structs import replace
 from shellper.host.record import read_record, write_record
@@ -28,7 +30,7 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
                                      '{"sessions": [{"name": "../x"}]}', "[]"])
 def test_bad_registry_is_one_line_and_exit_2(sessions: Sessions, tmp_path: Path,
                                              capsys: pytest.CaptureFixture[str], content: str) -> None:
-    info = sessions.launch("keep", ["sleep", "300"])
+    info = sessions.start("keep", ["sleep", "300"])
     reg = tmp_path / "reg.json"
     reg.write_text(content)
     code, out, err = run(capsys, "--dir", str(sessions.dir), "reconcile", "--registry", str(reg), "--apply")
@@ -43,8 +45,8 @@ def test_missing_registry_exit_2(sessions: Sessions, capsys: pytest.CaptureFixtu
 
 
 def test_ls_reconcile_apply(sessions: Sessions, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    keep = sessions.launch("keep", ["sleep", "300"])
-    drop = sessions.launch("drop", ["sleep", "300"])
+    keep = sessions.start("keep", ["sleep", "300"])
+    drop = sessions.start("drop", ["sleep", "300"])
     drop_id = identity(drop.pid)
     code, out, _ = run(capsys, "--dir", str(sessions.dir), "ls", "--json")
     listed = {o["name"]: o for o in json.loads(out)}
@@ -67,8 +69,8 @@ def test_ls_reconcile_apply(sessions: Sessions, tmp_path: Path, capsys: pytest.C
 
 
 def test_reap_is_identity_checked(sessions: Sessions, capsys: pytest.CaptureFixture[str]) -> None:
-    info = sessions.launch("victim", ["sh", "-c", "sleep 300 & wait"])
-    tampered = sessions.launch("tampered", ["sleep", "300"])
+    info = sessions.start("victim", ["sh", "-c", "sleep 300 & wait"])
+    tampered = sessions.start("tampered", ["sleep", "300"])
     path = sessions.dir / "tampered.json"
     rec = read_record(path)
     write_record(path, replace(rec, shellper_start_time=rec.shellper_start_time + 1))
@@ -98,7 +100,7 @@ def test_holders_command(sessions: Sessions, capsys: pytest.CaptureFixture[str])
 def test_holders_command_reclaimable(sessions: Sessions, capsys: pytest.CaptureFixture[str]) -> None:
     """Only sessions named with --reclaimable are the Tower's to end; a holder in any other is foreign."""
     sid = str(uuid.uuid4())
-    info = sessions.launch("agent", sleeper_argv("-r", sid))
+    info = sessions.start("agent", sleeper_argv("-r", sid))
     poll_until(lambda: [h for h in find_holders(sid, sessions.dir) if h.pid == info.child_pid],
                what="the child to exec")
     base = ("--dir", str(sessions.dir), "holders", sid, "--json")
@@ -118,4 +120,4 @@ def test_console_script_entry(sessions: Sessions) -> None:
                           capture_output=True, text=True, timeout=30, cwd=REPO)
     assert proc.returncode == 0 and "no sessions" in proc.stdout
 
-__all__ = ["sessions"]  # the fixtures, re-exported for pytest
+pytestmark = pytest.mark.kills_sessions

@@ -8,8 +8,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
-from conftest import poll_until
-from test_tower_support import Sessions, identity, is_dead, kill_verified, sessions
+from support.processes import identity, is_dead, kill_verified
+from support.sessions import Sessions
+from support.waiting import poll_until
 
 from shellper.core.exitrecord import ExitClass
 from shellper.protocol import wire
@@ -52,7 +53,7 @@ async def read_until(client: AsyncClient, predicate: Callable[[bytes], bool], go
 
 
 def test_async_client_handshake_requests_and_exit(sessions: Sessions) -> None:
-    info = sessions.launch("basic", CAT)
+    info = sessions.start("basic", CAT)
 
     async def main() -> None:
         async with AsyncClient(info.socket) as c:
@@ -85,7 +86,7 @@ def test_async_client_handshake_requests_and_exit(sessions: Sessions) -> None:
 
 
 def test_async_client_refuses_wrong_instance_or_pid(sessions: Sessions) -> None:
-    info = sessions.launch("who", CAT)
+    info = sessions.start("who", CAT)
 
     async def main() -> None:
         with pytest.raises(InstanceMismatch) as e1:
@@ -164,7 +165,7 @@ def test_async_client_typed_connect_errors(tmp_path: Path) -> None:
 
 def test_resume_from_offset_gives_exact_bytes(sessions: Sessions) -> None:
     """Connect, read some, disconnect, more output is produced, reconnect with resume_from: no loss."""
-    info = sessions.launch("resume", CAT)
+    info = sessions.start("resume", CAT)
 
     async def main() -> None:
         tower = AsyncClient(info.socket)
@@ -199,7 +200,7 @@ def test_resume_from_offset_gives_exact_bytes(sessions: Sessions) -> None:
 
 
 def test_async_resuming_client_loses_nothing_across_a_dropped_connection(sessions: Sessions) -> None:
-    info = sessions.launch("drop", CAT)
+    info = sessions.start("drop", CAT)
 
     async def main() -> None:
         term = AsyncClient(info.socket, "terminal")
@@ -246,7 +247,7 @@ def test_async_resuming_client_loses_nothing_across_a_dropped_connection(session
 
 
 def test_sync_resuming_client_loses_nothing(sessions: Sessions) -> None:
-    info = sessions.launch("sync", CAT)
+    info = sessions.start("sync", CAT)
     term = Client(info.socket, "terminal")
     term.connect()
     assert term.replay is not None
@@ -280,7 +281,7 @@ def test_sync_resuming_client_loses_nothing(sessions: Sessions) -> None:
 
 
 def test_resuming_client_does_not_resume_a_stopped_session(sessions: Sessions) -> None:
-    info = sessions.launch("stopme", CAT)
+    info = sessions.start("stopme", CAT)
     shellper = identity(info.pid)
 
     async def main() -> None:
@@ -299,7 +300,7 @@ def test_resuming_client_does_not_resume_a_stopped_session(sessions: Sessions) -
 
 def test_resuming_client_yields_to_a_newer_tower(sessions: Sessions) -> None:
     """A second tower replaces the first; the first must not reconnect and fight it."""
-    info = sessions.launch("two-towers", CAT)
+    info = sessions.start("two-towers", CAT)
 
     async def main() -> None:
         first = AsyncResumingClient(info.socket)
@@ -318,7 +319,7 @@ def test_resuming_client_yields_to_a_newer_tower(sessions: Sessions) -> None:
 
 def test_resuming_client_refuses_a_new_instance_under_the_same_name(sessions: Sessions) -> None:
     """Offsets of one instance mean nothing to the next: resuming must fail, typed, not splice."""
-    info = sessions.launch("reborn", CAT)
+    info = sessions.start("reborn", CAT)
     shellper = identity(info.pid)
     sessions.track(identity(info.child_pid or 0))
 
@@ -326,7 +327,7 @@ def test_resuming_client_refuses_a_new_instance_under_the_same_name(sessions: Se
         viewer = AsyncResumingClient(info.socket, "viewer")
         await viewer.connect()
         kill_verified(shellper)  # dies without a word: the viewer just loses its connection
-        reborn = sessions.launch("reborn", CAT)
+        reborn = sessions.start("reborn", CAT)
         assert reborn.instance_id != info.instance_id
         with pytest.raises(InstanceMismatch) as e:
             async with asyncio.timeout(20):
@@ -337,4 +338,4 @@ def test_resuming_client_refuses_a_new_instance_under_the_same_name(sessions: Se
 
     asyncio.run(main())
 
-__all__ = ["sessions"]  # the fixtures, re-exported for pytest
+pytestmark = pytest.mark.kills_sessions

@@ -12,8 +12,11 @@ from collections.abc import Collection
 from pathlib import Path
 
 import pytest
-from conftest import CGROUP_PARENT, SHELLPER_CLI, poll_until
-from test_tower_support import Sessions, alive, identity, is_dead, other, sessions, sleeper_argv, tree
+from support.paths import SHELLPER_CLI
+from support.processes import alive, identity, is_dead, sleeper_argv, tree
+from support.run import CGROUP_PARENT
+from support.sessions import Sessions
+from support.waiting import poll_until
 
 from shellper.client.blocking import Client
 from shellper.core.structs import replace
@@ -34,7 +37,7 @@ def sid() -> str:
 
 
 def test_no_holders_means_resume(sessions: Sessions, sid: str) -> None:
-    sessions.launch("idle", sleeper_argv("--session-id", str(uuid.uuid4())))
+    sessions.start("idle", sleeper_argv("--session-id", str(uuid.uuid4())))
     assert find_holders(sid, sessions.dir) == []
     assert mint_or_reclaim(sid, sessions.dir).action == "resume"
 
@@ -49,7 +52,7 @@ def test_foreign_holder_survives_everything_and_forces_mint(sessions: Sessions, 
     person = sessions.spawn(argv)
     foreign = identity(person.pid)
     poll_until(lambda: find_holders(sid, sessions.dir), what="the holder to show up")  # exec -a is async
-    ours = sessions.launch("arch-main", sleeper_argv("--resume", sid))  # an own holder too
+    ours = sessions.start("arch-main", sleeper_argv("--resume", sid))  # an own holder too
     holders = find_holders(sid, sessions.dir, reclaimable={"arch-main"})
     kinds = {h.pid: h.kind for h in holders}
     assert kinds[person.pid] == "foreign"
@@ -65,9 +68,9 @@ def test_foreign_holder_survives_everything_and_forces_mint(sessions: Sessions, 
 
 
 def test_own_shellper_holding_the_id_is_reclaimed(sessions: Sessions, sid: str) -> None:
-    info = sessions.launch("arch-b", ["sh", "-c", f"exec {sys.executable} -c 'import time; time.sleep(120)' "
+    info = sessions.start("arch-b", ["sh", "-c", f"exec {sys.executable} -c 'import time; time.sleep(120)' "
                                                   f"--resume {sid}"])
-    bystander = sessions.launch("arch-c", sleeper_argv("--resume", str(uuid.uuid4())))
+    bystander = sessions.start("arch-c", sleeper_argv("--resume", str(uuid.uuid4())))
     shellper = identity(info.pid)
     child = poll_until(lambda: [h for h in find_holders(sid, sessions.dir, reclaimable={"arch-b"})
                                 if h.via == "argv"], what="the child to exec")[0]
@@ -82,7 +85,7 @@ def test_own_shellper_holding_the_id_is_reclaimed(sessions: Sessions, sid: str) 
 
 
 def test_protected_session_is_never_reclaimed(sessions: Sessions, sid: str) -> None:
-    info = sessions.launch("arch-live", sleeper_argv("--session-id", sid))
+    info = sessions.start("arch-live", sleeper_argv("--session-id", sid))
     shellper = identity(info.pid)
     verdict = mint_or_reclaim(sid, sessions.dir, protect={"arch-live"}, reclaimable={"arch-live"})
     assert verdict.action == "mint" and "protected" in verdict.reason and verdict.terminated == ()
@@ -91,7 +94,7 @@ def test_protected_session_is_never_reclaimed(sessions: Sessions, sid: str) -> N
 
 def test_crash_looping_remnant_is_found_through_its_record(sessions: Sessions, sid: str) -> None:
     """Its child is dead (between respawns, or for good): the record's command is the evidence."""
-    info = sessions.launch("arch-d", [sys.executable, "-c", "pass", "--session-id", sid])
+    info = sessions.start("arch-d", [sys.executable, "-c", "pass", "--session-id", sid])
     poll_until(lambda: all(o.state == "exited" for o in discover(sessions.dir)), what="the child to exit")
     holders = find_holders(sid, sessions.dir, reclaimable={"arch-d"})
     assert [(h.pid, h.kind, h.via) for h in holders] == [(info.pid, "own", "record")]
@@ -103,7 +106,7 @@ def test_crash_looping_remnant_is_found_through_its_record(sessions: Sessions, s
 
 
 def test_shellper_of_another_directory_is_foreign(sessions: Sessions, other: Sessions, sid: str) -> None:
-    theirs = other.launch("arch-x", sleeper_argv("--session-id", sid))
+    theirs = other.start("arch-x", sleeper_argv("--session-id", sid))
     theirs_id = identity(theirs.pid)
     child = identity(theirs.child_pid or 0)
     [holder] = find_holders(sid, sessions.dir, reclaimable={"arch-x"})
@@ -117,7 +120,7 @@ def test_shellper_of_another_directory_is_foreign(sessions: Sessions, other: Ses
 
 def test_registered_session_is_left_to_the_tower_by_holders_lookup(sessions: Sessions, sid: str) -> None:
     """find_holders only reports; nothing is signalled by looking."""
-    info = sessions.launch("arch-e", sleeper_argv("--session-id", sid))
+    info = sessions.start("arch-e", sleeper_argv("--session-id", sid))
     before = identity(info.pid)
     for _ in range(3):
         assert [h.kind for h in find_holders(sid, sessions.dir, reclaimable={"arch-e"})] == ["own"]
@@ -136,7 +139,7 @@ def test_a_cli_typed_in_a_session_shell_is_foreign_unless_that_session_is_named(
                                                                                 sid: str) -> None:
     """A person's CLI, typed in a shell a shellper runs, was "own": mint_or_reclaim ended the whole shell
     session by default. Now nothing is reclaimable unless named, so nothing is ended."""
-    info = sessions.launch("shell", ["sh"])
+    info = sessions.start("shell", ["sh"])
     with Client(info.socket, "tower", client_name="test", timeout=10) as client:
         client.connect(replay_bytes=0)
         client.write(f"{shlex.join([*PAUSE, '--resume', sid])}\n".encode())
@@ -168,7 +171,7 @@ def test_a_session_started_inside_a_named_one_is_not_that_one(sessions: Sessions
     run_inner = shlex.join([*SHELLPER_CLI, "--dir", str(inner_dir), "run", "inner", "--", *PAUSE, "--resume", sid])
     script = tmp_path / "outer.sh"  # so that outer's own recorded command does not carry the id
     script.write_text(f"{run_inner} >/dev/null && exec {shlex.join(PAUSE)}\n")
-    outer = sessions.launch("outer", ["sh", str(script)])
+    outer = sessions.start("outer", ["sh", str(script)])
     inner_rec = poll_until(lambda: _record_with_child(inner_dir / "inner.json"), what="inner's child")
     inner, inner_child = identity(inner_rec.shellper_pid), identity(inner_rec.child_pid or 0)
     other.track(inner)
@@ -197,7 +200,7 @@ def test_a_leftover_of_a_dead_session_started_inside_a_named_one_is_not_that_one
                             f"setsid {held} & exec {shlex.join(PAUSE)}"])
     script = tmp_path / "outer.sh"
     script.write_text(f"{run_inner} >/dev/null && exec {shlex.join(PAUSE)}\n")
-    outer = sessions.launch("outer", ["sh", str(script)])
+    outer = sessions.start("outer", ["sh", str(script)])
     # (foreign until inner's record is written: its child is spawned first)
     [cli] = poll_until(lambda: [h for h in argv_holders(sid, sessions.dir, reclaimable={"inner"})
                                 if h.form == "argv" and h.kind == "own"], what="inner's CLI")
@@ -236,7 +239,7 @@ def dead_with_survivor(sessions: Sessions, name: str, sid: str, containment: str
     """Session ``name`` whose shellper was SIGKILLed, leaving a setsid'd CLI holding ``sid`` (with the
     session's marker in its environment, and in its cgroup if it has one) running."""
     held = shlex.join([*PAUSE, "--resume", sid])
-    info = sessions.launch(name, ["sh", "-c", f"setsid {held} & exec {shlex.join(PAUSE)}"],
+    info = sessions.start(name, ["sh", "-c", f"setsid {held} & exec {shlex.join(PAUSE)}"],
                            containment=containment)
     [cli] = poll_until(lambda: [h for h in argv_holders(sid, sessions.dir, reclaimable={name})
                                 if h.kind == "own" and h.argv == (*PAUSE, "--resume", sid)],
@@ -256,7 +259,7 @@ def test_what_a_dead_named_session_left_holding_the_id_is_reclaimed(sessions: Se
                                                                     containment: str) -> None:
     """A killed shellper's leftover carrying its marker was "foreign" for ever (mint, every time); it is the
     dead session's, reclaimable when that session is named, and ended through reap_survivors."""
-    keep = sessions.launch("keep", PAUSE)
+    keep = sessions.start("keep", PAUSE)
     person = sessions.spawn([*PAUSE, "--resume", str(uuid.uuid4())])  # a bystander holding another id
     survivor = dead_with_survivor(sessions, "gone", sid, containment)
     if pid == "reused":  # the recorded pid now names another process (with other start ticks)
@@ -284,7 +287,7 @@ def test_a_dead_session_whose_instance_a_live_one_claims_reclaims_nothing(sessio
     """A suspect record (its instance id also claimed by a live session: a copy) ends nothing: its leftover
     is foreign even when named."""
     survivor = dead_with_survivor(sessions, "gone", sid, containment)
-    live = sessions.launch("twin", PAUSE)
+    live = sessions.start("twin", PAUSE)
     path = sessions.dir / "twin.json"
     write_record(path, replace(read_record(path), instance_id=read_record(sessions.dir / "gone.json").instance_id))
     [h] = find_holders(sid, sessions.dir, reclaimable={"gone"})
@@ -311,7 +314,7 @@ def test_short_flag_redirections_and_backticks_are_holders(sessions: Sessions, s
     assert mint_or_reclaim(sid, sessions.dir).action == "mint"
 
 
-__all__ = ["other", "sessions"]  # the fixtures, re-exported for pytest
+pytestmark = pytest.mark.kills_sessions
 
 
 # --------------------------------------------------------------------------------------------- cgroup, owners
@@ -323,7 +326,7 @@ def test_a_leftover_that_cleared_its_environment_is_still_the_dead_sessions_thro
     """`env -i` drops the marker; the dead session's cgroup still holds the process, so it is the dead
     session's (reclaimable when named), not a foreigner forcing a fresh id for ever."""
     held = shlex.join(["env", "-i", *PAUSE, "--resume", sid])
-    info = sessions.launch("gone", ["sh", "-c", f"setsid {held} & exec {shlex.join(PAUSE)}"], containment="cgroup")
+    info = sessions.start("gone", ["sh", "-c", f"setsid {held} & exec {shlex.join(PAUSE)}"], containment="cgroup")
     [cli] = poll_until(lambda: [h for h in find_holders(sid, sessions.dir) if h.argv[:1] == (PAUSE[0],)],
                        what="the env -i'd CLI to start")
     survivor = identity(cli.pid)
@@ -340,7 +343,7 @@ def test_a_leftover_that_cleared_its_environment_is_still_the_dead_sessions_thro
 
 
 def test_a_named_session_of_another_owner_is_never_reclaimed(sessions: Sessions, sid: str) -> None:
-    info = sessions.launch("theirs", ["sh", "-c", f"exec {shlex.join(PAUSE)} --resume {sid}"], owner="bob")
+    info = sessions.start("theirs", ["sh", "-c", f"exec {shlex.join(PAUSE)} --resume {sid}"], owner="bob")
     poll_until(lambda: [h for h in find_holders(sid, sessions.dir, reclaimable={"theirs"}) if h.via == "argv"],
                what="the child to exec")
     verdict = mint_or_reclaim(sid, sessions.dir, grace=0.5, reclaimable={"theirs"}, owner="alice")
@@ -351,7 +354,7 @@ def test_a_named_session_of_another_owner_is_never_reclaimed(sessions: Sessions,
 def test_reclaiming_holds_the_owner_lock(sessions: Sessions, sid: str) -> None:
     from tower_client.apply import OwnerBusy, hold_owner_lock
 
-    info = sessions.launch("mine", ["sh", "-c", f"exec {shlex.join(PAUSE)} --resume {sid}"], owner="alice")
+    info = sessions.start("mine", ["sh", "-c", f"exec {shlex.join(PAUSE)} --resume {sid}"], owner="alice")
     poll_until(lambda: [h for h in find_holders(sid, sessions.dir, reclaimable={"mine"}) if h.via == "argv"],
                what="the child to exec")
     other_tower = hold_owner_lock(str(sessions.dir), "alice")

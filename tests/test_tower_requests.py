@@ -8,7 +8,8 @@ import asyncio
 import time
 
 import pytest
-from test_tower_support import Sessions, kill_verified, sessions
+from support.processes import kill_verified
+from support.sessions import Sessions
 
 from shellper.core.errors import ShellperError
 from shellper.core.exits import RestartPolicy
@@ -23,7 +24,7 @@ from shellper.protocol.connection import (
 )
 from tower_client.client import AsyncClient, AsyncResumingClient, Client, ResumingClient
 
-__all__ = ["sessions"]
+pytestmark = pytest.mark.kills_sessions
 
 CAT = ["cat"]
 ONCE = RestartPolicy(mode="no")
@@ -37,7 +38,7 @@ def spawned_pid(frames: list[wire.Frame]) -> int:
 
 
 def test_async_client_requests_return_results(sessions: Sessions) -> None:
-    info = sessions.launch("areq", CAT)
+    info = sessions.start("areq", CAT)
 
     async def main() -> None:
         async with AsyncClient(info.socket) as tower, AsyncClient(info.socket, "viewer") as viewer:
@@ -89,7 +90,7 @@ def test_async_client_requests_return_results(sessions: Sessions) -> None:
 
 
 def test_blocking_client_requests_return_results(sessions: Sessions) -> None:
-    info = sessions.launch("breq", CAT, policy=ONCE)
+    info = sessions.start("breq", CAT, policy=ONCE)
     with Client(info.socket, client_name="test") as tower:
         tower.connect(replay_bytes=0)
         assert tower.replies and tower.session_state == "running" and not tower.exited
@@ -116,7 +117,7 @@ def test_blocking_client_requests_return_results(sessions: Sessions) -> None:
 @pytest.mark.parametrize("driver", ["async", "blocking"])
 def test_stopping_a_husk_ends_the_resuming_stream_cleanly(sessions: Sessions, driver: str) -> None:
     """stop() on a session whose child has exited used to reconnect for ~7 s and end in SessionNotFound."""
-    info = sessions.launch("husk", ["true"], policy=ONCE)
+    info = sessions.start("husk", ["true"], policy=ONCE)
 
     async def run_async() -> None:
         async with AsyncResumingClient(info.socket) as tower:
@@ -150,7 +151,7 @@ def test_stopping_a_husk_ends_the_resuming_stream_cleanly(sessions: Sessions, dr
 def test_a_dead_shellper_is_noticed_at_once(sessions: Sessions, driver: str) -> None:
     """A shellper killed -9 leaves a stale socket: the resuming client says so at once (ShellperDead)
     instead of waiting out its backoff (about 7 s with the defaults). bench/NOTES.md has the figures."""
-    info = sessions.launch("dead", CAT)
+    info = sessions.start("dead", CAT)
     shellper = ProcessIdentity(info.boot_id, info.pid, info.start_time)
 
     async def run_async() -> float:
@@ -182,7 +183,7 @@ def test_a_dead_shellper_is_noticed_at_once(sessions: Sessions, driver: str) -> 
 def test_a_spawned_child_that_fails_on_its_own_is_a_crash(sessions: Sessions) -> None:
     """A SPAWN ends the old child on request; the new one that then exits 3 on its own, seconds later,
     is a crash and is restarted under on-failure (it used to be classed `requested`, and left exited)."""
-    info = sessions.launch("respawn", CAT, policy=RestartPolicy(backoff_initial=0.1, jitter=0.0))
+    info = sessions.start("respawn", CAT, policy=RestartPolicy(backoff_initial=0.1, jitter=0.0))
 
     async def main() -> None:
         async with AsyncClient(info.socket) as tower:

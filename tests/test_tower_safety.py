@@ -17,11 +17,14 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import CGROUP_PARENT, SHELLPER_CLI, left_in, poll_until
-from test_tower_support import REPO, Sessions, alive, hand_made_record, identity, is_dead, other, sessions, tree
+from support.paths import REPO, SHELLPER_CLI
+from support.processes import alive, identity, is_dead, tree
+from support.run import CGROUP_PARENT
+from support.sessions import Sessions, hand_made_record, left_in
+from support.waiting import poll_until
 
+from shellper.client.launch import LaunchInfo
 from shellper.core.structs import replace
-from shellper.daemon.launch import LaunchInfo
 from shellper.host.cleanup import CommandMismatch
 from shellper.host.identity import ProcessIdentity, read_stat
 from shellper.host.paths import SessionPaths
@@ -29,12 +32,12 @@ from shellper.host.record import SessionLock, cmdline_sha256, read_record, write
 from tower_client.apply import apply, terminate_session
 from tower_client.client import InstanceMismatch
 from tower_client.discover import discover, discover_async, observe
-from tower_client.reconcile import Action, Decision, Registry, RegistryRow, reconcile
+from tower_client.reconcile import ReconcileAction, ReconcileDecision, Registry, RegistryRow, reconcile
 
-__all__ = ["other", "sessions"]  # the fixtures, re-exported for pytest
+pytestmark = pytest.mark.kills_sessions
 
 
-def decisions(d: Path, *rows: RegistryRow, probe_timeout: float = 2.0) -> list[Decision]:
+def decisions(d: Path, *rows: RegistryRow, probe_timeout: float = 2.0) -> list[ReconcileDecision]:
     return reconcile(Registry(rows), discover(d, probe_timeout=probe_timeout), now=time.time())
 
 
@@ -63,14 +66,14 @@ def test_terminate_refuses_a_foreign_process_with_the_recorded_ticks(sessions: S
 def test_terminate_sends_no_stop_to_a_socket_answering_as_another_instance(sessions: Sessions) -> None:
     """The pid, its ticks, its command line and its listening socket are the record's, but WELCOME names
     another instance: InstanceMismatch, and neither STOP nor a signal reaches the shellper."""
-    info = sessions.launch("im", ["sleep", "300"])
+    info = sessions.start("im", ["sleep", "300"])
     shellper = identity(info.pid)
     rec = replace(read_record(sessions.dir / "im.json"), instance_id="f" * 32)
     with pytest.raises(InstanceMismatch):
         terminate_session(rec, SessionPaths.for_name(sessions.dir, "im"), grace=0.3, connect_timeout=2.0)
     assert untouched(shellper)
     assert [(d.action, d.reason) for d in decisions(sessions.dir, RegistryRow("im", info.instance_id))] == \
-        [(Action.ADOPT, "running")]
+        [(ReconcileAction.ADOPT, "running")]
 
 
 def test_apply_terminate_refuses_a_lock_holding_stand_in(sessions: Sessions) -> None:
@@ -83,7 +86,7 @@ def test_apply_terminate_refuses_a_lock_holding_stand_in(sessions: Sessions) -> 
     poll_until(lambda: SessionLock.is_locked(lock), what="the stand-in to take the lock")
     hand_made_record(sessions.dir, "standin", proc.pid, cmdline_sha256="0" * 64)
     found = decisions(sessions.dir, probe_timeout=0.3)
-    assert [(d.action, d.reason) for d in found] == [(Action.TERMINATE, "unregistered")]
+    assert [(d.action, d.reason) for d in found] == [(ReconcileAction.TERMINATE, "unregistered")]
     report = apply(found, grace=0.3, probe_timeout=0.3)
     outcome = report.outcomes[0]
     assert (outcome.result, outcome.ok) == ("skipped", False), outcome
@@ -136,11 +139,11 @@ def test_real_shellper_records_pass_the_cmdline_check(sessions: Sessions, how: s
         pid = json.loads(run.stdout.decode().strip().splitlines()[-1])["pid"]
         sessions.track(identity(pid))
     else:
-        pid = sessions.launch("real", ["sleep", "300"]).pid
+        pid = sessions.start("real", ["sleep", "300"]).pid
     shellper = identity(pid)
     members = poll_until(lambda: tree(pid), what="the shellper's child")
     found = decisions(sessions.dir)
-    assert [(d.action, d.reason) for d in found] == [(Action.TERMINATE, "unregistered")]
+    assert [(d.action, d.reason) for d in found] == [(ReconcileAction.TERMINATE, "unregistered")]
     report = apply(found, grace=1.0)
     outcome = report.outcomes[0]
     assert report.ok and outcome.result == "terminated", outcome
@@ -163,7 +166,7 @@ def test_cleaning_a_ghost_of_a_live_session_spares_its_child(sessions: Sessions,
     other_instance: only the child is claimed (suspect); live_record_removed: nothing claims anything,
     but the child's parent is the live shellper holding cat1's lock (spared). With a cgroup, the ghost names
     cat1's cgroup, which is not a cgroup of a session "ghost": nothing is ended either."""
-    info = sessions.launch("cat1", ["cat"], containment=mode)
+    info = sessions.start("cat1", ["cat"], containment=mode)
     assert info.child_pid is not None
     shellper, child = identity(info.pid), identity(info.child_pid)
     rec = read_record(sessions.dir / "cat1.json")
@@ -174,7 +177,7 @@ def test_cleaning_a_ghost_of_a_live_session_spares_its_child(sessions: Sessions,
     if variant == "live_record_removed":
         os.unlink(sessions.dir / "cat1.json")
     found = [d for d in decisions(sessions.dir, RegistryRow("cat1")) if d.name == "ghost"]
-    assert [(d.action, d.reason) for d in found] == [(Action.CLEAN, "dead")]
+    assert [(d.action, d.reason) for d in found] == [(ReconcileAction.CLEAN, "dead")]
     report = apply(found, grace=0.3)
     outcome = report.outcomes[0]
     assert report.ok and outcome.result == "cleaned" and outcome.survivors == (), outcome
@@ -188,13 +191,13 @@ def test_cleaning_a_ghost_of_a_live_session_spares_its_child(sessions: Sessions,
     assert "ghost.json" not in os.listdir(sessions.dir)
     if variant != "live_record_removed":
         assert [(d.action, d.reason) for d in decisions(sessions.dir, RegistryRow("cat1"))] == [
-            (Action.ADOPT, "running")]
+            (ReconcileAction.ADOPT, "running")]
 
 
 def killed_beside_a_live_one(sessions: Sessions) -> tuple[LaunchInfo, ProcessIdentity]:
     """Sessions "keep" (live) and "dead" (its shellper SIGKILLed, its setsid'd sleep left running)."""
-    keep = sessions.launch("keep", ["cat"])
-    info = sessions.launch("dead", ["sh", "-c", "setsid sleep 300 & echo started; wait"])
+    keep = sessions.start("keep", ["cat"])
+    info = sessions.start("dead", ["sh", "-c", "setsid sleep 300 & echo started; wait"])
     grandchild = poll_until(lambda: next((m for m in tree(info.pid) if (st := read_stat(m.pid)) is not None
                                           and st.comm == "sleep"), None), what="the setsid'd sleep")
     sessions.track(grandchild)
@@ -209,7 +212,7 @@ def test_survivors_of_a_really_dead_session_are_still_ended(sessions: Sessions) 
     keep, grandchild = killed_beside_a_live_one(sessions)
     poll_until(lambda: observe(sessions.dir, "dead").identity == "gone", what="the record to name a dead pid")
     found = [d for d in decisions(sessions.dir, RegistryRow("keep")) if d.name == "dead"]
-    assert [(d.action, d.reason) for d in found] == [(Action.CLEAN, "dead")]
+    assert [(d.action, d.reason) for d in found] == [(ReconcileAction.CLEAN, "dead")]
     report = apply(found, grace=0.3)
     assert report.ok and report.outcomes[0].survivors == (grandchild.pid,), report.to_dict()
     assert is_dead(grandchild) and untouched(identity(keep.pid))
@@ -234,7 +237,7 @@ def test_shellper_stop_of_a_dead_session_ends_its_leftovers_and_removes_its_file
 @pytest.mark.parametrize("concurrency", [0, -1])
 def test_discover_refuses_a_concurrency_below_one(sessions: Sessions, concurrency: int) -> None:
     """0 used to wait forever for a free probe slot; the async form is bounded here so a regression fails."""
-    sessions.launch("one", ["cat"])
+    sessions.start("one", ["cat"])
 
     async def bounded() -> None:
         async with asyncio.timeout(10):
@@ -248,7 +251,7 @@ def test_discover_refuses_a_concurrency_below_one(sessions: Sessions, concurrenc
 
 @pytest.mark.parametrize("probe_timeout", [0, -1.0, float("nan"), float("inf")])
 def test_probe_timeout_must_be_finite_and_positive(sessions: Sessions, probe_timeout: float) -> None:
-    sessions.launch("one", ["cat"])
+    sessions.start("one", ["cat"])
     with pytest.raises(ValueError, match="probe_timeout"):
         discover(sessions.dir, probe_timeout=probe_timeout)
     with pytest.raises(ValueError, match="probe_timeout"):
@@ -259,7 +262,7 @@ def test_probe_timeout_must_be_finite_and_positive(sessions: Sessions, probe_tim
 
 @pytest.mark.parametrize("husk_max_age", [-1, float("nan")])
 def test_reconcile_refuses_a_bad_husk_max_age(sessions: Sessions, husk_max_age: float) -> None:
-    sessions.launch("one", ["cat"])
+    sessions.start("one", ["cat"])
     with pytest.raises(ValueError, match="husk_max_age"):
         reconcile(Registry((RegistryRow("one"),)), discover(sessions.dir), now=time.time(),
                   husk_max_age=husk_max_age)
@@ -315,7 +318,7 @@ def test_a_bad_request_raises_locally_and_keeps_the_connection(
     spawn([]), ended the child): now the argument is refused before anything is sent."""
     from tower_client.client import AsyncClient
 
-    info = sessions.launch("req", ["cat"])
+    info = sessions.start("req", ["cat"])
 
     async def go() -> str:
         async with asyncio.timeout(20):
@@ -337,7 +340,7 @@ def test_observe_refuses_a_directory_others_could_plant_records_in(sessions: Ses
     its records as evidence."""
     from shellper.host.paths import UnsafeDirError
 
-    sessions.launch("one", ["cat"])
+    sessions.start("one", ["cat"])
     for mode in (0o777, 0o750):  # 0750: not writable by others, but a client would refuse to connect there
         os.chmod(sessions.dir, mode)
         try:
@@ -351,9 +354,9 @@ def test_observe_refuses_a_directory_others_could_plant_records_in(sessions: Ses
 @pytest.mark.parametrize("name", ["KILL", "kill", "SIGKILL", "SIGwinch"])
 def test_the_client_lets_through_every_signal_name_the_shellper_takes(name: str) -> None:
     """The client's check is the shellper's own (wire.bare_signal): it once refused "SIGKILL", which the
-    shellper accepts."""
+    shellper accepts. The connection holds the one check every client's request methods use."""
     from shellper.protocol import wire
-    from tower_client.client import checked_request
+    from shellper.protocol.connection import Connection
 
     frame = wire.Signal(signal=name)
-    assert checked_request(frame) is frame
+    assert Connection("x.sock").checked(frame) is frame

@@ -11,12 +11,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.paths import ROOT
+from support.sessions import Sessions, left_in
+from support.waiting import poll_until
 
 from shellper.client.blocking import Client
 from shellper.host.identity import ProcessIdentity, boot_id
 from shellper.host.record import read_record
 from shellper.protocol.connection import ClientError
-from tests.conftest import ROOT, Sessions, left_in, poll_until
 from tower_client.client import AsyncResumingClient, ResumingClient
 from tower_client.fleet import Fleet, FleetPolicy
 from tower_client.progress import ProgressError, ProgressJournal

@@ -1,5 +1,5 @@
 """Issue 27: no client trusts whatever listens at a path. Every command and library client, pointed at a
-socket another user planted (tests/planted.py: a directory of theirs, a world-writable one of ours, a
+socket another user planted (tests/support/planted.py: a directory of theirs, a world-writable one of ours, a
 symlink to theirs, or a directory of ours with their server in it), refuses it with UntrustedSocket (or the
 CLI's one line naming the path, the owner found and why) before sending anything: the planted server, run
 as ``nobody``, must see no byte, no frame and no terminal descriptor.
@@ -20,11 +20,13 @@ from collections.abc import Iterator
 
 import pexpect
 import pytest
-from conftest import SHELLPER_CLI, Sessions, poll_until, read_until
-from planted import DIR_KINDS, KINDS, MARKER, NOBODY, Planted, plant
-from sshd_support import SshWorld
-from test_containment import MODES
-from test_remote import remote, world
+from support.containment import MODES
+from support.frames import read_until
+from support.paths import SHELLPER_CLI
+from support.planted import DIR_KINDS, KINDS, MARKER, NOBODY, Planted, plant
+from support.sessions import Sessions
+from support.sshd import SshWorld
+from support.waiting import poll_until
 
 from shellper.client.blocking import Client, ClientError
 from shellper.client.bridge import bridge
@@ -41,9 +43,7 @@ from tower_client.apply import apply
 from tower_client.client import AsyncClient, AsyncResumingClient, ResumingClient
 from tower_client.discover import discover
 from tower_client.reconcile import Registry, reconcile
-from tower_client.remote import AsyncRemoteClient
-
-__all__ = ["remote", "world"]  # fixtures of test_remote, used here
+from tower_client.remote_clients import AsyncRemoteClient
 
 TIMEOUT = 60
 

@@ -17,14 +17,13 @@
 """
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from shellper.client.blocking import Client, peer_pid
-from shellper.client.stop import send_stop
+from shellper.client.blocking import Client
+from shellper.client.stop import check_recorded, terminate_recorded
 from shellper.core.defaults import DEFAULT_GRACE
 from shellper.core.errors import ShellperError
 from shellper.core.owner import default_owner
@@ -45,16 +44,15 @@ from shellper.host.cleanup import (
     ProtectedProcess,
     Termination,
     clean_session,
-    terminate_shellper,
+    clear_dead,
 )
 from shellper.host.identity import IdentityMismatch, ProcessGone
 from shellper.host.paths import SessionPaths
 from shellper.host.record import AlreadyRunning, LockError, SessionLock, SessionRecord
-from shellper.host.survivors import SurvivorReport, end_cgroup, reap_survivors
+from shellper.host.survivors import SurvivorReport, end_cgroup
 from shellper.protocol import wire
-from tower_client.client import InstanceMismatch, PeerMismatch
 from tower_client.discover import PROBE_TIMEOUT, check_probe_timeout
-from tower_client.reconcile import Action, Decision
+from tower_client.reconcile import ReconcileAction, ReconcileDecision
 
 __all__ = [
     "LeakedCgroup",
@@ -83,18 +81,10 @@ def verify_session(record: SessionRecord, paths: SessionPaths,
     client = Client(paths.socket, "viewer", client_name=VERIFY_CLIENT_NAME, timeout=timeout)
     try:
         welcome = client.connect(replay_bytes=0)
-        _check_peer(client, welcome, record)
+        check_recorded(client, welcome, record)
         return welcome
     finally:
         client.close()
-
-
-def _check_peer(client: Client, welcome: wire.Welcome, record: SessionRecord) -> None:
-    if welcome.instance_id != record.instance_id:
-        raise InstanceMismatch(client.path, record.instance_id, welcome.instance_id)
-    seen = peer_pid(client.sock) if client.sock is not None else None
-    if seen != record.shellper_pid or welcome.shellper_pid != record.shellper_pid:
-        raise PeerMismatch(client.path, record.shellper_pid, seen)
 
 
 # --------------------------------------------------------------------------------------------- terminate
@@ -105,18 +95,15 @@ def terminate_session(record: SessionRecord, paths: SessionPaths, *, grace: floa
                       confirm_timeout: float = CONFIRM_TIMEOUT) -> Termination:
     """End a verified shellper and its whole tree: STOP over its socket if it answers as the recorded
     shellper, else (or if it does not exit within ``stop_timeout``) signals through pidfds. See
-    :func:`shellper.host.cleanup.terminate_shellper`.
+    :func:`shellper.client.stop.terminate_recorded`, which ``shellper stop`` uses too.
 
     Raises ProcessGone (nothing to do), IdentityMismatch (pid reused: nothing signalled), its subclass
     CommandMismatch (the process does not run the recorded program: nothing signalled), ProtectedProcess
     (the record names this process or an ancestor: nothing signalled), InstanceMismatch / PeerMismatch
     (the socket answers as someone else: nothing signalled), SurvivorError (something outlived SIGKILL).
     """
-    def ask_stop() -> Client:  # to the recorded instance and pid only
-        return send_stop(paths.socket, grace, lambda client, welcome: _check_peer(client, welcome, record),
-                         client_name="tower-client-terminate", timeout=connect_timeout)
-
-    return terminate_shellper(record, paths, grace=grace, ask_stop=ask_stop, stop_timeout=stop_timeout,
+    return terminate_recorded(record, paths, grace=grace, client_name="tower-client-terminate",
+                              connect_timeout=connect_timeout, stop_timeout=stop_timeout,
                               confirm_timeout=confirm_timeout)
 
 
@@ -128,7 +115,7 @@ class Outcome:
     """What happened to one decision. ``result``: adopted, terminated, already_gone, cleaned, reported,
     skipped (the situation changed: nothing done) or failed (``error`` says why)."""
 
-    decision: Decision
+    decision: ReconcileDecision
     result: str
     ok: bool
     detail: str = ""
@@ -193,7 +180,7 @@ def hold_owner_lock(directory: str, owner: str) -> SessionLock:
         raise OwnerLockUnavailable(owner, directory, exc.reason) from None
 
 
-def apply(decisions: Iterable[Decision], *, grace: float = DEFAULT_GRACE, stop_timeout: float | None = None,
+def apply(decisions: Iterable[ReconcileDecision], *, grace: float = DEFAULT_GRACE, stop_timeout: float | None = None,
           probe_timeout: float = PROBE_TIMEOUT, confirm_timeout: float = CONFIRM_TIMEOUT,
           owner: str | None = None) -> Report:
     """Carry out ``decisions`` in order, holding ``owner``'s lock (default: shellper.core.owner.default_owner())
@@ -214,7 +201,7 @@ def apply(decisions: Iterable[Decision], *, grace: float = DEFAULT_GRACE, stop_t
             lock.release()
 
 
-def _apply_all(decisions: list[Decision], grace: float, stop_timeout: float | None, probe_timeout: float,
+def _apply_all(decisions: list[ReconcileDecision], grace: float, stop_timeout: float | None, probe_timeout: float,
                confirm_timeout: float) -> Report:
     report = Report()
     failed: set[str] = set()
@@ -229,7 +216,7 @@ def _apply_all(decisions: list[Decision], grace: float, stop_timeout: float | No
     return report
 
 
-def _clean_stray(d: Decision, directory: str, grace: float, confirm_timeout: float) -> Outcome:
+def _clean_stray(d: ReconcileDecision, directory: str, grace: float, confirm_timeout: float) -> Outcome:
     """End and remove a session cgroup no record names, if it still is this directory's and holds no
     shellper (checked again now: reconcile's look may be old)."""
     assert d.cgroup is not None
@@ -253,28 +240,27 @@ def _clean_stray(d: Decision, directory: str, grace: float, confirm_timeout: flo
     return Outcome(d, "cleaned", True, f"removed cgroup {d.cgroup}" + _survivor_note(ended), survivors=ended.pids)
 
 
-def _apply_one(d: Decision, grace: float, stop_timeout: float | None, probe_timeout: float,
+def _apply_one(d: ReconcileDecision, grace: float, stop_timeout: float | None, probe_timeout: float,
                confirm_timeout: float, blocked: bool) -> Outcome:
     obs = d.observed
-    if d.action in (Action.LEAVE, Action.RESPAWN):
+    if d.action in (ReconcileAction.LEAVE, ReconcileAction.RESPAWN):
         if blocked:
             return Outcome(d, "skipped", False, "an earlier step for this session failed")
-        return Outcome(d, "reported", True, "left untouched" if d.action is Action.LEAVE else
+        return Outcome(d, "reported", True, "left untouched" if d.action is ReconcileAction.LEAVE else
                        "for the Tower to relaunch")
     if obs is None:
         return Outcome(d, "failed", False, error="decision carries no observation")
-    if d.action is Action.CLEAN and d.cgroup is not None:
+    if d.action is ReconcileAction.CLEAN and d.cgroup is not None:
         return _clean_stray(d, obs.dir, grace, confirm_timeout)
     paths = SessionPaths.for_name(obs.dir, d.name)
-    if d.action is Action.CLEAN:
-        reaped = SurvivorReport(d.name, (), ())
-        if obs.record is not None and obs.boot == "current" and obs.identity in ("gone", "mismatch"):
-            # The recorded shellper is dead: what its tree left behind is nobody's now.
-            reaped = reap_survivors(obs.record, directory=obs.dir or None, grace=grace, confirm_timeout=confirm_timeout)
+    if d.action is ReconcileAction.CLEAN:
+        # The recorded shellper is dead: what its tree left behind is nobody's now.
+        dead = obs.record is not None and obs.boot == "current" and obs.identity in ("gone", "mismatch")
+        cleared = clear_dead(obs.record if dead else None, paths, grace=grace, confirm_timeout=confirm_timeout,
+                             directory=obs.dir or None)
+        reaped, removed = cleared.reaped, cleared.removed
         survivors = reaped.pids
-        try:
-            removed = clean_session(paths)
-        except AlreadyRunning:
+        if removed is None:
             return Outcome(d, "skipped", False, "a live process now holds the lock: nothing removed"
                            + _survivor_note(reaped), survivors=survivors)
         detail = f"removed {len(removed)} file(s)" + _survivor_note(reaped)
@@ -282,7 +268,7 @@ def _apply_one(d: Decision, grace: float, stop_timeout: float | None, probe_time
     record = obs.record
     if record is None:
         return Outcome(d, "failed", False, error="decision carries no record")
-    if d.action is Action.ADOPT:
+    if d.action is ReconcileAction.ADOPT:
         welcome = verify_session(record, paths, probe_timeout)
         return Outcome(d, "adopted", True, f"instance {welcome.instance_id} answers ({welcome.state})")
     try:
@@ -298,12 +284,9 @@ def _apply_one(d: Decision, grace: float, stop_timeout: float | None, probe_time
         return Outcome(d, "skipped", False, "the record names this process or one of its ancestors: "
                        "nothing signalled", error=str(exc))
     except ProcessGone as exc:
-        gone = reap_survivors(record, directory=obs.dir or None, grace=grace, confirm_timeout=confirm_timeout)
-        gone_removed: tuple[str, ...] = ()
-        with contextlib.suppress(AlreadyRunning):
-            gone_removed = clean_session(paths)
-        return Outcome(d, "already_gone", True, str(exc) + _survivor_note(gone), gone_removed,
-                       survivors=gone.pids)
+        gone = clear_dead(record, paths, grace=grace, confirm_timeout=confirm_timeout, directory=obs.dir or None)
+        return Outcome(d, "already_gone", True, str(exc) + _survivor_note(gone.reaped), gone.removed or (),
+                       survivors=gone.reaped.pids)
     detail = f"stopped via {term.method}" + (f" ({term.stop_error})" if term.stop_error else "")
     if term.strangers:
         detail += f"; not signalled: {list(term.strangers)}, strangers in the cgroup's shellper/ part"

@@ -21,7 +21,6 @@ from typing import Generic, TypeVar
 from shellper.client.blocking import Client, check_role, checked_socket_path, peer_pid
 from shellper.core import names
 from shellper.core.defaults import DEFAULT_GRACE
-from shellper.core.errors import BadArgumentType
 from shellper.core.trust import UntrustedSocket
 from shellper.host.identity import IdentityError, PidFd, ProcessIdentity, open_verified
 from shellper.host.trust import check_server, check_socket_dir, check_socket_file
@@ -36,9 +35,8 @@ from shellper.protocol.connection import (
     ConnState,
     Forbidden,
     InstanceMismatch,
-    InvalidRequest,
     NotRunning,
-    Output,
+    OutputPosition,
     PeerMismatch,
     ProtocolViolation,
     RemoteError,
@@ -54,7 +52,7 @@ from shellper.protocol.connection import (
     result_int,
     send_error,
 )
-from tower_client.resume import Backoff, Reconnected, Resume, ResumeItem, ResumeView
+from tower_client.resume import Backoff, Reconnected, Reopen, Resume, ResumeItem, ResumeView
 
 __all__ = [
     "AsyncClient",
@@ -67,7 +65,7 @@ __all__ = [
     "Forbidden",
     "InstanceMismatch",
     "NotRunning",
-    "Output",
+    "OutputPosition",
     "PeerMismatch",
     "ProtocolViolation",
     "Reconnected",
@@ -83,8 +81,6 @@ __all__ = [
     "UntrustedSocket",
     "socket_path",
 ]
-
-F = TypeVar("F", bound=wire.Frame)
 
 CONNECT_TIMEOUT = 5.0
 HANDSHAKE_TIMEOUT = 5.0
@@ -105,34 +101,6 @@ def socket_path(directory: str | os.PathLike[str], name: str) -> Path:
 
 
 # --------------------------------------------------------------------------------------------- asyncio
-
-
-def checked_input(data: bytes) -> bytes:
-    """Input must be bytes: a str would need an encoding the shellper cannot guess."""
-    if not isinstance(data, bytes | bytearray | memoryview):
-        raise BadArgumentType(f"input must be bytes, not {type(data).__name__} (encode text first)")
-    return data
-
-
-def checked_request(frame: F) -> F:
-    """The request methods' arguments, checked as the shellper would (wire.check_request, wire.bare_signal),
-    so a mistake raises here instead of costing the connection (a fatal ERROR bad_field)."""
-    try:
-        wire.check_request(frame)
-    except wire.BadField as exc:
-        raise InvalidRequest(str(exc), exc.field_name) from None
-    if isinstance(frame, wire.Signal) and wire.bare_signal(frame.signal) is None:
-        raise InvalidRequest(f"signal {frame.signal!r} is not one of {', '.join(wire.SIGNALS)}")
-    if isinstance(frame, wire.Spawn):  # types only: what the shellper's decoder would refuse
-        if frame.argv is not None and (not isinstance(frame.argv, list | tuple) or not frame.argv
-                                       or not all(isinstance(a, str) for a in frame.argv)):
-            raise InvalidRequest(f"argv must be a non-empty list of strings or None, got {frame.argv!r:.80}")
-        if frame.cwd is not None and not isinstance(frame.cwd, str):
-            raise InvalidRequest(f"cwd must be a string or None, got {frame.cwd!r:.80}")
-        if frame.env is not None and (not isinstance(frame.env, dict) or not all(
-                isinstance(k, str) and isinstance(v, str) for k, v in frame.env.items())):
-            raise InvalidRequest(f"env must be a dict of strings or None, got {frame.env!r:.80}")
-    return frame
 
 
 class AsyncClient(ConnectionView):
@@ -212,7 +180,7 @@ class AsyncClient(ConnectionView):
         return conn.welcome
 
     async def _open_stream(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        """The connected stream the handshake runs on (tower_client.remote's runs over ssh instead, to a
+        """The connected stream the handshake runs on (tower_client.remote_clients' runs over ssh instead, to a
         bridge that checks there). The checks of every client's connect (shellper.host.trust.connect_session)
         around a non-blocking one: nothing is sent to a socket in a directory others could have planted
         it in, nor to a server that is not ours."""
@@ -339,16 +307,16 @@ class AsyncClient(ConnectionView):
 
     async def write(self, data: bytes, timeout: float | None = None) -> None:
         """Input for the child. No default timeout: a slow child legitimately holds input back."""
-        await self.send_bytes(self.conn.send_data(checked_input(data)), timeout)
+        await self.send_bytes(self.conn.send_data(data), timeout)
 
     async def resize(self, cols: int, rows: int, timeout: float | None = None) -> None:
         """Set the PTY's size; raises BadRequest (out of range), Forbidden (a viewer), SessionStopping."""
-        await self._ask(checked_request(wire.Resize(cols=cols, rows=rows)), timeout)
+        await self._ask(self.conn.checked(wire.Resize(cols=cols, rows=rows)), timeout)
 
     async def signal(self, name: str, timeout: float | None = None) -> int | None:
         """Signal the child's process group (tower only); ``name`` is one of wire.SIGNALS. Returns the pid
         signalled (the child's, its group's); raises NotRunning, BadRequest, Forbidden, SessionStopping."""
-        reply = await self._ask(checked_request(wire.Signal(signal=name)), timeout)
+        reply = await self._ask(self.conn.checked(wire.Signal(signal=name)), timeout)
         return None if reply is None else result_int(reply, "pid")
 
     async def spawn(self, argv: list[str] | None = None, *, cwd: str | None = None,
@@ -357,14 +325,14 @@ class AsyncClient(ConnectionView):
         """Replace the child; returns the new child's pid once it runs. Raises SpawnFailed (the command
         cannot start), SessionStopping, Forbidden. No deadline by default: the shellper answers once the
         old tree has ended, which takes up to its stop grace."""
-        reply = await self._ask(checked_request(wire.Spawn(argv=argv, cwd=cwd, env=env, clear_ring=clear_ring)),
+        reply = await self._ask(self.conn.checked(wire.Spawn(argv=argv, cwd=cwd, env=env, clear_ring=clear_ring)),
                                 timeout, deadline=False)
         return None if reply is None else result_int(reply, "child_pid")
 
     async def stop(self, grace: float | None = None, timeout: float | None = None) -> None:
         """End the session: the shellper terminates its tree, then exits. Returns once the tree has ended
         (the stream then ends); no deadline by default (the grace, then the kill rounds)."""
-        await self._ask(checked_request(wire.Stop(grace=grace)), timeout, deadline=False)
+        await self._ask(self.conn.checked(wire.Stop(grace=grace)), timeout, deadline=False)
 
     async def status(self, timeout: float | None = None) -> wire.StatusReply:
         reply = await self._request(wire.Status(), timeout)
@@ -455,7 +423,9 @@ C = TypeVar("C", Client, AsyncClient)
 
 class _Resuming(ResumeView, Generic[C]):
     """What the blocking and the asyncio resuming clients share that is not I/O: their settings, the
-    live connection's client, and forgetting it when the connection is lost."""
+    live connection's client, what follows each handshake (``_connected``), who answered, and forgetting
+    the client when the connection is lost. What each connection asks for, and every decision about the
+    stream, is their :class:`~tower_client.resume.Resume`'s."""
 
     client: C | None
 
@@ -475,6 +445,12 @@ class _Resuming(ResumeView, Generic[C]):
         ident = ProcessIdentity.of(peer) if peer is not None else None
         if ident is not None and ident.boot_id == welcome.boot_id and ident.start_time == welcome.shellper_start_time:
             self._shellper = ident
+
+    def _connected(self, client: C, welcome: wire.Welcome) -> None:
+        """A connection's handshake is done: the stream takes its REPLAY, and who answered is noted."""
+        assert client.replay is not None
+        self.state.connected(welcome, client.replay, client.last_event_seq)
+        self._note_shellper(welcome, client.peer_pid())
 
     def _gone(self) -> bool:
         """The shellper this client talked to is no longer running (dead or a zombie): a stale socket
@@ -523,19 +499,17 @@ class AsyncResumingClient(_Resuming[AsyncClient]):
         self._timeouts = (connect_timeout, handshake_timeout, request_timeout)
 
     def _new_client(self) -> AsyncClient:
-        """A client for the next connection (tower_client.remote's reaches another host)."""
+        """A client for the next connection (tower_client.remote_clients' reaches another host)."""
         c, h, r = self._timeouts
         return AsyncClient(self.path, self.role, client_name=self.client_name, connect_timeout=c,
                            handshake_timeout=h, request_timeout=r)
 
-    async def _open(self, resume_from: int | None, replay_bytes: int | None, events_after: int | None) -> None:
+    async def _open(self, ask: Reopen) -> None:
         client = self._new_client()
         try:
-            welcome = await client.connect(resume_from=resume_from, replay_bytes=replay_bytes,
-                                           events_after=events_after, expect_instance_id=self.state.instance_id)
-            assert client.replay is not None
-            self.state.connected(welcome, client.replay, client.last_event_seq)
-            self._note_shellper(welcome, client.peer_pid())
+            welcome = await client.connect(resume_from=ask.resume_from, replay_bytes=ask.replay_bytes,
+                                           events_after=ask.events_after, expect_instance_id=ask.expect_instance_id)
+            self._connected(client, welcome)
         except BaseException:
             await client.close()
             raise
@@ -544,7 +518,7 @@ class AsyncResumingClient(_Resuming[AsyncClient]):
     async def connect(self, *, resume_from: int | None = None, replay_bytes: int | None = None,
                       events_after: int | None = None) -> wire.Welcome:
         """First connection (no retries: a session that is not there is the caller's business)."""
-        await self._open(resume_from, replay_bytes, events_after)
+        await self._open(self.state.first(resume_from, replay_bytes, events_after))
         assert self.client is not None and self.client.welcome is not None
         return self.client.welcome
 
@@ -553,7 +527,7 @@ class AsyncResumingClient(_Resuming[AsyncClient]):
         while True:
             await asyncio.sleep(st.next_delay())
             try:
-                await self._open(st.output.next_offset, None, st.last_event_seq)
+                await self._open(st.reopen())
                 return
             except ClientError as exc:
                 st.failed(exc, self._gone())
@@ -679,14 +653,16 @@ class ResumingClient(_Resuming[Client]):
         self._settle(path, role, client_name, backoff, expect_instance_id)
         self.timeout = timeout
 
-    def _open(self, resume_from: int | None, replay_bytes: int | None, events_after: int | None) -> None:
-        client = Client(self.path, self.role, client_name=self.client_name, timeout=self.timeout)
+    def _new_client(self) -> Client:
+        """A client for the next connection (tower_client.remote_clients' reaches another host)."""
+        return Client(self.path, self.role, client_name=self.client_name, timeout=self.timeout)
+
+    def _open(self, ask: Reopen) -> None:
+        client = self._new_client()
         try:
-            welcome = client.connect(resume_from=resume_from, replay_bytes=replay_bytes, events_after=events_after,
-                                     expect_instance_id=self.state.instance_id)
-            assert client.replay is not None
-            self.state.connected(welcome, client.replay, client.conn.last_event_seq)
-            self._note_shellper(welcome, peer_pid(client.sock) if client.sock is not None else None)
+            welcome = client.connect(resume_from=ask.resume_from, replay_bytes=ask.replay_bytes,
+                                     events_after=ask.events_after, expect_instance_id=ask.expect_instance_id)
+            self._connected(client, welcome)
         except BaseException:
             client.close()
             raise
@@ -694,7 +670,7 @@ class ResumingClient(_Resuming[Client]):
 
     def connect(self, *, resume_from: int | None = None, replay_bytes: int | None = None,
                 events_after: int | None = None) -> wire.Welcome:
-        self._open(resume_from, replay_bytes, events_after)
+        self._open(self.state.first(resume_from, replay_bytes, events_after))
         assert self.client is not None and self.client.welcome is not None
         return self.client.welcome
 
@@ -703,7 +679,7 @@ class ResumingClient(_Resuming[Client]):
         while True:
             time.sleep(st.next_delay())  # backoff between attempts, not synchronisation
             try:
-                self._open(st.output.next_offset, None, st.last_event_seq)
+                self._open(st.reopen())
                 return
             except ClientError as exc:
                 st.failed(exc, self._gone())
@@ -742,7 +718,7 @@ class ResumingClient(_Resuming[Client]):
         self._current().send(frame)
 
     def write(self, data: bytes) -> None:
-        self._current().write(checked_input(data))
+        self._current().write(data)
 
     def resize(self, cols: int, rows: int, timeout: float | None = None) -> None:
         self._current().resize(cols, rows, timeout)

@@ -16,6 +16,10 @@ that point comes twice.
 
 Blocking work (launching a shellper, apply, mint-or-reclaim, terminations with grace periods, fsync)
 runs in threads, never on the event loop; groups of sessions start and stop with bounded concurrency.
+
+The Fleet is built in three parts, one module each: the merged stream and what every part shares
+(:mod:`tower_client.fleetstream`), following each session (:mod:`tower_client.fleetfollow`, with
+:mod:`tower_client.fleetmember`), and here its life, launching and stopping.
 """
 
 from __future__ import annotations
@@ -26,186 +30,54 @@ import json
 import os
 import re
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from enum import StrEnum
+from collections.abc import Iterable
 from typing import Any
 
+from shellper.client.launch import LaunchInfo, launch
 from shellper.core.config import SessionConfig
-from shellper.core.defaults import DEFAULT_GRACE
 from shellper.core.errors import ShellperError
-from shellper.core.exitrecord import ExitRecord, ExitRecordError
 from shellper.core.names import validate_name
 from shellper.core.owner import default_owner
-from shellper.daemon.launch import LaunchInfo, launch
-from shellper.host.identity import IdentityError, PidFd, ProcessGone, ProcessIdentity, open_verified
+from shellper.host.identity import IdentityError, ProcessGone, ProcessIdentity, open_verified
 from shellper.host.paths import SessionPaths, ensure_runtime_dir
-from shellper.host.record import RecordError, SessionRecord, read_record
+from shellper.host.record import SessionRecord, read_record
 from shellper.protocol import wire
 from tower_client.agent import AgentCommand, resolve
-from tower_client.apply import VERIFY_CLIENT_NAME, Report, apply, terminate_session
-from tower_client.atomicfile import write_atomic
+from tower_client.apply import Report, apply, terminate_session
 from tower_client.client import (
     AsyncResumingClient,
     ClientError,
     SessionGone,
     Timeout,
-    checked_request,
-    socket_path,
 )
-from tower_client.discover import PROBE_CLIENT_NAME, discover_async, observe_async
+from tower_client.discover import discover_async
 from tower_client.errors import FleetClosed, FleetError, FleetNotStarted, UnknownSession
-from tower_client.inotify import Change, DirWatch
+from tower_client.fleetfollow import FLEET_CLIENT_NAME, STOP_MARGIN, Following
+from tower_client.fleetmember import Member
+from tower_client.fleetstream import MAX_PENDING_BYTES
+from tower_client.inotify import DirWatch
+from tower_client.options import FleetPolicy, OnDeath, SessionSpec
 from tower_client.progress import ProgressJournal
-from tower_client.reconcile import Action, Decision, Registry, reconcile
+from tower_client.reconcile import ReconcileAction, ReconcileDecision, Registry, reconcile
 from tower_client.registry_file import RegistryFile
-from tower_client.resume import Backoff
-from tower_client.stream import (
-    FleetItem,
-    FleetState,
-    Missed,
-    Notice,
-    OutputChunk,
-    SessionEvent,
-    StateChange,
-    StateTracker,
-)
+from tower_client.stream import FleetState, Notice, StateChange
 
-__all__ = ["Fleet", "FleetClosed", "FleetError", "FleetNotStarted", "FleetPolicy", "OnDeath", "SessionSpec",
-           "UnknownSession"]
+__all__ = ["FLEET_CLIENT_NAME", "MAX_PENDING_BYTES", "STOP_MARGIN", "Fleet", "FleetClosed", "FleetError",
+           "FleetNotStarted", "FleetPolicy", "OnDeath", "SessionSpec", "UnknownSession"]
 
-MAX_PENDING_BYTES = 1024 * 1024
-"""Output of one session handed to the merged stream and not yet taken by the Tower. Past it, that
-session's reader waits: its client stops reading, and the shellper holds the child (as for any tower
-that does not keep up) instead of the Tower's memory growing."""
-STOP_MARGIN = 5.0
-"""Seconds past the grace period a STOP gets before the Fleet ends the shellper with signals."""
 AGENT_RELAUNCHES = 3
 """Automatic relaunches of an agent whose conversation id was in use, per session and Fleet life."""
 IN_USE = re.compile(r"already in use", re.IGNORECASE)
 """What an agent CLI says when its conversation id is held (shellper's default fatal pattern too)."""
-FLEET_CLIENT_NAME = "tower-fleet"
-OWN_CLIENTS = frozenset({FLEET_CLIENT_NAME, PROBE_CLIENT_NAME, VERIFY_CLIENT_NAME})
-"""HELLO client names of this library's own connections: the Fleet's, and the probes of discover and apply
-(another Tower's start, ``tower-client ls``). Their attach and detach events are not the Tower's news."""
-ATTACH_EVENTS = ("client_attached", "client_detached")
-STATE_EVENTS_VERSION = 3
-"""The protocol version from which a shellper announces every state with a ``state`` event."""
-EXIT_STATES = frozenset({FleetState.BACKOFF, FleetState.EXITED, FleetState.FATAL})
-"""States a WELCOME's exit record explains (the child's last exit put the session there)."""
 LAUNCH_COLUMN = "launch"
 AGENT_COLUMN = "agent"
 
 
-class OnDeath(StrEnum):
-    """What the Fleet does when a shellper dies while the Tower runs (not stopped: died)."""
+class Fleet(Following):
+    """Every session of one Tower (one owner) in one runtime directory. See the module docstring.
 
-    RESPAWN = "respawn"
-    """End what its tree left, remove its files, and start it again from its registry row."""
-    REAP = "reap"
-    """End what its tree left, remove its files, drop its row."""
-    REPORT = "report"
-    """Only report it (StateChange gone + Notice died); files and row stay for the Tower to decide."""
-
-
-@dataclass(frozen=True)
-class FleetPolicy:
-    on_death: OnDeath = OnDeath.RESPAWN
-    concurrency: int = 4
-    """Sessions started or stopped at once by launch_many / stop_many / the start's respawns."""
-    grace: float = DEFAULT_GRACE
-    """Seconds a stopping session's tree gets between SIGTERM and SIGKILL."""
-    husk_max_age: float | None = None
-    """Passed to reconcile: a husk older than this is terminated on start (None: kept)."""
-    backoff: Backoff = field(default_factory=Backoff)
-
-    def __post_init__(self) -> None:
-        if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int) or self.concurrency < 1:
-            raise ValueError(f"concurrency must be an integer >= 1, not {self.concurrency!r}")
-        if not isinstance(self.grace, int | float) or not self.grace >= 0:
-            raise ValueError(f"grace must be a number of seconds >= 0, not {self.grace!r}")
-
-
-@dataclass(frozen=True)
-class SessionSpec:
-    """A session to launch: its command (``argv``, or ``agent`` for an agent CLI whose conversation id
-    the Fleet resolves), ``cwd`` and ``env`` (default: the Tower's), other SessionConfig fields in
-    ``options`` (cols, rows, ring_bytes, policy, husk_ttl, ...) and the Tower's own registry columns."""
-
-    name: str
-    argv: Sequence[str] = ()
-    agent: AgentCommand | None = None
-    cwd: str | None = None
-    env: Mapping[str, str] | None = None
-    options: Mapping[str, Any] = field(default_factory=dict)
-    columns: Mapping[str, Any] = field(default_factory=dict)
-
-
-class _FleetClient(AsyncResumingClient):
-    """A resuming client that stops reconnecting the moment its shellper is known dead (its pidfd said so),
-    instead of trying a stale socket through its whole backoff."""
-
-    def __init__(self, path: str, died: asyncio.Event, **kwargs: Any) -> None:
-        super().__init__(path, **kwargs)
-        self.died = died
-
-    async def _reconnect(self) -> None:
-        if self.died.is_set():
-            raise SessionGone(self.path, "the shellper died")
-        loop = asyncio.get_running_loop()
-        reconnect = loop.create_task(super()._reconnect())
-        died = loop.create_task(self.died.wait())
-        try:
-            await asyncio.wait({reconnect, died}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (reconnect, died):
-                if not task.done():
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
-        if not reconnect.cancelled() and reconnect.done():
-            reconnect.result()  # reconnected, or its error
-            return
-        raise SessionGone(self.path, "the shellper died")
-
-
-class _Member:
-    """One session the Fleet runs: its record, pidfd, resuming client and reader."""
-
-    def __init__(self, name: str, record: SessionRecord, paths: SessionPaths, pidfd: PidFd) -> None:
-        self.name = name
-        self.record = record
-        self.paths = paths
-        self.pidfd = pidfd
-        self.instance_id = record.instance_id
-        self.died = asyncio.Event()
-        """The shellper process has exited (its pidfd became readable)."""
-        self.stopping = False
-        self.client: _FleetClient | None = None
-        self.task: asyncio.Task[None] | None = None
-        self.tracker = StateTracker(name, record.instance_id)
-        self.pending = 0
-        self.room = asyncio.Event()
-        self.room.set()
-        self.spawns: list[asyncio.Future[int]] = []
-        self.welcome_state: tuple[FleetState, str, int | None, ExitRecord | None] | None = None
-        """The state WELCOME named, said once the held events (up to ``held_until``) have come."""
-        self.held_until = 0
-        self.own_clients: set[int] = set()
-        """client_id of this library's connections attached now (their detach is hidden too)."""
-
-    def close_pidfd(self) -> None:
-        if not self.pidfd.closed:
-            with contextlib.suppress(ValueError, RuntimeError):
-                asyncio.get_running_loop().remove_reader(self.pidfd.fileno())
-            self.pidfd.close()
-
-
-_END = object()
-
-
-class Fleet:
-    """Every session of one Tower (one owner) in one runtime directory. See the module docstring."""
+    Its parts: the merged stream and shared state (:class:`~tower_client.fleetstream.MergedStream`), following
+    each session (:class:`~tower_client.fleetfollow.Following`), and here its life, launching and stopping."""
 
     def __init__(self, runtime_dir: str | os.PathLike[str], registry: str | os.PathLike[str],
                  journal: str | os.PathLike[str], *, owner: str | None = None,
@@ -215,7 +87,7 @@ class Fleet:
         self.policy = policy or FleetPolicy()
         self.registry = RegistryFile.load(registry)  # a bad file is refused here, before anything is done
         self.journal = ProgressJournal.load(journal)
-        self.members: dict[str, _Member] = {}
+        self.members: dict[str, Member] = {}
         self.report: Report | None = None
         """What the start's apply did."""
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
@@ -261,14 +133,14 @@ class Fleet:
             self._emit(Notice(d.name, str(d.action), d.reason, outcome.error or outcome.detail))
             if not outcome.ok or d.cgroup is not None:
                 continue
-            if d.action is Action.ADOPT and d.observed is not None and d.observed.record is not None:
+            if d.action is ReconcileAction.ADOPT and d.observed is not None and d.observed.record is not None:
                 try:
                     await self._attach(d.observed.record, adopted=True)
                 except (ClientError, IdentityError, FleetError) as exc:
                     self._emit(Notice(d.name, "failed", "adopt", str(exc)))
-            elif d.action is Action.RESPAWN:
+            elif d.action is ReconcileAction.RESPAWN:
                 respawn.append(d.name)
-            elif d.action is Action.TERMINATE and d.reason == "husk_expired":
+            elif d.action is ReconcileAction.TERMINATE and d.reason == "husk_expired":
                 self.registry.remove(d.name)
                 self.journal.forget(d.name)
         for name, grace in stops.items():
@@ -279,20 +151,20 @@ class Fleet:
         await self._save_registry()
         await self._bounded([self._relaunch(name, "respawn") for name in respawn])
 
-    async def _finish_stop(self, name: str, grace: float, decisions: list[Decision], report: Report) -> None:
+    async def _finish_stop(self, name: str, grace: float, decisions: list[ReconcileDecision], report: Report) -> None:
         """Carry out a journalled stop: end the session if it runs (waiting out a shellper still stopping,
         within grace + STOP_MARGIN), clean what it left, then drop its row and journal entry. A session that
         cannot be dealt with now (left for another reason) keeps its row and the intent for the next start."""
         done = True
         for d in decisions:
-            if d.action is Action.LEAVE and d.reason == "stopping" and d.observed is not None \
+            if d.action is ReconcileAction.LEAVE and d.reason == "stopping" and d.observed is not None \
                     and d.observed.record is not None:
                 ok, detail = await self._await_stopping(d.observed.record, grace)
                 self._emit(Notice(name, "stop", "stop_requested", detail))
                 if ok:
                     await self._clean_dead(name)
                 done = done and ok
-            elif d.action in (Action.TERMINATE, Action.CLEAN):
+            elif d.action in (ReconcileAction.TERMINATE, ReconcileAction.CLEAN):
                 outcome = (await asyncio.to_thread(apply, [d], grace=grace, owner=self.owner)).outcomes[0]
                 report.outcomes.append(outcome)
                 self._emit(Notice(name, str(d.action), "stop_requested", outcome.error or outcome.detail))
@@ -327,26 +199,12 @@ class Fleet:
             return False, f"shellper {record.shellper_pid}: {exc}"
         return not term.kept, f"shellper {record.shellper_pid} ended via {term.method}"
 
-    @property
-    def closed(self) -> bool:
-        """close() or shutdown() was called: requests raise FleetClosed, the stream has ended."""
-        return self._closed
-
-    def _check_live(self, name: str | None = None) -> None:
-        """Requests need a started Fleet that is not closed: before start() it has not adopted what runs (a
-        session launched then would be attached twice), after close() nothing watches or reads any more."""
-        if self._closed:
-            raise FleetClosed(name, "this Fleet is closed")
-        if not self._started:
-            raise FleetNotStarted(name, "this Fleet is not started: await fleet.start() (or async with fleet) first")
-
     def shutdown(self) -> None:
         """Begin closing, from a signal handler or any callback: the stream ends at once (``async for``
         stops, ``next()`` raises FleetClosed) and requests raise FleetClosed; ``await close()`` (or
         leaving ``async with``) waits until the journal is committed. The sessions run on."""
         if self._closing is None:
-            self._closed = True
-            self._queue.put_nowait(_END)  # wakes a reader waiting for the next item
+            self._end_stream()
             self._closing = asyncio.get_running_loop().create_task(self._close(), name="fleet close")
 
     async def close(self) -> None:
@@ -377,55 +235,6 @@ class Fleet:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
-
-    # ----------------------------------------------------------------------------------- the stream
-
-    def __aiter__(self) -> AsyncIterator[FleetItem]:
-        return self
-
-    async def __anext__(self) -> FleetItem:
-        """The next item; the iteration ends when the Fleet is closed (items not taken by then are not
-        acknowledged, so they come again at the next start)."""
-        if self._closed:
-            raise StopAsyncIteration
-        item = await self._queue.get()
-        if item is _END or self._closed:
-            self._queue.put_nowait(_END)
-            raise StopAsyncIteration
-        if isinstance(item, OutputChunk):
-            m = self.members.get(item.session)
-            if m is not None and m.instance_id == item.instance_id:
-                m.pending -= len(item.data)
-                if m.pending < MAX_PENDING_BYTES:
-                    m.room.set()
-        return item  # type: ignore[no-any-return]
-
-    async def next(self, timeout: float | None = None) -> FleetItem | None:
-        """The next item, or None after ``timeout`` seconds with none; FleetClosed once the Fleet is closed."""
-        try:
-            async with asyncio.timeout(timeout):
-                return await self.__anext__()
-        except TimeoutError:
-            return None
-        except StopAsyncIteration:
-            raise FleetClosed(None, "this Fleet is closed: its stream has ended") from None
-
-    def ack(self, item: FleetItem) -> None:
-        """The Tower has consumed ``item`` (and everything of its session before it). Committed in the
-        background; ``await sync()`` to wait until it is on disk."""
-        if isinstance(item, OutputChunk):
-            self.journal.ack_output(item.session, item.instance_id, item.end)
-        elif isinstance(item, Missed):
-            self.journal.ack_output(item.session, item.instance_id, item.offset)
-        elif isinstance(item, StateChange | SessionEvent) and item.seq:
-            self.journal.ack_event(item.session, item.instance_id, item.seq)
-
-    async def sync(self) -> None:
-        await self.journal.sync()
-
-    def _emit(self, item: FleetItem) -> None:
-        if not self._closed:  # nobody reads a closed Fleet's stream
-            self._queue.put_nowait(item)
 
     # ----------------------------------------------------------------------------------- launching
 
@@ -519,7 +328,7 @@ class Fleet:
         live = self.client(name).client
         if live is None:
             raise SessionGone(m.paths.socket, "not connected (reconnecting or ended)")
-        frame = checked_request(wire.Spawn(argv=argv, cwd=cwd, env=env))
+        frame = live.conn.checked(wire.Spawn(argv=argv, cwd=cwd, env=env))
         if live.conn.replies:  # matched by its id; a refusal raises its typed error
             pid = await live.spawn(argv, cwd=cwd, env=env, timeout=timeout)
             if pid is None:
@@ -536,13 +345,6 @@ class Fleet:
         finally:
             if fut in m.spawns:
                 m.spawns.remove(fut)
-
-    def _member(self, name: str) -> _Member:
-        self._check_live(name)
-        m = self.members.get(name)
-        if m is None:
-            raise UnknownSession(name, f"no session {name!r} in this fleet")
-        return m
 
     # ----------------------------------------------------------------------------------- stopping
 
@@ -584,147 +386,9 @@ class Fleet:
         self._check_live()
         return await self.stop_many(list(self.members), grace)
 
-    async def _bounded(self, jobs: Sequence[Any]) -> list[Any]:
-        limit = asyncio.Semaphore(self.policy.concurrency)
+    # ----------------------------------------------------------------------------------- an agent whose id is in use
 
-        async def one(job: Any) -> Any:
-            async with limit:
-                return await job
-
-        return list(await asyncio.gather(*(one(j) for j in jobs), return_exceptions=True))
-
-    # ----------------------------------------------------------------------------------- attaching
-
-    async def _attach(self, record: SessionRecord, *, adopted: bool) -> None:
-        name = record.name
-        paths = SessionPaths.for_name(self.dir, name)
-        pidfd = open_verified(ProcessIdentity(record.boot_id, record.shellper_pid, record.shellper_start_time))
-        m = _Member(name, record, paths, pidfd)
-        asyncio.get_running_loop().add_reader(pidfd.fileno(), self._died, m)
-        pos = self.journal.get(name)
-        if pos is None or pos.instance_id != record.instance_id:
-            self.journal.start(name, record.instance_id)
-            pos = self.journal.get(name)
-        assert pos is not None
-        client = _FleetClient(str(socket_path(self.dir, name)), m.died, backoff=self.policy.backoff,
-                              expect_instance_id=record.instance_id, client_name=FLEET_CLIENT_NAME)
-        try:
-            welcome = await client.connect(resume_from=pos.offset, events_after=pos.event_seq)
-        except BaseException:
-            m.close_pidfd()
-            await client.close()
-            raise
-        m.client = client
-        self.members[name] = m
-        # A shellper that announces its states is followed by those alone from the first event: deriving the
-        # first state from `spawned` as well would hand the Tower that state twice.
-        m.tracker.state_events = welcome.version >= STATE_EVENTS_VERSION
-        state = FleetState.of(welcome.state)
-        try:  # the child's last exit says why a husk is one (and how a backing-off child ended)
-            last_exit = welcome.exit_record() if state in EXIT_STATES else None
-        except ExitRecordError:
-            last_exit = None
-        # The shellper's own reason (a fatal's "permanent failure: ..."), as WELCOME and STATUS say it.
-        reason = welcome.state_reason or ("adopted" if adopted else "launched")
-        m.welcome_state = (state, reason, welcome.child_pid if state is FleetState.RUNNING else None, last_exit)
-        m.held_until = welcome.event_seq
-        if welcome.event_seq <= pos.event_seq:  # no held event comes: say the state now
-            self._announce(m)
-        m.task = asyncio.get_running_loop().create_task(self._read(m), name=f"fleet {name}")
-
-    def _announce(self, m: _Member) -> None:
-        """The state WELCOME named, unless the events handed out already ended on it: a Tower adopting a
-        session learns its state even when the held events are only attaches and detaches."""
-        if m.welcome_state is None:
-            return
-        state, reason, child_pid, last_exit = m.welcome_state
-        m.welcome_state = None
-        if m.tracker.state is not state:
-            self._emit(m.tracker.change(state, reason, time.time(), child_pid=child_pid, exit=last_exit))
-
-    async def _detach(self, m: _Member) -> None:
-        task, m.task = m.task, None
-        if task is not None and not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        if m.client is not None:
-            await m.client.close()
-        m.close_pidfd()
-
-    def _died(self, m: _Member) -> None:
-        """The shellper's pidfd is readable: it has exited (the reader finishes what it had sent)."""
-        m.close_pidfd()
-        m.died.set()
-
-    async def _read(self, m: _Member) -> None:
-        client = m.client
-        assert client is not None
-        end: BaseException | None = None
-        try:
-            while True:
-                frame = await client.recv()
-                if frame is None:
-                    continue
-                item = self._item(m, client, frame)
-                if item is None:
-                    continue
-                if isinstance(item, OutputChunk):
-                    m.pending += len(item.data)
-                    if m.pending >= MAX_PENDING_BYTES:
-                        m.room.clear()
-                self._emit(item)
-                if isinstance(item, StateChange) and item.state is FleetState.FATAL:
-                    self._id_in_use(m, item)
-                if not m.room.is_set() and not m.stopping:  # a stop must not wait for the Tower to read
-                    await m.room.wait()
-        except ClientError as exc:
-            end = exc
-        except asyncio.CancelledError:
-            raise
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._ended(m, end)
-
-    def _item(self, m: _Member, client: AsyncResumingClient, frame: object) -> FleetItem | None:
-        if type(frame) is wire.Data:
-            return OutputChunk(m.name, m.instance_id, client.output.next_offset - len(frame.data), frame.data)
-        if isinstance(frame, wire.Gap):
-            return Missed(m.name, m.instance_id, frame.offset, frame.missed)
-        if isinstance(frame, wire.Event):
-            if frame.kind in ATTACH_EVENTS and self._own_client(m, frame):
-                if frame.seq >= m.held_until and m.welcome_state is not None:  # version 2 numbered it: held
-                    self._announce(m)
-                return None
-            if frame.seq == 0:  # events_missed: made for this connection, not part of the sequence
-                return SessionEvent(m.name, m.instance_id, 0, frame.kind, frame.time, dict(frame.data))
-            item = m.tracker.take(frame)
-            if frame.seq >= m.held_until and m.welcome_state is not None:
-                self._emit(item)  # the last held event, then the state now if the history did not end on it
-                self._announce(m)
-                return None
-            if isinstance(item, StateChange) and item.child_pid is not None and m.spawns:
-                fut = m.spawns.pop(0)
-                if not fut.done():
-                    fut.set_result(item.child_pid)
-            return item
-        return None  # EXIT (its event carries it), Reconnected, replies
-
-    @staticmethod
-    def _own_client(m: _Member, event: wire.Event) -> bool:
-        """An attach or detach of this library's own connections (the Fleet's, a probe's): not news. Matched
-        by the HELLO's client name (a foreign client naming itself so only hides its own attach)."""
-        data = event.data if isinstance(event.data, Mapping) else {}
-        client_id = data.get("client_id")
-        if event.kind == "client_attached" and data.get("client") in OWN_CLIENTS:
-            if isinstance(client_id, int):
-                m.own_clients.add(client_id)
-            return True
-        if event.kind == "client_detached" and client_id in m.own_clients:
-            m.own_clients.discard(client_id)
-            return True
-        return False
-
-    def _id_in_use(self, m: _Member, change: StateChange) -> None:
+    def _id_in_use(self, m: Member, change: StateChange) -> None:
         """An agent that gave up because its conversation id is in use (the shellper's fatal pattern) is
         launched again through the verdict, which mints a fresh id while somebody else holds it: the
         "already in use" loop ends after one round. At most AGENT_RELAUNCHES per session and Fleet life."""
@@ -749,97 +413,6 @@ class Fleet:
         else:
             self._emit(Notice(name, "relaunched", "id in use", f"pid {info.pid}, instance {info.instance_id}"))
 
-    async def _ended(self, m: _Member, error: BaseException | None) -> None:
-        """The session's stream ended: stopped, died, or the connection was refused for good."""
-        if m.client is not None:
-            await m.client.close()
-        if self.members.get(m.name) is m:
-            del self.members[m.name]
-        for fut in m.spawns:
-            if not fut.done():
-                fut.set_exception(SessionGone(m.paths.socket, "the session ended"))
-        stopped_state = m.client is not None and m.client.exit is not None and m.client.exit.state == "stopping"
-        if m.stopping or stopped_state:
-            if not m.died.is_set():  # give the exiting shellper its moment: its pidfd says when
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(STOP_MARGIN):
-                        await m.died.wait()
-            m.close_pidfd()
-            self._emit(m.tracker.change(FleetState.GONE, "stopped", time.time()))
-            if not m.stopping:  # stopped from outside the Fleet (shellper stop, husk TTL): drop its row too
-                self.registry.remove(m.name)
-                self.journal.forget(m.name)
-                await self._save_registry()
-            return
-        if not m.died.is_set():
-            m.close_pidfd()
-            self._emit(m.tracker.change(FleetState.GONE, f"connection ended: {error}", time.time()))
-            self._emit(Notice(m.name, "failed", "stream", str(error)))
-            return
-        self._emit(m.tracker.change(FleetState.GONE, f"shellper {m.record.shellper_pid} died", time.time()))
-        self._emit(Notice(m.name, "died", str(self.policy.on_death), f"pid {m.record.shellper_pid}"))
-        if self.policy.on_death is OnDeath.REPORT:
-            return
-        await self._clean_dead(m.name)
-        if self.policy.on_death is OnDeath.RESPAWN:
-            await self._relaunch(m.name, "died")
-        else:
-            self.registry.remove(m.name)
-            self.journal.forget(m.name)
-            await self._save_registry()
-
-    async def _clean_dead(self, name: str) -> None:
-        """What reconcile would do for a dead shellper (end its tree's leftovers, remove its files), now."""
-        observed = await observe_async(self.dir, name)
-        decisions = [d for d in reconcile(self.registry.registry(), [observed], now=time.time(), owner=self.owner)
-                     if d.action is Action.CLEAN and d.name == name]
-        report = await asyncio.to_thread(apply, decisions, grace=self.policy.grace, owner=self.owner)
-        for o in report.outcomes:
-            self._emit(Notice(name, "reaped" if o.ok else "failed", o.decision.reason, o.error or o.detail))
-
-    # ----------------------------------------------------------------------------------- watching
-
-    def _changed(self, changes: list[Change]) -> None:
-        for change in changes:
-            if change.overflow:
-                self._emit(Notice("", "overflow", "inotify", "the kernel dropped directory events"))
-            elif change.directory_gone:
-                self._emit(Notice("", "files_removed", "directory", f"{self.dir} was removed or moved"))
-            elif change.name.endswith(".sock") and change.removed:
-                m = self.members.get(change.name[:-5])
-                if m is not None and not m.stopping and not m.died.is_set():
-                    self._later(self._socket_removed(m))
-            elif change.name.endswith(".json") and change.written and not change.name.startswith("."):
-                name = change.name[:-5]
-                if name not in self.members and name not in self.registry.rows and name not in self._launching:
-                    self._later(self._appeared(name))
-
-    def _later(self, job: Any) -> None:
-        task = asyncio.get_running_loop().create_task(job)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _socket_removed(self, m: _Member) -> None:
-        await asyncio.sleep(0)  # a dying shellper removes its socket first: let its pidfd speak before
-        if not m.died.is_set() and not m.stopping:
-            self._emit(Notice(m.name, "files_removed", "socket", f"{m.paths.socket} was removed while shellper "
-                              f"{m.record.shellper_pid} runs (kill -USR1 it to recreate its files)"))
-
-    async def _appeared(self, name: str) -> None:
-        try:
-            record = await asyncio.to_thread(read_record, SessionPaths.for_name(self.dir, name).record)
-        except (OSError, RecordError, ValueError):
-            return
-        if record.owner == self.owner and name not in self.members and name not in self._launching \
-                and name not in self.registry.rows:
-            self._emit(Notice(name, "appeared", "unregistered", f"shellper {record.shellper_pid} of this owner, not "
-                              "launched by this Tower: the next start terminates it unless it is registered"))
-
-    async def _save_registry(self) -> None:
-        async with self._registry_lock:
-            data = self.registry.encode()
-            await asyncio.to_thread(write_atomic, self.registry.path, data)
-
     # ----------------------------------------------------------------------------------- views
 
     @property
@@ -850,5 +423,5 @@ class Fleet:
     def state(self, name: str) -> FleetState | None:
         return self._member(name).tracker.state
 
-    def decisions(self) -> list[Decision]:
+    def decisions(self) -> list[ReconcileDecision]:
         return [o.decision for o in self.report.outcomes] if self.report is not None else []

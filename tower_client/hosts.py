@@ -22,7 +22,7 @@ from shellper.core.names import BadHost, validate_host
 from shellper.host.ssh import SshError, check_version, remote_tower, run_remote
 from tower_client.apply import apply
 from tower_client.discover import discover
-from tower_client.reconcile import Action, RegistryShapeError, parse_registry, reconcile
+from tower_client.reconcile import ReconcileAction, RegistryShapeError, parse_registry, reconcile
 
 HOST_TIMEOUT = 30.0
 """Seconds each host has to answer (its observation, decisions and, with apply, its actions)."""
@@ -146,6 +146,6 @@ def _tagged(items: list[Any], host: str) -> list[dict[str, Any]]:
 
 def _unreachable(host: str, part: dict[str, Any], error: str) -> HostOutcome:
     """Every session the registry has on ``host``: leave, because nothing there can be seen or verified."""
-    decisions = [{"action": str(Action.LEAVE), "name": row["name"], "reason": HOST_UNREACHABLE, "detail": error,
-                  "host": host} for row in part["sessions"]]
+    decisions = [{"action": str(ReconcileAction.LEAVE), "name": row["name"], "reason": HOST_UNREACHABLE,
+                  "detail": error, "host": host} for row in part["sessions"]]
     return HostOutcome(host, decisions, ok=False, error=error)

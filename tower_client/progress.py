@@ -22,7 +22,7 @@ from shellper.core.errors import ShellperError
 from shellper.core.names import BadName, validate_name
 from tower_client.atomicfile import read_small, write_atomic
 
-__all__ = ["JOURNAL_VERSION", "MAX_JOURNAL_BYTES", "Position", "ProgressError", "ProgressJournal"]
+__all__ = ["JOURNAL_VERSION", "MAX_JOURNAL_BYTES", "JournalPosition", "ProgressError", "ProgressJournal"]
 
 JOURNAL_VERSION = 1
 MAX_JOURNAL_BYTES = 16 * 1024 * 1024
@@ -40,7 +40,7 @@ class ProgressError(ShellperError):
 
 
 @dataclass(frozen=True)
-class Position:
+class JournalPosition:
     """How far the Tower has consumed one shellper instance's stream."""
 
     instance_id: str
@@ -53,7 +53,7 @@ class Position:
     Tower restarted in between finishes the stop instead of respawning the session (None: no stop)."""
 
 
-def _parse(data: bytes, path: str) -> dict[str, Position]:
+def _parse(data: bytes, path: str) -> dict[str, JournalPosition]:
     try:
         obj = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
@@ -62,7 +62,7 @@ def _parse(data: bytes, path: str) -> dict[str, Position]:
         raise ProgressError(path, 'expected {"version": 1, "sessions": {...}}')
     if obj.get("version") != JOURNAL_VERSION:
         raise ProgressError(path, f"version {obj.get('version')!r}, this library reads {JOURNAL_VERSION}")
-    out: dict[str, Position] = {}
+    out: dict[str, JournalPosition] = {}
     for name, row in obj["sessions"].items():
         try:
             validate_name(name)
@@ -77,7 +77,7 @@ def _parse(data: bytes, path: str) -> dict[str, Position]:
         stop = row.get("stop")
         if stop is not None and (isinstance(stop, bool) or not isinstance(stop, int | float) or not 0 <= stop < 1e9):
             raise ProgressError(path, f"session {name!r}: stop must be a grace period in seconds (a number >= 0)")
-        out[name] = Position(row["instance_id"], row["offset"], row["event_seq"],
+        out[name] = JournalPosition(row["instance_id"], row["offset"], row["event_seq"],
                              None if stop is None else float(stop))
     return out
 
@@ -85,10 +85,10 @@ def _parse(data: bytes, path: str) -> dict[str, Position]:
 class ProgressJournal:
     """The consumed positions: ``acked`` (in memory, what the Tower acknowledged) and ``durable`` (on disk)."""
 
-    def __init__(self, path: str | os.PathLike[str], positions: dict[str, Position] | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str], positions: dict[str, JournalPosition] | None = None) -> None:
         self.path = os.fspath(path)
-        self.acked: dict[str, Position] = dict(positions or {})
-        self.durable: dict[str, Position] = dict(self.acked)
+        self.acked: dict[str, JournalPosition] = dict(positions or {})
+        self.durable: dict[str, JournalPosition] = dict(self.acked)
         self.commits = 0
         """Journal writes done: each carries every acknowledgement made before it started."""
         self._version = 0
@@ -109,7 +109,7 @@ class ProgressJournal:
     def __iter__(self) -> Iterator[str]:
         return iter(sorted(self.acked))
 
-    def get(self, name: str) -> Position | None:
+    def get(self, name: str) -> JournalPosition | None:
         return self.acked.get(name)
 
     # ----------------------------------------------------------------------------------- acknowledging
@@ -118,7 +118,7 @@ class ProgressJournal:
         """Track ``name`` from ``offset`` of ``instance_id`` (a new instance starts over); kept if it is the same."""
         pos = self.acked.get(name)
         if pos is None or pos.instance_id != instance_id:
-            self._set(name, Position(instance_id, offset, 0))
+            self._set(name, JournalPosition(instance_id, offset, 0))
 
     def ack_output(self, name: str, instance_id: str, offset: int) -> None:
         """Everything of ``instance_id``'s output before ``offset`` is consumed. An older instance's or an
@@ -137,7 +137,7 @@ class ProgressJournal:
         sending the STOP, so a Tower killed meanwhile finds the intent and finishes the stop."""
         pos = self.acked.get(name)
         if pos is None or pos.instance_id != instance_id:
-            pos = Position(instance_id)
+            pos = JournalPosition(instance_id)
         self._set(name, replace(pos, stop=float(grace)))
 
     def stops(self) -> dict[str, float]:
@@ -148,7 +148,7 @@ class ProgressJournal:
         if self.acked.pop(name, None) is not None:
             self._changed()
 
-    def _set(self, name: str, pos: Position) -> None:
+    def _set(self, name: str, pos: JournalPosition) -> None:
         self.acked[name] = pos
         self._changed()
 

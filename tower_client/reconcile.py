@@ -1,7 +1,7 @@
 """Adopt or terminate: what a restarted Tower should do with each session. Pure: no I/O but the loader.
 
 Input: the Tower's registry (which sessions it wants, optionally pinned to an instance id) and what
-:mod:`tower_client.discover` observed. Output: :class:`Decision` s, each with a reason code.
+:mod:`tower_client.discover` observed. Output: :class:`ReconcileDecision` s, each with a reason code.
 
 "Ours" means *verified*: the record is from this boot, the recorded pid carries the recorded kernel
 start ticks, the session lock is held (by that pid, when /proc/locks can tell), a socket that
@@ -12,7 +12,7 @@ Only a verified shellper is ever terminated. The lock, not the pid, says whether
 files: files are cleaned only when the lock is free and the socket is silent, which never signals
 anybody.
 
-Decision table (first matching row wins; "row" = registry row for the name):
+ReconcileDecision table (first matching row wins; "row" = registry row for the name):
 
 ================================================  ==========================  ======================
 situation                                         decisions                   reason
@@ -95,8 +95,8 @@ __all__ = [
     "MAX_REGISTRY_BYTES",
     "MAX_REGISTRY_ROWS",
     "REASONS",
-    "Action",
-    "Decision",
+    "ReconcileAction",
+    "ReconcileDecision",
     "Registry",
     "RegistryBadName",
     "RegistryDuplicate",
@@ -117,7 +117,7 @@ MAX_REGISTRY_ROWS = 10_000
 MAX_INSTANCE_ID_LEN = 128
 
 
-class Action(StrEnum):
+class ReconcileAction(StrEnum):
     ADOPT = "adopt"
     TERMINATE = "terminate"
     RESPAWN = "respawn"
@@ -267,9 +267,9 @@ def load_registry(path: str | os.PathLike[str]) -> Registry:
 
 
 @dataclass(frozen=True)
-class Decision:
+class ReconcileDecision:
     name: str
-    action: Action
+    action: ReconcileAction
     reason: str
     detail: str = ""
     observed: Observed | None = None
@@ -286,7 +286,7 @@ class Decision:
 
 
 def reconcile(registry: Registry, observed: Iterable[Observed], *, now: float,
-              husk_max_age: float | None = None, owner: str | None = None) -> list[Decision]:
+              husk_max_age: float | None = None, owner: str | None = None) -> list[ReconcileDecision]:
     """Decide, per name (sorted), following the table in the module docstring, for ``owner`` (default:
     shellper.core.owner.default_owner()). Pure, but for reading the default owner.
 
@@ -300,35 +300,36 @@ def reconcile(registry: Registry, observed: Iterable[Observed], *, now: float,
             raise BadArgument(f"session {obs.name!r} observed twice")
         by_name[obs.name] = obs
     me = default_owner() if owner is None else owner
-    decisions: list[Decision] = []
+    decisions: list[ReconcileDecision] = []
     for name in sorted(set(by_name) | {row.name for row in registry.rows}):
         seen, row = by_name.get(name), registry.get(name)
         decided = _decide(name, row, seen, now, husk_max_age, me)
         if seen is not None and any(found.shellper_alive for found in seen.stray_cgroups):
             # A shellper of this name lives in a cgroup no record names: a respawn would run a second one.
-            decided = [d for d in decided if d.action is not Action.RESPAWN]
+            decided = [d for d in decided if d.action is not ReconcileAction.RESPAWN]
         decisions.extend(_strays(name, row, seen, me))
         decisions.extend(decided)
     return decisions
 
 
-def _strays(name: str, row: RegistryRow | None, obs: Observed | None, owner: str) -> list[Decision]:
-    out: list[Decision] = []
+def _strays(name: str, row: RegistryRow | None, obs: Observed | None, owner: str) -> list[ReconcileDecision]:
+    out: list[ReconcileDecision] = []
     for found in obs.stray_cgroups if obs is not None else ():
         if found.leaf.owner_key != owner_key(owner):
-            action, reason, detail = Action.LEAVE, "other_owner", f"cgroup {found.path} is another owner's"
+            action, reason, detail = ReconcileAction.LEAVE, "other_owner", f"cgroup {found.path} is another owner's"
         elif found.unproven:
-            action, reason, detail = (Action.LEAVE, "stray_cgroup_unproven", f"{found.unproven}: named like a "
+            action, reason, detail = (ReconcileAction.LEAVE, "stray_cgroup_unproven", f"{found.unproven}: named like a "
                                       "session cgroup, but not verifiably one; left alone")
         elif found.shellper_alive:
-            action, reason, detail = (Action.LEAVE, "stray_cgroup_live", f"a process is in {found.path}/shellper "
+            action, reason, detail = (ReconcileAction.LEAVE, "stray_cgroup_live",
+                                      f"a process is in {found.path}/shellper "
                                       "(a shellper whose files are gone, or a stranger that moved in) but no record "
                                       "names it: left alone"
                                       + ("; registered, but not respawned while it lives" if row else ""))
         else:
-            action, reason, detail = (Action.CLEAN, "stray_cgroup", f"no record names {found.path}"
+            action, reason, detail = (ReconcileAction.CLEAN, "stray_cgroup", f"no record names {found.path}"
                                       + (" (processes inside)" if found.populated else ""))
-        out.append(Decision(name, action, reason, detail, obs, row, found.path))
+        out.append(ReconcileDecision(name, action, reason, detail, obs, row, found.path))
     return out
 
 
@@ -345,23 +346,23 @@ def name_mismatch(obs: Observed) -> str | None:
 
 
 def _decide(name: str, row: RegistryRow | None, obs: Observed | None, now: float,
-            husk_max_age: float | None, owner: str) -> list[Decision]:
-    def one(action: Action, reason: str, detail: str) -> Decision:
-        return Decision(name, action, reason, detail, obs, row)
+            husk_max_age: float | None, owner: str) -> list[ReconcileDecision]:
+    def one(action: ReconcileAction, reason: str, detail: str) -> ReconcileDecision:
+        return ReconcileDecision(name, action, reason, detail, obs, row)
 
-    def leave(reason: str, detail: str) -> list[Decision]:
-        return [one(Action.LEAVE, reason, detail)]
+    def leave(reason: str, detail: str) -> list[ReconcileDecision]:
+        return [one(ReconcileAction.LEAVE, reason, detail)]
 
-    def clean(reason: str, detail: str) -> list[Decision]:
-        out = [one(Action.CLEAN, reason, detail)]
+    def clean(reason: str, detail: str) -> list[ReconcileDecision]:
+        out = [one(ReconcileAction.CLEAN, reason, detail)]
         if row is not None:
-            out.append(one(Action.RESPAWN, reason, "registered; relaunch after the stale files are removed"))
+            out.append(one(ReconcileAction.RESPAWN, reason, "registered; relaunch after the stale files are removed"))
         return out
 
     if obs is None or not obs.files:
         if row is None:
             return []
-        return [one(Action.RESPAWN, "not_running", "registered, but none of its files exist")]
+        return [one(ReconcileAction.RESPAWN, "not_running", "registered, but none of its files exist")]
     rec = obs.record
     if obs.locked is None:
         return leave("lock_unknown", f"cannot tell whether anybody holds the lock: {obs.identity_detail}")
@@ -425,15 +426,16 @@ def _decide(name: str, row: RegistryRow | None, obs: Observed | None, now: float
     if row is None:
         what = "husk" if obs.is_husk else (obs.state or "session")
         silent = "" if obs.probe == "answered" else f" (socket {obs.probe})"
-        return [one(Action.TERMINATE, "unregistered", f"verified {what}{silent} with no registry row")]
+        return [one(ReconcileAction.TERMINATE, "unregistered", f"verified {what}{silent} with no registry row")]
     if row.instance_id is not None and row.instance_id != rec.instance_id:
         detail = f"registry wants instance {row.instance_id}, running is {rec.instance_id}"
-        return [one(Action.TERMINATE, "superseded", detail), one(Action.RESPAWN, "superseded", detail)]
+        return [one(ReconcileAction.TERMINATE, "superseded", detail),
+                one(ReconcileAction.RESPAWN, "superseded", detail)]
     if obs.is_husk:
         since = obs.husk_since()
         age = None if since is None else now - since
         if husk_max_age is not None and age is not None and age > husk_max_age:
-            return [one(Action.TERMINATE, "husk_expired",
+            return [one(ReconcileAction.TERMINATE, "husk_expired",
                         f"child exited {age:.0f} s ago (max {husk_max_age:g} s)")]
-        return [one(Action.ADOPT, "husk", f"registered; its child has {obs.state}")]
-    return [one(Action.ADOPT, "running", f"registered, verified, answers ({obs.state})")]
+        return [one(ReconcileAction.ADOPT, "husk", f"registered; its child has {obs.state}")]
+    return [one(ReconcileAction.ADOPT, "running", f"registered, verified, answers ({obs.state})")]

@@ -17,12 +17,12 @@ from shellper.protocol import wire
 from shellper.protocol.connection import (
     ClientError,
     ConnectionRefused,
-    Output,
-    Position,
+    OutputPosition,
     ProtocolViolation,
     SessionGone,
     SessionNotFound,
     ShellperDead,
+    StreamPosition,
     Timeout,
 )
 
@@ -65,16 +65,28 @@ class Reconnected:
 ResumeItem = wire.Frame | Reconnected
 
 
-class Resume(Position):
+@dataclass(frozen=True)
+class Reopen:
+    """What a resuming client's next connection asks for: its HELLO's position and the instance it insists on.
+    The drivers pass these to their client's ``connect()`` as they are."""
+
+    resume_from: int | None
+    replay_bytes: int | None
+    events_after: int | None
+    expect_instance_id: str | None
+
+
+class Resume(StreamPosition):
     """One resumed stream's position and decisions. The driver's loop, with ``open`` its connect:
 
     * first ``connected(welcome, replay, last_event_seq)`` after its own first connection;
     * to hand out: ``next_item()`` (queued items, or the error the stream ended with), else a frame
       from the live connection passed through ``take()``;
+    * the first connection asks for what ``first(...)`` says;
     * when that connection ends: ``lost(error, fatal_error)`` raises unless it may be resumed; then,
-      until connected again, sleep ``next_delay()``, ``open`` with ``resume_from`` =
-      ``output.next_offset``, ``events_after`` = ``last_event_seq`` and ``instance_id``, then
-      ``connected(...)``; on a ClientError from either, ``failed(error)`` raises if it is final.
+      until connected again, sleep ``next_delay()``, ``open`` with what ``reopen()`` says (the next
+      offset and event the caller has not had, the same instance), then ``connected(...)``; on a
+      ClientError from either, ``failed(error)`` raises if it is final.
     """
 
     def __init__(self, path: str, expect_instance_id: str | None, backoff: Backoff) -> None:
@@ -90,6 +102,15 @@ class Resume(Position):
         self.stopping = False
         """This client asked the session to stop: when its connection ends, the stream ends with it."""
         self._connected = False
+
+    def first(self, resume_from: int | None, replay_bytes: int | None, events_after: int | None) -> Reopen:
+        """The first connection: where its caller asks to start (a resumed stream's later ones: :meth:`reopen`)."""
+        return Reopen(resume_from, replay_bytes, events_after, self.instance_id)
+
+    def reopen(self) -> Reopen:
+        """A reconnection: at the next byte and event the caller has not had, from the same instance (another
+        instance has other offsets). No replay size: everything since then that the ring still holds."""
+        return Reopen(self.output.next_offset, None, self.last_event_seq, self.instance_id)
 
     def connected(self, welcome: wire.Welcome, replay: wire.Replay, last_event_seq: int | None) -> None:
         """A (re)connection's handshake is done: queue its REPLAY as items (GAP if the ring had dropped
@@ -174,7 +195,7 @@ class ResumeView:
     state: Resume
 
     @property
-    def output(self) -> Output:
+    def output(self) -> OutputPosition:
         return self.state.output
 
     @property

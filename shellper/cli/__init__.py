@@ -1,2 +1,2 @@
-"""The ``shellper`` command: its subcommands, ``attach`` (the terminal's side), the demo.
-Empty on purpose: ``shellper attach`` imports shellper.cli.attach alone (see shellper.cli.entry)."""
+"""The ``shellper`` command: its subcommands (``commands``, one module each), ``attach`` (the terminal's side),
+the demo. Empty on purpose: the console script imports only what its command needs (see shellper.cli.entry)."""

@@ -2,49 +2,29 @@
 
 argparse, and what the CLI imports with it, cost a command more than the interpreter's own start-up
 (bench/NOTES.md, "Start-up"). So three questions are answered before the full parser runs, or instead of
-it: is this a plain ``attach`` (shellper.cli.attach.quick_main), may it be a detached ``run``, worth starting
-the daemon-to-be for now (shellper.daemon.prefork), and where does a ``run``'s child command begin
-(shellper.cli.main). All three read :func:`scan`'s answer; the tables below are the one place outside the
-parser that says which options there are and which take a value, and tests/unit/test_argscan.py holds
-them to the parser's. This module imports nothing: it runs before the prefork is forked.
+it: is this a plain ``attach`` (shellper.cli.commands.attach.quick_main), may it be a detached ``run``, worth
+starting the daemon-to-be for now (shellper.daemon.prefork), and where does a ``run``'s child command begin
+(shellper.cli.main). All three read :func:`scan`'s answer, which reads the option table the parser is built
+from (shellper.cli.options): of it, only the command's own module. This runs before the prefork is forked:
+what it imports is the table, which imports nothing but the package's constants.
 """
 
 from __future__ import annotations
 
-_HELP = {"-h": False, "--help": False, "--dir": True, "--host": True}  # --dir, --host: also after the command
+from shellper.cli.commands import COMMANDS, load
+from shellper.cli.options import AFTER_COMMAND, GLOBAL, HELP, spellings
 
-GLOBAL_OPTIONS: dict[str, bool] = {**_HELP, "--version": False}
+GLOBAL_OPTIONS: dict[str, bool] = {**HELP, **spellings(GLOBAL)}
 """The options before the command, each with whether it takes a value."""
 
-_RESTART_POLICY = {
-    "--restart": True, "--backoff-initial": True, "--backoff-max": True, "--backoff-factor": True,
-    "--jitter": True, "--healthy-uptime": True, "--min-uptime": True, "--breaker-count": True,
-    "--breaker-window": True, "--same-error-count": True, "--clean-exit-count": True,
-    "--clean-exit-uptime": True, "--max-restarts": True, "--prevent-codes": True, "--clean-signals": True,
-    "--fatal-scan-lines": True, "--fatal-pattern": True, "--no-fatal-patterns": False,
-}
 
-COMMAND_OPTIONS: dict[str, dict[str, bool]] = {
-    "run": {**_HELP, "--foreground": False, "--json": False, "--replace": False, "-f": False, "--cwd": True,
-            "--env": True, "--no-inherit-env": False, "--attach-host": True,
-            "--cols": True, "--rows": True, "--term": True, "--ring-bytes": True, "--stderr": True,
-            "--grace": True, "--husk-ttl": True, "--owner": True, "--containment": True,
-            "--cgroup-parent": True, **_RESTART_POLICY},
-    "ls": {**_HELP, "--json": False},
-    "attach": {**_HELP, "-c": False, "--create": False, "--detach-key": True, "-e": True, "--read-only": False,
-               "-r": False, "--no-replay": False, "--relay": False, "--raw": False},
-    "send": {**_HELP, "--enter": False},
-    "tail": {**_HELP, "--bytes": True, "--lines": True, "-n": True, "--follow": False, "-f": False, "--plain": False},
-    "screen": {**_HELP, "--ansi": False, "--json": False, "--scrollback": True},
-    "signal": _HELP,
-    "resize": _HELP,
-    "restart": _HELP,
-    "stop": {**_HELP, "--all": False, "--grace": True},
-    "status": {**_HELP, "--json": False},
-    "legacy-main": _HELP,
-    "bridge": _HELP,
-}
-"""Each command's options, each with whether it takes a value."""
+def command_options(command: str) -> dict[str, bool] | None:
+    """The options of ``command`` (None if there is no such command), each with whether it takes a value;
+    its module (shellper.cli.commands) is imported for its table, the others' are not."""
+    if command not in COMMANDS:
+        return None
+    return {**HELP, **spellings(AFTER_COMMAND), **spellings(load(command).ARGUMENTS)}
+
 
 _NO_DETACH = frozenset(("--foreground", "-h", "--help", "--version"))
 
@@ -116,10 +96,11 @@ def scan(argv: list[str]) -> Scan:
                 line.operands.append(token)
                 continue
             line.command = token
-            if token not in COMMAND_OPTIONS:
+            options = command_options(token)
+            if options is None:
                 line.exact = False
                 break
-            table = COMMAND_OPTIONS[token]
+            table = options
             continue
         spelled, equals, value = token.partition("=")
         name = _resolve(spelled, table)
@@ -152,7 +133,7 @@ NO_SESSION_OPERANDS = frozenset({"legacy-main"})
 
 def names_a_host(line: Scan) -> bool:
     """Whether ``line`` may be for another host (``--host``, or a ``:`` in an operand that may name a
-    session): then shellper.cli.remote decides (and refuses a host that is no ssh destination,
+    session): then shellper.cli.onhost decides (and refuses a host that is no ssh destination,
     shellper.core.names.validate_host), and the console script takes none of its quick paths."""
     if "--host" in line.options or "--host" in line.missing:
         return True

@@ -12,7 +12,8 @@ replays recent output (with the mode preamble, so a TUI comes back on the right 
 the child's exit and returns its status, and leaves the user's terminal as it found it: cooked mode
 restored on every way out (detach, exit, error, SIGTERM, SIGHUP), and any mode the session switched
 on (alternate screen, mouse, bracketed paste, ...) switched off again (why: bench/NOTES.md,
-"Incidents behind the defaults").
+"Incidents behind the defaults"), and the pen, character sets and tab stops set as a fresh terminal's
+(shellper.core.terminal.restore).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from shellper.client.blocking import Client
 from shellper.core.defaults import SCREEN_SCROLLBACK_LINES, clamp_terminal_size
 from shellper.core.detachkeys import DOUBLE_KEY_WINDOW, KeysEnd, read_keys
 from shellper.core.errors import ShellperError
-from shellper.core.names import BadName, runtime_dir_name, socket_path, validate_name
+from shellper.core.names import runtime_dir_name, socket_path, validate_name
 from shellper.core.signals import signal_number
 from shellper.core.states import SessionState
 from shellper.core.structs import record
@@ -46,7 +47,6 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-    from shellper.cli.argscan import Scan
     from shellper.core.terminal.modes import ModeTracker
 
 __all__ = [
@@ -227,11 +227,16 @@ class _Attachment:
         raise _Signalled(signum)
 
     def restore(self, reset: bool) -> None:
-        """Undo setup. Never raises: the terminal may already be gone."""
+        """Undo setup; with ``reset``, switch off what the session's output switched on, and set the pen,
+        character sets and tab stops as a fresh terminal's (shellper.core.terminal.restore). Never raises:
+        the terminal may already be gone."""
         self.cleaning = True
         if reset:
+            from shellper.core.terminal.restore import restore_sequence  # here: only at the end
+
+            size = window_size(self.stdout_fd)
             with contextlib.suppress(_TerminalGone):
-                _write_all(self.stdout_fd, self.reset_sequence())
+                _write_all(self.stdout_fd, self.reset_sequence() + restore_sequence(size[0] if size else None))
         if self.saved_tty is not None:
             with contextlib.suppress(termios.error, OSError):
                 termios.tcsetattr(self.stdin_fd, termios.TCSADRAIN, self.saved_tty)
@@ -569,8 +574,9 @@ def attach(socket_path: str | os.PathLike[str], *, name: str | None = None,
             if tty_fd is not None:
                 os.close(tty_fd)
     except _Signalled as sig:
+        # A SIGHUP need not mean the terminal is gone (a `kill -HUP`, the shell that started attach
+        # killed): reset it all the same; a write to a terminal that is gone fails at once (EIO).
         hangup = sig.signum == signal.SIGHUP
-        reset = not hangup
         outcome = _Outcome(128 + sig.signum, "" if hangup else "[detached]")
     except _TerminalGone:
         reset = False
@@ -637,37 +643,3 @@ def attach_session(directory: str | None, name: str, *, detach_key: str = DEFAUL
               "or choose another key with -e", file=sys.stderr)
     return attach(socket_path(runtime_dir_name(directory), name), name=name,
                   detach_key=detach_key, read_only=read_only, replay=not no_replay, handoff=not relay, raw=raw)
-
-
-_QUICK_OPTIONS = {"--dir": "dir", "--detach-key": "detach_key", "-e": "detach_key", "--read-only": "read_only",
-                  "-r": "read_only", "--no-replay": "no_replay", "--relay": "relay", "--raw": "raw"}
-
-
-def quick_args(line: Scan) -> dict[str, Any] | None:
-    """The arguments of a plain ``[--dir DIR] attach NAME [--detach-key K] [--read-only] [--no-replay]
-    [--relay] [--raw]``, read by shellper.cli.argscan; None for anything else (help, abbreviations, mistakes,
-    an empty --dir), which the full CLI then parses and reports. Why: argparse and what the CLI imports
-    with it cost every attach more than the interpreter's own start-up, and attach is the command people
-    wait on."""
-    if (line.command != "attach" or not line.exact or line.child is not None or len(line.operands) != 1
-            or not _QUICK_OPTIONS.keys() >= line.options.keys() or line.options.get("--dir") == ""
-            or len({_QUICK_OPTIONS[option] for option in line.options}) != len(line.options)):
-        return None  # (the last: both spellings of one option, whose order the scan does not keep)
-    args: dict[str, Any] = {"dir": None, "name": line.operands[0], "detach_key": DEFAULT_DETACH_KEY,
-                            "read_only": False, "no_replay": False, "relay": False, "raw": False}
-    for option, value in line.options.items():
-        args[_QUICK_OPTIONS[option]] = value
-    return args
-
-
-def quick_main(line: Scan) -> int | None:
-    """Run ``shellper attach`` from the console script without the full CLI; None: not a plain attach."""
-    args = quick_args(line)
-    if args is None:
-        return None
-    try:
-        return attach_session(args.pop("dir"), args.pop("name"), **args)
-    except BadName:
-        return None  # the full CLI says what is wrong with it
-    except KeyboardInterrupt:
-        return 130

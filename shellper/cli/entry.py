@@ -1,7 +1,7 @@
 """The ``shellper`` console script: a plain attach without argparse, else a prefork (for ``run``) and the CLI.
 
-Like :mod:`shellper.daemon.prefork` and :mod:`shellper.cli.argscan`, this imports only os and sys at first,
-so the prefork is started before any of the package's other imports.
+Like :mod:`shellper.daemon.prefork` and :mod:`shellper.cli.argscan` (with the option table it reads), this
+imports only os and sys at first, so the prefork is started before any of the package's other imports.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ def entry() -> None:
     argv = sys.argv[1:]
     line = scan(argv)
     code: int | str | None = None
-    if names_a_host(line):  # maybe another host's command: nothing here to hurry (shellper.cli.remote decides)
+    if names_a_host(line):  # maybe another host's command: nothing here to hurry (shellper.cli.onhost decides)
         from shellper.cli.main import main
 
         _leave(main(argv))
@@ -35,7 +35,7 @@ def entry() -> None:
 
         _leave(legacy_main(line.operands))
     if line.command == "attach":  # the command people wait on: started without argparse when it is plain
-        from shellper.cli.attach import quick_main
+        from shellper.cli.commands.attach import quick_main
 
         code = quick_main(line)
         if code is not None:

@@ -25,7 +25,7 @@ def request_screen(client: Client, *, ansi: bool = False, scrollback: int = 0) -
     if client.welcome.version < 3:
         raise NoScreenModel(f"the shellper speaks protocol version {client.welcome.version}: it keeps no screen "
                             "(restart the session with this shellper's version)")
-    reply = client.request(wire.Screen(format="ansi" if ansi else "text", scrollback=scrollback),
+    reply = client.request(wire.ScreenRequest(format="ansi" if ansi else "text", scrollback=scrollback),
                            wire.ScreenReply)
     assert isinstance(reply, wire.ScreenReply)
     return reply

@@ -33,7 +33,7 @@ from shellper.protocol.connection import (
     InvalidRequest,
     NotASocket,
     NotRunning,
-    Output,
+    OutputPosition,
     ProtocolViolation,
     RemoteError,
     RequestFailed,
@@ -57,7 +57,7 @@ __all__ = [
     "InvalidRequest",
     "NotASocket",
     "NotRunning",
-    "Output",
+    "OutputPosition",
     "ProtocolViolation",
     "RemoteError",
     "RequestFailed",
@@ -260,26 +260,26 @@ class Client(ConnectionView):
     def resize(self, cols: int, rows: int, timeout: float | None = None) -> None:
         """Set the PTY's size; raises BadRequest (out of range, before sending), Forbidden (a viewer),
         SessionStopping."""
-        self._ask(_checked(wire.Resize(cols=cols, rows=rows)), timeout)
+        self._ask(self.conn.checked(wire.Resize(cols=cols, rows=rows)), timeout)
 
     def signal(self, name: str, timeout: float | None = None) -> int | None:
         """Signal the child's process group (tower only); returns the pid signalled. Raises NotRunning,
         BadRequest, Forbidden, SessionStopping."""
-        reply = self._ask(_checked(wire.Signal(signal=name)), timeout)
+        reply = self._ask(self.conn.checked(wire.Signal(signal=name)), timeout)
         return None if reply is None else result_int(reply, "pid")
 
     def spawn(self, argv: list[str] | None = None, *, cwd: str | None = None, env: dict[str, str] | None = None,
               clear_ring: bool = False, timeout: float | None = None) -> int | None:
         """Replace the child; returns the new child's pid once it runs. Raises SpawnFailed, SessionStopping,
         Forbidden. No deadline by default: the answer comes once the old tree has ended."""
-        reply = self._ask(_checked(wire.Spawn(argv=argv, cwd=cwd, env=env, clear_ring=clear_ring)), timeout,
-                          deadline=False)
+        reply = self._ask(self.conn.checked(wire.Spawn(argv=argv, cwd=cwd, env=env, clear_ring=clear_ring)),
+                          timeout, deadline=False)
         return None if reply is None else result_int(reply, "child_pid")
 
     def stop(self, grace: float | None = None, timeout: float | None = None) -> None:
         """End the session; returns once the shellper has ended the tree (then it closes the connection).
         No deadline by default."""
-        self._ask(_checked(wire.Stop(grace=grace)), timeout, deadline=False)
+        self._ask(self.conn.checked(wire.Stop(grace=grace)), timeout, deadline=False)
 
     def status(self, timeout: float | None = None) -> wire.StatusReply:
         reply = self.request(wire.Status(), wire.StatusReply, timeout)
@@ -295,6 +295,10 @@ class Client(ConnectionView):
         reply = self.request(frame, wire.Reply, timeout, deadline=deadline)
         assert isinstance(reply, wire.Reply)
         return reply
+
+    def peer_pid(self) -> int | None:
+        """The pid of the process serving the socket (SO_PEERCRED); None when not connected."""
+        return peer_pid(self.sock) if self.sock is not None else None
 
     def fileno(self) -> int:
         if self.sock is None:
@@ -313,13 +317,6 @@ class Client(ConnectionView):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-def _checked(frame: wire.Frame) -> wire.Frame:
-    """A signal the shellper does not know, refused here without costing a round trip (the connection
-    refuses malformed fields and out-of-range values itself, as InvalidRequest)."""
-    if isinstance(frame, wire.Signal) and wire.bare_signal(frame.signal) is None:
-        raise InvalidRequest(f"signal {frame.signal!r} is not one of {', '.join(wire.SIGNALS)}", "signal")
-    return frame
 
 
 def peer_pid(sock: socket.socket) -> int | None:

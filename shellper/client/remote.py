@@ -89,6 +89,10 @@ class RemoteClient(Client):
             what = "ssh could not connect" if why[0] == SSH_UNREACHABLE else f"the bridge exited {why[0]}"
             raise SessionGone(self.path, f"{what}: {why[1]}") from exc
 
+    def peer_pid(self) -> None:
+        """None: the socket's peer is this process's own ssh child, not the shellper."""
+        return None
+
     def _reap(self) -> tuple[int, str] | None:
         """End and wait for the ssh process (ours, by its Popen); its status and last stderr line, if any."""
         proc, err = self.proc, self._stderr

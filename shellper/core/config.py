@@ -7,7 +7,7 @@ import math
 import os
 
 from shellper.core import structs
-from shellper.core.containment import Containment
+from shellper.core.containment import CONTAINMENT_REQUESTS
 from shellper.core.defaults import (
     DEFAULT_COLS,
     DEFAULT_GRACE,
@@ -18,7 +18,7 @@ from shellper.core.defaults import (
     HANDSHAKE_TIMEOUT,
     MAX_RING_BYTES,
     MIN_RING_BYTES,
-    STDERR_MODES,
+    STDERR_REQUESTS,
     TERMINAL_SIZE_RANGE,
     terminal_size_in_range,
 )
@@ -32,10 +32,6 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-u
 if TYPE_CHECKING:
     from typing import Any
 
-STDERR_REQUESTS = ("auto", *STDERR_MODES)
-"""What --stderr accepts: auto is merged (resolve_stderr_mode), kept so configs that name it still work."""
-CONTAINMENT_REQUESTS = ("auto", Containment.CGROUP, Containment.NONE)
-"""What --containment accepts: auto uses a cgroup where one can be made and falls back to none."""
 
 
 def resolve_stderr_mode(mode: str) -> str:

@@ -12,3 +12,7 @@ class Containment(StrEnum):
     """The same, under a delegated systemd scope that ``launch()`` asked systemd for."""
     NONE = "none"
     """No cgroup could be made: the session's processes are found by pid, pinned through pidfds."""
+
+
+CONTAINMENT_REQUESTS = ("auto", Containment.CGROUP, Containment.NONE)
+"""What --containment accepts: auto uses a cgroup where one can be made and falls back to none."""

@@ -40,6 +40,58 @@ STDERR_MODES = ("pty", "merged", "pipe")
 """Where the child's fd 2 goes: a PTY of its own, the main PTY (the default), or a pipe; a config may
 also ask for ``auto``, which is ``merged`` (shellper.core.config.resolve_stderr_mode)."""
 
+STDERR_REQUESTS = ("auto", *STDERR_MODES)
+"""What --stderr accepts: auto is merged (shellper.core.config.resolve_stderr_mode), kept so configs that name
+it still work."""
+
+# --------------------------------------------------------------------------- restart policy
+# shellper.core.exits.RestartPolicy's defaults.
+
+#: Restart mode: "no" (never restart), "on-failure" (restart crashes only), "always"
+#: (restart crashes and clean exits). Requested and permanent exits never restart.
+RESTART_MODES: tuple[str, ...] = ("no", "on-failure", "always")
+DEFAULT_MODE = "on-failure"
+#: First restart delay, seconds; multiplied by the factor per restart in a streak, capped at
+#: the max (Docker: 100 ms doubling to 60 s; pm2: x1.5 capped at 15 s; k8s: 10 s .. 300 s).
+DEFAULT_BACKOFF_INITIAL = 1.0
+DEFAULT_BACKOFF_MAX = 60.0
+DEFAULT_BACKOFF_FACTOR = 2.0
+#: Fraction of the delay that an injected random value in [0, 1] may remove (jitter only
+#: shortens a delay, so worst-case timings stay the documented ones). 0 disables.
+DEFAULT_JITTER = 0.2
+#: A run at least this long is healthy: it resets the backoff streak and all breaker
+#: history (Docker 10 s, pm2 30 s, the original 300 s, Kubernetes 600 s).
+DEFAULT_HEALTHY_UPTIME = 60.0
+#: A restarted run shorter than this is "unstable" and counts toward the breaker. 10 s,
+#: not pm2/s6's 1 s: agent CLIs boot for seconds before they fail.
+DEFAULT_MIN_UPTIME = 10.0
+#: Breaker: this many unstable exits (runs shorter than min_uptime: crashes, plus clean exits
+#: under "always") within the window of active time -> fatal.
+DEFAULT_BREAKER_COUNT = 5
+DEFAULT_BREAKER_WINDOW = 60.0
+#: The same normalised last error line on this many consecutive crashes -> fatal. 0 disables.
+DEFAULT_SAME_ERROR_COUNT = 3
+#: Under "always": this many clean exits in a row, each after a run shorter than
+#: clean_exit_uptime -> fatal: a program that keeps exiting at once is not being used. 0 disables.
+DEFAULT_CLEAN_EXIT_COUNT = 5
+DEFAULT_CLEAN_EXIT_UPTIME = 2.0
+#: Lifetime cap on crash restarts since construction or the last reset() (i.e. the last
+#: SPAWN). Catches slow loops the breaker does not (runs between min_uptime and
+#: healthy_uptime with varying errors): at the 60 s backoff cap that is hours, not days.
+#: Clean restarts under "always" are not counted. None disables.
+DEFAULT_MAX_RESTARTS: int | None = 100
+#: Exit codes that retrying cannot fix (BSD sysexits EX_USAGE=64, EX_CONFIG=78), like
+#: systemd's RestartPreventExitStatus. 126/127 are always permanent (EXEC_FAILURE_CODES).
+DEFAULT_PREVENT_CODES: frozenset[int] = frozenset({64, 78})
+#: Case-insensitive regexes searched in the last fatal_scan_lines lines of the stderr tail.
+#: "already in use": a live holder of the session/port/lock will not go away by retrying.
+DEFAULT_FATAL_PATTERNS: tuple[str, ...] = (r"already in use",)
+#: Only the end of the tail is scanned, so a long run's old output cannot poison a crash.
+DEFAULT_FATAL_SCAN_LINES = 10
+#: Signals whose death counts as clean when not requested. Empty by default (a signal death
+#: nobody asked for is a crash); systemd's choice would be {SIGHUP, SIGINT, SIGTERM, SIGPIPE}.
+DEFAULT_CLEAN_SIGNALS: frozenset[int] = frozenset()
+
 
 def terminal_size_in_range(cols: object, rows: object) -> bool:
     """Whether both are integers (not bools) in 1..MAX_TERMINAL_DIMENSION."""

@@ -11,7 +11,7 @@ Two layers:
   client stopped it), ``permanent`` (retrying can never help: exec failure, 126/127, a
   prevent-listed code, a fatal stderr pattern) or ``crash`` (everything else).
 * :class:`Supervisor` keeps the recent history and turns each exit into a
-  :class:`Decision`: ``restart`` after a capped exponential backoff, ``exited``, or
+  :class:`RestartDecision`: ``restart`` after a capped exponential backoff, ``exited``, or
   ``fatal`` when retrying is pointless (permanent exit, crash loop, the same error again and
   again, a run of fast clean exits under ``always``, the lifetime restart cap).
 
@@ -24,7 +24,7 @@ backoff (``RestartPolicy`` checks ``breaker_window >= (breaker_count - 1) * min_
 Every restarted run shorter than ``min_uptime`` counts (clean ones too under ``always``), so
 no mix of fast exits can restart more than ``breaker_count - 1`` times in a row.
 
-The defaults below come from the original supervisor's incidents and from peers (Docker, pm2,
+The defaults (in shellper.core.defaults) come from the original supervisor's incidents and from peers (Docker, pm2,
 systemd, Kubernetes); which incident taught what is in bench/NOTES.md, "Incidents behind the defaults".
 """
 
@@ -38,6 +38,26 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
 
+from shellper.core.defaults import (
+    DEFAULT_BACKOFF_FACTOR,
+    DEFAULT_BACKOFF_INITIAL,
+    DEFAULT_BACKOFF_MAX,
+    DEFAULT_BREAKER_COUNT,
+    DEFAULT_BREAKER_WINDOW,
+    DEFAULT_CLEAN_EXIT_COUNT,
+    DEFAULT_CLEAN_EXIT_UPTIME,
+    DEFAULT_CLEAN_SIGNALS,
+    DEFAULT_FATAL_PATTERNS,
+    DEFAULT_FATAL_SCAN_LINES,
+    DEFAULT_HEALTHY_UPTIME,
+    DEFAULT_JITTER,
+    DEFAULT_MAX_RESTARTS,
+    DEFAULT_MIN_UPTIME,
+    DEFAULT_MODE,
+    DEFAULT_PREVENT_CODES,
+    DEFAULT_SAME_ERROR_COUNT,
+    RESTART_MODES,
+)
 from shellper.core.errors import ShellperError
 from shellper.core.exitrecord import ExitClass, ExitRecord
 from shellper.core.signals import signal_name, signal_number
@@ -45,56 +65,8 @@ from shellper.core.states import SessionState
 from shellper.core.structs import field, fields, record
 from shellper.core.terminal.text import strip_escapes
 
-TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
-if TYPE_CHECKING:
-    import argparse
-
 # --------------------------------------------------------------------------- defaults
-
-#: Restart mode: "no" (never restart), "on-failure" (restart crashes only), "always"
-#: (restart crashes and clean exits). Requested and permanent exits never restart.
-RESTART_MODES: tuple[str, ...] = ("no", "on-failure", "always")
-DEFAULT_MODE = "on-failure"
-#: First restart delay, seconds; multiplied by the factor per restart in a streak, capped at
-#: the max (Docker: 100 ms doubling to 60 s; pm2: x1.5 capped at 15 s; k8s: 10 s .. 300 s).
-DEFAULT_BACKOFF_INITIAL = 1.0
-DEFAULT_BACKOFF_MAX = 60.0
-DEFAULT_BACKOFF_FACTOR = 2.0
-#: Fraction of the delay that an injected random value in [0, 1] may remove (jitter only
-#: shortens a delay, so worst-case timings stay the documented ones). 0 disables.
-DEFAULT_JITTER = 0.2
-#: A run at least this long is healthy: it resets the backoff streak and all breaker
-#: history (Docker 10 s, pm2 30 s, the original 300 s, Kubernetes 600 s).
-DEFAULT_HEALTHY_UPTIME = 60.0
-#: A restarted run shorter than this is "unstable" and counts toward the breaker. 10 s,
-#: not pm2/s6's 1 s: agent CLIs boot for seconds before they fail.
-DEFAULT_MIN_UPTIME = 10.0
-#: Breaker: this many unstable exits (runs shorter than min_uptime: crashes, plus clean exits
-#: under "always") within the window of active time -> fatal.
-DEFAULT_BREAKER_COUNT = 5
-DEFAULT_BREAKER_WINDOW = 60.0
-#: The same normalised last error line on this many consecutive crashes -> fatal. 0 disables.
-DEFAULT_SAME_ERROR_COUNT = 3
-#: Under "always": this many clean exits in a row, each after a run shorter than
-#: clean_exit_uptime -> fatal: a program that keeps exiting at once is not being used. 0 disables.
-DEFAULT_CLEAN_EXIT_COUNT = 5
-DEFAULT_CLEAN_EXIT_UPTIME = 2.0
-#: Lifetime cap on crash restarts since construction or the last reset() (i.e. the last
-#: SPAWN). Catches slow loops the breaker does not (runs between min_uptime and
-#: healthy_uptime with varying errors): at the 60 s backoff cap that is hours, not days.
-#: Clean restarts under "always" are not counted. None disables.
-DEFAULT_MAX_RESTARTS: int | None = 100
-#: Exit codes that retrying cannot fix (BSD sysexits EX_USAGE=64, EX_CONFIG=78), like
-#: systemd's RestartPreventExitStatus. 126/127 are always permanent (EXEC_FAILURE_CODES).
-DEFAULT_PREVENT_CODES: frozenset[int] = frozenset({64, 78})
-#: Case-insensitive regexes searched in the last fatal_scan_lines lines of the stderr tail.
-#: "already in use": a live holder of the session/port/lock will not go away by retrying.
-DEFAULT_FATAL_PATTERNS: tuple[str, ...] = (r"already in use",)
-#: Only the end of the tail is scanned, so a long run's old output cannot poison a crash.
-DEFAULT_FATAL_SCAN_LINES = 10
-#: Signals whose death counts as clean when not requested. Empty by default (a signal death
-#: nobody asked for is a crash); systemd's choice would be {SIGHUP, SIGINT, SIGTERM, SIGPIPE}.
-DEFAULT_CLEAN_SIGNALS: frozenset[int] = frozenset()
+# (in shellper.core.defaults, which imports nothing: the CLI's option table shows them before it imports this)
 
 #: Shell conventions for exec failures: never retried.
 EXEC_FAILURE_CODES: dict[int, str] = {126: "command not executable", 127: "command not found"}
@@ -387,29 +359,6 @@ class RestartPolicy:
             kwargs[key] = _coerce_option(key, value)
         return cls(**kwargs)  # type: ignore[arg-type]
 
-    @staticmethod
-    def add_arguments(parser: argparse.ArgumentParser) -> None:
-        """Add ``--restart``, ``--backoff-initial``, ... (all default to the policy defaults)."""
-        group = parser.add_argument_group("restart policy")
-        group.add_argument("--restart", dest=_ARG_PREFIX + "mode", choices=RESTART_MODES,
-                           help=f"when to restart the child (default {DEFAULT_MODE})")
-        for name, meta, text in _ARG_HELP:
-            group.add_argument("--" + name.replace("_", "-"), dest=_ARG_PREFIX + name, metavar=meta,
-                               help=f"{text} (default {_default_text(name)})")
-        group.add_argument("--fatal-pattern", dest=_ARG_PREFIX + "fatal_patterns", action="append",
-                           metavar="REGEX", help="regex (in the last stderr lines, or output lines with "
-                           "one terminal) that makes an exit permanent; repeatable, "
-                           f"replaces the defaults {list(DEFAULT_FATAL_PATTERNS)!r}")
-        group.add_argument("--no-fatal-patterns", dest=_ARG_PREFIX + "fatal_patterns",
-                           action="store_const", const=[], help="no fatal patterns")
-
-    @classmethod
-    def from_arguments(cls, args: argparse.Namespace) -> RestartPolicy:
-        """Policy from :meth:`add_arguments` options; unset ones keep their defaults."""
-        options = {key[len(_ARG_PREFIX):]: value for key, value in vars(args).items()
-                   if key.startswith(_ARG_PREFIX) and value is not None}
-        return cls.from_options(options)
-
     def to_options(self) -> dict[str, object]:
         """JSON-safe options; ``from_options(p.to_options()) == p``."""
         return {
@@ -440,33 +389,6 @@ class RestartPolicy:
                 if regex.search(line):
                     return regex.pattern, line
         return None
-
-
-_ARG_PREFIX = "restart_policy_"
-_ARG_HELP: tuple[tuple[str, str, str], ...] = (
-    ("backoff_initial", "SECS", "first restart delay"),
-    ("backoff_max", "SECS", "restart delay cap"),
-    ("backoff_factor", "X", "delay multiplier per restart in a streak"),
-    ("jitter", "FRACTION", "share of the delay random jitter may remove"),
-    ("healthy_uptime", "SECS", "a run this long resets backoff and breaker"),
-    ("min_uptime", "SECS", "a crash sooner than this counts toward the breaker"),
-    ("breaker_count", "N", "unstable crashes that open the breaker"),
-    ("breaker_window", "SECS", "run time the breaker looks back over"),
-    ("same_error_count", "N", "same last error line this many times in a row is fatal; 0 disables"),
-    ("clean_exit_count", "N", "with --restart always: fast clean exits in a row that are fatal; 0 disables"),
-    ("clean_exit_uptime", "SECS", "a clean exit sooner than this is fast"),
-    ("max_restarts", "N|none", "crash restarts allowed since the last spawn"),
-    ("prevent_codes", "CODES", "comma-separated exit codes never restarted"),
-    ("clean_signals", "SIGNALS", "comma-separated signals whose death counts as clean"),
-    ("fatal_scan_lines", "N", "trailing stderr (or output) lines searched for fatal patterns"),
-)
-
-
-def _default_text(name: str) -> str:
-    value = getattr(DEFAULT_POLICY, name)
-    if isinstance(value, frozenset):
-        return ",".join(str(v) for v in sorted(value)) or "none"
-    return "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _coerce_option(key: str, value: object) -> object:
@@ -570,7 +492,7 @@ def classify(evidence: ExitEvidence, policy: RestartPolicy = DEFAULT_POLICY) -> 
 
 # --------------------------------------------------------------------------- supervisor
 
-class Action(StrEnum):
+class RestartAction(StrEnum):
     RESTART = "restart"
     EXITED = "exited"
     FATAL = "fatal"
@@ -604,10 +526,10 @@ class BreakerState:
 
 
 @record(frozen=True)
-class Decision:
+class RestartDecision:
     """What to do after one exit. ``delay`` (seconds) is only meaningful for RESTART."""
 
-    action: Action
+    action: RestartAction
     delay: float
     classification: Classification
     reason: str
@@ -626,7 +548,7 @@ class Decision:
         }
 
 
-def exit_record(evidence: ExitEvidence, decision: Decision, *, state: SessionState, child_pid: int | None,
+def exit_record(evidence: ExitEvidence, decision: RestartDecision, *, state: SessionState, child_pid: int | None,
                 at: float, breaker: dict[str, object]) -> ExitRecord:
     """What the session reports of one exit: the evidence, the supervisor's decision on it, and the state
     the session went to (which a STOP or a SPAWN in progress overrides, so it is passed in)."""
@@ -675,7 +597,7 @@ class Supervisor:
         self._open_reason: str | None = None
         self._last_exit: dict[str, object] | None = None
 
-    def on_exit(self, evidence: ExitEvidence, now: float, rand: float | None = None) -> Decision:
+    def on_exit(self, evidence: ExitEvidence, now: float, rand: float | None = None) -> RestartDecision:
         """Record one exit at time ``now``; ``rand`` in [0, 1] applies jitter (None: none)."""
         if not math.isfinite(now):
             raise ExitsError("now", now, "must be a finite time")
@@ -692,7 +614,7 @@ class Supervisor:
                            "uptime": evidence.uptime, "error_line": c.error_line}
 
         if self._open_reason is not None:
-            return self._decide(Action.FATAL, c, f"breaker already open: {self._open_reason}")
+            return self._decide(RestartAction.FATAL, c, f"breaker already open: {self._open_reason}")
 
         if evidence.uptime >= p.healthy_uptime:
             self._step = 0
@@ -706,12 +628,12 @@ class Supervisor:
 
         cls = c.exit_class
         if cls is ExitClass.REQUESTED:
-            return self._decide(Action.EXITED, c, f"{c.reason}; not restarted")
+            return self._decide(RestartAction.EXITED, c, f"{c.reason}; not restarted")
         if cls is ExitClass.PERMANENT:
             return self._fatal(c, f"permanent failure: {c.reason}")
         if cls is ExitClass.CLEAN:
             if p.mode != "always":
-                return self._decide(Action.EXITED, c, f"{c.reason}; not restarted (restart mode {p.mode})")
+                return self._decide(RestartAction.EXITED, c, f"{c.reason}; not restarted (restart mode {p.mode})")
             if evidence.uptime < p.clean_exit_uptime:
                 self._fast_clean += 1
             if evidence.uptime < p.min_uptime:
@@ -727,7 +649,7 @@ class Supervisor:
 
         # CRASH
         if p.mode == "no":
-            return self._decide(Action.EXITED, c, f"crash: {c.reason}; not restarted (restart mode no)")
+            return self._decide(RestartAction.EXITED, c, f"crash: {c.reason}; not restarted (restart mode no)")
         if evidence.uptime < p.min_uptime:
             self._unstable.append((self._active, now, False))
         norm = normalise_error_line(c.error_line)
@@ -760,7 +682,7 @@ class Supervisor:
         return (f"{what} in {_secs(now - self._unstable[0][1])}, each within {_secs(p.min_uptime)} "
                 f"(limit {p.breaker_count} per {_secs(p.breaker_window)} of run time); {last}")
 
-    def _restart(self, c: Classification, *, crash: bool, rand: float | None = None) -> Decision:
+    def _restart(self, c: Classification, *, crash: bool, rand: float | None = None) -> RestartDecision:
         delay = self.policy.backoff(self._step)
         if rand is not None:
             delay *= 1.0 - self.policy.jitter * rand
@@ -770,15 +692,15 @@ class Supervisor:
             self._crash_restarts += 1
         self._imposed += delay
         what = "crash" if crash else f"restart mode {self.policy.mode}"
-        return self._decide(Action.RESTART, c, f"{c.reason}; restart #{self._restarts} ({what}) "
+        return self._decide(RestartAction.RESTART, c, f"{c.reason}; restart #{self._restarts} ({what}) "
                                                 f"in {_secs(delay)}", delay)
 
-    def _fatal(self, c: Classification, reason: str) -> Decision:
+    def _fatal(self, c: Classification, reason: str) -> RestartDecision:
         self._open_reason = reason
-        return self._decide(Action.FATAL, c, reason)
+        return self._decide(RestartAction.FATAL, c, reason)
 
-    def _decide(self, action: Action, c: Classification, reason: str, delay: float = 0.0) -> Decision:
-        return Decision(action, delay, c, reason, self._restarts, self.state())
+    def _decide(self, action: RestartAction, c: Classification, reason: str, delay: float = 0.0) -> RestartDecision:
+        return RestartDecision(action, delay, c, reason, self._restarts, self.state())
 
     def state(self) -> BreakerState:
         return BreakerState(

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from shellper.core.errors import ShellperError
+
 
 class LaunchFailure(StrEnum):
     """Why a launch failed, for a program to act on (LaunchError.reason; ``shellper run --json`` prints it)."""
@@ -29,3 +31,15 @@ class LaunchFailure(StrEnum):
     """The name's previous session, another owner's, was killed and left processes that its record is how
     that owner's reconcile finds: that owner reconciles (or reaps the name) first."""
     OTHER = "other"
+
+
+class LaunchError(ShellperError, RuntimeError):
+    """The session did not start; ``reason`` says why for a program, ``name`` and, when known, the log path
+    say where to look."""
+
+    def __init__(self, name: str, message: str, log: str | None = None,
+                 reason: LaunchFailure = LaunchFailure.OTHER) -> None:
+        super().__init__(message)
+        self.name = name
+        self.log = log
+        self.reason = reason

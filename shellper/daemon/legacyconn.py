@@ -13,7 +13,7 @@ from __future__ import annotations
 from shellper.core.peertext import quote_peer
 from shellper.core.states import SessionState
 from shellper.protocol import legacy, wire
-from shellper.protocol.legacy import Action, LegacyError
+from shellper.protocol.legacy import LegacyAction, LegacyError
 from shellper.protocol.server import PACED
 from shellper.protocol.wire import FrameType
 
@@ -76,12 +76,12 @@ class LegacyCodec:
         session = conn.session
         assert self.role is not None
         action = legacy.action_for(self.role, frame.frame_type)
-        if action is Action.INPUT:
+        if action is LegacyAction.INPUT:
             if frame.payload:
                 conn.input(frame.payload)
-        elif action is Action.RESIZE:
+        elif action is LegacyAction.RESIZE:
             session.resize(*legacy.parse_resize(frame.payload))
-        elif action is Action.SIGNAL:
+        elif action is LegacyAction.SIGNAL:
             signum = legacy.parse_signal(frame.payload)
             name = legacy.ALLOWED_SIGNALS.get(signum)
             if name is None:  # the connection stays up
@@ -89,12 +89,12 @@ class LegacyCodec:
                                   f"(allowed: {', '.join(map(str, legacy.ALLOWED_SIGNALS))})")
                 return
             conn.signal_child(name)
-        elif action is Action.SPAWN:
+        elif action is LegacyAction.SPAWN:
             spawn = legacy.parse_spawn(frame.payload)
             old = session.welcome(self.role).child_pid
             session.log.write(f"SPAWN: command={spawn.argv[0]}, killing old PTY pid={-1 if old is None else old}")
             conn.respawn(wire.Spawn(argv=spawn.argv, cwd=spawn.cwd, env=spawn.env, clear_ring=True))
-        elif action is Action.PONG:
+        elif action is LegacyAction.PONG:
             self._write(legacy.encode(FrameType.PONG))
 
     def _hello(self, hello: legacy.Hello) -> None:

@@ -102,7 +102,7 @@ def legacy_main(argv: list[str]) -> int:
             name=name, argv=launch.argv, dir=directory, cwd=launch.cwd, env=launch.env, cols=launch.cols,
             rows=launch.rows, ring_bytes=max(MIN_RING_BYTES, min(MAX_RING_BYTES, ring)), husk_ttl=None,
             grace=legacy.GRACE, policy=RestartPolicy(mode="no"))
-        from shellper.daemon.launch import prepare
+        from shellper.host.prelaunch import prepare
 
         config, paths = prepare(config)
     except Exception as exc:

@@ -10,7 +10,7 @@ import time
 from collections import deque
 
 from shellper.core.config import resolve_stderr_mode
-from shellper.core.exits import Action, ExitEvidence, Supervisor, describe_exit, exit_record
+from shellper.core.exits import ExitEvidence, RestartAction, Supervisor, describe_exit, exit_record
 from shellper.core.signals import signal_name, signal_number
 from shellper.core.states import SessionState
 from shellper.daemon.reactor import Lock
@@ -40,8 +40,8 @@ if TYPE_CHECKING:
 REQUESTED_WINDOW = 10.0
 """An exit of the child a client's terminating SIGNAL (or a SPAWN, a STOP) was sent to, within this many
 seconds of it, counts as requested. Only that child's: a SPAWN's new child that exits on its own is not."""
-_STATE_AFTER = {Action.RESTART: SessionState.BACKOFF, Action.EXITED: SessionState.EXITED,
-                Action.FATAL: SessionState.FATAL}
+_STATE_AFTER = {RestartAction.RESTART: SessionState.BACKOFF, RestartAction.EXITED: SessionState.EXITED,
+                RestartAction.FATAL: SessionState.FATAL}
 TERMINATING = {signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGKILL}
 
 

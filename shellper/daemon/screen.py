@@ -169,7 +169,7 @@ class ScreenModel:
         """What a terminal of the session's size is sent instead of a byte replay (PROTOCOL.md, 8.6)."""
         return self.catch_up().render(scrollback, self.input_modes())
 
-    def reply(self, request: wire.Screen) -> wire.ScreenReply:
+    def reply(self, request: wire.ScreenRequest) -> wire.ScreenReply:
         """The answer to a SCREEN request: the screen of the moment, as text or with SGR sequences."""
         from shellper.core.terminal.screen import plain_line
         screen = self.catch_up()

@@ -325,7 +325,7 @@ class Session:
     def write_input(self, data: bytes, client: ClientConn) -> None:
         self.input.write(data, client)
 
-    def screen_reply(self, request: wire.Screen) -> wire.ScreenReply:
+    def screen_reply(self, request: wire.ScreenRequest) -> wire.ScreenReply:
         return self.output.screen.reply(request)
 
     def rendered_replay(self, scrollback: int) -> bytes:

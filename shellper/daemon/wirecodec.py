@@ -136,7 +136,7 @@ class WireCodec:
     def _pong(self, frame: wire.Pong, rid: int | None) -> None:
         return
 
-    def _screen(self, frame: wire.Screen, rid: int | None) -> None:
+    def _screen(self, frame: wire.ScreenRequest, rid: int | None) -> None:
         self.conn.send_frame(self.conn.session.screen_reply(frame))
 
     def _resize(self, frame: wire.Resize, rid: int | None) -> None:

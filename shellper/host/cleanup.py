@@ -5,7 +5,7 @@
   socket (only if it is a socket), record, log and the temp files a cut-short record write left
   (``.NAME.json.<pid>.<hex>.tmp``; only regular files), then release the lock, which removes the lock
   file. Nothing is followed through a symlink. What the dead session's tree left running is ended before,
-  by :mod:`shellper.host.survivors`.
+  by :mod:`shellper.host.survivors`: :func:`clear_dead` does both, for ``shellper stop`` and a Tower's apply.
 * terminate: re-verify the shellper through a pidfd (boot id + start ticks, then - read through the
   pinned pidfd - that its /proc/<pid>/cmdline hashes to the record's ``cmdline_sha256``, which the
   shellper wrote about itself, and that it holds the record's listening socket or sits in its cgroup;
@@ -47,7 +47,7 @@ from shellper.host.paths import SessionPaths, remove_record_temps, session_files
 from shellper.host.reaper import SurvivorError, TerminateReport, descendants, terminate_tree
 from shellper.host.record import AlreadyRunning, RecordError, SessionLock, SessionRecord, cmdline_sha256, read_record
 from shellper.host.shellpers import live_shellpers, serves, session_cgroup, under
-from shellper.host.survivors import end_cgroup, protected_pids
+from shellper.host.survivors import SurvivorReport, end_cgroup, protected_pids, reap_survivors
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
 if TYPE_CHECKING:
@@ -62,12 +62,14 @@ if TYPE_CHECKING:
 __all__ = [
     "CONFIRM_TIMEOUT",
     "STOP_MARGIN",
+    "Cleared",
     "CommandMismatch",
     "NotAShellper",
     "ProtectedProcess",
     "StopNotDelivered",
     "Termination",
     "clean_session",
+    "clear_dead",
     "terminate_shellper",
 ]
 
@@ -119,6 +121,31 @@ def _remove_empty_cgroup(paths: SessionPaths) -> None:
     if group is not None and not group.populated():
         with contextlib.suppress(OSError):
             group.remove()
+
+
+@structs.record(frozen=True)
+class Cleared:
+    """What :func:`clear_dead` did: ``reaped``, the processes the dead tree left running, ended; ``removed``,
+    the files removed (None: a live shellper took the name meanwhile, so nothing was)."""
+
+    reaped: SurvivorReport
+    removed: tuple[str, ...] | None
+
+
+def clear_dead(record: SessionRecord | None, paths: SessionPaths, *, grace: float = DEFAULT_GRACE,
+               confirm_timeout: float = CONFIRM_TIMEOUT, directory: str | None = None) -> Cleared:
+    """A dead session's leftovers, for ``shellper stop`` and a Tower's apply alike: what the tree of
+    ``record``'s shellper left running ended (:func:`shellper.host.survivors.reap_survivors`, with
+    ``directory``, default ``paths.dir``; nothing without a record), then its files removed under its lock
+    (:func:`clean_session`). SurvivorError (nothing removed) and LockError pass on."""
+    reaped = SurvivorReport(paths.name, (), ())
+    if record is not None:
+        reaped = reap_survivors(record, directory=paths.dir if directory is None else directory, grace=grace,
+                                confirm_timeout=confirm_timeout)
+    try:
+        return Cleared(reaped, clean_session(paths))
+    except AlreadyRunning:
+        return Cleared(reaped, None)
 
 
 # --------------------------------------------------------------------------------------------- terminate

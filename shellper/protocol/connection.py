@@ -21,7 +21,7 @@ import os
 from enum import Enum
 
 from shellper.core import structs
-from shellper.core.errors import BadArgument, ShellperError
+from shellper.core.errors import BadArgument, BadArgumentType, ShellperError
 from shellper.core.errors import ClientError as ClientError  # re-exported: its home is core, for the trust checks
 from shellper.core.structs import field, record
 from shellper.core.trust import NotASocket as NotASocket
@@ -30,8 +30,11 @@ from shellper.protocol import wire
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: `shellper attach` starts without typing (see shellper.core.structs)
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from typing import TypeVar
 
     from shellper.core.exitrecord import ExitRecord
+
+    F = TypeVar("F", bound=wire.Frame)
 
 
 # --------------------------------------------------------------------------------------------- errors
@@ -176,7 +179,7 @@ def send_error(path: str, exc: OSError, timeout: float | None) -> ClientError:
 
 
 @record
-class Output:
+class OutputPosition:
     """Where this client is in the session's output stream."""
 
     next_offset: int = 0
@@ -191,13 +194,13 @@ class Output:
             self.next_offset = frame.offset
 
 
-class Position:
+class StreamPosition:
     """What a client has handed on to its caller: the output offset to resume from and the gaps in it,
     the child's last EXIT, the last numbered event (``events_after`` for a resume), and the session's
     state as WELCOME, EXIT and ``state`` events last said it."""
 
     def __init__(self) -> None:
-        self.output = Output()
+        self.output = OutputPosition()
         self.exit: wire.Exit | None = None
         self.last_event_seq: int | None = None
         self.session_state: str | None = None
@@ -317,7 +320,7 @@ def answers(frame: wire.Frame, request: Request) -> bool:
 # --------------------------------------------------------------------------------------------- the connection
 
 
-class Connection(Position):
+class Connection(StreamPosition):
     """One client connection's protocol state; the module's docstring says how it is driven."""
 
     def __init__(self, path: str, role: str = "tower", client_name: str = "",
@@ -386,8 +389,26 @@ class Connection(Position):
         except wire.BadField as exc:
             raise InvalidRequest(f"{self.path}: not sent: {exc}", exc.field_name) from None
 
+    def checked(self, frame: F) -> F:
+        """``frame``, a request a client's method built from its caller's arguments, held to what the
+        shellper would refuse: the fields and ranges, as ``send()`` holds every frame, and beyond them a
+        signal it does not know and a SPAWN with an empty command, which it refuses without costing the
+        connection but after a round trip (an empty argv once ended the child). InvalidRequest names the
+        field. The one place the clients' request methods are checked, blocking and asyncio alike."""
+        self._check(frame)
+        if isinstance(frame, wire.Signal) and wire.bare_signal(frame.signal) is None:
+            raise InvalidRequest(f"{self.path}: not sent: signal {frame.signal!r} is not one of "
+                                 f"{', '.join(wire.SIGNALS)}", "signal")
+        if isinstance(frame, wire.Spawn) and frame.argv is not None and not frame.argv:
+            raise InvalidRequest(f"{self.path}: not sent: argv must be a non-empty list of strings or None, "
+                                 "got []", "argv")
+        return frame
+
     def send_data(self, data: bytes | bytearray | memoryview) -> bytes:
-        """The bytes of input for the child (a DATA frame, built without a frame object)."""
+        """The bytes of input for the child (a DATA frame, built without a frame object). Input must be bytes
+        (BadArgumentType, a TypeError): a str would need an encoding the shellper cannot guess."""
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise BadArgumentType(f"input must be bytes, not {type(data).__name__} (encode text first)")
         if self.state not in SENDING:
             raise self._not_connected()
         return wire.encode_data(data)

@@ -48,7 +48,7 @@ ALLOWED_SIGNALS: dict[int, str] = {1: "HUP", 2: "INT", 9: "KILL", 15: "TERM", 28
 """The numbers a tower may SIGNAL, and the name each is sent as."""
 
 
-class Action(IntEnum):
+class LegacyAction(IntEnum):
     """What the shellper does with a frame from a version-1 client after its HELLO."""
 
     IGNORE = 0
@@ -59,19 +59,19 @@ class Action(IntEnum):
     PONG = 5
 
 
-RIGHTS: dict[tuple[Role, int], Action] = {
-    **{(client, FrameType.DATA): Action.INPUT for client in (Role.TOWER, Role.TERMINAL)},
-    **{(client, FrameType.RESIZE): Action.RESIZE for client in (Role.TOWER, Role.TERMINAL)},
-    **{(client, FrameType.PING): Action.PONG for client in (Role.TOWER, Role.TERMINAL)},
-    (Role.TOWER, FrameType.SIGNAL): Action.SIGNAL,
-    (Role.TOWER, FrameType.SPAWN): Action.SPAWN,
+RIGHTS: dict[tuple[Role, int], LegacyAction] = {
+    **{(client, FrameType.DATA): LegacyAction.INPUT for client in (Role.TOWER, Role.TERMINAL)},
+    **{(client, FrameType.RESIZE): LegacyAction.RESIZE for client in (Role.TOWER, Role.TERMINAL)},
+    **{(client, FrameType.PING): LegacyAction.PONG for client in (Role.TOWER, Role.TERMINAL)},
+    (Role.TOWER, FrameType.SIGNAL): LegacyAction.SIGNAL,
+    (Role.TOWER, FrameType.SPAWN): LegacyAction.SPAWN,
 }
 """(kind of client, frame type) -> action; anything not here is ignored silently (a terminal's SIGNAL or
 SPAWN, a second HELLO, the shellper's own frame types, unknown types)."""
 
 
-def action_for(client_kind: Role, frame_type: int) -> Action:
-    return RIGHTS.get((client_kind, frame_type), Action.IGNORE)
+def action_for(client_kind: Role, frame_type: int) -> LegacyAction:
+    return RIGHTS.get((client_kind, frame_type), LegacyAction.IGNORE)
 
 
 def client_kind(client_type: str) -> Role:

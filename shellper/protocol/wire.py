@@ -510,7 +510,7 @@ class Status(Frame):
 
 
 @_frame
-class Screen(Frame):
+class ScreenRequest(Frame):
     """Version 3: a request for the rendered screen (a SCREEN_REPLY echoing ``id``)."""
 
     TYPE = FrameType.SCREEN
@@ -621,7 +621,7 @@ _DATA_TYPE = int(FrameType.DATA)
 FRAME_CLASSES: dict[int, type[Frame]] = {
     cls.TYPE: cls
     for cls in (Data, Resize, Signal, Exit, Replay, Ping, Pong, Hello, Welcome, Spawn, Error, Event, Status,
-                StatusReply, Stop, Gap, Release, Reply, Screen, ScreenReply)
+                StatusReply, Stop, Gap, Release, Reply, ScreenRequest, ScreenReply)
 }
 
 
@@ -809,7 +809,7 @@ def check_request(frame: Frame) -> None:
             if not terminal_size_in_range(value, 1):
                 raise BadField(f"{name}: size {frame.cols}x{frame.rows} is outside {TERMINAL_SIZE_RANGE}", frame.TYPE,
                                name)
-    elif isinstance(frame, Screen) and frame.format not in SCREEN_FORMATS:
+    elif isinstance(frame, ScreenRequest) and frame.format not in SCREEN_FORMATS:
         raise BadField(f"format {frame.format!r} is not one of {', '.join(SCREEN_FORMATS)}", frame.TYPE, "format")
     elif isinstance(frame, Stop) and frame.grace is not None:
         grace = frame.grace

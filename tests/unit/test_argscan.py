@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shellper.cli.argscan import COMMAND_OPTIONS, GLOBAL_OPTIONS, may_detach, scan
-from shellper.cli.main import _parser
+from shellper.cli.argscan import GLOBAL_OPTIONS, command_options, may_detach, scan
+from shellper.cli.argtree import build as _parser
+from shellper.cli.commands import COMMANDS as COMMAND_NAMES
 
 
 def _options(parser: argparse.ArgumentParser) -> dict[str, bool]:
@@ -25,15 +26,17 @@ def _commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentPar
 
 PARSER = _parser()
 COMMANDS = _commands(PARSER)
+COMMAND_OPTIONS = {name: command_options(name) or {} for name in COMMAND_NAMES}
 
 
 def test_the_tables_are_the_parsers_options() -> None:
-    """Every command and option the parser has, and which ones take a value: the scanner's one definition
-    of them must not drift from the parser's."""
+    """Every command and option the parser has, and which ones take a value: the scanner reads them from the
+    table the parser is built from, and must read them as argparse does."""
     assert _options(PARSER) == GLOBAL_OPTIONS
     assert set(COMMANDS) == set(COMMAND_OPTIONS)
     for name, sub in COMMANDS.items():
         assert _options(sub) == COMMAND_OPTIONS[name], name
+    assert command_options("bogus") is None and command_options("options") is None
 
 
 @pytest.mark.parametrize(("argv", "command", "options", "operands", "child", "exact"), [

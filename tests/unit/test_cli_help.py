@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from shellper.cli.main import _parser
+from shellper.cli.argtree import build as _parser
 from tower_client.cli import _parser as tower_parser
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.connection import INSTANCE, welcome
 
 from shellper.protocol import wire
 from shellper.protocol.connection import (
@@ -25,6 +26,7 @@ from shellper.protocol.connection import (
     ConnEvent,
     ConnState,
     InstanceMismatch,
+    InvalidRequest,
     PeerMismatch,
     ProtocolViolation,
     RemoteError,
@@ -36,16 +38,6 @@ from shellper.protocol.connection import (
 )
 
 PATH = "/run/test.sock"
-INSTANCE = "a" * 32
-
-
-def welcome(**changes: Any) -> wire.Welcome:
-    fields: dict[str, Any] = dict(version=2, name="t", shellper_pid=100, shellper_start_time=1, boot_id="b",
-                                  instance_id=INSTANCE, state="running", cols=80, rows=24, ring_start=0,
-                                  ring_end=10, event_seq=7, role="tower")
-    return wire.Welcome(**{**fields, **changes})
-
-
 REPLAY = wire.Replay(offset=4, data=b"123456", gap=0)
 HANDSHAKE_BYTES = wire.encode(welcome()) + wire.encode(REPLAY)
 UNKNOWN = wire.HEADER.pack(0x7E, 3) + b"new"
@@ -557,3 +549,41 @@ def test_any_split_gives_the_same_events(frames: list[Any], data: st.DataObject,
     assert conn.output.next_offset == end
     with pytest.raises(SessionGone):
         feed(conn, b"")
+
+
+@pytest.mark.parametrize(("frame", "field"), [
+    (wire.Signal(signal="BOGUS"), "signal"), (wire.Signal(signal=9), "signal"),  # type: ignore[arg-type]
+    (wire.Spawn(argv=[]), "argv"), (wire.Spawn(argv="cat"), "argv"),  # type: ignore[arg-type]
+    (wire.Resize(cols=0, rows=24), "cols"), (wire.Stop(grace=-1.0), "grace"),
+])
+def test_a_request_method_s_frame_is_checked_by_the_connection(frame: wire.Frame, field: str) -> None:
+    """The one check every client's request methods use (blocking, asyncio, the Fleet's spawn)."""
+    with pytest.raises(InvalidRequest) as refused:
+        Connection("s.sock").checked(frame)
+    assert refused.value.field == field and "not sent" in str(refused.value)
+
+
+def test_what_send_lets_through_a_request_method_refuses() -> None:
+    """``send()`` leaves an unknown signal and an empty argv to the shellper (which answers them without
+    ending the connection); the request methods refuse them before a round trip."""
+    conn = Connection("s.sock")
+    conn.hello()
+    for frame in (wire.Signal(signal="BOGUS"), wire.Spawn(argv=[])):
+        assert conn.send(frame)
+        with pytest.raises(InvalidRequest):
+            conn.checked(frame)
+
+
+@pytest.mark.parametrize("data", ["text", None, 5])
+def test_input_must_be_bytes_whichever_client_sends_it(data: object) -> None:
+    """Checked by the connection for every client (the asyncio one used to check on its own, the blocking
+    one failed inside the encoder), before the connection's state: the caller's mistake comes first."""
+    from shellper.core.errors import BadArgumentType
+
+    conn = Connection("s.sock")
+    with pytest.raises(BadArgumentType, match="input must be bytes"):
+        conn.send_data(data)  # type: ignore[arg-type]
+    conn.hello()
+    with pytest.raises(BadArgumentType, match="input must be bytes"):
+        conn.send_data(data)  # type: ignore[arg-type]
+    assert conn.send_data(b"ok")

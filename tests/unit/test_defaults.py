@@ -52,7 +52,7 @@ def test_a_terminal_size_is_clamped_into_what_a_resize_may_carry(size: tuple[int
 
 
 def test_the_command_lines_default_to_the_same_grace_size_term_and_ring() -> None:
-    from shellper.cli.main import _parser
+    from shellper.cli.argtree import build as _parser
     from shellper.host.reaper import terminate_tree
     from shellper.host.terminfo import session_term
     from tower_client.cli import _parser as tower_parser
@@ -80,7 +80,7 @@ def test_a_record_holds_a_resolved_stderr_mode_a_config_may_also_ask_for_auto() 
 @pytest.mark.parametrize(("requested", "resolved"), [("auto", "merged"), ("merged", "merged"), ("pty", "pty"),
                                                      ("pipe", "pipe")])
 def test_stderr_is_one_terminal_unless_asked_apart(requested: str, resolved: str) -> None:
-    from shellper.cli.main import _parser
+    from shellper.cli.argtree import build as _parser
     from shellper.core.config import resolve_stderr_mode
 
     assert resolve_stderr_mode(requested) == resolved

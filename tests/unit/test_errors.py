@@ -37,8 +37,8 @@ def test_every_error_the_packages_define_is_a_shellper_error(cls: type[BaseExcep
 
 
 def test_the_family_is_not_empty_and_keeps_its_mixins() -> None:
+    from shellper.client.launch import LaunchError
     from shellper.core.config import ConfigError
-    from shellper.daemon.launch import LaunchError
 
     assert len(_classes()) > 40
     assert issubclass(ConfigError, ValueError) and issubclass(LaunchError, RuntimeError)

@@ -5,7 +5,6 @@ Time is a plain float (a fake monotonic clock); the supervisor never reads a clo
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -16,12 +15,12 @@ from hypothesis import strategies as st
 
 from shellper.core.exits import (
     DEFAULT_POLICY,
-    Action,
     EvidenceError,
     ExitClass,
     ExitEvidence,
     ExitsError,
     PolicyError,
+    RestartAction,
     RestartPolicy,
     Supervisor,
     classify,
@@ -258,46 +257,6 @@ def test_policy_from_loose_options_and_round_trip() -> None:
     assert RestartPolicy.from_options({}) == DEFAULT_POLICY
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="shellper run")
-    parser.add_argument("--grace", type=float)   # a neighbour option of the real CLI
-    RestartPolicy.add_arguments(parser)
-    return parser
-
-
-@pytest.mark.parametrize(("argv", "expected"), [
-    ([], DEFAULT_POLICY),
-    (["--grace", "3"], DEFAULT_POLICY),
-    (["--restart", "always", "--backoff-max", "30", "--max-restarts", "none"],
-     RestartPolicy(mode="always", backoff_max=30, max_restarts=None)),
-    (["--fatal-pattern", "lock held", "--fatal-pattern", "quota exceeded"],
-     RestartPolicy(fatal_patterns=("lock held", "quota exceeded"))),
-    (["--no-fatal-patterns"], RestartPolicy(fatal_patterns=())),
-    (["--prevent-codes", "2,64", "--clean-signals", "TERM,HUP", "--breaker-count", "3"],
-     RestartPolicy(prevent_codes=frozenset({2, 64}), breaker_count=3,
-                   clean_signals=frozenset({TERM, int(signal.SIGHUP)}))),
-])
-def test_policy_from_command_line(argv: list[str], expected: RestartPolicy) -> None:
-    assert RestartPolicy.from_arguments(_parser().parse_args(argv)) == expected
-
-
-@pytest.mark.parametrize(("argv", "bad_field"), [
-    (["--breaker-count", "0"], "breaker_count"),
-    (["--min-uptime", "x"], "min_uptime"),
-    (["--fatal-pattern", "("], "fatal_patterns"),
-])
-def test_policy_command_line_errors_name_the_field(argv: list[str], bad_field: str) -> None:
-    with pytest.raises(PolicyError) as info:
-        RestartPolicy.from_arguments(_parser().parse_args(argv))
-    assert info.value.field == bad_field
-
-
-def test_policy_help_shows_defaults() -> None:
-    text = " ".join(_parser().format_help().split())
-    assert "--restart {no,on-failure,always}" in text
-    assert "(default 64,78)" in text and "(default 100)" in text
-
-
 def test_policy_dict_round_trip() -> None:
     policy = RestartPolicy(mode="no", prevent_codes=frozenset({9}), max_restarts=None)
     assert RestartPolicy.from_options(json.loads(json.dumps(policy.to_options()))) == policy
@@ -314,15 +273,15 @@ def words(i: int) -> str:
     return "error " + "".join(chr(ord("a") + int(d)) for d in str(i)) + " happened"
 
 
-def run(sup: Supervisor, exits: list[ExitEvidence], start: float = 0.0) -> list[tuple[Action, float]]:
+def run(sup: Supervisor, exits: list[ExitEvidence], start: float = 0.0) -> list[tuple[RestartAction, float]]:
     """Feed exits as a shellper would: each run starts after the decided delay."""
-    out: list[tuple[Action, float]] = []
+    out: list[tuple[RestartAction, float]] = []
     now = start
     for ev in exits:
         now += ev.uptime
         decision = sup.on_exit(ev, now)
         out.append((decision.action, decision.delay))
-        if decision.action is not Action.RESTART:
+        if decision.action is not RestartAction.RESTART:
             break
         now += decision.delay
     return out
@@ -341,7 +300,7 @@ def test_breaker_opens_after_n_unstable_exits(count: int, window: float, min_upt
     sup = Supervisor(RestartPolicy(breaker_count=count, breaker_window=window, min_uptime=min_uptime,
                                    healthy_uptime=max(60.0, min_uptime)))
     decisions = run(sup, [crash(uptime, words(i)) for i in range(count + 5)])
-    assert [a for a, _ in decisions] == [Action.RESTART] * (count - 1) + [Action.FATAL]
+    assert [a for a, _ in decisions] == [RestartAction.RESTART] * (count - 1) + [RestartAction.FATAL]
     reason = sup.snapshot()["reason"]
     assert isinstance(reason, str)
     assert reason.startswith(f"crash loop: {count} exits in ")
@@ -357,7 +316,7 @@ def test_breaker_opens_even_with_backoff_at_its_cap() -> None:
     exits = [crash(30.0, words(i)) for i in range(8)] + [crash(1.0, words(i)) for i in range(8, 20)]
     decisions = run(sup, exits)
     assert [d for _, d in decisions[6:12]] == [60] * 6
-    assert [a for a, _ in decisions] == [Action.RESTART] * 12 + [Action.FATAL]
+    assert [a for a, _ in decisions] == [RestartAction.RESTART] * 12 + [RestartAction.FATAL]
     reason = sup.snapshot()["reason"]
     assert isinstance(reason, str) and reason.startswith("crash loop: 5 exits in 244 s, each within 10 s")
 
@@ -366,7 +325,7 @@ def test_breaker_stays_closed_when_unstable_exits_are_spaced_out() -> None:
     sup = Supervisor(RestartPolicy(max_restarts=None))
     # Fast crashes separated by 30 s runs that crash too: 3 fast ones per 60 s of run time at most.
     exits = [crash(1.0 if i % 2 else 30.0, words(i)) for i in range(40)]
-    assert all(a is Action.RESTART for a, _ in run(sup, exits))
+    assert all(a is RestartAction.RESTART for a, _ in run(sup, exits))
     assert sup.snapshot()["state"] == "closed"
 
 
@@ -375,7 +334,7 @@ def test_breaker_stays_closed_when_exits_are_far_apart_in_wall_time() -> None:
     now = 0.0
     for i in range(20):
         now += 100.0   # the caller waited long past the delay each time
-        assert sup.on_exit(crash(1.0, words(i)), now).action is Action.RESTART
+        assert sup.on_exit(crash(1.0, words(i)), now).action is RestartAction.RESTART
 
 
 def test_healthy_run_resets_breaker_history() -> None:
@@ -384,7 +343,7 @@ def test_healthy_run_resets_breaker_history() -> None:
     exits += [crash(1.0, words(i)) for i in range(5, 10)]
     decisions = run(sup, exits)
     # 4 unstable + healthy (clears them) + 4 unstable restart; the 5th after the healthy run is fatal
-    assert [a for a, _ in decisions] == [Action.RESTART] * 9 + [Action.FATAL]
+    assert [a for a, _ in decisions] == [RestartAction.RESTART] * 9 + [RestartAction.FATAL]
     assert [d for _, d in decisions[:9]] == [1, 2, 4, 8, 1, 2, 4, 8, 16]   # backoff restarted too
 
 
@@ -399,7 +358,7 @@ def test_healthy_run_resets_breaker_history() -> None:
 def test_same_error_line_opens_breaker(lines: list[str]) -> None:
     sup = Supervisor(RestartPolicy(fatal_patterns=()))
     decisions = run(sup, [crash(30.0, line) for line in lines])   # stable runs: not the crash loop rule
-    assert [a for a, _ in decisions] == [Action.RESTART, Action.RESTART, Action.FATAL]
+    assert [a for a, _ in decisions] == [RestartAction.RESTART, RestartAction.RESTART, RestartAction.FATAL]
     reason = sup.snapshot()["reason"]
     assert isinstance(reason, str) and reason.startswith("same error 3 times in a row: ")
     assert last_error_line(lines[-1]) in reason
@@ -411,19 +370,19 @@ def test_same_error_line_opens_breaker(lines: list[str]) -> None:
 ])
 def test_same_error_needs_consecutive_identical_lines(lines: list[str]) -> None:
     sup = Supervisor()
-    assert all(a is Action.RESTART for a, _ in run(sup, [crash(30.0, line) for line in lines]))
+    assert all(a is RestartAction.RESTART for a, _ in run(sup, [crash(30.0, line) for line in lines]))
 
 
 def test_same_error_run_reset_by_healthy_run() -> None:
     sup = Supervisor()
     exits = [crash(30.0, "e: x"), crash(30.0, "e: x"), crash(120.0, "e: x"), crash(30.0, "e: x")]
-    assert all(a is Action.RESTART for a, _ in run(sup, exits))
+    assert all(a is RestartAction.RESTART for a, _ in run(sup, exits))
     assert sup.snapshot()["same_error"] == {"line": "e: x", "count": 2}
 
 
 def test_same_error_rule_can_be_disabled() -> None:
     sup = Supervisor(RestartPolicy(same_error_count=0))
-    assert all(a is Action.RESTART for a, _ in run(sup, [crash(30.0, "e: x")] * 10))
+    assert all(a is RestartAction.RESTART for a, _ in run(sup, [crash(30.0, "e: x")] * 10))
 
 
 # --------------------------------------------------------------------------- backoff
@@ -477,29 +436,29 @@ def test_clock_going_backwards_is_an_error() -> None:
 
 MODE_TABLE = [
     # (mode, evidence, action)
-    ("on-failure", E(code=0, uptime=5), Action.EXITED),
-    ("on-failure", crash(5.0), Action.RESTART),
-    ("on-failure", E(signal=SEGV, uptime=5), Action.RESTART),
-    ("on-failure", E(signal=TERM, requested=True, uptime=5), Action.EXITED),
-    ("on-failure", E(code=127), Action.FATAL),
-    ("always", E(code=0, uptime=5), Action.RESTART),
-    ("always", crash(5.0), Action.RESTART),
-    ("always", E(code=1, requested=True, uptime=5), Action.EXITED),
-    ("always", E(spawn_error=NOENT), Action.FATAL),
-    ("no", E(code=0, uptime=5), Action.EXITED),
-    ("no", crash(5.0), Action.EXITED),
-    ("no", E(signal=KILL, uptime=5), Action.EXITED),
-    ("no", E(code=1, requested=True), Action.EXITED),
-    ("no", E(code=64), Action.FATAL),
+    ("on-failure", E(code=0, uptime=5), RestartAction.EXITED),
+    ("on-failure", crash(5.0), RestartAction.RESTART),
+    ("on-failure", E(signal=SEGV, uptime=5), RestartAction.RESTART),
+    ("on-failure", E(signal=TERM, requested=True, uptime=5), RestartAction.EXITED),
+    ("on-failure", E(code=127), RestartAction.FATAL),
+    ("always", E(code=0, uptime=5), RestartAction.RESTART),
+    ("always", crash(5.0), RestartAction.RESTART),
+    ("always", E(code=1, requested=True, uptime=5), RestartAction.EXITED),
+    ("always", E(spawn_error=NOENT), RestartAction.FATAL),
+    ("no", E(code=0, uptime=5), RestartAction.EXITED),
+    ("no", crash(5.0), RestartAction.EXITED),
+    ("no", E(signal=KILL, uptime=5), RestartAction.EXITED),
+    ("no", E(code=1, requested=True), RestartAction.EXITED),
+    ("no", E(code=64), RestartAction.FATAL),
 ]
 
 
 @pytest.mark.parametrize(("mode", "evidence", "action"), MODE_TABLE)
-def test_mode_table(mode: str, evidence: ExitEvidence, action: Action) -> None:
+def test_mode_table(mode: str, evidence: ExitEvidence, action: RestartAction) -> None:
     decision = Supervisor(RestartPolicy(mode=mode)).on_exit(evidence, 10.0)
     assert decision.action is action
-    assert decision.restart_count == (1 if action is Action.RESTART else 0)
-    if action is not Action.RESTART:
+    assert decision.restart_count == (1 if action is RestartAction.RESTART else 0)
+    if action is not RestartAction.RESTART:
         assert decision.delay == 0.0
 
 
@@ -510,7 +469,7 @@ def test_mode_table(mode: str, evidence: ExitEvidence, action: Action) -> None:
 def test_permanent_is_fatal_with_zero_restarts(evidence: ExitEvidence) -> None:
     sup = Supervisor()
     decision = sup.on_exit(evidence, 1.0)
-    assert decision.action is Action.FATAL
+    assert decision.action is RestartAction.FATAL
     assert decision.restart_count == 0
     assert decision.reason.startswith("permanent failure: ")
     assert decision.breaker.open
@@ -519,31 +478,31 @@ def test_permanent_is_fatal_with_zero_restarts(evidence: ExitEvidence) -> None:
 def test_requested_is_exited_and_not_sticky() -> None:
     sup = Supervisor()
     decision = sup.on_exit(E(signal=TERM, requested=True, uptime=7), 7.0)
-    assert decision.action is Action.EXITED
+    assert decision.action is RestartAction.EXITED
     assert "stopped on request: killed by SIGTERM after 7 s" in decision.reason
-    assert sup.on_exit(crash(5.0), 20.0).action is Action.RESTART
+    assert sup.on_exit(crash(5.0), 20.0).action is RestartAction.RESTART
 
 
 def test_fatal_is_sticky_until_reset() -> None:
     sup = Supervisor()
     first = sup.on_exit(E(code=127), 1.0)
     again = sup.on_exit(crash(5.0), 10.0)
-    assert again.action is Action.FATAL and first.reason in again.reason
+    assert again.action is RestartAction.FATAL and first.reason in again.reason
     sup.reset()
     assert sup.snapshot()["state"] == "closed"
-    assert sup.on_exit(crash(5.0), 20.0).action is Action.RESTART
+    assert sup.on_exit(crash(5.0), 20.0).action is RestartAction.RESTART
 
 
 def test_max_restarts_caps_crash_restarts() -> None:
     sup = Supervisor(RestartPolicy(max_restarts=3))
     decisions = run(sup, [crash(30.0, words(i)) for i in range(10)])
-    assert [a for a, _ in decisions] == [Action.RESTART] * 3 + [Action.FATAL]
+    assert [a for a, _ in decisions] == [RestartAction.RESTART] * 3 + [RestartAction.FATAL]
     reason = sup.snapshot()["reason"]
     assert isinstance(reason, str) and reason.startswith("restart limit: 3 crash restarts")
 
 
 def test_max_restarts_zero_never_restarts_a_crash() -> None:
-    assert Supervisor(RestartPolicy(max_restarts=0)).on_exit(crash(30.0), 30.0).action is Action.FATAL
+    assert Supervisor(RestartPolicy(max_restarts=0)).on_exit(crash(30.0), 30.0).action is RestartAction.FATAL
 
 
 # --------------------------------------------------------------------------- always: fast clean valve
@@ -551,7 +510,7 @@ def test_max_restarts_zero_never_restarts_a_crash() -> None:
 def test_always_fast_clean_valve() -> None:
     sup = Supervisor(RestartPolicy(mode="always"))
     decisions = run(sup, [E(code=0, uptime=0.5)] * 10)
-    assert [a for a, _ in decisions] == [Action.RESTART] * 4 + [Action.FATAL]
+    assert [a for a, _ in decisions] == [RestartAction.RESTART] * 4 + [RestartAction.FATAL]
     reason = sup.snapshot()["reason"]
     assert reason == "clean exits: 5 in a row, each within 2 s; last: exit 0"
 
@@ -559,7 +518,7 @@ def test_always_fast_clean_valve() -> None:
 def test_always_slow_clean_exits_never_trip() -> None:
     sup = Supervisor(RestartPolicy(mode="always"))
     decisions = run(sup, [E(code=0, uptime=15.0)] * 200)
-    assert all(a is Action.RESTART for a, _ in decisions) and len(decisions) == 200
+    assert all(a is RestartAction.RESTART for a, _ in decisions) and len(decisions) == 200
     assert sup.snapshot()["crash_restarts"] == 0
     assert max(d for _, d in decisions) == DEFAULT_POLICY.backoff_max
 
@@ -568,7 +527,7 @@ def test_always_mixed_fast_exits_open_the_breaker() -> None:
     sup = Supervisor(RestartPolicy(mode="always"))
     exits = [crash(1.0, words(0)), E(code=0, uptime=5.0), crash(1.0, words(1)), E(code=0, uptime=5.0),
              crash(1.0, words(2)), E(code=0, uptime=5.0)]
-    assert [a for a, _ in run(sup, exits)] == [Action.RESTART] * 4 + [Action.FATAL]
+    assert [a for a, _ in run(sup, exits)] == [RestartAction.RESTART] * 4 + [RestartAction.FATAL]
     reason = sup.snapshot()["reason"]
     assert isinstance(reason, str) and reason.startswith("restart loop: 5 exits (2 clean) in ")
 
@@ -577,7 +536,7 @@ def test_always_valve_reset_by_one_slower_run() -> None:
     sup = Supervisor(RestartPolicy(mode="always", breaker_count=20, breaker_window=200))
     exits = [E(code=0, uptime=0.5)] * 4 + [E(code=0, uptime=3.0)] + [E(code=0, uptime=0.5)] * 5
     decisions = run(sup, exits)
-    assert [a for a, _ in decisions] == [Action.RESTART] * 9 + [Action.FATAL]
+    assert [a for a, _ in decisions] == [RestartAction.RESTART] * 9 + [RestartAction.FATAL]
     assert sup.snapshot()["reason"] == "clean exits: 5 in a row, each within 2 s; last: exit 0"
 
 
@@ -633,10 +592,10 @@ def test_fast_exits_restart_at_most_the_configured_bound(
         now += uptime
         decision = sup.on_exit(ev, now, rand)
         assert 0.0 <= decision.delay <= policy.backoff_max
-        if decision.action is Action.FATAL:
-            assert sup.on_exit(crash(1.0), now + 1).action is Action.FATAL   # sticky
+        if decision.action is RestartAction.FATAL:
+            assert sup.on_exit(crash(1.0), now + 1).action is RestartAction.FATAL   # sticky
             break
-        if decision.action is Action.EXITED:   # nothing restarts; a SPAWN would reset()
+        if decision.action is RestartAction.EXITED:   # nothing restarts; a SPAWN would reset()
             break
         restarts[is_crash] += 1
         now += decision.delay
@@ -672,10 +631,10 @@ def test_crash_restarts_never_exceed_max_restarts(max_restarts: int, mode: str,
         decision = sup.on_exit(ev, now)
         cls = decision.classification.exit_class
         if cls is ExitClass.REQUESTED and not sup.state().open:
-            assert decision.action is Action.EXITED
+            assert decision.action is RestartAction.EXITED
         if cls is ExitClass.PERMANENT:
-            assert decision.action is Action.FATAL
-        if decision.action is Action.RESTART:
+            assert decision.action is RestartAction.FATAL
+        if decision.action is RestartAction.RESTART:
             assert cls is ExitClass.CRASH or (mode == "always" and cls is ExitClass.CLEAN)
         assert "\n" not in decision.reason
     crash_restarts = sup.snapshot()["crash_restarts"]

@@ -13,7 +13,7 @@ from shellper.protocol import wire
 from tower_client.agent import AgentCommand, AgentCommandError, command_for
 from tower_client.holders import Verdict
 from tower_client.inotify import Mask, parse_events
-from tower_client.progress import Position, ProgressError, ProgressJournal
+from tower_client.progress import JournalPosition, ProgressError, ProgressJournal
 from tower_client.reconcile import RegistryBadName, RegistryNotJSON, RegistryShapeError
 from tower_client.registry_file import RegistryFile
 from tower_client.stream import FleetState, SessionEvent, StateChange, StateTracker
@@ -154,11 +154,11 @@ def test_journal_positions_only_move_forward_within_an_instance(tmp_path: Path) 
     j.ack_output("a", "one", 5)
     j.ack_event("a", "one", 3)
     j.start("a", "one", 99)  # the same instance: kept
-    assert j.get("a") == Position("one", 10, 3)
+    assert j.get("a") == JournalPosition("one", 10, 3)
     j.start("a", "two")  # a new instance starts over
-    assert j.get("a") == Position("two", 0, 0)
+    assert j.get("a") == JournalPosition("two", 0, 0)
     j.save()
-    assert ProgressJournal.load(tmp_path / "j").get("a") == Position("two", 0, 0)
+    assert ProgressJournal.load(tmp_path / "j").get("a") == JournalPosition("two", 0, 0)
 
 
 @pytest.mark.parametrize(("content", "error"), [

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from shellper.cli.argscan import names_a_host, scan
-from shellper.cli.remote import remote_host
+from shellper.cli.onhost import remote_host
 from shellper.core.names import BadHost, BadName, validate_host
 from shellper.host.ssh import SshError, check_host, ssh_argv
 from tower_client.hosts import split_by_host

@@ -11,8 +11,8 @@ import pytest
 from shellper.protocol import firstframe, legacy, wire
 from shellper.protocol.legacy import (
     ALLOWED_SIGNALS,
-    Action,
     FrameReader,
+    LegacyAction,
     LegacyError,
     RawFrame,
     SkippedFrame,
@@ -232,19 +232,20 @@ def test_no_version_2_control_frame_looks_like_version_1(frame: wire.Frame) -> N
 
 
 RIGHTS = [
-    ("tower", FrameType.DATA, Action.INPUT), ("terminal", FrameType.DATA, Action.INPUT),
-    ("tower", FrameType.RESIZE, Action.RESIZE), ("terminal", FrameType.RESIZE, Action.RESIZE),
-    ("tower", FrameType.SIGNAL, Action.SIGNAL), ("terminal", FrameType.SIGNAL, Action.IGNORE),
-    ("tower", FrameType.SPAWN, Action.SPAWN), ("terminal", FrameType.SPAWN, Action.IGNORE),
-    ("tower", FrameType.PING, Action.PONG), ("terminal", FrameType.PING, Action.PONG),
-    ("tower", FrameType.HELLO, Action.IGNORE), ("tower", FrameType.PONG, Action.IGNORE),
-    ("tower", FrameType.EXIT, Action.IGNORE), ("tower", FrameType.REPLAY, Action.IGNORE),
-    ("tower", FrameType.WELCOME, Action.IGNORE), ("tower", 0x0F, Action.IGNORE), ("tower", 0x42, Action.IGNORE),
+    ("tower", FrameType.DATA, LegacyAction.INPUT), ("terminal", FrameType.DATA, LegacyAction.INPUT),
+    ("tower", FrameType.RESIZE, LegacyAction.RESIZE), ("terminal", FrameType.RESIZE, LegacyAction.RESIZE),
+    ("tower", FrameType.SIGNAL, LegacyAction.SIGNAL), ("terminal", FrameType.SIGNAL, LegacyAction.IGNORE),
+    ("tower", FrameType.SPAWN, LegacyAction.SPAWN), ("terminal", FrameType.SPAWN, LegacyAction.IGNORE),
+    ("tower", FrameType.PING, LegacyAction.PONG), ("terminal", FrameType.PING, LegacyAction.PONG),
+    ("tower", FrameType.HELLO, LegacyAction.IGNORE), ("tower", FrameType.PONG, LegacyAction.IGNORE),
+    ("tower", FrameType.EXIT, LegacyAction.IGNORE), ("tower", FrameType.REPLAY, LegacyAction.IGNORE),
+    ("tower", FrameType.WELCOME, LegacyAction.IGNORE), ("tower", 0x0F, LegacyAction.IGNORE),
+    ("tower", 0x42, LegacyAction.IGNORE),
 ]
 
 
 @pytest.mark.parametrize(("kind", "frame_type", "action"), RIGHTS, ids=[f"{k}-{t:#x}" for k, t, _ in RIGHTS])
-def test_rights(kind: str, frame_type: int, action: Action) -> None:
+def test_rights(kind: str, frame_type: int, action: LegacyAction) -> None:
     assert legacy.action_for(kind, frame_type) is action
 
 

@@ -1,12 +1,12 @@
 """``--host H`` and ``HOST:NAME`` on the command line: which host a line is for, and the line the remote
-shellper gets (shellper.cli.remote), as a table."""
+shellper gets (shellper.cli.onhost), as a table."""
 
 from __future__ import annotations
 
 import pytest
 
 from shellper.cli.argscan import names_a_host, scan
-from shellper.cli.remote import MixedHosts, remote_argv, remote_host, with_attach_host
+from shellper.cli.onhost import MixedHosts, remote_argv, remote_host, with_attach_host
 from shellper.host.ssh import SshError, check_host, remote_shellper, remote_tower
 
 CASES = [

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_connection import INSTANCE, welcome
+from support.connection import INSTANCE, welcome
 
 from shellper.protocol import wire
 from shellper.protocol.connection import (
@@ -19,7 +19,7 @@ from shellper.protocol.connection import (
     ShellperDead,
     Timeout,
 )
-from tower_client.resume import Backoff, Reconnected, Resume
+from tower_client.resume import Backoff, Reconnected, Reopen, Resume
 
 PATH = "/run/r.sock"
 
@@ -230,3 +230,19 @@ def test_events_after_past_the_sessions_last_event_is_refused(first: bool) -> No
             r.connected(welcome(event_seq=2), wire.Replay(offset=5), None)
         r.connected(welcome(event_seq=3), wire.Replay(offset=5), None)
         assert r.reconnects == 1
+
+
+def test_what_each_connection_asks_for() -> None:
+    """The first connection asks for what its caller said; every later one for the next byte and event the
+    caller has not had, from the instance the first one met, with no replay size (the drivers, blocking and
+    asyncio, pass these on as they are)."""
+    r = Resume(PATH, None, Backoff())
+    assert r.first(7, 100, 2) == Reopen(7, 100, 2, None)
+    r.connected(welcome(), wire.Replay(offset=0, data=b"hello"), 3)
+    drain(r)
+    r.take(wire.Data(b"abc"))
+    r.take(wire.Event(seq=6, kind="resized", time=1.0, data={}))
+    r.lost(SessionGone(PATH, "gone"), None)
+    assert r.reopen() == Reopen(8, None, 6, INSTANCE)
+    pinned = Resume(PATH, "b" * 32, Backoff())
+    assert pinned.first(None, 0, None) == Reopen(None, 0, None, "b" * 32)

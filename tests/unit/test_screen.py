@@ -105,7 +105,7 @@ def test_fast_forward_changes_nothing(seed: int, monkeypatch: pytest.MonkeyPatch
     rng = random.Random(seed)
     head = rng.choice([b"", b"\x1b[2;4r", b"\x1b[?1049h", b"x" * 20, b"\x1b[?7l", b"\x1b(0"])
     data = head + flood(rng, colours=seed % 2 == 1) + b"end"
-    if seed % 4 == 2:  # a pattern without any line feed (as tests/soak_child.py writes), after a line or not
+    if seed % 4 == 2:  # a pattern without any line feed (as tests/support/soak_child.py writes), after a line or not
         data = head + bytes(33 + (i * 7) % 94 for i in range(rng.randrange(60_000, 90_000)))
     chunk = rng.choice([4096, 65536, len(data)])
     slow, fast = Screen(20, 5, 50), Screen(20, 5, 50)

@@ -19,7 +19,7 @@ from tower_client.holders import BadSessionId, argv_carries
 from tower_client.reconcile import (
     MAX_REGISTRY_BYTES,
     REASONS,
-    Action,
+    ReconcileAction,
     Registry,
     RegistryBadName,
     RegistryDuplicate,
@@ -66,9 +66,10 @@ ROW = RegistryRow("s")
 PINNED = RegistryRow("s", INST)
 OTHER = RegistryRow("s", "b" * 32)
 
-A, T, R, C, L = Action.ADOPT, Action.TERMINATE, Action.RESPAWN, Action.CLEAN, Action.LEAVE
+A, T, R = ReconcileAction.ADOPT, ReconcileAction.TERMINATE, ReconcileAction.RESPAWN
+C, L = ReconcileAction.CLEAN, ReconcileAction.LEAVE
 
-CASES: list[tuple[str, RegistryRow | None, Observed | None, float | None, list[tuple[Action, str]]]] = [
+CASES: list[tuple[str, RegistryRow | None, Observed | None, float | None, list[tuple[ReconcileAction, str]]]] = [
     # id, registry row, observation, husk_max_age, expected [(action, reason)]
     ("registered-live", ROW, LIVE, None, [(A, "running")]),
     ("pinned-live", PINNED, LIVE, None, [(A, "running")]),
@@ -184,7 +185,7 @@ CASES: list[tuple[str, RegistryRow | None, Observed | None, float | None, list[t
 @pytest.mark.parametrize(("row", "obs", "husk_max_age", "expected"), [c[1:] for c in CASES],
                          ids=[c[0] for c in CASES])
 def test_reconcile_table(row: RegistryRow | None, obs: Observed | None, husk_max_age: float | None,
-                         expected: list[tuple[Action, str]]) -> None:
+                         expected: list[tuple[ReconcileAction, str]]) -> None:
     registry = Registry((row,) if row else ())
     decisions = reconcile(registry, [obs] if obs else [], now=NOW, husk_max_age=husk_max_age)
     assert [(d.action, d.reason) for d in decisions] == expected
@@ -204,7 +205,7 @@ def test_reconcile_only_terminates_verified_lock_owners() -> None:
     """Invariant over the table: terminate rests on identity + lock owner + (answers => same instance)."""
     for _, row, obs, age, _expected in CASES:
         for d in reconcile(Registry((row,) if row else ()), [obs] if obs else [], now=NOW, husk_max_age=age):
-            if d.action is Action.TERMINATE:
+            if d.action is ReconcileAction.TERMINATE:
                 o = d.observed
                 assert o is not None and o.boot == "current" and o.identity == "verified" and o.locked
                 assert o.lock_owner_ok

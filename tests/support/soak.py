@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from soak_child import PATTERN, pattern_at
-from test_tower_support import kill_verified
 
 from shellper.host.identity import IdentityError, ProcessIdentity, read_stat
 from shellper.protocol import wire
+from support.processes import kill_verified
+from support.soak_child import PATTERN, pattern_at
 
 PY = os.environ.get("SOAK_PYTHON") or __import__("sys").executable
 CHILD = str(Path(__file__).resolve().parent / "soak_child.py")

@@ -6,18 +6,24 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from shellper.protocol import legacy
 from shellper.protocol.legacy import RawFrame
 from shellper.protocol.wire import FrameType
+from support.waiting import poll_until, wait_gone
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -176,3 +182,43 @@ class V1Client:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class Legacy:
+    """Starts legacy shellpers in one socket directory; all are SIGTERMed and gone at the end."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        self.started: list[Launched] = []
+
+    def start(self, command: str = "cat", *args: str, name: str = "shellper-t1", **extra: Any) -> Launched:
+        sock = self.dir / f"{name}.sock"
+        launched = launch(sock, config(sock, command, *args, **extra))
+        self.started.append(launched)
+        return launched
+
+    def client(self, launched: Launched) -> V1Client:
+        return V1Client(launched.sock)
+
+    def replay_with(self, launched: Launched, needle: bytes) -> bytes:
+        """The REPLAY of a new connection, once the session's output holds ``needle``."""
+        def replay() -> bytes | None:
+            with self.client(launched) as c:
+                data = c.hello()[1]
+            return data if needle in data else None
+        return poll_until(replay, what=f"{needle!r} in the output")  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def legacy_env() -> Iterator[Legacy]:
+    base = Path(tempfile.mkdtemp(prefix="lg-", dir="/tmp"))
+    env = Legacy(base / "run")  # the directory legacy-main creates, as shellper-main.js did
+    try:
+        yield env
+    finally:
+        for launched in env.started:
+            launched.stop()
+            assert wait_gone(launched.pid, 10)
+        leftovers = sorted(p.name for p in env.dir.iterdir() if p.name != "logs") if env.dir.exists() else []
+        shutil.rmtree(base)
+        assert not [n for n in leftovers if not n.endswith(".log")], leftovers

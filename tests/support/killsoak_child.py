@@ -1,4 +1,4 @@
-"""Processes for the random-moment kill soak (killsoak_driver.py): ``python killsoak_child.py ROLE ARGS``.
+"""Processes for the random-moment kill soak (support/killsoak.py): ``python killsoak_child.py ROLE ARGS``.
 
 * ``session LEDGER SIGNALS GEN THEN [all]``: a session's child. It forks a tree that a hang-up or SIGTERM does
   not end: a member of its group, one in a group of its own, a daemon (setsid + double fork) and a churner

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import poll_until, wait_gone
 
 from shellper.host import ssh
+from support.waiting import poll_until, wait_gone
 
 HOSTS = ("alpha", "beta")
 DOWN = "down"

@@ -59,18 +59,9 @@ class RemoteResumingClient(ResumingClient):
                          expect_instance_id=expect_instance_id, timeout=timeout)
         self.host, self.name, self.directory = host, name, directory
 
-    def _open(self, resume_from: int | None, replay_bytes: int | None, events_after: int | None) -> None:
-        client = RemoteClient(self.host, self.name, self.role, directory=self.directory,
-                              client_name=self.client_name, timeout=self.timeout)
-        try:
-            welcome = client.connect(resume_from=resume_from, replay_bytes=replay_bytes, events_after=events_after,
-                                     expect_instance_id=self.state.instance_id)
-            assert client.replay is not None
-            self.state.connected(welcome, client.replay, client.conn.last_event_seq)
-        except BaseException:
-            client.close()
-            raise
-        self.client = client
+    def _new_client(self) -> RemoteClient:
+        return RemoteClient(self.host, self.name, self.role, directory=self.directory,
+                            client_name=self.client_name, timeout=self.timeout)
 
 
 class AsyncRemoteClient(AsyncClient):

@@ -34,18 +34,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from soak_support import child, fd_count, identity, is_dead, marked, rss_mib
-
+from shellper.client.launch import LaunchInfo
 from shellper.core.exits import RestartPolicy
-from shellper.daemon.launch import LaunchInfo
 from shellper.host.identity import IdentityError, ProcessIdentity, read_stat
 from shellper.host.reaper import descendants
 from shellper.host.record import read_record
 from shellper.protocol import wire
+from support.soak import child, fd_count, identity, is_dead, marked, rss_mib
 from tower_client.apply import apply
 from tower_client.client import AsyncClient, ClientError
 from tower_client.discover import discover_async
-from tower_client.reconcile import Action, Registry, RegistryRow, reconcile
+from tower_client.reconcile import ReconcileAction, Registry, RegistryRow, reconcile
 
 CLASSES = {"clean", "requested", "permanent", "crash"}
 POLICY = RestartPolicy(backoff_initial=0.05, backoff_max=0.5, jitter=0.1, breaker_count=4, breaker_window=20,
@@ -235,7 +234,7 @@ class Soak:
             observed = await discover_async(self.dir)
             registry = Registry(tuple(RegistryRow(n, self.info[n].instance_id) for n in self.names))
             decisions = reconcile(registry, observed, now=time.time())
-            wrong = [(d.name, d.action, d.reason) for d in decisions if d.action is not Action.ADOPT]
+            wrong = [(d.name, d.action, d.reason) for d in decisions if d.action is not ReconcileAction.ADOPT]
             assert not wrong and len(decisions) == len(self.names), f"Tower restart decided {wrong}"
             report = await asyncio.get_running_loop().run_in_executor(None, apply, decisions)
             assert report.ok and {o.result for o in report.outcomes} == {"adopted"}, report.to_dict()

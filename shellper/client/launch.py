@@ -1,9 +1,12 @@
-"""Starting a session: detached (the default) or in the caller's process.
+"""Starting a session: a detached shellper, started by the caller and then on its own.
 
 The detached shellper is a grandchild of the launcher in a session of its own, with stdin on /dev/null and
 stdout/stderr on its log file, so neither a closed pipe nor a terminal hang-up can reach it. The config
 travels over a pipe on stdin, never in argv, so the child's environment is not visible in ``ps``. The
 launcher returns once the daemon reports, over a dedicated pipe, that its socket accepts connections.
+Launching is the client's act; the daemon is named only by its module (``python -m shellper.daemon``), or
+handed in as a prefork the caller started (shellper.daemon.prefork, which the CLI uses). Running a session
+in the caller's process is shellper.daemon.foreground's.
 """
 
 from __future__ import annotations
@@ -16,37 +19,35 @@ import stat
 import sys
 import time
 
-from shellper.core.config import ConfigError, SessionConfig
-from shellper.core.errors import ShellperError
+from shellper.core.config import SessionConfig
+from shellper.core.launchfailure import LaunchError as LaunchError  # re-exported: launch() raises it
 from shellper.core.launchfailure import LaunchFailure as LaunchFailure  # re-exported: LaunchError.reason
-from shellper.core.names import validate_name
-from shellper.core.owner import OWNER_ENV, BadOwner, default_owner
-from shellper.core.structs import fields, record, replace
-from shellper.daemon.prefork import READY_FD_ENV, Prefork
+from shellper.core.structs import fields, record
 from shellper.host.cgroup import scope_prefix
-from shellper.host.logfile import LogFile
-from shellper.host.paths import SessionPaths, ensure_runtime_dir, open_nofollow
-from shellper.host.record import SessionLock
+from shellper.host.paths import SessionPaths, open_nofollow
+from shellper.host.prelaunch import prepare as prepare  # re-exported: what launch() checks first
+from shellper.host.prelaunch import with_owner as with_owner
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
 if TYPE_CHECKING:
-    from typing import Any
+    from collections.abc import Callable
+    from typing import Any, Protocol
 
+    class Prefork(Protocol):
+        """The intermediate process of a detached launch, started early (shellper.daemon.prefork.Prefork)."""
+
+        ready_r: int
+
+        def send(self, config_json: bytes) -> None: ...
+        def describe_exit(self) -> str: ...
+        def cancel(self) -> None: ...
+
+READY_FD_ENV = "SHELLPER_READY_FD"
+"""Which inherited descriptor takes the daemon's readiness report: shellper.daemon.prefork.READY_FD_ENV, spelt
+again here (the client does not import the daemon; tests/unit/test_launch_contract.py holds them equal)."""
 LAUNCH_TIMEOUT = 10.0
 LOG_TAIL_BYTES = 4096
 """How much of the log's end a failed launch shows (its last lines)."""
-
-
-class LaunchError(ShellperError, RuntimeError):
-    """The session did not start; ``reason`` says why for a program, ``name`` and, when known, the log path
-    say where to look."""
-
-    def __init__(self, name: str, message: str, log: str | None = None,
-                 reason: LaunchFailure = LaunchFailure.OTHER) -> None:
-        super().__init__(message)
-        self.name = name
-        self.log = log
-        self.reason = reason
 
 
 @record(frozen=True)
@@ -100,51 +101,26 @@ class LaunchInfo:
         return cls(**{f.name: values[f.name] for f in fields(cls) if f.name in values})
 
 
-def prepare(config: SessionConfig) -> tuple[SessionConfig, SessionPaths]:
-    """Check everything that can be checked before a process is started; the config to start, which
-    always names its owner (:func:`with_owner`)."""
-    config.validate()
-    config = with_owner(config)
-    validate_name(config.name)
-    directory = ensure_runtime_dir(config.dir)
-    paths = SessionPaths.for_name(directory, config.name)
-    if SessionLock.is_locked(paths.lock):
-        raise LaunchError(config.name, f"session {config.name!r} is already running in {directory}",
-                          reason=LaunchFailure.ALREADY_RUNNING)
-    return config, paths
-
-
-def with_owner(config: SessionConfig) -> SessionConfig:
-    """``config`` itself if it names an owner, else a copy naming the default one (``$SHELLPER_OWNER``, else
-    the user's name): resolved by the launcher, so a bad ``$SHELLPER_OWNER`` fails before any process starts
-    and the record names the owner the caller saw."""
-    if config.owner:
-        return config
-    try:
-        owner = default_owner()
-    except BadOwner as exc:  # only $SHELLPER_OWNER can be bad: the user's name falls back to uid-N
-        raise ConfigError(f"${OWNER_ENV}", f"{exc.owner!r} {exc.reason}") from None
-    return replace(config, owner=owner)
-
-
 def launch(
-    config: SessionConfig, timeout: float = LAUNCH_TIMEOUT, *, fork: bool = False, prefork: Prefork | None = None
+    config: SessionConfig, timeout: float = LAUNCH_TIMEOUT, *,
+    start_prefork: Callable[[tuple[str, ...]], Prefork] | None = None, prefork: Prefork | None = None
 ) -> LaunchInfo:
     """Start a detached shellper and return once its socket accepts connections.
 
     The daemon is a fresh interpreter either way, whose argv names the session and nothing else. By
     default it is started with subprocess, which is safe from any caller (a Tower with threads and an
-    event loop). ``fork=True`` spawns it with shellper.daemon.prefork instead, which the ``shellper`` CLI
-    uses and may have done before parsing (``prefork``).
+    event loop). The ``shellper`` CLI starts it through shellper.daemon.prefork instead: ``prefork``, the
+    one it may have started before parsing, else one ``start_prefork`` (``Prefork.start``) starts now.
     """
     scope = None if config.containment == "none" else scope_prefix(config.name, config.cgroup_parent)
     if scope is not None and prefork is not None:
         prefork.cancel()  # a prefork would stay in the caller's cgroup: start one inside a systemd scope
-    if scope is None and (prefork is not None or fork):
+    if scope is None and (prefork is not None or start_prefork is not None):
         try:
             config, paths = prepare(config)
             if prefork is None:
-                prefork = Prefork.start((config.name, str(paths.dir)))
+                assert start_prefork is not None
+                prefork = start_prefork((config.name, str(paths.dir)))
             try:
                 prefork.send(config.to_json().encode())
             except OSError as exc:  # EPIPE: the daemon-to-be died (killed, out of memory) first
@@ -241,18 +217,4 @@ def _log_tail(log: str) -> str:
         os.close(fd)
     lines = data.decode(errors="replace").splitlines()[-5:]
     return (": " + " | ".join(lines)) if lines else ""
-
-
-def run_foreground(config: SessionConfig, announce: bool = True) -> int:
-    """Run the session in this process until it stops; print the info line once ready."""
-    config, paths = prepare(config)
-    log = LogFile(paths.log)
-
-    def ready(info: dict[str, Any]) -> None:
-        if announce:
-            print(json.dumps(info), flush=True)
-
-    from shellper.daemon.session import serve
-
-    return serve(config, paths, log, ready)
 

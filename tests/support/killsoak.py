@@ -60,16 +60,15 @@ from enum import StrEnum
 from pathlib import Path
 from typing import NoReturn
 
-from conftest import poll_until
-
 from shellper.client.blocking import Client, ClientError
+from shellper.client.launch import LaunchInfo, launch
 from shellper.core.config import SessionConfig
 from shellper.core.exits import RestartPolicy
 from shellper.core.structs import replace as replace_record
-from shellper.daemon.launch import LaunchInfo, launch
 from shellper.host.cgroup import LeafName, find_mount
 from shellper.host.identity import IdentityError, PidFd, ProcessGone, ProcessIdentity, open_verified, read_stat
 from shellper.protocol import wire
+from support.waiting import poll_until
 
 PY = sys.executable
 CHILD = str(Path(__file__).resolve().parent / "killsoak_child.py")
@@ -86,7 +85,7 @@ while True:  # churn: fork, the child leaves the session, the parent exits half 
     try:
         pid = os.fork()
     except OSError:
-        time.sleep(0.001)
+        time.sleep(0.01)
         continue
     if pid == 0:
         os.setsid()
@@ -374,7 +373,7 @@ def _trial_failed(message: str) -> NoReturn:
 
 
 def _wait_for(predicate: Callable[[], object], timeout: float, what: str, interval: float = 0.005) -> object:
-    """conftest.poll_until, failing the trial (which the harness reports) rather than the test."""
+    """support.waiting.poll_until, failing the trial (which the harness reports) rather than the test."""
     return poll_until(predicate, timeout, interval, what, fail=_trial_failed)
 
 

@@ -1,0 +1,31 @@
+"""``shellper screen NAME``: print a session's screen as it is now (shellper.cli.screen draws it)."""
+
+from __future__ import annotations
+
+from shellper.cli.options import NAME, Flag, Value
+from shellper.core.defaults import SCREEN_SCROLLBACK_LINES
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
+if TYPE_CHECKING:
+    import argparse
+
+ARGUMENTS = (
+    NAME,
+    Flag("--ansi", help="with colours and attributes (SGR sequences)"),
+    Flag("--json", help="the screen, cursor, title and output offset as JSON, for programs"),
+    Value("--scrollback", type=int, default=0, metavar="N",
+          help=f"also the last N lines that scrolled off the main screen (a session keeps {SCREEN_SCROLLBACK_LINES})"),
+)
+
+
+def handle(args: argparse.Namespace) -> int:
+    from shellper.cli import screen
+    from shellper.cli.connect import CliError, connect
+
+    if args.scrollback < 0:
+        raise CliError(f"screen: --scrollback {args.scrollback}: must be >= 0")
+    with connect(args, "viewer", replay_bytes=0) as client:
+        try:
+            return screen.cmd_screen(client, ansi=args.ansi, as_json=args.json, scrollback=args.scrollback)
+        except screen.NoScreenModel as exc:
+            raise CliError(f"screen: session {args.name!r}: {exc}") from None

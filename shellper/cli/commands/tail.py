@@ -1,0 +1,136 @@
+"""``shellper tail NAME``: a session's recent output, then (with -f) what follows."""
+
+from __future__ import annotations
+
+from shellper.cli.options import NAME, Flag, Value, size
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
+if TYPE_CHECKING:
+    import argparse
+    from typing import Any
+
+ARGUMENTS = (
+    NAME,
+    Value("--bytes", type=size, help="at most this much of the end (default: all held)"),
+    Value("--lines", "-n", type=int, metavar="N", help="only the last N lines"),
+    Flag("--follow", "-f", help="keep printing new output until the session ends for good (exited or fatal) or Ctrl-C"),
+    Flag("--plain", help="the text as a person sees it, from the session's screen model: its scrollback and screen "
+         "(with -f, then new output without escape sequences)"),
+)
+
+
+def handle(args: argparse.Namespace) -> int:
+    """The ring's end, then (with -f) new output until the session ends for good. To a terminal, the modes the
+    printed output switched on (alternate screen, hidden cursor, mouse reporting) are switched off at the end, as
+    ``attach`` does, so the user's terminal is left as it was."""
+    import contextlib
+    import sys
+
+    from shellper.cli.connect import ENDED, CliError, connect
+    from shellper.client.blocking import SessionGone
+    from shellper.core.defaults import SCREEN_SCROLLBACK_LINES
+    from shellper.core.terminal.text import PlainStream, last_lines
+    from shellper.protocol import wire
+
+    if args.lines is not None and args.lines < 0:
+        raise CliError(f"tail: --lines {args.lines}: must be >= 0")
+    out = sys.stdout.buffer
+    modes = _TailModes(out) if not args.plain and _is_terminal(out) else None
+    from_model = args.plain and args.bytes is None  # the text a person sees: from the screen model
+    with contextlib.ExitStack() as stack:
+        client = stack.enter_context(connect(args, "viewer", replay_bytes=0 if from_model else args.bytes))
+        if from_model and client.welcome is not None and client.welcome.version < 3:
+            # A shellper of protocol version 2 keeps no screen model: its whole ring, stripped, as before.
+            client.close()
+            client = stack.enter_context(connect(args, "viewer", replay_bytes=None))
+            from_model = False
+        welcome, replay = client.welcome, client.replay
+        assert welcome is not None and replay is not None
+        end = welcome.ring_end
+        seen = 0  # with the screen: the offset it was drawn at (DATA before it is in it already)
+        if from_model and welcome.version >= 3:
+            from shellper.cli.screen import plain_text, request_screen
+
+            shown = request_screen(client, scrollback=SCREEN_SCROLLBACK_LINES)
+            seen = shown.offset
+            lines = plain_text(shown)
+            if args.lines is not None:
+                lines = lines[len(lines) - args.lines:] if args.lines else []
+            replay = wire.Replay(offset=end, data="".join(line + "\n" for line in lines).encode())
+
+        plain = PlainStream() if args.plain else None  # a sequence cut between two DATA is still dropped whole
+
+        def emit(data: bytes) -> None:
+            if modes is not None:
+                modes.feed(data)
+            _write_all(out, plain.feed(data) if plain is not None else data)
+            out.flush()
+
+        try:
+            emit(replay.data if args.lines is None else last_lines(replay.data, args.lines))
+            if args.follow and welcome.state in ENDED:  # its exit notice was in the output; nothing follows
+                print(f"[shellper: session {args.name!r} has {welcome.state}; nothing more will follow]",
+                      file=sys.stderr)
+                return 0
+            final = False
+            while args.follow or client.output.next_offset < end:
+                try:
+                    frame = client.recv()
+                except SessionGone:
+                    break
+                if isinstance(frame, wire.Data):
+                    start = client.output.next_offset - len(frame.data)
+                    emit(frame.data if start >= seen else frame.data[seen - start:])
+                elif isinstance(frame, wire.Exit) and args.follow and frame.state in ENDED and not final:
+                    # The shellper appends its exit notice to the output right after the EXIT: a PING's PONG
+                    # comes after it, so the notice is shown (once, as any output) before tail ends.
+                    final = True
+                    client.send(wire.Ping(nonce=1))
+                elif isinstance(frame, wire.Pong) and final:
+                    break
+        finally:
+            if modes is not None:
+                modes.reset()
+    return 0
+
+
+def _write_all(out: Any, data: bytes) -> None:
+    """All of ``data``: with PYTHONUNBUFFERED=1, stdout's binary layer is the raw file, whose write() may take
+    only part (a pipe takes 64 KiB at a time)."""
+    view = memoryview(data)
+    while view:
+        view = view[out.write(view):]
+
+
+def _is_terminal(out: Any) -> bool:
+    import os
+
+    try:
+        return os.isatty(out.fileno())
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+class _TailModes:
+    """The terminal modes the output ``tail`` printed switched on, to switch off when it is done."""
+
+    def __init__(self, out: Any) -> None:
+        from shellper.core.terminal.modes import ModeTracker
+
+        self.out = out
+        self.tracker = ModeTracker()
+        self.fed = 0
+
+    def feed(self, data: bytes) -> None:
+        self.tracker.feed(self.fed, data)
+        self.fed += len(data)
+
+    def reset(self) -> None:
+        """Never raises: the terminal may be gone."""
+        sequence = self.tracker.reset_sequence()
+        if sequence:
+            try:
+                _write_all(self.out, sequence)
+                self.out.flush()
+            except (OSError, ValueError):
+                pass

@@ -1,0 +1,112 @@
+"""What the commands share: their one-line error, the runtime directory, and a connection to a session."""
+
+from __future__ import annotations
+
+from shellper.core.errors import ShellperError
+from shellper.core.states import SessionState
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
+if TYPE_CHECKING:
+    import argparse
+    from typing import Any
+
+    from shellper.client.blocking import Client, ClientError
+    from shellper.host.paths import SessionPaths
+
+
+class CliError(ShellperError):
+    """A failure worth one line to the user; ``cause``: the connection's failure, when that is what it says."""
+
+    def __init__(self, message: str, cause: ClientError | None = None) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
+ENDED = (SessionState.EXITED, SessionState.FATAL)
+"""States a session leaves only when asked (SPAWN, STOP): ``tail -f`` ends there, ``ls`` marks them."""
+
+
+def user_errors() -> tuple[type[Exception], ...]:
+    """Failures that deserve one line, not a traceback."""
+    from shellper.client.launch import LaunchError
+    from shellper.client.stop import StopFailed
+    from shellper.core.config import ConfigError
+    from shellper.core.errors import ClientError
+    from shellper.core.exits import PolicyError
+    from shellper.host.paths import PathError
+    from shellper.host.record import LockError
+
+    return (CliError, LaunchError, PathError, ConfigError, PolicyError, LockError, ClientError, StopFailed)
+
+
+def session_dir(args: argparse.Namespace) -> str:
+    """The runtime directory the command line names (--dir), else the default."""
+    from shellper.host.paths import runtime_dir
+
+    return runtime_dir(args.dir)
+
+
+def trusted_paths(directory: str, name: str) -> SessionPaths:
+    """The session's paths, once its directory is one a client may trust (shellper.host.trust): ``stop`` and
+    ``status`` read its lock and record, which another user could have planted, before they connect.
+    UntrustedSocket if not."""
+    from shellper.core.names import validate_name
+    from shellper.host.paths import SessionPaths
+    from shellper.host.trust import check_socket_dir
+
+    validate_name(name)
+    paths = SessionPaths.for_name(directory, name)
+    check_socket_dir(paths.socket)
+    return paths
+
+
+def connect(args: argparse.Namespace, role: str = "tower", **hello: Any) -> Client:
+    """A connection to session ``args.name``, its handshake done; CliError naming the session if not."""
+    from shellper.client.blocking import Client, ClientError
+    from shellper.core.names import socket_path, validate_name
+
+    validate_name(args.name)
+    path = socket_path(session_dir(args), args.name)
+    client = Client(path, role, client_name=f"shellper-cli:{args.cmd}")
+    try:
+        client.connect(**hello)
+    except ClientError as exc:
+        raise unreachable(session_dir(args), args.name, exc) from None
+    return client
+
+
+def unreachable(directory: str, name: str, exc: ClientError) -> CliError:
+    """A failed connection to session ``name`` in words: the path, what is wrong, and for a stale socket what
+    to do."""
+    from shellper.client.blocking import ConnectionRefused, SessionNotFound
+
+    hint = (f"; its shellper is gone: `shellper stop {name}` ends what it left running and removes "
+            "its files") if isinstance(exc, ConnectionRefused) else ""
+    if isinstance(exc, SessionNotFound):
+        from shellper.cli.attach import sessions_hint
+
+        hint = sessions_hint(directory, name)
+    return CliError(f"session {name!r}: {exc}{hint}", exc)
+
+
+def confirm(client: Client) -> None:
+    """A PING round trip: any ERROR for what we sent arrives before the PONG."""
+    from shellper.client.blocking import RemoteError
+    from shellper.protocol import wire
+
+    client.send(wire.Ping(nonce=7))
+    while True:
+        frame = client.recv(timeout=client.timeout)
+        if frame is None:
+            raise CliError("the session did not answer")
+        if isinstance(frame, wire.Error):
+            raise RemoteError(client.path, frame)
+        if isinstance(frame, wire.Pong):
+            return
+
+
+def default_command() -> list[str]:
+    """What a session runs when no command is given: the user's shell, as the peers start."""
+    import os
+
+    return [os.environ.get("SHELL") or "/bin/sh"]

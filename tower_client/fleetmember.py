@@ -1,0 +1,75 @@
+"""One session a :class:`~tower_client.fleet.Fleet` runs: its record, pidfd, resuming client and reader."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from shellper.core.exitrecord import ExitRecord
+from shellper.host.identity import PidFd
+from shellper.host.paths import SessionPaths
+from shellper.host.record import SessionRecord
+from tower_client.client import AsyncResumingClient, SessionGone
+from tower_client.stream import FleetState, StateTracker
+
+
+class FleetClient(AsyncResumingClient):
+    """A resuming client that stops reconnecting the moment its shellper is known dead (its pidfd said so),
+    instead of trying a stale socket through its whole backoff."""
+
+    def __init__(self, path: str, died: asyncio.Event, **kwargs: Any) -> None:
+        super().__init__(path, **kwargs)
+        self.died = died
+
+    async def _reconnect(self) -> None:
+        if self.died.is_set():
+            raise SessionGone(self.path, "the shellper died")
+        loop = asyncio.get_running_loop()
+        reconnect = loop.create_task(super()._reconnect())
+        died = loop.create_task(self.died.wait())
+        try:
+            await asyncio.wait({reconnect, died}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (reconnect, died):
+                if not task.done():
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+        if not reconnect.cancelled() and reconnect.done():
+            reconnect.result()  # reconnected, or its error
+            return
+        raise SessionGone(self.path, "the shellper died")
+
+
+class Member:
+    """One session the Fleet runs: its record, pidfd, resuming client and reader."""
+
+    def __init__(self, name: str, record: SessionRecord, paths: SessionPaths, pidfd: PidFd) -> None:
+        self.name = name
+        self.record = record
+        self.paths = paths
+        self.pidfd = pidfd
+        self.instance_id = record.instance_id
+        self.died = asyncio.Event()
+        """The shellper process has exited (its pidfd became readable)."""
+        self.stopping = False
+        self.client: FleetClient | None = None
+        self.task: asyncio.Task[None] | None = None
+        self.tracker = StateTracker(name, record.instance_id)
+        self.pending = 0
+        self.room = asyncio.Event()
+        self.room.set()
+        self.spawns: list[asyncio.Future[int]] = []
+        self.welcome_state: tuple[FleetState, str, int | None, ExitRecord | None] | None = None
+        """The state WELCOME named, said once the held events (up to ``held_until``) have come."""
+        self.held_until = 0
+        self.own_clients: set[int] = set()
+        """client_id of this library's connections attached now (their detach is hidden too)."""
+
+    def close_pidfd(self) -> None:
+        if not self.pidfd.closed:
+            with contextlib.suppress(ValueError, RuntimeError):
+                asyncio.get_running_loop().remove_reader(self.pidfd.fileno())
+            self.pidfd.close()
+
