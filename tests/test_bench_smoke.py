@@ -48,3 +48,11 @@ def test_quick_bench_completes_and_writes_every_key(tmp_path: Path) -> None:
     # Everything the run started is gone, and so is its runtime directory.
     assert list(root.iterdir()) == []
     assert _processes_mentioning(str(root)) == []
+
+
+def test_the_connection_micro_benchmark_runs() -> None:
+    """bench.bench_conn drives a real ClientConn with a fake session: it must keep up with the connection."""
+    from bench import bench_conn
+
+    results = bench_conn.run(repeat=1, scale=0.001)
+    assert len(results) == 4 and all(ns > 0 for ns in results.values())

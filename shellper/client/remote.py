@@ -38,7 +38,7 @@ class RemoteClient(Client):
     """A connection to session ``name`` on ``host`` (``directory``: its runtime directory there, default the
     remote user's). The remote shellper's version is checked once per host and process (VersionMismatch)."""
 
-    def __init__(self, host: str, name: str, role: str = "tower", *, directory: str | None = None,
+    def __init__(self, host: str, name: str, role: str = wire.Role.TOWER, *, directory: str | None = None,
                  client_name: str = "", timeout: float = 10.0) -> None:
         validate_name(name)
         check_host(host)  # before anything starts; ssh_argv checks it again

@@ -55,7 +55,7 @@ class SessionInfo:
 
 def probe_status(socket_path: Path, timeout: float = PROBE_TIMEOUT) -> wire.StatusReply | None:
     """Ask a session for its STATUS as a viewer that wants no replay; None if it does not answer."""
-    client = Client(socket_path, "viewer", client_name="shellper-ls", timeout=timeout)
+    client = Client(socket_path, wire.Role.VIEWER, client_name="shellper-ls", timeout=timeout)
     try:
         client.connect(replay_bytes=0)
         reply = client.request(wire.Status(), wire.StatusReply)

@@ -1,19 +1,20 @@
 """A connection from a version-1 client (the TypeScript original's protocol), served beside version 2 and 3.
 
-:class:`~shellper.daemon.clientconn.ClientConn` turns itself into a :class:`LegacyConn` when the first
-frame's payload is JSON (shellper.protocol.legacy.first_frame_is_legacy). From then on only the frame
-codec and the handshake differ: the connection is registered, paced, handed output from the ring, told
-of exits and replaced as a tower exactly as a version-2 one is, so clients of both versions can share a
-session. What a version-1 client may do is the table in shellper.protocol.legacy (RIGHTS).
+A :class:`~shellper.daemon.clientconn.ClientConn` starts with the version-2/3 codec and takes a
+:class:`LegacyCodec` instead when the first frame's payload is JSON (shellper.protocol.firstframe). Only
+the frame codec, the handshake and how errors, exits and gaps are said differ: the connection is
+registered, paced, handed output from the ring, told of exits and replaced as a tower exactly as a
+version-2 one is, so clients of both versions can share a session. What a version-1 client may do is the
+table in shellper.protocol.legacy (RIGHTS).
 """
 
 from __future__ import annotations
 
 from shellper.core.peertext import quote_peer
 from shellper.core.states import SessionState
-from shellper.daemon.clientconn import MAX_UNREAD_BYTES, ClientConn
 from shellper.protocol import legacy, wire
 from shellper.protocol.legacy import LegacyAction, LegacyError
+from shellper.protocol.server import PACED
 from shellper.protocol.wire import FrameType
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
@@ -21,29 +22,33 @@ if TYPE_CHECKING:
     from typing import Any
 
     from shellper.core.ring import Chunk
+    from shellper.daemon.wirecodec import CodecOwner
+    from shellper.protocol.wire import Role
 
 _SILENT_ERRORS = frozenset({"not_running"})
 """Refusals the original made without a word: input or a signal while no child runs."""
 
 
-class LegacyConn(ClientConn):
-    """A ClientConn that speaks version 1. Never constructed: ClientConn's class is switched to it on the
-    first frame, so the attributes below start as class defaults."""
+class LegacyCodec:
+    """The version-1 half of one connection: its frame reader, its handshake and what its frames do."""
 
-    _reader: legacy.FrameReader | None = None
+    described: dict[str, Any] = {"protocol_version": legacy.LEGACY_VERSION}
+    gap_preamble = False
 
-    def data_received(self, data: bytes) -> None:
-        if self._closing:
-            return
-        if self._reader is None:
-            # Before the HELLO, frames are ignored: held to HELLO's limit (4 KiB), a larger one skipped unread.
-            self._reader = legacy.FrameReader(limits=wire.HANDSHAKE_LIMITS)
-            self.session.log.write(f"Connection accepted: client {self.client_id} speaks protocol version 1")
-        reader = self._reader
+    def __init__(self, conn: CodecOwner) -> None:
+        self.conn = conn
+        self.role: Role | None = None
+        self.name = ""
+        # Before the HELLO, frames are ignored: held to HELLO's limit (4 KiB), a larger one skipped unread.
+        self._reader = legacy.FrameReader(limits=wire.HANDSHAKE_LIMITS)
+        conn.session.log.write(f"Connection accepted: client {conn.client_id} speaks protocol version 1")
+
+    def feed(self, data: bytes) -> None:
+        conn, reader = self.conn, self._reader
         finished = False
         for frame in reader.feed(data):
             finished = True
-            if self._closing:
+            if conn.closing:
                 return
             if isinstance(frame, legacy.SkippedFrame):
                 continue  # as the original: dropped without a word, and parsing carries on
@@ -52,27 +57,28 @@ class LegacyConn(ClientConn):
             except LegacyError as exc:
                 self.send_error("protocol", str(exc), frame.frame_type, fatal=True)
                 return
-            if self.registered:
+            if conn.registered:
                 reader.limits = wire.SESSION_LIMITS  # version 2's per-type sizes (PROTOCOL.md 11), for the same types
-            if self.transport is not None and self.transport.get_write_buffer_size() > MAX_UNREAD_BYTES:
-                self._drop_unread()
+            if conn.unread_too_much():
                 return
-        self._partial(reader.buffered, finished)
+        conn.partial(reader.buffered, finished)
 
-    def _drop_partial(self) -> None:
-        super()._drop_partial()
-        self._reader = None
+    def reset(self) -> None:
+        """The connection closes: what the reader held is dropped."""
+        self._reader = legacy.FrameReader(limits=wire.HANDSHAKE_LIMITS)
 
     def _frame(self, frame: legacy.RawFrame) -> None:
-        if not self.registered:  # before the handshake only a HELLO counts (pre-HELLO gating)
+        conn = self.conn
+        if not conn.registered:  # before the handshake only a HELLO counts (pre-HELLO gating)
             if frame.frame_type == FrameType.HELLO:
-                self._legacy_hello(legacy.parse_hello(frame.payload))
+                self._hello(legacy.parse_hello(frame.payload))
             return
-        session = self.session
+        session = conn.session
+        assert self.role is not None
         action = legacy.action_for(self.role, frame.frame_type)
         if action is LegacyAction.INPUT:
             if frame.payload:
-                session.write_input(frame.payload, self)
+                conn.input(frame.payload)
         elif action is LegacyAction.RESIZE:
             session.resize(*legacy.parse_resize(frame.payload))
         elif action is LegacyAction.SIGNAL:
@@ -82,22 +88,22 @@ class LegacyConn(ClientConn):
                 session.log.write(f"Protocol error: signal {signum} is not allowed "
                                   f"(allowed: {', '.join(map(str, legacy.ALLOWED_SIGNALS))})")
                 return
-            session.send_signal(name, self)
+            conn.signal_child(name)
         elif action is LegacyAction.SPAWN:
             spawn = legacy.parse_spawn(frame.payload)
             old = session.welcome(self.role).child_pid
             session.log.write(f"SPAWN: command={spawn.argv[0]}, killing old PTY pid={-1 if old is None else old}")
-            session.start_respawn(wire.Spawn(argv=spawn.argv, cwd=spawn.cwd, env=spawn.env, clear_ring=True), self)
+            conn.respawn(wire.Spawn(argv=spawn.argv, cwd=spawn.cwd, env=spawn.env, clear_ring=True))
         elif action is LegacyAction.PONG:
             self._write(legacy.encode(FrameType.PONG))
 
-    def _legacy_hello(self, hello: legacy.Hello) -> None:
-        session = self.session
-        if self._handshake_timer is not None:
-            self._handshake_timer.cancel()
-            self._handshake_timer = None
+    def _hello(self, hello: legacy.Hello) -> None:
+        conn = self.conn
+        session = conn.session
+        conn.handshake_done()
         session.log.write(f"HELLO: version={quote_peer(hello.version)}, clientType={quote_peer(hello.client_type)}")
         self.role, self.name = legacy.client_kind(hello.client_type), hello.client_type[:200]
+        conn.pump.paced = self.role in PACED
         state = session.welcome(self.role)
         start_ms = int(session.created_at * 1000)
         last = state.last_output_at
@@ -107,19 +113,19 @@ class LegacyConn(ClientConn):
                           f"version={legacy.LEGACY_VERSION}")
         ring = session.scrollback
         self._write(legacy.encode(FrameType.REPLAY, self._replay()))  # always, even empty
-        self.pos = ring.end
-        self.registered = True
+        conn.pump.pos = ring.end
+        conn.registered = True
         ended = session.ended_exit()
         if ended is not None:
-            session.log.write(f"EXIT replayed to late connection {self.client_id}: code={ended.code}")
-            self.send_control_at(ring.end, _exit_frame(ended.code, ended.signal, ended.child_pid))
-        session.register(self)  # a tower replaces the tower before it, of either version
-        self.pump()
+            session.log.write(f"EXIT replayed to late connection {conn.client_id}: code={ended.code}")
+            conn.pump.send_control_at(ring.end, _exit_frame(ended.code, ended.signal, ended.child_pid))
+        conn.join()  # a tower replaces the tower before it, of either version
+        conn.pump.run()
 
     def _replay(self) -> bytes:
         """The newest output, at most REPLAY_PAYLOAD_MAX bytes, in one payload; it starts with the terminal
         modes in effect where it starts when they fit (the original lost an alt screen cut off the front)."""
-        ring = self.session.scrollback
+        ring = self.conn.session.scrollback
         start = ring.safe_start(max(ring.start, ring.end - legacy.REPLAY_PAYLOAD_MAX))
         replay = ring.replay(start, legacy.REPLAY_PAYLOAD_MAX)
         if len(replay.preamble) + len(replay.data) <= legacy.REPLAY_PAYLOAD_MAX:
@@ -127,36 +133,31 @@ class LegacyConn(ClientConn):
         return replay.data
 
     def _write(self, frame: bytes) -> None:
-        if self.transport is not None and not self._closing:
-            self.transport.write(frame)
+        if self.conn.transport is not None and not self.conn.closing:
+            self.conn.transport.write(frame)
 
     # ----------------------------------------------------------------------------------- what the session sends
 
-    def _after_gap(self, chunk: Chunk) -> int:
+    def after_gap(self, chunk: Chunk) -> int:
         """Version 1 has no GAP: output the ring no longer holds is skipped without a word."""
         return chunk.offset
 
     def send_exit_at(self, offset: int, frame: bytes, exit_frame: wire.Exit) -> None:
         if exit_frame.state == SessionState.STARTING:
             return  # the child a SPAWN replaced: the original ignored its exit
-        self.send_control_at(offset, _exit_frame(exit_frame.code, exit_frame.signal, exit_frame.child_pid))
+        self.conn.pump.send_control_at(offset, _exit_frame(exit_frame.code, exit_frame.signal, exit_frame.child_pid))
 
     def send_error(self, code: str, message: str, frame_type: int | None, fatal: bool = False) -> None:
         """Version 1 has no ERROR frame: the log says it, and a fatal one closes the connection."""
-        if self.transport is None or self._closing:
+        conn = self.conn
+        if conn.transport is None or conn.closing:
             return
         if code == "replaced":
-            self.session.log.write(f"Replacing existing tower connection {self.client_id}")
+            conn.session.log.write(f"Replacing existing tower connection {conn.client_id}")
         elif code not in _SILENT_ERRORS:
-            self.session.log.write(f"Protocol error: {message} (client {self.client_id})")
+            conn.session.log.write(f"Protocol error: {message} (client {conn.client_id})")
         if fatal:
-            self.close_after_flush()
-
-    def send_frame(self, frame: wire.Frame) -> None:
-        return  # a version-2 frame means nothing to this client
-
-    def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "protocol_version": legacy.LEGACY_VERSION}
+            conn.close_after_flush()
 
 
 def _exit_frame(code: int | None, signal: str | None, child_pid: int | None) -> bytes:

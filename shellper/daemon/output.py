@@ -217,7 +217,7 @@ class Output:
         if self._clients:
             frame = b""  # the DATA frame, built once and only for a client that takes frames
             for client in self._clients.values():
-                if not frame and client.terminal is None:
+                if not frame and client.sink.terminal is None:
                     frame = wire.encode_data(data)
                 client.on_output(old_end, data, frame)
             if self.paced:

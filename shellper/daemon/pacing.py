@@ -24,10 +24,15 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-u
 if TYPE_CHECKING:
     from typing import Protocol
 
+    from shellper.protocol.wire import Role
+
     class _Reader(Protocol):
         client_id: int
-        role: str
-        pos: int
+
+        @property
+        def role(self) -> Role | None: ...
+        @property
+        def pos(self) -> int: ...
 
 
 class OutputPacer:

@@ -4,6 +4,8 @@ and the one tower; what goes to all of them at once."""
 from __future__ import annotations
 
 from shellper.daemon.clientconn import MAX_CLIENTS, MAX_PARTIAL_BYTES
+from shellper.protocol.server import PACED
+from shellper.protocol.wire import Role
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
 if TYPE_CHECKING:
@@ -53,14 +55,14 @@ class ClientRegistry:
 
     def register(self, client: ClientConn) -> None:
         """A client finished its handshake: it gets output (and, as the tower or a terminal, is waited for)."""
-        if client.role == "tower":
+        if client.role is Role.TOWER:
             old = self.tower
             if old is not None and old is not client:
                 old.send_error("replaced", f"a new tower connection (client {client.client_id}) replaced this one",
                                None, fatal=True)
             self.tower = client
         self.clients[client.client_id] = client
-        if client.role in ("tower", "terminal"):
+        if client.role in PACED:
             self._output.pace(client)
 
     def remove(self, client: ClientConn) -> bool:

@@ -51,13 +51,14 @@ if TYPE_CHECKING:
     from typing import Any
 
     from shellper.core.exitrecord import ExitRecord
+    from shellper.daemon.legacyconn import LegacyCodec
 
 
-def _legacy_conn() -> type[ClientConn]:
+def _legacy_codec() -> type[LegacyCodec]:
     # Imported on a version-1 client's first frame: most sessions never see one (bench/NOTES.md, "Lazy imports").
-    from shellper.daemon.legacyconn import LegacyConn
+    from shellper.daemon.legacyconn import LegacyCodec
 
-    return LegacyConn
+    return LegacyCodec
 
 
 class Session:
@@ -87,7 +88,7 @@ class Session:
                                    registry=self.registry, journal=self.journal, tree=self.tree,
                                    request_stop=self.request_stop)
         self.files = SessionFiles(loop, log, paths, config.name, self.journal,
-                                  lambda: ClientConn(self, load_legacy=_legacy_conn))
+                                  lambda: ClientConn(self, load_legacy=_legacy_codec))
         self.output.screen.resize(self.lifecycle.cols, self.lifecycle.rows)
         self.stop_error: str | None = None
         """Why the stop failed, if it did: the session was ended anyway, and serve() returns 1."""

@@ -26,7 +26,7 @@ from shellper.protocol.firstframe import HEADER as HEADER
 from shellper.protocol.firstframe import HEADER_SIZE as HEADER_SIZE
 from shellper.protocol.firstframe import MAX_FRAME_SIZE as MAX_FRAME_SIZE
 from shellper.protocol.firstframe import first_frame_is_legacy as first_frame_is_legacy
-from shellper.protocol.wire import CONTROL_LIMIT, HELLO_LIMIT, SPAWN_LIMIT, FrameType, PayloadLimit
+from shellper.protocol.wire import CONTROL_LIMIT, HELLO_LIMIT, SPAWN_LIMIT, FrameType, PayloadLimit, Role
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
 if TYPE_CHECKING:
@@ -59,24 +59,24 @@ class LegacyAction(IntEnum):
     PONG = 5
 
 
-RIGHTS: dict[tuple[str, int], LegacyAction] = {
-    **{(client, FrameType.DATA): LegacyAction.INPUT for client in ("tower", "terminal")},
-    **{(client, FrameType.RESIZE): LegacyAction.RESIZE for client in ("tower", "terminal")},
-    **{(client, FrameType.PING): LegacyAction.PONG for client in ("tower", "terminal")},
-    ("tower", FrameType.SIGNAL): LegacyAction.SIGNAL,
-    ("tower", FrameType.SPAWN): LegacyAction.SPAWN,
+RIGHTS: dict[tuple[Role, int], LegacyAction] = {
+    **{(client, FrameType.DATA): LegacyAction.INPUT for client in (Role.TOWER, Role.TERMINAL)},
+    **{(client, FrameType.RESIZE): LegacyAction.RESIZE for client in (Role.TOWER, Role.TERMINAL)},
+    **{(client, FrameType.PING): LegacyAction.PONG for client in (Role.TOWER, Role.TERMINAL)},
+    (Role.TOWER, FrameType.SIGNAL): LegacyAction.SIGNAL,
+    (Role.TOWER, FrameType.SPAWN): LegacyAction.SPAWN,
 }
 """(kind of client, frame type) -> action; anything not here is ignored silently (a terminal's SIGNAL or
 SPAWN, a second HELLO, the shellper's own frame types, unknown types)."""
 
 
-def action_for(client_kind: str, frame_type: int) -> LegacyAction:
+def action_for(client_kind: Role, frame_type: int) -> LegacyAction:
     return RIGHTS.get((client_kind, frame_type), LegacyAction.IGNORE)
 
 
-def client_kind(client_type: str) -> str:
+def client_kind(client_type: str) -> Role:
     """Exactly ``tower`` is a tower; any other clientType has a terminal's (restricted) rights."""
-    return "tower" if client_type == "tower" else "terminal"
+    return Role.TOWER if client_type == Role.TOWER else Role.TERMINAL
 
 
 class LegacyError(ShellperError):
@@ -191,7 +191,9 @@ class Hello:
 def parse_hello(payload: bytes) -> Hello:
     value = parse_json_payload(payload, "HELLO", HELLO_LIMIT.objects)
     client_type = value.get("clientType")
-    return Hello(version=value.get("version"), client_type=client_type if isinstance(client_type, str) else "tower")
+    if not isinstance(client_type, str):  # no clientType: a tower's HELLO
+        client_type = Role.TOWER.value
+    return Hello(version=value.get("version"), client_type=client_type)
 
 
 def _number(value: Any) -> bool:

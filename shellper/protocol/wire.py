@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Iterator
-from enum import IntEnum
+from enum import Enum, IntEnum, StrEnum
 
 import msgpack
 
@@ -33,16 +33,56 @@ PROTOCOL_VERSION = 3
 """Version spoken by this codec. Version 3 adds request ids and REPLY, and SCREEN; version 1, the original's
 JSON framing, is served by shellper.protocol.legacy, not by this codec."""
 MIN_PROTOCOL_VERSION = 2
-REPLY_VERSION = 3
+
+
+class Feature(Enum):
+    """What a protocol version may have; SINCE says from which version on."""
+
+    REPLY = "request ids, answered by REPLY (or a STATUS_REPLY with the id)"
+    SCREEN = "SCREEN and SCREEN_REPLY"
+    RENDERED = "HELLO's rendered: the screen drawn from the model instead of the bytes (PROTOCOL.md 8.6)"
+    HELLO_SIZE = "HELLO's cols and rows: a relaying terminal's size, applied before the replay"
+    GAP_PREAMBLE = "a GAP's preamble: what a terminal writes instead of the output it missed"
+
+
+SINCE: dict[Feature, int] = {
+    Feature.REPLY: 3,
+    Feature.SCREEN: 3,
+    Feature.RENDERED: 3,
+    Feature.HELLO_SIZE: 3,
+    Feature.GAP_PREAMBLE: 3,
+}
+"""The first protocol version with each feature; compare versions through :func:`supports`, not with numbers."""
+
+
+def supports(version: int, feature: Feature) -> bool:
+    return version >= SINCE[feature]
+
+
+REPLY_VERSION = SINCE[Feature.REPLY]
 """The first version in which requests carry an ``id`` and are answered by REPLY (or an STATUS_REPLY with it)."""
-SCREEN_VERSION = 3
+SCREEN_VERSION = SINCE[Feature.SCREEN]
 """The first version with SCREEN / SCREEN_REPLY and HELLO's ``rendered``."""
 HEADER = struct.Struct(">BI")
 HEADER_SIZE = HEADER.size
 MAX_FRAME_SIZE = 16 * 1024 * 1024
 """Largest payload accepted by default; a larger declared length is skipped, never buffered."""
 
-ROLES = ("tower", "terminal", "viewer")
+
+
+class Role(StrEnum):
+    """Who a client is (HELLO's ``role``; on the wire, the string): what it may send is
+    shellper.protocol.server.MAY_SEND."""
+
+    TOWER = "tower"
+    """The one managing client: it may signal, respawn and stop; a new one replaces the old."""
+    TERMINAL = "terminal"
+    """A person's terminal: it types and resizes."""
+    VIEWER = "viewer"
+    """Watches only."""
+
+
+ROLES = tuple(role.value for role in Role)
 SIGNALS = ("HUP", "INT", "QUIT", "TERM", "KILL", "CONT", "STOP", "TSTP", "WINCH", "USR1", "USR2")
 """Signal names a tower may send to the child's process group (without the SIG prefix)."""
 
