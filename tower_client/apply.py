@@ -78,7 +78,7 @@ VERIFY_CLIENT_NAME = "tower-client-verify"
 def verify_session(record: SessionRecord, paths: SessionPaths,
                    timeout: float = PROBE_TIMEOUT) -> wire.Welcome:
     """Handshake as a viewer; InstanceMismatch / PeerMismatch unless it is the recorded shellper."""
-    client = Client(paths.socket, "viewer", client_name=VERIFY_CLIENT_NAME, timeout=timeout)
+    client = Client(paths.socket, wire.Role.VIEWER, client_name=VERIFY_CLIENT_NAME, timeout=timeout)
     try:
         welcome = client.connect(replay_bytes=0)
         check_recorded(client, welcome, record)

@@ -113,7 +113,7 @@ class AsyncClient(ConnectionView):
     and ends when the shellper closes the connection (``closed_error`` says why).
     """
 
-    def __init__(self, path: str | os.PathLike[str], role: str = "tower", *, client_name: str = CLIENT_NAME,
+    def __init__(self, path: str | os.PathLike[str], role: str = wire.Role.TOWER, *, client_name: str = CLIENT_NAME,
                  connect_timeout: float = CONNECT_TIMEOUT, handshake_timeout: float = HANDSHAKE_TIMEOUT,
                  request_timeout: float = REQUEST_TIMEOUT, max_buffered: int = MAX_BUFFERED,
                  max_frame: int = wire.MAX_FRAME_SIZE) -> None:
@@ -491,7 +491,7 @@ class AsyncResumingClient(_Resuming[AsyncClient]):
     :class:`~tower_client.resume.Resume`'s; this only connects, reads and sleeps.
     """
 
-    def __init__(self, path: str | os.PathLike[str], role: str = "tower", *, client_name: str = CLIENT_NAME,
+    def __init__(self, path: str | os.PathLike[str], role: str = wire.Role.TOWER, *, client_name: str = CLIENT_NAME,
                  backoff: Backoff | None = None, expect_instance_id: str | None = None,
                  connect_timeout: float = CONNECT_TIMEOUT, handshake_timeout: float = HANDSHAKE_TIMEOUT,
                  request_timeout: float = REQUEST_TIMEOUT) -> None:
@@ -647,7 +647,7 @@ class AsyncResumingClient(_Resuming[AsyncClient]):
 class ResumingClient(_Resuming[Client]):
     """The blocking twin of :class:`AsyncResumingClient`, built on shellper's :class:`Client`."""
 
-    def __init__(self, path: str | os.PathLike[str], role: str = "tower", *, client_name: str = CLIENT_NAME,
+    def __init__(self, path: str | os.PathLike[str], role: str = wire.Role.TOWER, *, client_name: str = CLIENT_NAME,
                  backoff: Backoff | None = None, expect_instance_id: str | None = None,
                  timeout: float = CONNECT_TIMEOUT) -> None:
         self._settle(path, role, client_name, backoff, expect_instance_id)

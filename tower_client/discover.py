@@ -34,6 +34,7 @@ from shellper.host.ownfiles import hard_linked, is_this_socket
 from shellper.host.paths import PathError, SessionPaths, check_dir, record_temp_files, session_names
 from shellper.host.record import LockError, RecordError, SessionLock, SessionRecord, read_record
 from shellper.host.shellpers import lock_owners, serves
+from shellper.protocol import wire
 from tower_client.client import (
     AsyncClient,
     ClientError,
@@ -227,7 +228,7 @@ def _identity(ident: ProcessIdentity) -> tuple[IdentityState, str]:
 
 async def _probe(paths: SessionPaths, timeout: float) -> tuple[dict[str, Any], int | None]:
     """Facts from a handshake, and the child pid WELCOME reported."""
-    client = AsyncClient(paths.socket, "viewer", client_name=PROBE_CLIENT_NAME, connect_timeout=timeout,
+    client = AsyncClient(paths.socket, wire.Role.VIEWER, client_name=PROBE_CLIENT_NAME, connect_timeout=timeout,
                          handshake_timeout=timeout)
     try:
         welcome = await client.connect(replay_bytes=0)

@@ -52,7 +52,7 @@ REMOTE_HANDSHAKE_TIMEOUT = 10.0
 class RemoteResumingClient(ResumingClient):
     """Session ``name`` on ``host`` (``directory``: its runtime directory there, default the remote user's)."""
 
-    def __init__(self, host: str, name: str, role: str = "tower", *, directory: str | None = None,
+    def __init__(self, host: str, name: str, role: str = wire.Role.TOWER, *, directory: str | None = None,
                  client_name: str = CLIENT_NAME, backoff: Backoff | None = None,
                  expect_instance_id: str | None = None, timeout: float = CONNECT_TIMEOUT) -> None:
         super().__init__(remote_address(host, name), role, client_name=client_name, backoff=backoff,
@@ -70,7 +70,7 @@ class AsyncRemoteClient(AsyncClient):
     remote version is checked once per host and process (VersionMismatch); ssh's own blocking steps (the
     check, starting the shared connection) run in a thread, so the event loop is not held up."""
 
-    def __init__(self, host: str, name: str, role: str = "tower", *, directory: str | None = None,
+    def __init__(self, host: str, name: str, role: str = wire.Role.TOWER, *, directory: str | None = None,
                  client_name: str = CLIENT_NAME, connect_timeout: float = REMOTE_CONNECT_TIMEOUT,
                  handshake_timeout: float = REMOTE_HANDSHAKE_TIMEOUT, request_timeout: float = REQUEST_TIMEOUT,
                  max_buffered: int = MAX_BUFFERED) -> None:
@@ -166,7 +166,7 @@ class AsyncRemoteResumingClient(AsyncResumingClient):
     again) and resumes at the next byte it has not handed on: a dropped ssh connection loses nothing the
     ring still holds."""
 
-    def __init__(self, host: str, name: str, role: str = "tower", *, directory: str | None = None,
+    def __init__(self, host: str, name: str, role: str = wire.Role.TOWER, *, directory: str | None = None,
                  client_name: str = CLIENT_NAME, backoff: Backoff | None = None,
                  expect_instance_id: str | None = None, connect_timeout: float = REMOTE_CONNECT_TIMEOUT,
                  handshake_timeout: float = REMOTE_HANDSHAKE_TIMEOUT,

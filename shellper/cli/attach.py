@@ -544,7 +544,7 @@ def attach(socket_path: str | os.PathLike[str], *, name: str | None = None,
     except DetachKeyError as exc:
         print(f"shellper: {exc}", file=sys.stderr)
         return 2
-    client = Client(socket_path, "viewer" if read_only else "terminal", client_name="shellper-attach")
+    client = Client(socket_path, wire.Role.VIEWER if read_only else wire.Role.TERMINAL, client_name="shellper-attach")
     session = _Attachment(client, detach_byte=detach_byte, read_only=read_only,
                           stdin_fd=stdin_fd, stdout_fd=stdout_fd)
     outcome = _Outcome(1)

@@ -60,7 +60,7 @@ def trusted_paths(directory: str, name: str) -> SessionPaths:
     return paths
 
 
-def connect(args: argparse.Namespace, role: str = "tower", **hello: Any) -> Client:
+def connect(args: argparse.Namespace, role: str = "tower", **hello: Any) -> Client:  # wire.Role.TOWER: wire loads late
     """A connection to session ``args.name``, its handshake done; CliError naming the session if not."""
     from shellper.client.blocking import Client, ClientError
     from shellper.core.names import socket_path, validate_name

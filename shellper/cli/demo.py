@@ -46,7 +46,7 @@ def _wait_for(directory: str, name: str, needle: str, timeout: float = 10.0) -> 
 def show_protocol() -> None:
     print("\033[1mThe wire protocol: every frame type, encoded and decoded back\033[0m")
     frames: list[wire.Frame] = [
-        wire.Hello(version=wire.PROTOCOL_VERSION, role="tower", resume_from=1024, client="demo"),
+        wire.Hello(version=wire.PROTOCOL_VERSION, role=wire.Role.TOWER, resume_from=1024, client="demo"),
         wire.Data(b"ls -l\r"),
         wire.Resize(cols=120, rows=40),
         wire.Signal(signal="INT"),

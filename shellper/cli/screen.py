@@ -22,7 +22,7 @@ class NoScreenModel(ShellperError):
 def request_screen(client: Client, *, ansi: bool = False, scrollback: int = 0) -> wire.ScreenReply:
     """Ask a connected shellper for its screen (protocol version 3)."""
     assert client.welcome is not None
-    if client.welcome.version < 3:
+    if not wire.supports(client.welcome.version, wire.Feature.SCREEN):
         raise NoScreenModel(f"the shellper speaks protocol version {client.welcome.version}: it keeps no screen "
                             "(restart the session with this shellper's version)")
     reply = client.request(wire.ScreenRequest(format="ansi" if ansi else "text", scrollback=scrollback),

@@ -99,7 +99,7 @@ class Client(ConnectionView):
     ``welcome``, ``replay``, ``output``, ``exit``, ``fatal_error`` and ``last_event_seq`` are its.
     """
 
-    def __init__(self, path: str | os.PathLike[str], role: str = "tower", *, client_name: str = "",
+    def __init__(self, path: str | os.PathLike[str], role: str = wire.Role.TOWER, *, client_name: str = "",
                  timeout: float = 5.0) -> None:
         self.path = checked_socket_path(path)
         check_role(role)

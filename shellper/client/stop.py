@@ -50,7 +50,7 @@ def send_stop(path: str, grace: float, check: Callable[[Client, wire.Welcome], N
     Either way nothing is left open.
     """
     try:
-        client = Client(path, "tower", client_name=client_name, timeout=timeout)
+        client = Client(path, wire.Role.TOWER, client_name=client_name, timeout=timeout)
         welcome = client.connect(replay_bytes=0)  # closes the socket again if it fails
     except ClientError as exc:
         raise StopNotDelivered(str(exc)) from exc
@@ -174,7 +174,7 @@ def stop_session(directory: str, name: str, *, grace: float | None, client_name:
         instance: str | None = None
         failure = ""
         for _ in range(STOP_ATTEMPTS):
-            client = Client(socket_path(directory, name), "tower", client_name=client_name)
+            client = Client(socket_path(directory, name), wire.Role.TOWER, client_name=client_name)
             try:
                 client.connect(replay_bytes=0)
             except ClientError as exc:

@@ -323,7 +323,7 @@ def answers(frame: wire.Frame, request: Request) -> bool:
 class Connection(StreamPosition):
     """One client connection's protocol state; the module's docstring says how it is driven."""
 
-    def __init__(self, path: str, role: str = "tower", client_name: str = "",
+    def __init__(self, path: str, role: str = wire.Role.TOWER, client_name: str = "",
                  max_frame: int = wire.MAX_FRAME_SIZE) -> None:
         super().__init__()
         self.path = path

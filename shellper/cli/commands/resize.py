@@ -22,7 +22,7 @@ def handle(args: argparse.Namespace) -> int:
 
     if not terminal_size_in_range(args.cols, args.rows):
         raise CliError(f"resize: {args.cols}x{args.rows} is outside {TERMINAL_SIZE_RANGE}")
-    with connect(args, "terminal", replay_bytes=0) as client:
+    with connect(args, wire.Role.TERMINAL, replay_bytes=0) as client:
         client.send(wire.Resize(cols=args.cols, rows=args.rows))
         confirm(client)
     return 0

@@ -17,7 +17,7 @@ def handle(args: argparse.Namespace) -> int:
     from shellper.cli.connect import confirm, connect
     from shellper.protocol import wire
 
-    with connect(args, "tower", replay_bytes=0) as client:
+    with connect(args, wire.Role.TOWER, replay_bytes=0) as client:
         client.send(wire.Spawn())
         confirm(client)
     print(f"restarted {args.name}")

@@ -251,7 +251,7 @@ def _ended(args: argparse.Namespace, paths: SessionPaths) -> str | None:
     from shellper.protocol import wire
 
     try:
-        client = connect(args, "viewer", replay_bytes=0)
+        client = connect(args, wire.Role.VIEWER, replay_bytes=0)
     except CliError as exc:  # its lock is held (the caller checked), yet it does not take us
         if exc.cause is not None and on_its_way_out(exc.cause, paths):
             raise _Stopping(str(exc)) from None

@@ -21,10 +21,11 @@ ARGUMENTS = (
 def handle(args: argparse.Namespace) -> int:
     from shellper.cli import screen
     from shellper.cli.connect import CliError, connect
+    from shellper.protocol import wire
 
     if args.scrollback < 0:
         raise CliError(f"screen: --scrollback {args.scrollback}: must be >= 0")
-    with connect(args, "viewer", replay_bytes=0) as client:
+    with connect(args, wire.Role.VIEWER, replay_bytes=0) as client:
         try:
             return screen.cmd_screen(client, ansi=args.ansi, as_json=args.json, scrollback=args.scrollback)
         except screen.NoScreenModel as exc:

@@ -23,7 +23,7 @@ def handle(args: argparse.Namespace) -> int:
     from shellper.protocol import wire
 
     text = (sys.stdin.buffer.read() if args.text == "-" else args.text.encode()) + (b"\r" if args.enter else b"")
-    with connect(args, "terminal", replay_bytes=0) as client:
+    with connect(args, wire.Role.TERMINAL, replay_bytes=0) as client:
         assert client.welcome is not None
         state = client.welcome.state
         if state not in (SessionState.RUNNING, SessionState.STARTING):  # input would go nowhere (or to a later child)

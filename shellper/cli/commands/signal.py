@@ -27,7 +27,7 @@ def handle(args: argparse.Namespace) -> int:
     bare = wire.bare_signal(spelled)
     if bare is None:
         raise CliError(f"signal: {args.signal!r} is not one of {' '.join(wire.SIGNALS)}")
-    with connect(args, "tower", replay_bytes=0) as client:
+    with connect(args, wire.Role.TOWER, replay_bytes=0) as client:
         client.send(wire.Signal(signal=bare))
         confirm(client)
     return 0

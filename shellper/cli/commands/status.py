@@ -28,7 +28,7 @@ def handle(args: argparse.Namespace) -> int:
 
     paths = trusted_paths(session_dir(args), args.name)
     try:
-        client = connect(args, "viewer", replay_bytes=0)
+        client = connect(args, wire.Role.VIEWER, replay_bytes=0)
     except CliError as exc:  # no answer: if the shellper is gone and left its record, show what that says
         silent = silent_shellper(paths, exc.cause) if exc.cause is not None else None
         if silent is not None:

@@ -38,17 +38,17 @@ def handle(args: argparse.Namespace) -> int:
     modes = _TailModes(out) if not args.plain and _is_terminal(out) else None
     from_model = args.plain and args.bytes is None  # the text a person sees: from the screen model
     with contextlib.ExitStack() as stack:
-        client = stack.enter_context(connect(args, "viewer", replay_bytes=0 if from_model else args.bytes))
-        if from_model and client.welcome is not None and client.welcome.version < 3:
+        client = stack.enter_context(connect(args, wire.Role.VIEWER, replay_bytes=0 if from_model else args.bytes))
+        if from_model and client.welcome is not None and not wire.supports(client.welcome.version, wire.Feature.SCREEN):
             # A shellper of protocol version 2 keeps no screen model: its whole ring, stripped, as before.
             client.close()
-            client = stack.enter_context(connect(args, "viewer", replay_bytes=None))
+            client = stack.enter_context(connect(args, wire.Role.VIEWER, replay_bytes=None))
             from_model = False
         welcome, replay = client.welcome, client.replay
         assert welcome is not None and replay is not None
         end = welcome.ring_end
         seen = 0  # with the screen: the offset it was drawn at (DATA before it is in it already)
-        if from_model and welcome.version >= 3:
+        if from_model and wire.supports(welcome.version, wire.Feature.SCREEN):
             from shellper.cli.screen import plain_text, request_screen
 
             shown = request_screen(client, scrollback=SCREEN_SCROLLBACK_LINES)
