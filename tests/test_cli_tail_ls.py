@@ -80,6 +80,20 @@ def test_tail_f_interrupted_still_switches_them_off(screen: Sessions) -> None:
     assert finish(term) == 130
 
 
+def test_tail_to_a_terminal_gives_back_the_pen_charsets_and_tab_stops(sessions: Sessions) -> None:
+    """Output that left a pen, insert mode, no tab stops and line drawing shifted in is followed by what makes
+    the terminal fresh again (shellper.core.terminal.restore), as a detach is."""
+    from shellper.core.terminal.restore import restore_sequence
+
+    dirty = "sys.stdout.write('PEN-UP\\x1b[1;31m\\x1b[4h\\x1b[3g\\x1b)0\\x0e'); sys.stdout.flush()\n"
+    sessions.start("pen", [sys.executable, "-c", f"import sys, time\n{dirty}time.sleep(300)\n"])
+    poll_until(lambda: ring_has(sessions, "pen", "PEN-UP"), TIMEOUT, what="the dirty output")
+    term = terminal(sessions.dir, "tail", "pen")
+    term.expect_exact(b"PEN-UP")
+    term.expect_exact(restore_sequence(80))
+    assert finish(term) == 0
+
+
 def test_tail_into_a_pipe_adds_nothing_to_the_output(screen: Sessions) -> None:
     out = subprocess.run([*SHELLPER_CLI, "--dir", str(screen.dir), "tail", "scr"], capture_output=True,
                          timeout=60, cwd=REPO)

@@ -98,6 +98,22 @@ def test_exit_leaves_a_fresh_terminal(terminals: Terminals) -> None:
 
 
 @handed_and_relayed
+def test_a_restarted_child_starts_on_a_fresh_terminal(terminals: Terminals) -> None:
+    """The child dies with the terminal dirty and the shellper restarts it: the new one starts on a fresh
+    terminal, as the first did (the shellper writes it when it holds the terminal, attach when it relays)."""
+    terminals.shell("r", "--restart", "always", "--backoff-initial", "0.1")
+    term, received = attach_dirty(terminals, "r", then="exit 3")
+    term.expect(re.escape("; restarting"))
+    term.expect(re.escape(PROMPT))  # the new shell's
+    shown = received.getvalue()
+    note = shown.rindex(b"[exited: ")
+    assert restore_sequence(COLS) in shown[max(0, note - 400):note], shown[max(0, note - 400):note]
+    assert_fresh(shown[: shown.index(b"\n", note) + 1])  # up to the note's end: the note, dim, ends its pen
+    term.send(DETACH)
+    assert finish(term) == 0
+
+
+@handed_and_relayed
 def test_lost_connection_leaves_a_fresh_terminal(terminals: Terminals) -> None:
     info = terminals.run("k", *BASH)
     term, received = attach_dirty(terminals, "k")

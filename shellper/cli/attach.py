@@ -226,17 +226,22 @@ class _Attachment:
             return
         raise _Signalled(signum)
 
+    def fresh_terminal_sequence(self) -> bytes:
+        """The modes the session switched on, switched off, then the pen, character sets and tab stops of a
+        fresh terminal as wide as this one (shellper.core.terminal.restore)."""
+        from shellper.core.terminal.restore import restore_sequence  # here: only at the end or a restart
+
+        size = window_size(self.stdout_fd)
+        return self.reset_sequence() + restore_sequence(size[0] if size else None)
+
     def restore(self, reset: bool) -> None:
         """Undo setup; with ``reset``, switch off what the session's output switched on, and set the pen,
         character sets and tab stops as a fresh terminal's (shellper.core.terminal.restore). Never raises:
         the terminal may already be gone."""
         self.cleaning = True
         if reset:
-            from shellper.core.terminal.restore import restore_sequence  # here: only at the end
-
-            size = window_size(self.stdout_fd)
             with contextlib.suppress(_TerminalGone):
-                _write_all(self.stdout_fd, self.reset_sequence() + restore_sequence(size[0] if size else None))
+                _write_all(self.stdout_fd, self.fresh_terminal_sequence())
         if self.saved_tty is not None:
             with contextlib.suppress(termios.error, OSError):
                 termios.tcsetattr(self.stdin_fd, termios.TCSADRAIN, self.saved_tty)
@@ -371,10 +376,10 @@ class _Attachment:
                 self.modes_known = False
         elif isinstance(frame, wire.Exit):
             if frame.state == SessionState.BACKOFF:
-                # The shellper restarts the child: switch off what the dead one left on, carry on.
+                # The shellper restarts the child: the new one starts on a fresh terminal, as the first did.
                 from shellper.core.terminal.modes import ModeTracker
 
-                _write_all(self.stdout_fd, self.reset_sequence())
+                _write_all(self.stdout_fd, self.fresh_terminal_sequence())
                 self.modes = ModeTracker()
                 self.modes_known = True
                 self.note(frame.restart_note())

@@ -244,8 +244,12 @@ class WireCodec:
 
     def _show_restart(self, exit_frame: wire.Exit) -> None:
         terminal = self.conn.sink.terminal
-        if terminal is not None:  # switch off what the dead child left on
-            terminal.write(self.conn.session.scrollback.modes.reset_sequence() + note(exit_frame.restart_note()))
+        if terminal is not None:  # the new child starts on a fresh terminal, as the first did
+            from shellper.core.terminal.restore import restore_sequence  # here: only a restart needs it
+
+            session = self.conn.session
+            terminal.write(session.scrollback.modes.reset_sequence() + restore_sequence(session.cols)
+                           + note(exit_frame.restart_note()))
 
     def send_error(self, code: str, message: str, frame_type: int | None, fatal: bool = False) -> None:
         conn = self.conn

@@ -112,7 +112,8 @@ def _is_terminal(out: Any) -> bool:
 
 
 class _TailModes:
-    """The terminal modes the output ``tail`` printed switched on, to switch off when it is done."""
+    """The terminal state the output ``tail`` printed left set, to give back when it is done: the modes it
+    switched on, and, once it wrote any escape or shift, the pen, character sets and tab stops too."""
 
     def __init__(self, out: Any) -> None:
         from shellper.core.terminal.modes import ModeTracker
@@ -120,14 +121,26 @@ class _TailModes:
         self.out = out
         self.tracker = ModeTracker()
         self.fed = 0
+        self.escaped = False  # ESC, SO or an 8-bit CSI seen: the pen or the character sets may be changed
 
     def feed(self, data: bytes) -> None:
         self.tracker.feed(self.fed, data)
         self.fed += len(data)
+        self.escaped = self.escaped or b"\x1b" in data or b"\x0e" in data or b"\xc2\x9b" in data
 
     def reset(self) -> None:
         """Never raises: the terminal may be gone."""
         sequence = self.tracker.reset_sequence()
+        if self.escaped:
+            import os
+
+            from shellper.core.terminal.restore import restore_sequence
+
+            try:
+                columns: int | None = os.get_terminal_size(self.out.fileno()).columns
+            except (OSError, ValueError):
+                columns = None
+            sequence += restore_sequence(columns)
         if sequence:
             try:
                 _write_all(self.out, sequence)
