@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import re
 import select
 import socket
 import stat
@@ -21,12 +20,29 @@ from typing import Any
 
 import msgpack
 import pytest
-from support.frames import collect_output, read_until, recv_until
+from support.frames import (
+    echo_roundtrip,
+    expect_closed,
+    frame,
+    frames_until_eof,
+    hello,
+    next_error,
+    only_error,
+    output_search,
+    output_until,
+    packed,
+    ping,
+    raw_socket,
+    read_until,
+    recv_until,
+    status,
+)
 from support.paths import PY
+from support.processes import vm_kib
 from support.sessions import Sessions
 from support.waiting import poll_until, wait_gone
 
-from shellper.client.blocking import Client, SessionGone
+from shellper.client.blocking import Client
 from shellper.core.exits import RestartPolicy
 from shellper.daemon.clientconn import MAX_CLIENTS
 from shellper.protocol import wire
@@ -35,136 +51,6 @@ NO_RESTART = RestartPolicy(mode="no")
 
 
 # ------------------------------------------------------------------------------------------- helpers
-
-
-def raw_socket(path: Path, timeout: float = 10.0) -> socket.socket:
-    """A connected socket, no HELLO sent. A full listen backlog (EAGAIN) is waited out."""
-    def attempt() -> socket.socket | None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-        sock.settimeout(timeout)
-        try:
-            sock.connect(str(path))
-        except BlockingIOError:
-            sock.close()
-            return None
-        except BaseException:
-            sock.close()
-            raise
-        return sock
-    connected: socket.socket = poll_until(attempt, timeout, what=f"a connection to {path}")
-    return connected
-
-
-def hello(role: str = "tower", **fields: Any) -> bytes:
-    return wire.encode(wire.Hello(version=wire.PROTOCOL_VERSION, role=role, client="raw", **fields))
-
-
-def frame(frame_type: int, payload: bytes) -> bytes:
-    return struct.pack(">BI", frame_type, len(payload)) + payload
-
-
-def packed(frame_type: int, payload: Any) -> bytes:
-    return frame(frame_type, msgpack.packb(payload, use_bin_type=True))
-
-
-def frames_until_eof(sock: socket.socket, timeout: float = 10.0) -> list[wire.DecodedEvent]:
-    """Every frame the shellper sends until it closes the connection; fails the test at the deadline."""
-    decoder = wire.Decoder()
-    deadline = time.monotonic() + timeout
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            pytest.fail(f"the shellper did not close the connection within {timeout:g} s; "
-                        f"got {list(decoder.events())!r}")
-        readable, _, _ = select.select([sock], [], [], left)
-        if not readable:
-            continue
-        try:
-            chunk = sock.recv(1 << 20)
-        except ConnectionResetError:
-            chunk = b""
-        if not chunk:
-            events = list(decoder.events())
-            decoder.close()  # the shellper never stops mid-frame
-            return events
-        decoder.feed(chunk)
-
-
-def only_error(events: list[wire.DecodedEvent]) -> wire.Error:
-    """The one fatal ERROR a refused connection gets, and nothing after it."""
-    errors = [e for e in events if isinstance(e, wire.Error)]
-    assert len(errors) == 1, events
-    assert events[-1] is errors[0], f"frames after the fatal ERROR: {events}"
-    assert errors[0].fatal is True
-    return errors[0]
-
-
-def next_error(client: Client, timeout: float = 10.0) -> wire.Error:
-    err = recv_until(client, wire.Error, timeout)
-    assert isinstance(err, wire.Error)
-    return err
-
-
-def ping(client: Client, nonce: int = 99) -> None:
-    """A round trip: proves the connection is still served and everything sent before was handled."""
-    client.send(wire.Ping(nonce=nonce))
-    pong = recv_until(client, wire.Pong, where=lambda p: p.nonce == nonce)
-    assert pong.nonce == nonce
-
-
-def expect_closed(client: Client, timeout: float = 10.0) -> list[wire.Frame]:
-    """Frames until the shellper closes the connection."""
-    got: list[wire.Frame] = []
-    deadline = time.monotonic() + timeout
-    with pytest.raises(SessionGone):
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                pytest.fail(f"connection not closed within {timeout:g} s; got {got}")
-            f = client.recv(timeout=left)
-            if f is not None:
-                got.append(f)
-    return got
-
-
-def status(client: Client) -> wire.StatusReply:
-    reply = client.request(wire.Status(), wire.StatusReply)
-    assert isinstance(reply, wire.StatusReply)
-    return reply
-
-
-def output_until(client: Client, needle: bytes, timeout: float = 10.0,
-                 others: list[wire.Frame] | None = None) -> bytes:
-    """Output received from now on (not the REPLAY) until ``needle`` appears; fail at the deadline.
-
-    Frames other than DATA are appended to ``others`` when given (else dropped).
-    """
-    seen = bytearray()
-    collect_output(client, seen, lambda got: needle in got, needle, timeout, others)
-    return bytes(seen)
-
-
-def output_search(client: Client, pattern: bytes, seen: bytearray, timeout: float = 10.0) -> re.Match[bytes]:
-    """Add output to ``seen`` (the caller's running buffer) until ``pattern`` matches in it."""
-    collect_output(client, seen, lambda got: re.search(pattern, got) is not None, pattern, timeout)
-    m = re.search(pattern, seen)
-    assert m is not None
-    return m
-
-
-def echo_roundtrip(client: Client, token: bytes) -> None:
-    """Input through ``client`` to a ``cat`` child comes back as output: the session still works."""
-    client.write(token + b"\n")
-    output_until(client, token + b"\r\n" + token + b"\r\n")  # the tty's echo, then cat's copy
-
-
-def vm_kib(pid: int, key: str) -> int:
-    """A /proc/PID/status memory figure (VmRSS, VmHWM) in KiB."""
-    with open(f"/proc/{pid}/status") as fh:
-        for line in fh:
-            if line.startswith(key + ":"):
-                return int(line.split()[1])
-    raise AssertionError(f"no {key} for {pid}")
 
 
 def reaped(pid: int) -> bool:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from support.frames import TREE_CHILD, echo_roundtrip, expect_closed, recv_until, status, tree_pids
 from support.paths import PY, ROOT, SHELLPER_CLI
+from support.processes import UNDER_SUBREAPER, daemons_for
 from support.sessions import NO_RESTART, Sessions, left_in
 from support.waiting import poll_until, wait_gone
 
@@ -38,21 +39,6 @@ def ancestors(pid: int) -> list[int]:
             pid = int(fh.read().rsplit(")", 1)[1].split()[1])
         out.append(pid)
     return out
-
-
-def daemons_for(directory: Path) -> list[int]:
-    """Shellper processes for ``directory`` (their argv names it), found by scanning /proc: daemons
-    started by ``launch()`` and anything forked from the CLI (a daemon, or a prefork left behind)."""
-    found = []
-    script = os.fsencode(SHELLPER_CLI[-1])
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        with contextlib.suppress(OSError):
-            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-            if (b"shellper.daemon" in argv or script in argv) and os.fsencode(str(directory)) in argv:
-                found.append(int(entry))
-    return found
 
 
 # ------------------------------------------------------------------------------------------- launch
@@ -145,20 +131,6 @@ def test_a_second_run_with_the_same_name_fails_and_leaves_the_first(sessions: Se
     sessions.stop("dup")
 
 
-_UNDER_SUBREAPER = """
-import os, subprocess, sys
-from shellper.host.reaper import set_child_subreaper
-set_child_subreaper()
-code = subprocess.run(sys.argv[1:]).returncode
-orphans = []
-while True:  # anything the CLI left behind is ours now: wait for it
-    try:
-        orphans.append(os.waitpid(-1, 0)[0])
-    except ChildProcessError:
-        break
-print("orphans:", orphans, file=sys.stderr)
-sys.exit(code)
-"""
 
 
 @pytest.mark.parametrize(("args", "code", "says"), [
@@ -174,7 +146,7 @@ def test_a_run_that_does_not_launch_leaves_no_process(sessions: Sessions, args: 
     """The console script forks the daemon-to-be before parsing (shellper.daemon.prefork): when the command
     turns out not to launch, that process is killed and reaped by the CLI itself. The CLI runs under a
     subreaper here, which would inherit (and report) any process the CLI left behind."""
-    done = subprocess.run([PY, "-c", _UNDER_SUBREAPER, *SHELLPER_CLI, "--dir", str(sessions.dir), *args],
+    done = subprocess.run([PY, "-c", UNDER_SUBREAPER, *SHELLPER_CLI, "--dir", str(sessions.dir), *args],
                           capture_output=True, text=True, timeout=30, cwd=ROOT)
     assert done.returncode == code, done.stderr
     assert says in done.stdout + done.stderr

@@ -1,4 +1,4 @@
-"""``shellper screen NAME``: print a session's screen as it is now (shellper.cli.screen draws it)."""
+"""``shellper screen NAME``: print a session's screen as it is now (shellper.cli.capture draws it)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ ARGUMENTS = (
 
 
 def handle(args: argparse.Namespace) -> int:
-    from shellper.cli import screen
+    from shellper.cli import capture
     from shellper.cli.connect import CliError, connect
     from shellper.protocol import wire
 
@@ -27,6 +27,6 @@ def handle(args: argparse.Namespace) -> int:
         raise CliError(f"screen: --scrollback {args.scrollback}: must be >= 0")
     with connect(args, wire.Role.VIEWER, replay_bytes=0) as client:
         try:
-            return screen.cmd_screen(client, ansi=args.ansi, as_json=args.json, scrollback=args.scrollback)
-        except screen.NoScreenModel as exc:
+            return capture.cmd_screen(client, ansi=args.ansi, as_json=args.json, scrollback=args.scrollback)
+        except capture.NoScreenModel as exc:
             raise CliError(f"screen: session {args.name!r}: {exc}") from None

@@ -49,7 +49,7 @@ def handle(args: argparse.Namespace) -> int:
         end = welcome.ring_end
         seen = 0  # with the screen: the offset it was drawn at (DATA before it is in it already)
         if from_model and wire.supports(welcome.version, wire.Feature.SCREEN):
-            from shellper.cli.screen import plain_text, request_screen
+            from shellper.cli.capture import plain_text, request_screen
 
             shown = request_screen(client, scrollback=SCREEN_SCROLLBACK_LINES)
             seen = shown.offset
