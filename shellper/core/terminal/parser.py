@@ -517,7 +517,7 @@ _DATA_STATES = (State.OSC_STRING, State.SOS_PM_APC_STRING, State.DCS_PASSTHROUGH
 def parse(token: str) -> Sequence:
     """Classify one token (the whole of a match of :data:`TOKEN`) by stepping :data:`TABLE` over it (a
     string's data is taken whole, not stepped)."""
-    m = re.compile(TOKEN).fullmatch(token)
+    m = _compiled(TOKEN).fullmatch(token)
     if m is None:
         raise ValueError(f"not one token: {token!r}")
     if m.lastgroup == "text":
@@ -573,15 +573,27 @@ def parse(token: str) -> Sequence:
                     intermediates=intermediates, final=final, controls=controls)
 
 
+_PATTERNS: dict[str, re.Pattern[str]] = {}
+
+
+def _compiled(pattern: str) -> re.Pattern[str]:
+    """``pattern`` compiled, once: a dict lookup, where ``re.compile``'s own cache costs a few of its calls
+    (a ring trims on every append past its capacity, and asks the grammar each time)."""
+    found = _PATTERNS.get(pattern)
+    if found is None:
+        found = _PATTERNS[pattern] = re.compile(pattern)
+    return found
+
+
 def end_of(text: str, pos: int = 0) -> int | None:
     """Where the token that begins at ``text[pos]`` ends, or None when the end of ``text`` cuts it short (more
     text could change where it ends; an ESC right after a string's data may begin its ST)."""
-    m = re.compile(TOKEN).match(text, pos)
+    m = _compiled(TOKEN).match(text, pos)
     assert m is not None  # every character starts a token
     end = m.end()
     if end == len(text):
         return end if finished(m) or m.lastgroup == "text" else None
-    if not finished(m) and _is_string(text, pos) and re.compile(f"{ESC}\\Z").match(text, end):
+    if not finished(m) and _is_string(text, pos) and _compiled(_ESC_AT_END).match(text, end):
         return None
     return end
 
@@ -602,13 +614,13 @@ def unfinished(text: str) -> int:
     start = _last_introducer(text, len(text))
     if start < 0:
         return -1
-    m = re.compile(TOKEN).match(text, start)
+    m = _compiled(TOKEN).match(text, start)
     assert m is not None  # every character starts a token
     if m.end() < len(text) or finished(m):
         return -1
-    if start and re.compile(f"{ESC}\\Z").match(text, start):
+    if start and _compiled(_ESC_AT_END).match(text, start):
         prior = _last_introducer(text, start)
-        s = re.compile(TOKEN).match(text, prior) if prior >= 0 else None
+        s = _compiled(TOKEN).match(text, prior) if prior >= 0 else None
         if s is not None and s.end() == start and not finished(s) and _is_string(text, prior):
             return prior
     return start
@@ -616,18 +628,23 @@ def unfinished(text: str) -> int:
 
 def _is_string(text: str, pos: int) -> bool:
     """Whether the token at ``text[pos]`` is a string (OSC, DCS, SOS, PM, APC)."""
-    return re.compile(_STRING_START).match(text, pos) is not None
+    return _compiled(_STRING_START).match(text, pos) is not None
 
 
 _STRING_START = f"{OSC_START}|{DCS_START}|{SOS_PM_APC_START}"
+_ESC_AT_END = f"{ESC}\\Z"
 
 
 def _last_introducer(text: str, end: int) -> int:
-    """The last ESC or C1 introducer before ``end``, or -1 (for ASCII text, simply the last ESC)."""
-    if text.isascii():
-        return text.rfind("\x1b", 0, end)
-    return max(text.rfind(char, 0, end) for char in _INTRODUCER_CHARS)
+    """The last ESC or C1 introducer before ``end``, or -1: the last ESC, unless a C1 control follows it
+    (searched for only after that ESC, usually a few characters, rather than an ``rfind`` per introducer)."""
+    esc = text.rfind("\x1b", 0, end)
+    if text.isascii() or _C1_ANYWHERE.search(text, esc + 1, end) is None:
+        return esc
+    return max(text.rfind(char, esc + 1, end) for char in _INTRODUCER_CHARS)
 
 
 _INTRODUCER_CHARS = "".join(chr(code) for code in sorted(_INTRODUCERS)) + "".join(
     chr(code + 0xDC00) for code in sorted(_INTRODUCERS) if code >= 0x80)
+_C1_ANYWHERE = re.compile("[\x80-\x9f\udc80-\udc9f]")
+"""A C1 control in either form (decoded, or an undecodable byte 0x80-0x9F)."""
