@@ -15,6 +15,7 @@ offset it has seen can resume exactly, and learns how much it missed (``gap``).
 from __future__ import annotations
 
 import mmap
+import re
 
 from shellper.core.defaults import DEFAULT_RING_BYTES
 from shellper.core.errors import ShellperError
@@ -52,12 +53,23 @@ def sequence_end(buf: bytes, pos: int) -> int | None:
     from shellper.core.terminal import parser  # here: a session whose ring never trims never loads it
 
     data = buf[pos:]
+    ascii_end = _NON_ASCII.search(data)
+    if ascii_end is not None and ascii_end.start() > 1:
+        # Most sequences are ASCII and end before the next character that is not: ask about that much only
+        # (a token that reaches the cut there, or may go on, is asked about again on the whole).
+        end = parser.end_of(data[:ascii_end.start()].decode("ascii"))
+        if end is not None and end < ascii_end.start():
+            return pos + end
     held = 0 if data.isascii() else parser.partial_char(data)
     text = parser.decode(data[:len(data) - held])
     end = parser.end_of(text)
     if end is None or (held and end == len(text) and parser.end_of(text + "\xa0") != end):
         return None  # the character cut by the end may go on with it (a string's data)
     return pos + (end if len(text) == len(data) else len(parser.encode(text[:end])))
+
+
+_NON_ASCII = re.compile(rb"[\x80-\xff]")
+_PAST_CONTROLS = re.compile(rb"[^\x00-\x1f\x7f]")
 
 
 class OffsetError(ShellperError, ValueError):
@@ -236,6 +248,13 @@ class RingBuffer:
         if b"\x1b" not in back and back.isascii():
             return -1  # no ESC and no C1 control: nothing is cut short (every trim costs this much)
         from shellper.core.terminal import parser
+
+        esc = back.rfind(b"\x1b")
+        if esc >= 0 and back[esc:].isascii() and _PAST_CONTROLS.search(back, esc + 1) is not None:
+            # The last introducer is this ESC (a C1 control is not ASCII), and something not a control follows
+            # it (an ESC followed by controls only may begin a string's ST): only what follows it decides.
+            start = parser.unfinished(back[esc:].decode("ascii"))
+            return -1 if start < 0 else cut - (len(back) - esc - start)
 
         first = self._after_character(first, first)  # the window may begin inside a character
         back = back[len(back) - (cut - first):] if first < cut else b""
