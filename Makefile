@@ -85,14 +85,20 @@ $(TS_STAMP): $(TS)/package-lock.json
 	cd $(TS) && npm ci --omit=optional --ignore-scripts --no-audit --no-fund --loglevel=error
 	touch $(TS_STAMP)
 
+# The TypeScript client's tests start sessions outside pytest: as root they get a cgroup parent of their own,
+# made and removed here, not the default MOUNT/shellper, which would be left behind.
 test-ts: $(STAMP)
 	@if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then \
 		echo "test-ts: skipped: node and npm are not installed (the TypeScript client needs Node 20 or newer)"; \
 	elif [ "$$(node -p 'process.versions.node.split(".")[0]')" -lt 20 ]; then \
 		echo "test-ts: skipped: node $$(node --version) is older than 20"; \
 	else \
+		mount=$$($(BIN)/python -c 'from shellper.host.cgroup import find_mount; print(find_mount() or "")'); \
+		parent=; if [ -n "$$mount" ] && mkdir "$$mount/shellper-ts-$$$$" 2>/dev/null; then parent="$$mount/shellper-ts-$$$$"; fi; \
 		$(MAKE) --no-print-directory $(TS_STAMP) && cd $(TS) && rm -rf dist && node_modules/.bin/tsc -p . \
-		&& SHELLPER=$(abspath $(BIN))/shellper node --test --test-concurrency=1 --test-reporter=dot dist/test/*.test.js; \
+		&& SHELLPER=$(abspath $(BIN))/shellper SHELLPER_CGROUP_PARENT=$$parent \
+		node --test --test-concurrency=1 --test-reporter=dot dist/test/*.test.js; rc=$$?; \
+		if [ -n "$$parent" ]; then rmdir "$$parent" || { echo "test-ts: left $$parent"; rc=1; }; fi; exit $$rc; \
 	fi
 
 bench: compile
