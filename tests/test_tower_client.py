@@ -17,6 +17,7 @@ from shellper.protocol import wire
 from tower_client.client import (
     AsyncClient,
     AsyncResumingClient,
+    Backoff,
     Client,
     ClientError,
     ConnectionRefused,
@@ -278,6 +279,33 @@ def test_sync_resuming_client_loses_nothing(sessions: Sessions) -> None:
         assert bytes(stream) == bytes(full)
         assert "Reconnected" in kinds and tower.reconnects == 1 and tower.output.next_offset == len(full)
     term.close()
+
+
+def test_an_async_resuming_client_closed_while_it_reconnects_stays_closed(sessions: Sessions) -> None:
+    """close() from another task while recv() waits out the backoff: the attempt that follows must not
+    revive the stream with a connection nobody will close."""
+    info = sessions.start("closing", CAT)
+
+    async def main() -> None:
+        tower = AsyncResumingClient(info.socket, backoff=Backoff(initial=0.3))
+        await tower.connect()
+
+        async def read() -> None:
+            while True:
+                await tower.recv()
+
+        reader = asyncio.create_task(read())
+        tower.abort()
+        async with asyncio.timeout(10):
+            while tower.client is not None:  # the reader saw the loss: it backs off now
+                await asyncio.sleep(0.01)
+        await tower.close()
+        with pytest.raises(SessionGone, match="closed by this client"):
+            async with asyncio.timeout(10):
+                await reader
+        assert tower.client is None
+
+    asyncio.run(main())
 
 
 def test_resuming_client_does_not_resume_a_stopped_session(sessions: Sessions) -> None:

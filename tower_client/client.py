@@ -52,7 +52,18 @@ from shellper.protocol.connection import (
     result_int,
     send_error,
 )
-from tower_client.resume import Backoff, Reconnected, Reopen, Resume, ResumeItem, ResumeView
+from tower_client.resume import (
+    Backoff,
+    Deliver,
+    GiveUp,
+    Receive,
+    Reconnect,
+    Reconnected,
+    Reopen,
+    Resume,
+    ResumeItem,
+    ResumeView,
+)
 
 __all__ = [
     "AsyncClient",
@@ -423,9 +434,10 @@ C = TypeVar("C", Client, AsyncClient)
 
 class _Resuming(ResumeView, Generic[C]):
     """What the blocking and the asyncio resuming clients share that is not I/O: their settings, the
-    live connection's client, what follows each handshake (``_connected``), who answered, and forgetting
-    the client when the connection is lost. What each connection asks for, and every decision about the
-    stream, is their :class:`~tower_client.resume.Resume`'s."""
+    live connection's client, what follows each handshake (``_opened``), who answered, and what follows
+    a lost connection (``_lose``). What each connection asks for, and every decision about the stream
+    (what to hand out, when to reconnect, when to give up), is their :class:`~tower_client.resume.Resume`'s:
+    each driver's ``recv`` loops on its ``next_step()`` and does the I/O it names."""
 
     client: C | None
 
@@ -446,11 +458,14 @@ class _Resuming(ResumeView, Generic[C]):
         if ident is not None and ident.boot_id == welcome.boot_id and ident.start_time == welcome.shellper_start_time:
             self._shellper = ident
 
-    def _connected(self, client: C, welcome: wire.Welcome) -> None:
-        """A connection's handshake is done: the stream takes its REPLAY, and who answered is noted."""
+    def _opened(self, client: C, welcome: wire.Welcome) -> wire.Welcome:
+        """A connection's handshake is done: the stream takes its REPLAY, who answered is noted, and it is
+        the live connection from now on."""
         assert client.replay is not None
         self.state.connected(welcome, client.replay, client.last_event_seq)
         self._note_shellper(welcome, client.peer_pid())
+        self.client = client
+        return welcome
 
     def _gone(self) -> bool:
         """The shellper this client talked to is no longer running (dead or a zombie): a stale socket
@@ -472,11 +487,19 @@ class _Resuming(ResumeView, Generic[C]):
             raise SessionGone(self.path, "not connected (reconnecting or ended)")
         return self.client
 
-    def _forget(self) -> C:
-        """The client whose connection was lost, no longer the current one (closing it is the caller's)."""
+    def _lose(self, error: SessionGone) -> C:
+        """The live connection ended with ``error``: the stream is told, and its client, no longer the
+        current one, is returned for the caller to close."""
         client = self._current()
         self.client = None
+        self.state.lost(error, client.fatal_error)
         return client
+
+    def _stopping(self) -> tuple[C, PidFd | None]:
+        """Before a STOP: the live client, the stream told not to resume, and a pidfd on the shellper."""
+        client = self._current()
+        self.state.stopping = True
+        return client, self._pin_shellper()
 
 
 class AsyncResumingClient(_Resuming[AsyncClient]):
@@ -504,53 +527,49 @@ class AsyncResumingClient(_Resuming[AsyncClient]):
         return AsyncClient(self.path, self.role, client_name=self.client_name, connect_timeout=c,
                            handshake_timeout=h, request_timeout=r)
 
-    async def _open(self, ask: Reopen) -> None:
+    async def _open(self, ask: Reopen) -> wire.Welcome:
         client = self._new_client()
         try:
-            welcome = await client.connect(resume_from=ask.resume_from, replay_bytes=ask.replay_bytes,
-                                           events_after=ask.events_after, expect_instance_id=ask.expect_instance_id)
-            self._connected(client, welcome)
+            return self._opened(client, await client.connect(
+                resume_from=ask.resume_from, replay_bytes=ask.replay_bytes, events_after=ask.events_after,
+                expect_instance_id=ask.expect_instance_id))
         except BaseException:
             await client.close()
             raise
-        self.client = client
 
     async def connect(self, *, resume_from: int | None = None, replay_bytes: int | None = None,
                       events_after: int | None = None) -> wire.Welcome:
         """First connection (no retries: a session that is not there is the caller's business)."""
-        await self._open(self.state.first(resume_from, replay_bytes, events_after))
-        assert self.client is not None and self.client.welcome is not None
-        return self.client.welcome
+        return await self._open(self.state.first(resume_from, replay_bytes, events_after))
 
-    async def _reconnect(self) -> None:
-        st = self.state
-        while True:
-            await asyncio.sleep(st.next_delay())
-            try:
-                await self._open(st.reopen())
-                return
-            except ClientError as exc:
-                st.failed(exc, self._gone())
+    async def _reconnect(self, step: Reconnect) -> None:
+        """One reconnection attempt, as the stream's :class:`~tower_client.resume.Reconnect` says."""
+        await asyncio.sleep(step.delay)
+        try:
+            await self._open(step.ask)
+        except ClientError as exc:
+            self.state.failed(exc, self._gone())
 
     async def recv(self, timeout: float | None = None) -> ResumeItem | None:
         """The next frame or Reconnected marker; None after ``timeout`` with nothing to hand out."""
         st = self.state
         while True:
-            item = st.next_item()
-            if item is not None:
-                return item
-            client = self.client  # inline, not _current(): this runs for every frame
-            if client is None:
-                raise SessionGone(self.path, "not connected")
-            try:
-                frame = await client.recv(timeout)
-            except SessionGone as exc:
-                lost = self._forget()
-                await lost.close()
-                st.lost(exc, lost.fatal_error)
-                await self._reconnect()
-                continue
-            return None if frame is None else st.take(frame)
+            match st.next_step():
+                case Receive():
+                    client = self.client
+                    assert client is not None  # the stream is live only with a client
+                    try:
+                        frame = await client.recv(timeout)
+                    except SessionGone as exc:
+                        await self._lose(exc).close()
+                        continue
+                    return None if frame is None else st.received(frame)
+                case Deliver(item):
+                    return item
+                case Reconnect() as step:
+                    await self._reconnect(step)
+                case GiveUp(error):
+                    raise error
 
     def __aiter__(self) -> AsyncIterator[ResumeItem]:
         return self
@@ -582,9 +601,7 @@ class AsyncResumingClient(_Resuming[AsyncClient]):
         Returns once the shellper process is gone (its pidfd, opened before the STOP, says so), not when its
         tree has ended and it is still exiting: a ``find_holders`` right after must not count it. Timeout if
         it is still there STOP_EXIT_TIMEOUT seconds after answering."""
-        client = self._current()
-        self.state.stopping = True
-        pidfd = self._pin_shellper()
+        client, pidfd = self._stopping()
         try:
             await client.stop(grace, timeout)
             if pidfd is None:  # whose process it is is not known here (over ssh): the connection's end, then
@@ -657,53 +674,45 @@ class ResumingClient(_Resuming[Client]):
         """A client for the next connection (tower_client.remote_clients' reaches another host)."""
         return Client(self.path, self.role, client_name=self.client_name, timeout=self.timeout)
 
-    def _open(self, ask: Reopen) -> None:
+    def _open(self, ask: Reopen) -> wire.Welcome:
         client = self._new_client()
         try:
-            welcome = client.connect(resume_from=ask.resume_from, replay_bytes=ask.replay_bytes,
-                                     events_after=ask.events_after, expect_instance_id=ask.expect_instance_id)
-            self._connected(client, welcome)
+            return self._opened(client, client.connect(
+                resume_from=ask.resume_from, replay_bytes=ask.replay_bytes, events_after=ask.events_after,
+                expect_instance_id=ask.expect_instance_id))
         except BaseException:
             client.close()
             raise
-        self.client = client
 
     def connect(self, *, resume_from: int | None = None, replay_bytes: int | None = None,
                 events_after: int | None = None) -> wire.Welcome:
-        self._open(self.state.first(resume_from, replay_bytes, events_after))
-        assert self.client is not None and self.client.welcome is not None
-        return self.client.welcome
-
-    def _reconnect(self) -> None:
-        st = self.state
-        while True:
-            time.sleep(st.next_delay())  # backoff between attempts, not synchronisation
-            try:
-                self._open(st.reopen())
-                return
-            except ClientError as exc:
-                st.failed(exc, self._gone())
+        return self._open(self.state.first(resume_from, replay_bytes, events_after))
 
     def recv(self, timeout: float | None = None) -> ResumeItem | None:
         st = self.state
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            item = st.next_item()
-            if item is not None:
-                return item
-            client = self.client  # inline, not _current(): this runs for every frame
-            if client is None:
-                raise SessionGone(self.path, "not connected")
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            try:
-                frame = client.recv(left)
-            except SessionGone as exc:
-                lost = self._forget()
-                lost.close()
-                st.lost(exc, lost.fatal_error)
-                self._reconnect()
-                continue
-            return None if frame is None else st.take(frame)
+            match st.next_step():
+                case Receive():
+                    client = self.client
+                    assert client is not None  # the stream is live only with a client
+                    left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                    try:
+                        frame = client.recv(left)
+                    except SessionGone as exc:
+                        self._lose(exc).close()
+                        continue
+                    return None if frame is None else st.received(frame)
+                case Deliver(item):
+                    return item
+                case Reconnect(delay, ask):
+                    time.sleep(delay)  # the backoff between attempts, not synchronisation
+                    try:
+                        self._open(ask)
+                    except ClientError as exc:
+                        st.failed(exc, self._gone())
+                case GiveUp(error):
+                    raise error
 
     def __iter__(self) -> Iterator[ResumeItem]:
         while True:
@@ -736,9 +745,7 @@ class ResumingClient(_Resuming[Client]):
     def stop(self, grace: float | None = None, timeout: float | None = None) -> None:
         """End the session; the stream then ends cleanly (no reconnection), also when no child was running.
         Returns once the shellper process is gone, as AsyncResumingClient.stop."""
-        client = self._current()
-        self.state.stopping = True
-        pidfd = self._pin_shellper()
+        client, pidfd = self._stopping()
         try:
             client.stop(grace, timeout)
             limit = _exit_limit(client.conn.replies, grace)

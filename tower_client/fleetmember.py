@@ -11,6 +11,7 @@ from shellper.host.identity import PidFd
 from shellper.host.paths import SessionPaths
 from shellper.host.record import SessionRecord
 from tower_client.client import AsyncResumingClient, SessionGone
+from tower_client.resume import Reconnect
 from tower_client.stream import FleetState, StateTracker
 
 
@@ -22,24 +23,24 @@ class FleetClient(AsyncResumingClient):
         super().__init__(path, **kwargs)
         self.died = died
 
-    async def _reconnect(self) -> None:
-        if self.died.is_set():
-            raise SessionGone(self.path, "the shellper died")
-        loop = asyncio.get_running_loop()
-        reconnect = loop.create_task(super()._reconnect())
-        died = loop.create_task(self.died.wait())
-        try:
-            await asyncio.wait({reconnect, died}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (reconnect, died):
-                if not task.done():
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
-        if not reconnect.cancelled() and reconnect.done():
-            reconnect.result()  # reconnected, or its error
-            return
-        raise SessionGone(self.path, "the shellper died")
+    async def _reconnect(self, step: Reconnect) -> None:
+        """The attempt, unless the shellper dies first: then the stream ends, as SessionGone."""
+        if not self.died.is_set():
+            loop = asyncio.get_running_loop()
+            attempt = loop.create_task(super()._reconnect(step))
+            died = loop.create_task(self.died.wait())
+            try:
+                await asyncio.wait({attempt, died}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in (attempt, died):
+                    if not task.done():
+                        task.cancel()
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await task
+            if not attempt.cancelled() and attempt.done():
+                attempt.result()  # reconnected, or what the stream made of its failure
+                return
+        self.state.give_up(SessionGone(self.path, "the shellper died"))
 
 
 class Member:
