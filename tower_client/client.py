@@ -53,10 +53,10 @@ from shellper.protocol.connection import (
     send_error,
 )
 from tower_client.resume import (
+    RECEIVE,
     Backoff,
     Deliver,
     GiveUp,
-    Receive,
     Reconnect,
     Reconnected,
     Reopen,
@@ -554,16 +554,17 @@ class AsyncResumingClient(_Resuming[AsyncClient]):
         """The next frame or Reconnected marker; None after ``timeout`` with nothing to hand out."""
         st = self.state
         while True:
-            match st.next_step():
-                case Receive():
-                    client = self.client
-                    assert client is not None  # the stream is live only with a client
-                    try:
-                        frame = await client.recv(timeout)
-                    except SessionGone as exc:
-                        await self._lose(exc).close()
-                        continue
-                    return None if frame is None else st.received(frame)
+            step = st.next_step()
+            if step is RECEIVE:  # once a frame: ahead of match's class patterns, which cost more
+                client = self.client
+                assert client is not None  # the stream is live only with a client
+                try:
+                    frame = await client.recv(timeout)
+                except SessionGone as exc:
+                    await self._lose(exc).close()
+                    continue
+                return None if frame is None else st.received(frame)
+            match step:
                 case Deliver(item):
                     return item
                 case Reconnect() as step:
@@ -692,17 +693,18 @@ class ResumingClient(_Resuming[Client]):
         st = self.state
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            match st.next_step():
-                case Receive():
-                    client = self.client
-                    assert client is not None  # the stream is live only with a client
-                    left = None if deadline is None else max(0.0, deadline - time.monotonic())
-                    try:
-                        frame = client.recv(left)
-                    except SessionGone as exc:
-                        self._lose(exc).close()
-                        continue
-                    return None if frame is None else st.received(frame)
+            step = st.next_step()
+            if step is RECEIVE:  # once a frame: ahead of match's class patterns, which cost more
+                client = self.client
+                assert client is not None  # the stream is live only with a client
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                try:
+                    frame = client.recv(left)
+                except SessionGone as exc:
+                    self._lose(exc).close()
+                    continue
+                return None if frame is None else st.received(frame)
+            match step:
                 case Deliver(item):
                     return item
                 case Reconnect(delay, ask):

@@ -131,6 +131,10 @@ class Phase(Enum):
     """The stream is over (``Resume.ended`` says why); nothing is opened again."""
 
 
+_LIVE = Phase.LIVE
+"""For next_step, once a frame: reading an Enum member off its class costs Python 3.11 a descriptor call."""
+
+
 class Resume(StreamPosition):
     """One resumed stream's position and decisions, fed what happened and asked what to do next, h11-style:
     no socket, no clock, no asyncio. A driver (blocking or asyncio) loops on :meth:`next_step` and does
@@ -170,7 +174,7 @@ class Resume(StreamPosition):
             self.deliver(item)
             return Deliver(item)
         phase = self.phase
-        if phase is Phase.LIVE:
+        if phase is _LIVE:
             return RECEIVE
         if phase is Phase.RECONNECTING:
             self.attempt += 1
