@@ -26,9 +26,9 @@ ENDED = (SessionState.EXITED, SessionState.FATAL)
 """States a session leaves only when asked (SPAWN, STOP): ``tail -f`` ends there, ``ls`` marks them."""
 
 
-_USER_ERRORS = (("shellper.client.launch", "LaunchError"), ("shellper.client.stop", "StopFailed"),
+_USER_ERRORS = (("shellper.core.launchfailure", "LaunchError"), ("shellper.client.stop", "StopFailed"),
                 ("shellper.core.config", "ConfigError"), ("shellper.core.errors", "ClientError"),
-                ("shellper.core.exits", "PolicyError"), ("shellper.host.paths", "PathError"),
+                ("shellper.core.exits", "PolicyError"), ("shellper.core.names", "PathError"),
                 ("shellper.host.record", "LockError"))
 """Where the failures that deserve one line are defined, by module and name."""
 
