@@ -137,8 +137,8 @@ def probed(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     site.mkdir()
     (site / "sitecustomize.py").write_text(_PROBE)
     path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)
-    # cold: a session the warm launcher forks has the launcher's environment, without IMPORT_PROBE_DIR
-    return out, {**os.environ, "PYTHONPATH": path, "IMPORT_PROBE_DIR": str(out), warmstart.LAUNCHER_ENV: "off"}
+    # The cold path, held here: a warm session is forked from the launcher, which imported all it may need first.
+    return out, {**os.environ, "PYTHONPATH": path, "IMPORT_PROBE_DIR": str(out), "SHELLPER_LAUNCHER": "off"}
 
 
 def loaded(out: Path, pid: int) -> set[str]:
