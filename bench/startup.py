@@ -12,6 +12,10 @@
   interpreter, not a fork); containment none, so a cgroup move's RCU wait is not in it.
   Then each session, once it has answered a tower's STATUS, is idle: its RSS, PSS and private memory
   (/proc/PID/smaps_rollup) are what a Tower's sessions cost each.
+* commands: ``shellper ls`` (one session to ask) and ``shellper stop`` of a name that has no session, each a
+  fresh interpreter running the console script: the whole process's wall time, and its imports' time as
+  ``python -X importtime`` sums them. ``--trees A,B`` puts each of those package roots (``git archive`` exports,
+  compiled) first on PYTHONPATH in turn, so two versions are compared run by run.
 
 Variants take turns, run by run, so a busy stretch of the machine hits all of them alike; medians are
 printed. Run it after ``make compile`` (stale bytecode is recompiled in every process). Figures and what
@@ -102,11 +106,58 @@ def launch_once(lab: Lab, prefork: bool, records: str, secret: bool = False) -> 
     return [elapsed, *memory]
 
 
+_COMMANDS = {"ls": ["ls"], "stop, no such session": ["stop", "nosuch"]}
+_STARTUP = {"_frozen_importlib_external", "zipimport", "encodings", "encodings.utf_8", "_signal", "io", "site",
+            "_io", "abc", "_codecs", "codecs", "encodings.aliases"}
+"""What ``-X importtime`` lists of the interpreter's own start, before the command's first import."""
+
+
+def command_once(lab: Lab, tree: str, argv: list[str]) -> list[float]:
+    """[wall seconds, seconds of the command's imports, modules imported] of the console script."""
+    env = dict(os.environ)
+    if tree:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (tree, env.get("PYTHONPATH")) if p)
+    script = os.path.join(os.path.dirname(sys.executable), "shellper")
+    t0 = time.perf_counter()
+    done = subprocess.run([sys.executable, "-X", "importtime", script, "--dir", str(lab.dir), *argv], env=env,
+                          capture_output=True, text=True, timeout=60)
+    elapsed = time.perf_counter() - t0
+    imports = modules = 0
+    for line in done.stderr.splitlines():
+        if line.startswith("import time:") and "self [us]" not in line:
+            _, cumulative, name = line[len("import time:"):].split("|")
+            modules += 1
+            if not name.startswith("  ") and name.strip() not in _STARTUP:  # a top-level import of the command
+                imports += int(cumulative)
+    return [elapsed, imports / 1e6, modules]
+
+
+def commands(runs: int, trees: list[str]) -> None:
+    kinds = [(tree, key) for tree in trees for key in _COMMANDS]
+    got: dict[tuple[str, str], list[list[float]]] = {k: [] for k in kinds}
+    with Lab() as lab:
+        name = lab.name("cmd")
+        lab.shellpers.start(name, ["cat"])
+        for i in range(runs):
+            for kind in kinds[i % len(kinds):] + kinds[:i % len(kinds)]:
+                got[kind].append(command_once(lab, kind[0], _COMMANDS[kind[1]]))
+        lab.shellpers.stop(name)
+    print(f"commands, {runs} each (medians; wall includes -X importtime's own cost)")
+    for (tree, key), rows in got.items():
+        wall, imports, modules = (median([row[i] for row in rows]) for i in range(3))
+        print(f"  {key}{f' ({tree})' if tree else ''}: {wall * 1000:.1f} ms, imports {imports * 1000:.1f} ms, "
+              f"{modules:.0f} modules")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=30, help="import probes per variant (0: none)")
     parser.add_argument("--launches", type=int, default=20, help="launches per variant (0: none)")
+    parser.add_argument("--commands", type=int, default=20, help="runs of each CLI command (0: none)")
+    parser.add_argument("--trees", default="", help="package roots to compare, comma-separated (default: this one)")
     args = parser.parse_args()
+    if args.commands:
+        commands(args.commands, args.trees.split(","))
 
     variants = {
         "daemon + typing": lambda: probe(DAEMON, "import typing"),

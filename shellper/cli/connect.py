@@ -26,17 +26,21 @@ ENDED = (SessionState.EXITED, SessionState.FATAL)
 """States a session leaves only when asked (SPAWN, STOP): ``tail -f`` ends there, ``ls`` marks them."""
 
 
-def user_errors() -> tuple[type[Exception], ...]:
-    """Failures that deserve one line, not a traceback."""
-    from shellper.client.launch import LaunchError
-    from shellper.client.stop import StopFailed
-    from shellper.core.config import ConfigError
-    from shellper.core.errors import ClientError
-    from shellper.core.exits import PolicyError
-    from shellper.host.paths import PathError
-    from shellper.host.record import LockError
+_USER_ERRORS = (("shellper.core.launchfailure", "LaunchError"), ("shellper.client.stop", "StopFailed"),
+                ("shellper.core.config", "ConfigError"), ("shellper.core.errors", "ClientError"),
+                ("shellper.core.exits", "PolicyError"), ("shellper.core.names", "PathError"),
+                ("shellper.host.record", "LockError"))
+"""Where the failures that deserve one line are defined, by module and name."""
 
-    return (CliError, LaunchError, PathError, ConfigError, PolicyError, LockError, ClientError, StopFailed)
+
+def user_errors() -> tuple[type[Exception], ...]:
+    """Failures that deserve one line, not a traceback. Only those of loaded modules: an error whose module
+    was never imported cannot have been raised, and importing it to find out (the launch for ``ls``) is
+    what a command should not pay."""
+    import sys
+
+    found = (getattr(sys.modules.get(module), name, None) for module, name in _USER_ERRORS)
+    return (CliError, *(error for error in found if error is not None))
 
 
 def session_dir(args: argparse.Namespace) -> str:

@@ -6,9 +6,8 @@ the record says what it is. A record without a live lock is stale; a socket with
 
 from __future__ import annotations
 
+import os
 import time
-from pathlib import Path
-from typing import Any
 
 from shellper.client.blocking import Client, ClientError
 from shellper.core.exitrecord import ExitRecord, ExitRecordError, exit_line
@@ -17,6 +16,10 @@ from shellper.core.structs import asdict, record
 from shellper.host.paths import session_names
 from shellper.host.record import LockError, RecordError, SessionLock, SessionRecord, read_record
 from shellper.protocol import wire
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
+if TYPE_CHECKING:
+    from typing import Any
 
 PROBE_TIMEOUT = 2.0
 
@@ -53,7 +56,7 @@ class SessionInfo:
         return out
 
 
-def probe_status(socket_path: Path, timeout: float = PROBE_TIMEOUT) -> wire.StatusReply | None:
+def probe_status(socket_path: str | os.PathLike[str], timeout: float = PROBE_TIMEOUT) -> wire.StatusReply | None:
     """Ask a session for its STATUS as a viewer that wants no replay; None if it does not answer."""
     client = Client(socket_path, wire.Role.VIEWER, client_name="shellper-ls", timeout=timeout)
     try:
@@ -66,15 +69,15 @@ def probe_status(socket_path: Path, timeout: float = PROBE_TIMEOUT) -> wire.Stat
         client.close()
 
 
-def inspect_session(directory: str | Path, name: str, probe: bool = True) -> SessionInfo:
-    base = Path(directory) / name
+def inspect_session(directory: str | os.PathLike[str], name: str, probe: bool = True) -> SessionInfo:
+    base = os.path.join(directory, name)
     info = SessionInfo(name=name, state="stale")
     try:
-        info.record = read_record(base.with_name(name + RECORD_SUFFIX))
+        info.record = read_record(base + RECORD_SUFFIX)
     except (RecordError, OSError) as exc:
         info.reason = f"no readable record: {exc}"
     try:
-        info.locked = SessionLock.is_locked(base.with_name(name + LOCK_SUFFIX))
+        info.locked = SessionLock.is_locked(base + LOCK_SUFFIX)
     except LockError as exc:  # a directory or a fifo where the lock should be: say so, list the rest
         info.state, info.reason = "unknown", str(exc)
         return info
@@ -95,7 +98,7 @@ def inspect_session(directory: str | Path, name: str, probe: bool = True) -> Ses
         _set_last_exit(info, record.exits[-1] if record is not None and record.exits else None)
         return info
     if probe:
-        reply = probe_status(base.with_name(name + SOCKET_SUFFIX))
+        reply = probe_status(base + SOCKET_SUFFIX)
         if reply is None:
             info.state = "unreachable"
             info.reason = "the shellper is alive but its socket does not answer"
@@ -128,5 +131,5 @@ def _set_last_exit(info: SessionInfo, last: ExitRecord | None) -> None:
     info.last_exit = exit_line(last, info.state, info.next_restart_at, time.time()) if last is not None else None
 
 
-def list_sessions(directory: str | Path, probe: bool = True) -> list[SessionInfo]:
+def list_sessions(directory: str | os.PathLike[str], probe: bool = True) -> list[SessionInfo]:
     return [inspect_session(directory, name, probe) for name in session_names(directory)]

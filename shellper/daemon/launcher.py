@@ -36,11 +36,12 @@ from shellper.host.identity import read_stat
 from shellper.host.paths import unlink_if_socket
 
 PREWARM = ("shellper.daemon.main", "shellper.daemon.session", "shellper.core.config", "shellper.daemon.clientconn",
-           "shellper.daemon.screen", "shellper.core.terminal.screen", "shellper.protocol.wire", "shellper.host.child",
-           "shellper.daemon.tree", "shellper.protocol.legacy", "shellper.daemon.legacyconn", "msgpack",
-           "pwd", "resource")
-"""What the launcher imports before it freezes its heap: a session's own imports and those it may make later
-(the screen model, the legacy codec), which a forked session then shares instead of loading privately."""
+           "shellper.core.terminal.screen", "shellper.core.terminal.render", "shellper.protocol.wire",
+           "shellper.host.child", "shellper.daemon.tree", "shellper.protocol.legacy", "shellper.daemon.legacyconn",
+           "msgpack", "pwd", "resource")
+"""What the launcher imports before it freezes its heap: a session's own imports and those it makes on first
+use (the screen model and its renderer, the legacy codec), which a forked session then shares instead of
+loading privately. tests/test_start_up_imports.py holds it to what a session loads."""
 _UCRED = struct.Struct("3i")
 _IN_DELETE_SELF, _IN_MOVE_SELF, _IN_DELETE, _IN_MOVED_FROM, _IN_MOVED_TO = 0x400, 0x800, 0x200, 0x40, 0x80
 _IN_IGNORED = 0x8000

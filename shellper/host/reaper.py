@@ -25,7 +25,6 @@ Limits (documented, not hidden):
 
 from __future__ import annotations
 
-import ctypes
 import os
 import select
 import signal
@@ -45,6 +44,10 @@ from shellper.host.identity import (
     open_verified,
     read_stat,
 )
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
+if TYPE_CHECKING:
+    import ctypes
 
 __all__ = [
     "PR_SET_CHILD_SUBREAPER",
@@ -486,6 +489,8 @@ _libc: ctypes.CDLL | None = None
 
 def _prctl(option: int, arg2: object) -> None:
     """prctl(2) via libc; OSError carrying errno on failure."""
+    import ctypes
+
     global _libc
     if _libc is None:
         _libc = ctypes.CDLL(None, use_errno=True)
@@ -505,6 +510,8 @@ def set_child_subreaper(enabled: bool = True) -> None:
 
 
 def get_child_subreaper() -> bool:
+    import ctypes
+
     value = ctypes.c_int(0)
     _prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(value))
     return value.value != 0

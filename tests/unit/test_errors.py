@@ -42,3 +42,15 @@ def test_the_family_is_not_empty_and_keeps_its_mixins() -> None:
 
     assert len(_classes()) > 40
     assert issubclass(ConfigError, ValueError) and issubclass(LaunchError, RuntimeError)
+
+
+def test_every_user_error_the_cli_names_is_an_error_class_defined_where_it_says() -> None:
+    """shellper.cli.connect.user_errors finds them by module and name, only in loaded modules: a class renamed or
+    moved would drop out of it silently, and the user would get a traceback instead of one line."""
+    import shellper.cli.connect as connect
+
+    for module, name in connect._USER_ERRORS:
+        error = getattr(importlib.import_module(module), name, None)
+        assert isinstance(error, type) and issubclass(error, ShellperError), f"{module}.{name}"
+        assert error.__module__ == module, f"{module}.{name} is defined in {error.__module__}"
+        assert error in connect.user_errors()
