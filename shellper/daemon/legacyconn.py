@@ -91,9 +91,10 @@ class LegacyCodec:
             conn.signal_child(name)
         elif action is LegacyAction.SPAWN:
             spawn = legacy.parse_spawn(frame.payload)
-            old = session.welcome(self.role).child_pid
-            session.log.write(f"SPAWN: command={spawn.argv[0]}, killing old PTY pid={-1 if old is None else old}")
-            conn.respawn(wire.Spawn(argv=spawn.argv, cwd=spawn.cwd, env=spawn.env, clear_ring=True))
+            session.log.write(f"SPAWN: command={spawn.argv[0]}, killing old PTY pid={self._child_pid()}")
+            # Unchecked, as node-pty: a command that cannot start ends the old child all the same and is
+            # told as the new child's EXIT {code: 1, signal: "0"}, never refused in silence.
+            conn.respawn(wire.Spawn(argv=spawn.argv, cwd=spawn.cwd, env=spawn.env, clear_ring=True), checked=False)
         elif action is LegacyAction.PONG:
             self._write(legacy.encode(FrameType.PONG))
 
@@ -107,10 +108,10 @@ class LegacyCodec:
         state = session.welcome(self.role)
         start_ms = int(session.created_at * 1000)
         last = state.last_output_at
-        self._write(legacy.welcome(child_pid=state.child_pid, cols=state.cols, rows=state.rows, start_ms=start_ms,
-                                   last_data_ms=start_ms if last is None else int(last * 1000)))
-        session.log.write(f"WELCOME sent: pid={-1 if state.child_pid is None else state.child_pid}, "
-                          f"version={legacy.LEGACY_VERSION}")
+        pid = self._child_pid()
+        self._write(legacy.welcome(child_pid=None if pid < 0 else pid, cols=state.cols, rows=state.rows,
+                                   start_ms=start_ms, last_data_ms=start_ms if last is None else int(last * 1000)))
+        session.log.write(f"WELCOME sent: pid={pid}, version={legacy.LEGACY_VERSION}")
         ring = session.scrollback
         self._write(legacy.encode(FrameType.REPLAY, self._replay()))  # always, even empty
         conn.pump.pos = ring.end
@@ -121,6 +122,17 @@ class LegacyCodec:
             conn.pump.send_control_at(ring.end, _exit_frame(ended.code, ended.signal, ended.child_pid))
         conn.join()  # a tower replaces the tower before it, of either version
         conn.pump.run()
+
+    def _child_pid(self) -> int:
+        """The child's pid as the original gave it: the running child's, else the last one's, dead (node-pty's
+        pid outlived its process), else -1 (none ever ran)."""
+        session = self.conn.session
+        assert self.role is not None
+        pid = session.welcome(self.role).child_pid
+        if pid is None:
+            ended = session.ended_exit()
+            pid = None if ended is None else ended.child_pid
+        return -1 if pid is None else pid
 
     def _replay(self) -> bytes:
         """The newest output, at most REPLAY_PAYLOAD_MAX bytes, in one payload; it starts with the terminal
