@@ -362,8 +362,10 @@ class ClientConn:
         ring = self.session.scrollback
         at, preamble = chunk.offset, None
         if self.drawn:
-            at, preamble = ring.end, FULL_RESET_SEQUENCE + self.session.rendered_replay(0)
-        elif self.terminal is not None or self.codec.gap_preamble:
+            drawing = self.session.rendered_replay(0)
+            if self.terminal is not None or len(drawing) <= wire.MAX_DRAWING - len(FULL_RESET_SEQUENCE):
+                at, preamble = ring.end, FULL_RESET_SEQUENCE + drawing
+        if preamble is None and (self.terminal is not None or self.codec.gap_preamble):
             preamble = ring.gap_preamble(at)
         if self.terminal is not None:
             self.terminal.write(note(f"[shellper: {at - self.pos} bytes skipped]") + (preamble or b""))

@@ -332,8 +332,8 @@ class Session:
     def screen_reply(self, request: wire.ScreenRequest) -> wire.ScreenReply:
         return self.output.screen.reply(request)
 
-    def rendered_replay(self, scrollback: int) -> bytes:
-        return self.output.screen.rendered(scrollback)
+    def rendered_replay(self, scrollback: int, limit: int | None = None) -> bytes:
+        return self.output.screen.rendered(scrollback, limit)
 
     def resize(self, cols: int, rows: int) -> None:
         self.output.screen.resize(cols, rows)
