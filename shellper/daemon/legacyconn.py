@@ -32,8 +32,9 @@ HANDSHAKE_EXIT_WAIT = 1.0
 """The longest a retained EXIT waits for the client to read the handshake before it is sent anyway."""
 READ_POLL = 0.002
 """How often, meanwhile, the shellper looks whether the client has read it (there is no event for that)."""
-_SILENT_ERRORS = frozenset({"not_running"})
-"""Refusals the original made without a word: input or a signal while no child runs."""
+_SILENT_ERRORS = frozenset({"not_running", "spawn_failed"})
+"""Refusals the original made without a word: input or a signal while no child runs; a SPAWN whose command
+could not start, which its EXIT and the log's "spawn failed" and "PTY exited" lines tell (not a protocol error)."""
 
 
 class LegacyCodec:
