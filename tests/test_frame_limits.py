@@ -9,12 +9,14 @@ import contextlib
 import json
 import select
 import struct
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import msgpack  # type: ignore[import-untyped]
 import pytest
+from support.frames import output_until, status
 from support.hostile import Watcher
 from support.legacy import V1Client
 from support.sessions import Sessions
@@ -320,3 +322,40 @@ def test_each_frame_has_its_own_deadline_when_reads_end_mid_frame(target: tuple[
         got = conn.until(lambda f: isinstance(f, wire.Pong) and f.nonce == 6)
         assert not [f for f in got if isinstance(f, wire.Error)]
     watcher.ping()
+
+
+# Rows of hyperlinked cells, each link as long as the model keeps (4 KiB): 200 KiB a row, the cheapest output
+# whose drawing is as large as a 1000 x 500 screen's with colour on every cell.
+LINKS_PROGRAM = r"""
+import sys
+rows = int(sys.argv[1])
+cell = "\x1b]8;;http://x/" + "u" * 4000 + "\x1b\\X\x1b]8;;\x1b\\ "
+for _ in range(rows):
+    sys.stdout.write(cell * 50 + "\r\n")
+sys.stdout.write("END-OF-LINKS")
+sys.stdout.flush()
+sys.stdin.readline()
+"""
+
+
+@pytest.mark.parametrize("rows", [24, 40])
+def test_a_rendered_replay_too_large_for_a_frame_is_bounded(sessions: Sessions, rows: int) -> None:
+    # 30 rows of scrollback and the screen: over 10 MiB drawn. At 24 rows the oldest scrollback lines are left
+    # out until it fits; at 40 the screen alone does not, and the byte replay comes instead (PROTOCOL.md 8.6).
+    # Either way the viewer is served: no oversized frame, no connection ended as too slow.
+    name = f"links{rows}"
+    sessions.start(name, [sys.executable, "-c", LINKS_PROGRAM, str(rows + 30)], cols=200, rows=rows)
+    with sessions.connect(name, "tower", replay_bytes=0) as tower:
+        output_until(tower, b"END-OF-LINKS", timeout=60)
+    with sessions.connect(name, "viewer", timeout=60, rendered=1000) as viewer:
+        replay = viewer.conn.replay
+        assert replay is not None and len(replay.preamble or b"") <= wire.MAX_DRAWING
+        if rows == 24:
+            drawing = replay.preamble or b""
+            assert not replay.data and drawing.count(b"http://x/") > 24 * 50  # the screen, and some history
+            assert drawing.count(b"http://x/") < (rows + 30) * 50 and b"END-OF-LINKS" in drawing
+        else:
+            assert replay.data  # bytes, from where the ring starts, and the rest as output
+            output_until(viewer, b"END-OF-LINKS", timeout=60)
+        assert status(viewer).state == "running"  # and it is served on
+    sessions.stop(name)

@@ -290,7 +290,7 @@ def test_a_stop_that_fails_early_still_ends_the_processes_and_exits_1(sessions: 
 BROKEN_CHILD_TASKS = """
 import sys
 from shellper.daemon import lifecycle
-async def fail(self, *args):
+async def fail(self, *args, **kwargs):
     raise RuntimeError("injected: the task fails")
 lifecycle.Lifecycle._restart_task = fail
 lifecycle.Lifecycle.respawn = fail

@@ -57,7 +57,7 @@ if TYPE_CHECKING:
         def disconnect(self, client: ClientConn, reason: str) -> None: ...
         def write_input(self, data: bytes, client: ClientConn) -> None: ...
         def send_signal(self, name: str, client: ClientConn, rid: int | None = None) -> None: ...
-        def start_respawn(self, spawn: wire.Spawn, client: ClientConn | None) -> None: ...
+        def start_respawn(self, spawn: wire.Spawn, client: ClientConn | None, *, checked: bool = True) -> None: ...
         def request_stop(self, grace: float | None = None) -> None: ...
         def stop_for(self, client: ClientConn, rid: int | None, grace: float | None) -> None: ...
 
@@ -340,8 +340,8 @@ class ClientConn:
     def signal_child(self, name: str, rid: int | None = None) -> None:
         self.session.send_signal(name, self, rid)
 
-    def respawn(self, spawn: wire.Spawn) -> None:
-        self.session.start_respawn(spawn, self)
+    def respawn(self, spawn: wire.Spawn, *, checked: bool = True) -> None:
+        self.session.start_respawn(spawn, self, checked=checked)
 
     def stop_session(self, rid: int | None, grace: float | None) -> None:
         self.session.stop_for(self, rid, grace)
@@ -362,8 +362,10 @@ class ClientConn:
         ring = self.session.scrollback
         at, preamble = chunk.offset, None
         if self.drawn:
-            at, preamble = ring.end, FULL_RESET_SEQUENCE + self.session.rendered_replay(0)
-        elif self.terminal is not None or self.codec.gap_preamble:
+            drawing = self.session.rendered_replay(0)
+            if self.terminal is not None or len(drawing) <= wire.MAX_DRAWING - len(FULL_RESET_SEQUENCE):
+                at, preamble = ring.end, FULL_RESET_SEQUENCE + drawing
+        if preamble is None and (self.terminal is not None or self.codec.gap_preamble):
             preamble = ring.gap_preamble(at)
         if self.terminal is not None:
             self.terminal.write(note(f"[shellper: {at - self.pos} bytes skipped]") + (preamble or b""))

@@ -10,6 +10,8 @@ table in shellper.protocol.legacy (RIGHTS).
 
 from __future__ import annotations
 
+import time
+
 from shellper.core.peertext import quote_peer
 from shellper.core.states import SessionState
 from shellper.protocol import legacy, wire
@@ -21,12 +23,18 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-u
 if TYPE_CHECKING:
     from typing import Any
 
+    from shellper.core.exitrecord import ExitRecord
     from shellper.core.ring import Chunk
     from shellper.daemon.wirecodec import CodecOwner
     from shellper.protocol.wire import Role
 
-_SILENT_ERRORS = frozenset({"not_running"})
-"""Refusals the original made without a word: input or a signal while no child runs."""
+HANDSHAKE_EXIT_WAIT = 1.0
+"""The longest a retained EXIT waits for the client to read the handshake before it is sent anyway."""
+READ_POLL = 0.002
+"""How often, meanwhile, the shellper looks whether the client has read it (there is no event for that)."""
+_SILENT_ERRORS = frozenset({"not_running", "spawn_failed"})
+"""Refusals the original made without a word: input or a signal while no child runs; a SPAWN whose command
+could not start, which its EXIT and the log's "spawn failed" and "PTY exited" lines tell (not a protocol error)."""
 
 
 class LegacyCodec:
@@ -91,9 +99,10 @@ class LegacyCodec:
             conn.signal_child(name)
         elif action is LegacyAction.SPAWN:
             spawn = legacy.parse_spawn(frame.payload)
-            old = session.welcome(self.role).child_pid
-            session.log.write(f"SPAWN: command={spawn.argv[0]}, killing old PTY pid={-1 if old is None else old}")
-            conn.respawn(wire.Spawn(argv=spawn.argv, cwd=spawn.cwd, env=spawn.env, clear_ring=True))
+            session.log.write(f"SPAWN: command={spawn.argv[0]}, killing old PTY pid={self._child_pid()}")
+            # Unchecked, as node-pty: a command that cannot start ends the old child all the same and is
+            # told as the new child's EXIT {code: 1, signal: "0"}, never refused in silence.
+            conn.respawn(wire.Spawn(argv=spawn.argv, cwd=spawn.cwd, env=spawn.env, clear_ring=True), checked=False)
         elif action is LegacyAction.PONG:
             self._write(legacy.encode(FrameType.PONG))
 
@@ -107,20 +116,44 @@ class LegacyCodec:
         state = session.welcome(self.role)
         start_ms = int(session.created_at * 1000)
         last = state.last_output_at
-        self._write(legacy.welcome(child_pid=state.child_pid, cols=state.cols, rows=state.rows, start_ms=start_ms,
-                                   last_data_ms=start_ms if last is None else int(last * 1000)))
-        session.log.write(f"WELCOME sent: pid={-1 if state.child_pid is None else state.child_pid}, "
-                          f"version={legacy.LEGACY_VERSION}")
+        pid = self._child_pid()
+        self._write(legacy.welcome(child_pid=None if pid < 0 else pid, cols=state.cols, rows=state.rows,
+                                   start_ms=start_ms, last_data_ms=start_ms if last is None else int(last * 1000)))
+        session.log.write(f"WELCOME sent: pid={pid}, version={legacy.LEGACY_VERSION}")
         ring = session.scrollback
         self._write(legacy.encode(FrameType.REPLAY, self._replay()))  # always, even empty
         conn.pump.pos = ring.end
         conn.registered = True
         ended = session.ended_exit()
-        if ended is not None:
-            session.log.write(f"EXIT replayed to late connection {conn.client_id}: code={ended.code}")
-            conn.pump.send_control_at(ring.end, _exit_frame(ended.code, ended.signal, ended.child_pid))
         conn.join()  # a tower replaces the tower before it, of either version
         conn.pump.run()
+        if ended is not None:
+            session.log.write(f"EXIT replayed to late connection {conn.client_id}: code={ended.code}")
+            self._exit_once_read(ended, time.monotonic() + HANDSHAKE_EXIT_WAIT)
+
+    def _exit_once_read(self, ended: ExitRecord, deadline: float) -> None:
+        """The retained EXIT, once the client has read its WELCOME and REPLAY (or at ``deadline``): the
+        original's Tower subscribes to exits only once connect() has resolved on the WELCOME, so an EXIT
+        it read together with the handshake was lost (bench/NOTES.md, "The retained EXIT")."""
+        conn = self.conn
+        transport, session = conn.transport, conn.session
+        if transport is None or conn.closing or session.ended_exit() is not ended:
+            return  # gone, or a SPAWN came since: its own exits reach this connection as any exit does
+        if transport.unread_by_peer() and time.monotonic() < deadline:
+            session.loop.call_later(READ_POLL, lambda: self._exit_once_read(ended, deadline))
+            return
+        conn.pump.send_control_at(session.scrollback.end, _exit_frame(ended.code, ended.signal, ended.child_pid))
+
+    def _child_pid(self) -> int:
+        """The child's pid as the original gave it: the running child's, else the last one's, dead (node-pty's
+        pid outlived its process), else -1 (none ever ran)."""
+        session = self.conn.session
+        assert self.role is not None
+        pid = session.welcome(self.role).child_pid
+        if pid is None:
+            ended = session.ended_exit()
+            pid = None if ended is None else ended.child_pid
+        return -1 if pid is None else pid
 
     def _replay(self) -> bytes:
         """The newest output, at most REPLAY_PAYLOAD_MAX bytes, in one payload; it starts with the terminal

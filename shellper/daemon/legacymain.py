@@ -25,6 +25,7 @@ from shellper.protocol import legacy
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
 if TYPE_CHECKING:
     from shellper.core.config import SessionConfig
+    from shellper.core.exitrecord import ExitRecord
     from shellper.daemon.session import Session
     from shellper.host.paths import SessionPaths
 
@@ -153,6 +154,7 @@ def _read_config(fd_text: str) -> str:
 
 def _serve(config: SessionConfig, paths: SessionPaths, log: LogFile) -> int:
     """shellper.daemon.session.serve, with the original's stdout handshake and SIGTERM message."""
+    from shellper.core.states import SessionState
     from shellper.daemon.reactor import Reactor
     from shellper.daemon.session import Session
 
@@ -168,7 +170,14 @@ def _serve(config: SessionConfig, paths: SessionPaths, log: LogFile) -> int:
         # No "[shellper] child exited" lines in the output: the original's Tower takes any output after an EXIT
         # for the child running again (PtySession's restart wait, #418).
         session.output.notices = False
-        session.start()
+
+        def exited(record: ExitRecord) -> None:
+            if record.state != SessionState.STARTING:  # the child a SPAWN replaced: the original ignored its exit
+                told = legacy.exit_payload(record.code, record.signal, spawned=record.child_pid is not None)
+                log.write(f"PTY exited: code={told['code']}, signal={told['signal']}")
+
+        session.lifecycle.on_exit = exited
+        session.start(as_original=True)  # a command that cannot start is an EXIT {code: 1}, as the original's
         child = session.lifecycle.child
         log.write(f"PTY spawned: pid={child.pid if child else -1}, cols={config.cols}, rows={config.rows}")
         log.write(f"Socket listening: {paths.socket}")

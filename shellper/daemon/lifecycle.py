@@ -82,12 +82,15 @@ class Lifecycle:
         """The child a request to end was aimed at (``_requested_at``): only its exit counts as requested."""
         self._replacing = False
         self._spawn_lock = Lock()
+        self.on_exit: Callable[[ExitRecord], None] | None = None
+        """Told of each exit once it is recorded (legacy-main logs the original's "PTY exited" line)."""
 
     # ----------------------------------------------------------------------------------- spawning
 
-    def spawn_first(self) -> None:
-        """Start the session's first child; raises if it cannot start (the session does not either)."""
-        self._spawn(self.child_argv, self.child_cwd, self.child_env, first=True)
+    def spawn_first(self, *, may_fail: bool = False) -> None:
+        """Start the session's first child; raises if it cannot start (the session does not either), unless
+        ``may_fail``: then that is the child's exit, and the session goes on without one."""
+        self._spawn(self.child_argv, self.child_cwd, self.child_env, first=not may_fail)
 
     def _child_env(self, env: dict[str, str]) -> dict[str, str]:
         # SHELLPER_INSTANCE marks the whole tree: what outlives a killed shellper can be found (shellper.host.survivors)
@@ -170,6 +173,8 @@ class Lifecycle:
         self.restarts = decision.restart_count
         self.log.write(f"child {child_pid} {describe_exit(evidence)}: {decision.classification.exit_class.value}; "
                        f"{decision.reason}")
+        if self.on_exit is not None:
+            self.on_exit(record)
         if state is SessionState.BACKOFF:
             self.next_restart_at = time.time() + decision.delay
         details = {"restart_at": self.next_restart_at} if state is SessionState.BACKOFF else None
@@ -217,9 +222,9 @@ class Lifecycle:
             return
         self.loop.create_task(self._restart_task()).add_done_callback(self._child_task_done("restart"))
 
-    def start_respawn(self, spawn: wire.Spawn, client: ClientConn | None) -> None:
+    def start_respawn(self, spawn: wire.Spawn, client: ClientConn | None, *, checked: bool = True) -> None:
         """SPAWN, in a task whose failure is never silent."""
-        self.loop.create_task(self.respawn(spawn, client)).add_done_callback(
+        self.loop.create_task(self.respawn(spawn, client, checked=checked)).add_done_callback(
             self._child_task_done("SPAWN", client, spawn.id))
 
     def _child_task_done(self, what: str, client: ClientConn | None = None,
@@ -254,10 +259,14 @@ class Lifecycle:
                 self._spawn(self.child_argv, self.child_cwd, self.child_env)
                 self.journal.write_record()
 
-    async def respawn(self, spawn: wire.Spawn, client: ClientConn | None) -> None:
+    async def respawn(self, spawn: wire.Spawn, client: ClientConn | None, *, checked: bool = True) -> None:
         """SPAWN: end the current child's tree (death confirmed), then start the new one. The client that
         asked is answered (with a REPLY if the SPAWN had an id; a failure of the task itself is answered
         by _child_task_done).
+
+        ``checked``: a command that cannot start is refused before anything ends. Unchecked (a version-1
+        SPAWN, as the original's node-pty did), the old child is ended all the same and the failure is the
+        new child's exit.
 
         Serialised with other spawns: two SPAWNs in a row must not leave two children.
         """
@@ -266,7 +275,7 @@ class Lifecycle:
                 if client is not None and spawn.id is not None:
                     client.refuse(wire.FrameType.SPAWN, spawn.id, "stopping", "the session is stopping", queued=True)
                 return
-            problem = self._unspawnable(spawn)
+            problem = self._unspawnable(spawn) if checked else None
             if problem is not None:  # refused before anything ends: the running child is left alone
                 self.log.write(f"SPAWN refused: {problem}")
                 if client is not None:

@@ -189,9 +189,10 @@ class ScreenModel:
         drawn = {name: getattr(default, name) for name in SCREEN_MODES}
         return structs.replace(self.ring.modes.current(), **drawn).enable_sequence()
 
-    def rendered(self, scrollback: int) -> bytes:
-        """What a terminal of the session's size is sent instead of a byte replay (PROTOCOL.md, 8.6)."""
-        return self.catch_up().render(scrollback, self.input_modes())
+    def rendered(self, scrollback: int, limit: int | None = None) -> bytes:
+        """What a terminal of the session's size is sent instead of a byte replay (PROTOCOL.md, 8.6); with
+        ``limit``, fewer scrollback lines if that keeps it within (the screen alone may not be)."""
+        return self.catch_up().render(scrollback, self.input_modes(), limit)
 
     def reply(self, request: wire.ScreenRequest) -> wire.ScreenReply:
         """The answer to a SCREEN request: the screen of the moment, as text or with SGR sequences."""

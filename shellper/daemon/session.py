@@ -98,8 +98,12 @@ class Session:
 
     # ----------------------------------------------------------------------------------- start and stop
 
-    def start(self) -> None:
-        """Lock, spawn the first child, listen. Raises (and cleans up) if any step fails."""
+    def start(self, *, as_original: bool = False) -> None:
+        """Lock, spawn the first child, listen. Raises (and cleans up) if any step fails.
+
+        ``as_original`` (legacy-main): a first command that cannot start is the child's exit, as the
+        original's (node-pty's exec fails in the forked child), not a failed start; and the log, the file the
+        Tower opened as our stderr, is the Tower's: never removed."""
         self.journal.take_lock(self.config.name)
         try:
             self.tree.end_previous()
@@ -107,7 +111,7 @@ class Session:
             with contextlib.suppress(OSError):
                 set_child_subreaper()
             self.tree.contain()
-            self.lifecycle.spawn_first()
+            self.lifecycle.spawn_first(may_fail=as_original)
             self.files.listen()
         except BaseException as exc:
             child = self.lifecycle.child
@@ -116,7 +120,7 @@ class Session:
             if isinstance(exc, OwnerRemains):  # the record is that owner's only way to its processes: kept
                 self.journal.release_lock()
             else:
-                self.files.remove(keep_log=False)  # a session that never started leaves nothing behind
+                self.files.remove(keep_log=as_original)  # a session that never started leaves nothing behind
             self.tree.release()
             raise
         self.loop.add_signal_handler(signal.SIGCHLD, self.lifecycle.reap)
@@ -328,8 +332,8 @@ class Session:
     def screen_reply(self, request: wire.ScreenRequest) -> wire.ScreenReply:
         return self.output.screen.reply(request)
 
-    def rendered_replay(self, scrollback: int) -> bytes:
-        return self.output.screen.rendered(scrollback)
+    def rendered_replay(self, scrollback: int, limit: int | None = None) -> bytes:
+        return self.output.screen.rendered(scrollback, limit)
 
     def resize(self, cols: int, rows: int) -> None:
         self.output.screen.resize(cols, rows)
@@ -338,8 +342,8 @@ class Session:
     def send_signal(self, name: str, client: ClientConn, rid: int | None = None) -> None:
         self.lifecycle.send_signal(name, client, rid)
 
-    def start_respawn(self, spawn: wire.Spawn, client: ClientConn | None) -> None:
-        self.lifecycle.start_respawn(spawn, client)
+    def start_respawn(self, spawn: wire.Spawn, client: ClientConn | None, *, checked: bool = True) -> None:
+        self.lifecycle.start_respawn(spawn, client, checked=checked)
 
     def output_taken(self) -> None:
         """A paced client took output: output held for it may flow again (shellper.daemon.pacing)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import struct
 from collections import deque
 from collections.abc import Callable
 
@@ -76,6 +77,21 @@ class SocketTransport:
 
     def get_write_buffer_size(self) -> int:
         return self._buffered
+
+    def unread_by_peer(self) -> int:
+        """Bytes written and not yet read by the peer: what is still buffered here, plus (SIOCOUTQ) what
+        the kernel holds that its reader has not consumed. 0: the peer has read everything sent."""
+        import fcntl  # only here: a version-1 handshake is all that asks
+        import termios
+
+        if self._closed:
+            return 0
+        try:
+            (queued,) = struct.unpack("i", fcntl.ioctl(self._sock.fileno(), termios.TIOCOUTQ, b"\0" * 4))
+        except OSError:
+            queued = 0
+        assert isinstance(queued, int)
+        return self._buffered + queued
 
     def is_closing(self) -> bool:
         return self._closing or self._closed

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
         def input(self, data: bytes) -> None: ...
         def join(self) -> None: ...
         def signal_child(self, name: str, rid: int | None = None) -> None: ...
-        def respawn(self, spawn: wire.Spawn) -> None: ...
+        def respawn(self, spawn: wire.Spawn, *, checked: bool = True) -> None: ...
         def stop_session(self, rid: int | None, grace: float | None) -> None: ...
 
 
@@ -181,6 +181,11 @@ class WireCodec:
         welcome = session.welcome(accepted.role, terminal=terminal is not None)
         conn.send_frame(welcome if welcome.version == accepted.version
                         else structs.replace(welcome, version=accepted.version))
+        drawing = b""
+        if rendered is not None and terminal is None:  # the drawing goes in a frame: within one
+            drawing = session.rendered_replay(rendered, wire.MAX_DRAWING)
+            if len(drawing) > wire.MAX_DRAWING:  # the screen alone is too long (every cell a long link?)
+                rendered = None  # the byte replay of 8.3 instead, bounded as always
         if rendered is not None:
             start = ring.end  # no bytes: the screen is drawn instead
         try:
@@ -209,7 +214,7 @@ class WireCodec:
             terminal.start_reading()
         elif rendered is not None:  # the drawing is the preamble: it has no offset, live output follows
             pump.pos, conn.drawn = ring.end, True
-            conn.send_frame(wire.Replay(offset=pump.pos, preamble=session.rendered_replay(rendered)))
+            conn.send_frame(wire.Replay(offset=pump.pos, preamble=drawing))
         else:
             conn.send_frame(wire.Replay(offset=replay.offset, data=replay.data, gap=replay.gap,
                                         preamble=replay.preamble))

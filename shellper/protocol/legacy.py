@@ -35,8 +35,9 @@ if TYPE_CHECKING:
 LEGACY_VERSION = 1
 REPLAY_PAYLOAD_MAX = 8 * 1024 * 1024
 """The most output bytes one REPLAY carries: the newest ones."""
-SPAWN_FAILED_CODE = -1
-"""EXIT's ``code`` for a SPAWN whose command never ran (the original sent no EXIT at all then)."""
+SPAWN_FAILED_CODE = 1
+"""EXIT's ``code`` for a command that never ran: node-pty forks, the exec (or chdir) fails in the child, and
+the child exits 1, so the original sent ``{code: 1, signal: "0"}``."""
 GRACE = 2.0
 """Seconds a legacy session's child has between SIGTERM and SIGKILL (on SPAWN and on the shellper's SIGTERM):
 the original's Tower SIGKILLs the shellper 5 s after its SIGTERM, and the session must be cleaned up by then
@@ -251,10 +252,10 @@ def welcome(*, child_pid: int | None, cols: int, rows: int, start_ms: int, last_
 
 def exit_payload(code: int | None, signal: str | None, *, spawned: bool = True) -> dict[str, Any]:
     """EXIT as node-pty reported it: a normal exit is ``{code: N, signal: "0"}``, a death by signal
-    ``{code: 0, signal: "9"}`` (the signal as a decimal string); a command that never ran gets
-    ``{code: SPAWN_FAILED_CODE, signal: null}``."""
+    ``{code: 0, signal: "9"}`` (the signal as a decimal string); a command that never ran is the exit of
+    node-pty's forked child whose exec failed, ``{code: SPAWN_FAILED_CODE, signal: "0"}``."""
     if not spawned:
-        return {"code": SPAWN_FAILED_CODE, "signal": None}
+        return {"code": SPAWN_FAILED_CODE, "signal": "0"}
     signum = signal_number(signal) if signal else None
     if signum is not None:
         return {"code": 0, "signal": str(signum)}

@@ -67,6 +67,10 @@ HEADER = struct.Struct(">BI")
 HEADER_SIZE = HEADER.size
 MAX_FRAME_SIZE = 16 * 1024 * 1024
 """Largest payload accepted by default; a larger declared length is skipped, never buffered."""
+MAX_DRAWING = 6 * 1024 * 1024
+"""The longest screen drawing sent in a frame (REPLAY's or GAP's ``preamble``, PROTOCOL.md 8.6): well within
+a frame, and so that a drawing, a chunk of output in flight and the high-water mark stay under the 8 MiB of
+unread answers that make a client too slow (section 9), whatever it sends before reading."""
 
 
 

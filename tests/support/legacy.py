@@ -106,6 +106,10 @@ class V1Client:
         """HELLO; the WELCOME (as JSON) and the REPLAY's payload, checking they come in that order."""
         hello: dict[str, Any] = {"version": 1} if client_type is None else {"version": 1, "clientType": client_type}
         self.send(FrameType.HELLO, hello)
+        return self.hello_frames()
+
+    def hello_frames(self) -> tuple[dict[str, Any], bytes]:
+        """The WELCOME (as JSON) and the REPLAY's payload of a HELLO already sent, checking their order."""
         first = self.next_frame()
         assert first.frame_type == FrameType.WELCOME, first
         second = self.next_frame()

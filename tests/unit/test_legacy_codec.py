@@ -63,7 +63,8 @@ def test_round_trip(frame_type: int, payload: bytes) -> None:
 def test_decoded_payloads_have_the_original_fields_and_types() -> None:
     assert json.loads(legacy.encode_exit(0, None)[5:]) == {"code": 0, "signal": "0"}
     assert json.loads(legacy.encode_exit(None, "SIGKILL")[5:]) == {"code": 0, "signal": "9"}
-    assert json.loads(legacy.encode_exit(None, None, spawned=False)[5:]) == {"code": -1, "signal": None}
+    # a command that never ran: node-pty's forked child, whose exec failed, exited 1
+    assert json.loads(legacy.encode_exit(None, None, spawned=False)[5:]) == {"code": 1, "signal": "0"}
     welcome = json.loads(legacy.welcome(child_pid=None, cols=1, rows=2, start_ms=3, last_data_ms=4)[5:])
     assert welcome == {"version": 1, "pid": -1, "cols": 1, "rows": 2, "startTime": 3, "lastDataAt": 4,
                        "alwaysSendsReplay": True}

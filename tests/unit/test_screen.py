@@ -146,6 +146,22 @@ def test_render_redraws_the_same_screen(data: bytes) -> None:
     assert (screen.cursor.x, screen.cursor.y) == (original.cursor.x, original.cursor.y)
 
 
+def test_a_drawing_over_its_limit_loses_its_oldest_scrollback_lines_only() -> None:
+    # PROTOCOL.md 8.6: a rendered replay travels in one frame, so it is bounded; the lines a person
+    # scrolled away longest ago go first, never the screen
+    original = fed(b"".join(b"\x1b[3%dmline %d\x1b[0m\r\n" % (i % 8, i) for i in range(60)) + b"$ ", scrollback=50)
+    whole = original.render(scrollback=50, input_modes=b"\x1b[?2004h")
+    limit = len(whole) - 200
+    cut = original.render(scrollback=50, input_modes=b"\x1b[?2004h", limit=limit)
+    assert len(cut) <= limit < len(whole) and cut.endswith(b"\x1b[?2004h")
+    assert b"line 55" in cut and b"line 6\x1b" not in cut  # the newest kept, the oldest left out
+    again = fed(cut, scrollback=50)
+    assert again.ansi_lines() == original.ansi_lines() and again.history()[-5:] == original.history()[-5:]
+    assert original.render(scrollback=50, limit=len(whole)) == original.render(scrollback=50)
+    # no room for any scrollback: the screen alone, whole, even over the limit (the caller does without it)
+    assert original.render(scrollback=50, limit=10) == original.render()
+
+
 def test_a_huge_terminal_is_modelled_up_to_a_bound() -> None:
     s = Screen(65535, 65535)
     s.feed(b"x")

@@ -23,10 +23,26 @@ RESET = "\x1b[r\x1b[?6l\x1b[?7h\x1b[4l\x1b[20l\x1b[?5l\x1b(B\x1b)B\x0f\x1b[0m\x1
 """What any terminal state is taken to before the screen is drawn (the modes the model renders, off)."""
 
 
-def render(s: Screen, scrollback: int = 0) -> bytes:
-    """Bytes that take a terminal of the screen's size, in any state, to the screen ``s``."""
+def render(s: Screen, scrollback: int = 0, limit: int | None = None) -> bytes:
+    """Bytes that take a terminal of the screen's size, in any state, to the screen ``s``.
+
+    ``limit``: a drawing longer than this many bytes loses its oldest scrollback lines, as many as it takes
+    (the newest ones and the screen are what a person looks at). The screen itself is never cut: a drawing
+    over ``limit`` with no scrollback left is returned whole, for the caller to do without it."""
+    history = s.history(scrollback)
+    data = _render(s, history)
+    if limit is None or len(data) <= limit or not history:
+        return data
+    excess, drop = len(data) - limit, 0
+    while drop < len(history) and excess > 0:
+        excess -= len(history[drop].encode("utf-8", "replace")) + 2  # and its "\r\n"
+        drop += 1
+    return _render(s, history[drop:])
+
+
+def _render(s: Screen, history: list[str]) -> bytes:
     out = [RESET]
-    _rows(s, scrollback, out)
+    _rows(s, history, out)
     _tab_stops(s, out)
     if (s.top, s.bottom) != (0, s.rows - 1):
         out.append(f"\x1b[{s.top + 1};{s.bottom + 1}r")
@@ -51,8 +67,7 @@ def render(s: Screen, scrollback: int = 0) -> bytes:
     return "".join(out).encode("utf-8", "replace")
 
 
-def _rows(s: Screen, scrollback: int, out: list[str]) -> None:
-    history = s.history(scrollback)
+def _rows(s: Screen, history: list[str], out: list[str]) -> None:
     main_cursor = s.saved[False] if s.alternate else s.cursor
     main_rows = [render_row(c, a, main_cursor.x if y == main_cursor.y else 0)
                  for y, (c, a) in enumerate(zip(s.main.chars, s.main.attrs, strict=True))]

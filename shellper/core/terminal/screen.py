@@ -139,11 +139,12 @@ class Screen(ScreenWriter):
             lines += rows
         return lines[max(0, len(lines) - count):] if count else []
 
-    def render(self, scrollback: int = 0, input_modes: bytes = b"") -> bytes:
+    def render(self, scrollback: int = 0, input_modes: bytes = b"", limit: int | None = None) -> bytes:
         """Bytes that take a terminal of this size, in any state, to this screen
-        (shellper.core.terminal.render); ``input_modes`` (shellper.core.terminal.modes) go last."""
+        (shellper.core.terminal.render); ``input_modes`` (shellper.core.terminal.modes) go last. ``limit``:
+        the oldest scrollback lines are left out to keep the whole within it, if they can."""
         from shellper.core.terminal.render import render
-        return render(self, scrollback) + input_modes
+        return render(self, scrollback, None if limit is None else limit - len(input_modes)) + input_modes
 
     def text(self) -> str:
         return "\n".join(self.lines()).rstrip("\n") + "\n"
