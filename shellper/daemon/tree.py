@@ -228,8 +228,10 @@ class SessionTree:
                 os.waitpid(leader, 0)
 
     async def terminate(self, grace: float, leader: int | None, reap: Callable[[], None]) -> tuple[int, ...]:
-        """SIGTERM the child's group (``leader``) and every descendant, wait ``grace``, then freeze and SIGKILL
-        until nothing is left; ``reap`` reaps what died after each wait. Returns what survived (logged).
+        """SIGHUP the child's group (``leader``), then SIGTERM it and every descendant, wait ``grace``, then
+        freeze and SIGKILL until nothing is left; ``reap`` reaps what died after each wait. Returns what
+        survived (logged). SIGHUP is what a closing terminal sends (and tmux's kill-session): an interactive
+        shell ignores SIGTERM but exits on it, passing it to its jobs, so a shell's stop takes no grace.
 
         Without a cgroup, every process is pinned by a pidfd and only signalled if, after the pinning, it is
         still under a pinned parent of this shellper (shellper.host.reaper.OwnTree): a pid recycled since /proc
@@ -237,6 +239,9 @@ class SessionTree:
         tree scanned again until a scan finds nobody new, and only then SIGKILLed; that repeats until a scan
         finds nobody alive, for at most KILL_SECONDS (a fork bomb outruns plain SIGKILL rounds)."""
         if self.cgroup is not None:
+            if leader is not None:  # our unreaped child: its pid, and so its group, cannot be another's
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(leader, signal.SIGHUP)
             return await self._terminate_cgroup(self.cgroup, grace, reap)
         spare = frozenset(live_shellpers()) - {os.getpid()}
         try:
@@ -250,6 +255,7 @@ class SessionTree:
             if not tree.alive():
                 return ()
             if leader is not None:
+                tree.signal_group(leader, signal.SIGHUP)
                 tree.signal_group(leader, signal.SIGCONT)
                 tree.signal_group(leader, signal.SIGTERM)
             await self._signal_and_wait(tree.alive(), signal.SIGTERM, grace, reap)

@@ -1,0 +1,72 @@
+"""The ten annoyances of issue 31, driven as a person meets them: a real terminal (pexpect's PTY), the real
+console script, real sessions in a private runtime directory."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from support.terminals import TIMEOUT, Terminals, cli_env, finish, wait_all_gone
+from support.waiting import poll_until
+
+
+@pytest.fixture
+def terminals() -> Iterator[Terminals]:
+    s = Terminals(tempfile.mkdtemp(prefix="shph-", dir="/tmp"), {**cli_env(), "PS1": "psh> ", "HISTFILE": ""})
+    try:
+        yield s
+    finally:
+        s.teardown()
+
+
+def _wait_state(terminals: Terminals, name: str, states: tuple[str, ...]) -> dict[str, Any]:
+    def reached() -> dict[str, Any] | None:
+        status: dict[str, Any] = json.loads(terminals.cli("status", name, "--json").stdout)
+        return status if status["state"] in states else None
+
+    found: dict[str, Any] = poll_until(reached, TIMEOUT, interval=0.05, what=f"{name} in {states}")
+    return found
+
+
+def _at_prompt(terminals: Terminals, name: str) -> None:
+    poll_until(lambda: "psh>" in terminals.cli("tail", name, "--plain").stdout, TIMEOUT, interval=0.05,
+               what=f"{name}'s prompt")
+
+
+# ------------------------------------------------------------------------------------ 3: stop
+
+
+def test_stop_hangs_up_shells_at_once_and_all_together(terminals: Terminals) -> None:
+    names = ("m1", "m2", "m3")
+    for name in names:  # the session's own grace, 5 s: bash ignores SIGTERM, so only SIGHUP ends it at once
+        terminals.shell(name, "--grace", "5")
+    for name in names:
+        _at_prompt(terminals, name)
+    began = time.monotonic()
+    term = terminals.spawn(terminals.cli_args("stop", *names))
+    for name in names:
+        term.expect(f"stopped {name}".encode())
+    assert finish(term) == 0
+    took = time.monotonic() - began
+    assert took < 3.0, f"stop of three shells took {took:.1f} s"
+    for name in names:
+        assert not wait_all_gone(terminals.started.pop(name))
+
+
+def test_a_slow_stop_says_what_it_waits_for(terminals: Terminals) -> None:
+    terminals.run("stubborn", "sh", "-c", "trap '' HUP TERM; echo ready; while :; do sleep 1; done",
+                  opts=("--grace", "3"))
+    poll_until(lambda: "ready" in terminals.cli("tail", "stubborn", "--plain").stdout, TIMEOUT, interval=0.05,
+               what="the trap set")
+    terminals.shell("quick")
+    term = terminals.spawn(terminals.cli_args("stop", "stubborn", "quick"))
+    term.expect(rb"stopping stubborn\.\.\. 1 s")  # quick is done by then, and not named
+    term.expect(b"stopped stubborn")
+    term.expect(b"stopped quick")  # in the order named
+    assert finish(term) == 0
+    for name in ("stubborn", "quick"):
+        assert not wait_all_gone(terminals.started.pop(name))
