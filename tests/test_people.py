@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from support.terminals import TIMEOUT, Terminals, cli_env, finish, wait_all_gone
+from support.terminals import DETACH, PROMPT, TIMEOUT, Terminals, cli_env, finish, wait_all_gone
 from support.waiting import poll_until
 
 
@@ -70,3 +70,24 @@ def test_a_slow_stop_says_what_it_waits_for(terminals: Terminals) -> None:
     assert finish(term) == 0
     for name in ("stubborn", "quick"):
         assert not wait_all_gone(terminals.started.pop(name))
+
+
+# ------------------------------------------------------------------------------------ 5: detach
+
+
+@pytest.mark.parametrize("relay", [False, True], ids=["handoff", "relay"])
+def test_detach_is_at_once_and_what_is_typed_after_it_reaches_the_shell(terminals: Terminals, relay: bool) -> None:
+    terminals.shell("d")
+    local = terminals.spawn(["bash", "--norc", "--noprofile", "-i"])
+    local.sendline("PS1='lsh> '")
+    local.expect(b"lsh> ")
+    inside = " ".join([*terminals.cli_args("attach", "d"), *(("--relay",) if relay else ())])
+    local.send(f"{inside}\r".encode())
+    local.expect(PROMPT)
+    local.send(b"echo in-$((2*4))\r")
+    local.expect(b"in-8")
+    local.send(DETACH + b"echo AFTER-$((5*5))\r")  # one write: the attach reads the key and the line together
+    local.expect(rb"\[detached\]")
+    local.expect(b"AFTER-25")  # run by the local shell, not lost and not sent into the session
+    local.expect(b"lsh> ")
+    assert "AFTER" not in terminals.cli("tail", "d", "--plain").stdout
