@@ -4,13 +4,14 @@ console script, real sessions in a private runtime directory."""
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from support.terminals import DETACH, PROMPT, TIMEOUT, Terminals, cli_env, finish, wait_all_gone
+from support.terminals import BASH, DETACH, PROMPT, TIMEOUT, Terminals, cli_env, finish, wait_all_gone
 from support.waiting import poll_until
 
 
@@ -91,3 +92,50 @@ def test_detach_is_at_once_and_what_is_typed_after_it_reaches_the_shell(terminal
     local.expect(b"AFTER-25")  # run by the local shell, not lost and not sent into the session
     local.expect(b"lsh> ")
     assert "AFTER" not in terminals.cli("tail", "d", "--plain").stdout
+
+
+# ------------------------------------------------------------------------------------ 2: attach -c
+
+
+def test_attach_c_starts_a_finished_session_again_saying_so(terminals: Terminals) -> None:
+    terminals.run("fin", "sh", "-c", "echo first-run", opts=("--restart", "no"))
+    _wait_state(terminals, "fin", ("exited", "fatal"))
+    term = terminals.spawn(terminals.cli_args("attach", "-c", "fin", "--", *BASH))
+    term.expect(rb"session 'fin' had ended \(clean exit.*?\); started it again: pid (\d+) runs bash")
+    pid = int(term.match.group(1))
+    term.expect(PROMPT)  # the new shell, attached
+    term.send(b"echo again-$((7*6))\r")
+    term.expect(b"again-42")
+    term.send(DETACH)
+    term.expect(rb"\[detached\]")
+    assert finish(term) == 0
+    status = _wait_state(terminals, "fin", ("running",))
+    assert status["child_pid"] == pid
+    terminals.started["fin"].append(pid)
+
+
+# ------------------------------------------------------------------------------------ 9: restart
+
+
+def test_restart_reports_once_the_new_child_runs(terminals: Terminals) -> None:
+    terminals.run("slow", "sh", "-c", "trap '' HUP TERM; echo ready; while :; do sleep 1; done",
+                  opts=("--grace", "2"))
+    poll_until(lambda: "ready" in terminals.cli("tail", "slow", "--plain").stdout, TIMEOUT, interval=0.05,
+               what="the trap set")
+    term = terminals.spawn(terminals.cli_args("restart", "slow"))
+    term.expect(b"restarting slow: waiting for its old program to end")
+    term.expect(rb"restarted slow: pid (\d+) runs sh -c")
+    pid = int(term.match.group(1))
+    assert json.loads(terminals.cli("status", "slow", "--json").stdout)["child_pid"] == pid  # running already
+    assert finish(term) == 0
+    terminals.started["slow"].append(pid)
+
+
+def test_restart_says_why_the_new_child_did_not_start(terminals: Terminals) -> None:
+    where = tempfile.mkdtemp(prefix="shph-cwd-", dir="/tmp")
+    terminals.run("nowhere", "sleep", "600", opts=("--cwd", where))
+    os.rmdir(where)
+    term = terminals.spawn(terminals.cli_args("restart", "nowhere"))
+    term.expect(where.encode())
+    assert finish(term) == 1
+    assert json.loads(terminals.cli("status", "nowhere", "--json").stdout)["state"] == "running"  # left alone
