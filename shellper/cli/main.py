@@ -12,7 +12,7 @@ import os
 import sys
 
 from shellper.cli.argscan import scan
-from shellper.cli.onhost import MixedHosts, remote_host, remote_main
+from shellper.cli.onhost import MixedHosts, hosts_of_names, per_host_main, remote_host, remote_main
 from shellper.core.names import BadHost, BadName
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
@@ -27,10 +27,13 @@ def main(argv: list[str] | None = None, prefork: Prefork | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     line = scan(argv)
     try:
+        groups = hosts_of_names(line)
         host = remote_host(line)
     except (MixedHosts, BadHost, BadName) as exc:  # before anything runs, here or on a host
         print(f"shellper: {exc}", file=sys.stderr)
         return 2
+    if len(groups) > 1:  # names on several hosts: each goes to its own
+        return per_host_main(argv, line, groups, lambda part: main(part, prefork))
     if host is not None:
         return remote_main(argv, line, host)
     if line.command in ("run", "attach") and line.child is not None:  # everything after the first -- is the child's
