@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 import time
 from collections.abc import Iterator
 from typing import Any
 
+import pexpect
 import pytest
 from support.terminals import BASH, DETACH, PROMPT, TIMEOUT, Terminals, cli_env, finish, wait_all_gone
 from support.waiting import poll_until
@@ -139,3 +141,50 @@ def test_restart_says_why_the_new_child_did_not_start(terminals: Terminals) -> N
     term.expect(where.encode())
     assert finish(term) == 1
     assert json.loads(terminals.cli("status", "nowhere", "--json").stdout)["state"] == "running"  # left alone
+
+
+# ------------------------------------------------------------------------------------ 10: paper cuts
+
+
+def _said(terminals: Terminals, *args: str) -> tuple[int, str]:
+    """What a command prints in a terminal, and its exit status."""
+    term = terminals.spawn(terminals.cli_args(*args))
+    term.expect(pexpect.EOF)
+    said = term.before.decode()
+    return finish(term), said
+
+
+def test_attach_without_a_name_asks_for_the_name_alone(terminals: Terminals) -> None:
+    status, said = _said(terminals, "attach")
+    assert status == 2 and "required: name\r\n" in said, said
+
+
+def test_bare_shellper_lists_the_sessions(terminals: Terminals) -> None:
+    terminals.run("listed", "cat")
+    status, said = _said(terminals)
+    assert status == 0 and re.search(r"listed +running", said), said
+
+
+def test_a_mistyped_command_gets_a_did_you_mean(terminals: Terminals) -> None:
+    status, said = _said(terminals, "atach", "x")
+    assert status == 2 and "unknown command 'atach'; did you mean 'attach'?" in said, said
+
+
+def test_attach_with_input_that_is_no_terminal_is_refused(terminals: Terminals) -> None:
+    terminals.shell("piped")
+    term = terminals.spawn(["sh", "-c", 'echo | "$@"', "sh", *terminals.cli_args("attach", "piped")])
+    term.expect(b"input is not a terminal")
+    term.expect(pexpect.EOF)
+    assert b"\x1b[" not in term.before  # nothing drawn on the terminal
+    assert finish(term) == 1
+    clients = json.loads(terminals.cli("status", "piped", "--json").stdout)["clients"]
+    assert [c["client"] for c in clients] == ["shellper-cli:status"]  # no attach ever connected
+
+
+def test_tail_n_ends_its_last_line(terminals: Terminals) -> None:
+    terminals.run("prompt", "sh", "-c", "printf 'one\\ntwo\\nprompt> '; exec sleep 600")
+    poll_until(lambda: "prompt>" in terminals.cli("tail", "prompt").stdout, TIMEOUT, interval=0.05,
+               what="the prompt")
+    status, said = _said(terminals, "tail", "prompt", "-n", "2")
+    assert status == 0 and said.endswith("two\r\r\nprompt> \r\n"), repr(said)  # ONLCR made the \r\n \r\r\n
+    assert terminals.cli("tail", "prompt", "-n", "1").stdout == "prompt> \n"  # a pipe: lines end too

@@ -621,6 +621,21 @@ def sessions_hint(directory: str, name: str) -> str:
     return f"; sessions in {directory}: {', '.join(names)}{meant}"
 
 
+def _attachable(directory: str | None, name: str, detach_key: str) -> bool:
+    """The attach could go ahead (a valid detach key, a socket there, not a symlink): only then is a missing
+    terminal the thing to report; otherwise attach's own error says what is wrong."""
+    try:
+        parse_detach_key(detach_key)
+    except DetachKeyError:
+        return False
+    import stat
+
+    try:
+        return stat.S_ISSOCK(os.lstat(socket_path(runtime_dir_name(directory), name)).st_mode)
+    except OSError:
+        return False
+
+
 def _key_name(spec: str) -> str:
     return f"Ctrl-{spec[1]}" if len(spec) == 2 and spec[0] == "^" else spec
 
@@ -639,6 +654,10 @@ def attach_session(directory: str | None, name: str, *, detach_key: str = DEFAUL
     if os.environ.get("SHELLPER_SESSION") == name:
         print(f"shellper: session {name!r}: this terminal is inside it; attaching would feed its output back "
               "to it (unset SHELLPER_SESSION to attach anyway)", file=sys.stderr)
+        return 1
+    if not os.isatty(0) and not (read_only and os.isatty(1)) and _attachable(directory, name, detach_key):
+        print(f"shellper: attach {name}: input is not a terminal (attach is for a person at one): `shellper send "
+              f"{name} TEXT` types into it, `shellper tail -f {name}` follows it", file=sys.stderr)
         return 1
     outer = os.environ.get("SHELLPER_SESSION")
     if outer and detach_key == DEFAULT_DETACH_KEY:  # the outer attach would take Ctrl-\ first

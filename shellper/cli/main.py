@@ -26,6 +26,12 @@ def main(argv: list[str] | None = None, prefork: Prefork | None = None) -> int:
     """Run one command; ``prefork`` is the daemon-to-be that the console script started early, if any."""
     argv = list(sys.argv[1:] if argv is None else argv)
     line = scan(argv)
+    if line.command is None and line.child is None and line.exact and not line.operands and not (
+            line.options.keys() & {"-h", "--help", "--version"}):
+        argv.append("ls")  # bare `shellper`: the sessions, as abduco lists them
+        line = scan(argv)
+    elif line.command is not None and not _known(line.command):
+        return _unknown_command(line.command)
     try:
         groups = hosts_of_names(line)
         host = remote_host(line)
@@ -60,6 +66,26 @@ def main(argv: list[str] | None = None, prefork: Prefork | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+
+
+def _known(command: str) -> bool:
+    from shellper.cli.commands import COMMANDS
+
+    return command in COMMANDS
+
+
+def _unknown_command(command: str) -> int:
+    """A mistyped command: the likeliest meant, then the list (argparse's own names none)."""
+    import difflib
+
+    from shellper.cli.commands import COMMANDS
+
+    names = [name for name in COMMANDS if name != "legacy-main"]
+    close = difflib.get_close_matches(command, names, n=1, cutoff=0.6)
+    meant = f"; did you mean {close[0]!r}?" if close else ""
+    print(f"shellper: unknown command {command!r}{meant}\n(commands: {', '.join(names)}; shellper -h says more)",
+          file=sys.stderr)
+    return 2
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:

@@ -41,8 +41,8 @@ def handle(args: argparse.Namespace) -> int:
 
 
 def stop_all(directory: str, names: list[str], grace: float | None) -> int:
-    """Stop ``names`` in parallel threads; 1 if any failed. A stop that outlasts PROGRESS_AFTER is shown
-    (on one rewritten line to a terminal, else a single line), so a slow stop is never a silent one."""
+    """Stop ``names`` in parallel threads; 1 if any failed. A stop that outlasts PROGRESS_AFTER is shown on a
+    terminal (one rewritten line), so a slow stop is never a silent one."""
     import sys
     import threading
     import time
@@ -89,8 +89,8 @@ def stop_all(directory: str, names: list[str], grace: float | None) -> int:
 
 
 class _Progress:
-    """The line that says what a slow stop waits for: rewritten in place on a terminal, printed once
-    elsewhere (a log should not fill with it)."""
+    """The line that says what a slow stop waits for, rewritten in place, on a terminal only (a program
+    reading stderr gets the outcome lines alone)."""
 
     def __init__(self, stream: TextIO) -> None:
         import threading
@@ -105,9 +105,7 @@ class _Progress:
             if self.tty and text != self.shown:
                 self.stream.write("\r\x1b[K" + text)
                 self.stream.flush()
-            elif not self.tty and not self.shown:
-                print(f"shellper: {text}", file=self.stream, flush=True)
-            self.shown = text
+                self.shown = text
 
     def clear(self) -> None:
         with self.lock:
