@@ -20,6 +20,7 @@ from support.remote import FLOOD, FLOOD_LINES, TIMEOUT, shellper
 from support.sshd import DOWN, SshWorld
 from support.waiting import poll_until
 
+from shellper import __version__
 from shellper.host import ssh
 from shellper.protocol import wire
 from tower_client.cli import main as tower_main
@@ -217,13 +218,16 @@ def test_a_remote_of_another_version_is_named(remote: SshWorld, monkeypatch: pyt
     monkeypatch.setenv(ssh.REMOTE_ENV, str(fake))
     done = shellper("--host", "alpha", "ls")
     assert done.returncode == 1
-    assert "host alpha: runs shellper 0.0.1, this is shellper " in done.stderr and "pip install" in done.stderr
+    assert "host alpha: runs shellper 0.0.1, this is shellper " in done.stderr
+    assert f"pip install shellper-pty=={__version__}" in done.stderr  # the index's "shellper" is not ours
     with pytest.raises(ssh.VersionMismatch):
         RemoteClient("alpha", "any").connect()
     monkeypatch.setenv(ssh.REMOTE_ENV, str(remote.base / "no-such-shellper"))
     monkeypatch.setattr(ssh, "_checked", {})
-    done = shellper("--host", "alpha", "ls")
-    assert done.returncode == 1 and "host alpha: no shellper there" in done.stderr
+    said, status = pexpect.run(shlex.join([*SHELLPER_CLI, "--host", "alpha", "ls"]), timeout=TIMEOUT,
+                               withexitstatus=True)  # as a person meets it, in a terminal
+    assert status == 1 and b"host alpha: no shellper there" in said, said
+    assert f"`pip install shellper-pty=={__version__}` on it".encode() in said and b"shellper==" not in said, said
 
 
 def test_hosts_that_do_not_answer_are_waited_for_in_parallel_each_with_its_timeout(
