@@ -188,3 +188,47 @@ def test_tail_n_ends_its_last_line(terminals: Terminals) -> None:
     status, said = _said(terminals, "tail", "prompt", "-n", "2")
     assert status == 0 and said.endswith("two\r\r\nprompt> \r\n"), repr(said)  # ONLCR made the \r\n \r\r\n
     assert terminals.cli("tail", "prompt", "-n", "1").stdout == "prompt> \n"  # a pipe: lines end too
+
+
+# ------------------------------------------------------------------------------------ 4: ls
+
+
+LONG_ERROR = "RuntimeError: CUDA out of memory while allocating a tensor of a size nobody expected"
+JSON_KEYS = {"name", "state", "reason", "pid", "child_pid", "uptime", "clients", "ring_bytes", "last_exit", "command",
+             "next_restart_at", "owner", "containment", "cgroup", "locked", "answers", "status"}
+
+
+def test_ls_fits_the_terminal_and_l_shows_everything(terminals: Terminals) -> None:
+    terminals.shell("work")
+    terminals.run("train", "sh", "-c", f"echo '{LONG_ERROR}' >&2; exit 3", opts=("--backoff-initial", "0.05"))
+    terminals.run("notes", "sh", "-c", "exit 0", opts=("--restart", "no"))
+    _wait_state(terminals, "train", ("fatal",))
+    _wait_state(terminals, "notes", ("exited",))
+    listed = terminals.spawn(terminals.cli_args("ls"), dimensions=(24, 80))
+    listed.expect(pexpect.EOF)
+    lines = listed.before.decode().splitlines()
+    assert finish(listed) == 0
+    assert lines[0].split() == ["NAME", "STATE", "UPTIME", "CLIENTS", "COMMAND", "LAST", "EXIT"], lines
+    assert all(len(line) <= 80 for line in lines), "\n".join(lines)  # nothing wraps
+    assert re.search(r"^\+  train +fatal .* crash: exit 3, \d+ s ago$", "\n".join(lines), re.M), lines
+    everything = terminals.spawn(terminals.cli_args("ls", "-l"), dimensions=(24, 80))
+    everything.expect(pexpect.EOF)
+    long = everything.before.decode()
+    assert finish(everything) == 0
+    assert "PID" in long and "CONTAINMENT" in long and LONG_ERROR in long, long  # in full, wrapping
+    listed_json = json.loads(terminals.cli("ls", "--json").stdout)
+    assert {key for s in listed_json for key in s} == JSON_KEYS
+
+
+def test_a_session_started_again_no_longer_says_not_restarted(terminals: Terminals) -> None:
+    with tempfile.TemporaryDirectory(prefix="shph-flag-") as where:
+        flag = os.path.join(where, "ran-once")
+        terminals.run("again", "sh", "-c", f"test -e {flag} && exec sleep 600; touch {flag}",
+                      opts=("--restart", "no"))
+        _wait_state(terminals, "again", ("exited",))
+        terminals.cli("restart", "again")
+        pid = _wait_state(terminals, "again", ("running",))["child_pid"]
+        terminals.started["again"].append(pid)
+    listed = terminals.spawn(terminals.cli_args("ls", "-l"), dimensions=(24, 200))
+    listed.expect(rb"again +running .*not restarted \(restart mode no\); started again since\r\n")
+    assert finish(listed) == 0
