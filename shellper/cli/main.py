@@ -30,14 +30,14 @@ def main(argv: list[str] | None = None, prefork: Prefork | None = None) -> int:
             line.options.keys() & {"-h", "--help", "--version"}):
         argv.append("ls")  # bare `shellper`: the sessions, as abduco lists them
         line = scan(argv)
-    elif line.command is not None and not _known(line.command):
-        return _unknown_command(line.command)
     try:
         groups = hosts_of_names(line)
         host = remote_host(line)
     except (MixedHosts, BadHost, BadName) as exc:  # before anything runs, here or on a host
         print(f"shellper: {exc}", file=sys.stderr)
         return 2
+    if line.command is not None and not _known(line.command):  # after the host's checks: a bad --host first
+        return _unknown_command(line.command)
     if len(groups) > 1:  # names on several hosts: each goes to its own
         return per_host_main(argv, line, groups, lambda part: main(part, prefork))
     if host is not None:
