@@ -12,6 +12,8 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	@# the distribution was named "shellper" before it became "shellper-pty": one checkout, one install
+	-@$(BIN)/python -m pip uninstall --quiet --yes shellper >/dev/null 2>&1; rm -rf shellper.egg-info
 	$(BIN)/python -m pip install --quiet -e '.[test,lint,build]' --config-settings editable_mode=compat \
 		|| $(BIN)/python -m pip install --quiet -e '.[test,lint,build]'
 	@# The full-screen programs tests/test_screens.py reattaches; as root, apt installs the missing ones

@@ -408,7 +408,7 @@ def test_send_tail_and_ls(shared: Terminals) -> None:
     shared.follow("sh").expect("x-16")
     tail = shared.cli("tail", "sh", "--plain").stdout
     assert "x-16" in tail and "\x1b" not in tail and "\r" not in tail
-    rows = [line.split() for line in shared.cli("ls").stdout.splitlines()]
+    rows = [line.split() for line in shared.cli("ls", "-l").stdout.splitlines()]
     assert rows[0][0] == "NAME"
     row = next(r for r in rows if r[0] == "sh")
     assert row[1] == "running" and int(row[2]) == shared.started["sh"][0]

@@ -117,7 +117,7 @@ class Shell:
 
     def ls_row(self, name: str) -> dict[str, str]:
         """The table's row for ``name`` as {column: value}, cut at the header's column starts."""
-        lines = self("ls").stdout.splitlines()
+        lines = self("ls", "-l").stdout.splitlines()
         header = lines[0]
         starts = [header.index(column) for column in ("NAME", "STATE", "PID", "CHILD", "UPTIME", "CLIENTS",
                                                       "RING", "OWNER", "CONTAINMENT", "COMMAND", "LAST EXIT")]

@@ -242,6 +242,7 @@ def test_a_lock_and_log_left_on_a_full_disk_are_cleaned(full_fs: Path, tmp_path:
 
 _IGNORES_TERM = ("import signal, subprocess\n"
                  "signal.signal(signal.SIGTERM, signal.SIG_IGN)  # and so does the sleep (inherited)\n"
+                 "signal.signal(signal.SIGHUP, signal.SIG_IGN)  # what ignores SIGTERM is hung up first\n"
                  "subprocess.Popen(['sleep', '300'], start_new_session=True)\n"
                  "signal.pause()\n")
 

@@ -181,8 +181,8 @@ def test_tail_into_head_is_a_quiet_141(sessions: Sessions, unbuffered: str) -> N
 # ------------------------------------------------------------------------------------------------------- ls
 
 def ls_rows(d: Path) -> dict[str, str]:
-    """ls's lines by session name (the second word of a finished session's line, after its "+")."""
-    lines = cli(d, "ls").stdout.splitlines()
+    """ls -l's lines by session name (the second word of a finished session's line, after its "+")."""
+    lines = cli(d, "ls", "-l").stdout.splitlines()
     assert lines[0].split()[0] == "NAME", lines
     return {(line.split()[1] if line.startswith("+") else line.split()[0]): line for line in lines[1:]}
 

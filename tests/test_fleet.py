@@ -122,7 +122,7 @@ def test_groups_start_and_stop_with_bounded_concurrency_off_the_loop(
 
     monkeypatch.setattr(fleet_module, "launch", counting_launch)
     stubborn = [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-                "print('up', flush=True); time.sleep(300)"]
+                "signal.signal(signal.SIGHUP, signal.SIG_IGN); print('up', flush=True); time.sleep(300)"]
 
     async def main() -> None:
         async with make_fleet(tmp_path, runtime_dir, concurrency=2) as fleet:

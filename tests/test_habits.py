@@ -222,8 +222,7 @@ def test_a_mistyped_name_lists_the_sessions_of_the_directory_searched(terminals:
 
 
 @pytest.mark.parametrize("relay", [False, True], ids=["handoff", "relay"])
-def test_nested_attach_warns_and_the_detach_key_twice_reaches_the_inner_one(terminals: Terminals,
-                                                                              relay: bool) -> None:
+def test_nested_attach_says_so_and_detaches_on_its_own_key(terminals: Terminals, relay: bool) -> None:
     terminals.shell("outer")
     terminals.shell("inner")
     opts = ("--relay",) if relay else ()
@@ -232,13 +231,13 @@ def test_nested_attach_warns_and_the_detach_key_twice_reaches_the_inner_one(term
     inner = " ".join([*SHELLPER_CLI, "--dir", terminals.dir, "attach", "inner", *opts])
     term.send(f"{inner}\r".encode())
     term.expect(b"attaching from inside session 'outer'")
-    term.expect(b"type it twice to detach from 'inner'")
+    term.expect(rb"Ctrl-\] detaches from 'inner' \(Ctrl-\\ from 'outer'")
     term.send(b"echo in-$((3*3))\r")
     term.expect(b"in-9")
-    term.send(DETACH + DETACH)  # through the outer attach, once, to the inner one: it detaches
+    term.send(b"\x1d")  # Ctrl-]: through the outer attach, which does not take it, to the inner one
     term.expect(rb"\[detached\]")
     term.send(b"echo out-$((4*4))\r")  # still attached to the outer shell
     term.expect(b"out-16")
-    term.send(DETACH)  # alone: the outer attach detaches, once the window for a double has passed
+    term.send(DETACH)  # the outer attach detaches
     term.expect(rb"\[detached\]")
     assert finish(term) == 0

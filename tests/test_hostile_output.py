@@ -53,7 +53,7 @@ def _failed(sessions: Sessions, name: str) -> None:
 
 def test_an_exit_reason_from_hostile_output_is_shown_harmless(sessions: Sessions) -> None:
     _failed(sessions, "bad")
-    ls = cli(sessions.dir, "ls")
+    ls = cli(sessions.dir, "ls", "-l")
     assert b"boom" in ls.stdout and b"end" in ls.stdout, ls.stdout  # LAST EXIT quotes the line...
     assert harmful(ls.stdout) == [], ls.stdout  # ...without what would act on the terminal
     status = cli(sessions.dir, "status", "bad")
@@ -79,7 +79,7 @@ def test_status_shows_a_hostile_command_line_and_directory_harmless(sessions: Se
     status = cli(sessions.dir, "status", "argv").stdout
     assert b"sleep 300" in status and b"pwned" in status, status  # shown, escaped
     assert harmful(status) == [], status
-    ls = cli(sessions.dir, "ls").stdout
+    ls = cli(sessions.dir, "ls", "-l").stdout
     assert b"sleep 300" in ls and harmful(ls) == [], ls
 
 
@@ -93,7 +93,7 @@ def _forged_record(sessions: Sessions, name: str, owner: str) -> None:
 
 def test_a_record_whose_owner_holds_an_escape_is_refused(sessions: Sessions) -> None:
     _forged_record(sessions, "forged", "evil\x1b]52;c;aGFjaw==\x07")
-    ls = cli(sessions.dir, "ls")
+    ls = cli(sessions.dir, "ls", "-l")
     assert b"forged" in ls.stdout and harmful(ls.stdout + ls.stderr) == [], ls
     assert CLIPBOARD not in ls.stdout
     status = cli(sessions.dir, "status", "forged")

@@ -41,7 +41,7 @@ def test_licence_file_matches_the_metadata() -> None:
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     assert project["license"] == "MIT"
     assert (REPO / "LICENSE").read_text().startswith("MIT License\n")
-    classifiers = metadata.metadata("shellper").get_all("Classifier") or []
+    classifiers = metadata.metadata("shellper-pty").get_all("Classifier") or []
     assert "Operating System :: POSIX :: Linux" in classifiers
     assert {f"Programming Language :: Python :: 3.{minor}" for minor in (11, 12, 13)} <= set(classifiers)
 

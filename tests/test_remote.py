@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import signal
 import socket
@@ -19,6 +20,7 @@ from support.remote import FLOOD, FLOOD_LINES, TIMEOUT, shellper
 from support.sshd import DOWN, SshWorld
 from support.waiting import poll_until
 
+from shellper import __version__
 from shellper.host import ssh
 from shellper.protocol import wire
 from tower_client.cli import main as tower_main
@@ -50,9 +52,28 @@ def test_run_ls_send_tail_stop_on_a_host(remote: SshWorld) -> None:
     assert sessions_in(alpha) == set()
 
 
-def test_names_on_two_hosts_in_one_command_are_refused(remote: SshWorld) -> None:
-    done = shellper("stop", "alpha:a", "beta:b")
-    assert done.returncode == 2 and "different hosts" in done.stderr
+def test_names_on_several_hosts_each_go_to_their_own_and_ls_takes_a_host(remote: SshWorld, tmp_path: Path) -> None:
+    here = tmp_path / "here"
+    here.mkdir(mode=0o700)
+    env = {**os.environ, "SHELLPER_DIR": str(here)}
+    for where in ("--host=alpha", "--host=beta", f"--dir={here}"):
+        done = shellper(where, "run", "two", "--containment", "none", "--", "cat")
+        assert done.returncode == 0, done.stderr
+    try:
+        listed, status = pexpect.run(shlex.join([*SHELLPER_CLI, "ls", "alpha:"]), env=env, timeout=TIMEOUT,
+                                     withexitstatus=True)  # in a terminal of its own, closed when it ends
+        assert status == 0 and re.search(rb"two +running", listed), listed
+        said, status = pexpect.run(shlex.join([*SHELLPER_CLI, "stop", "alpha:two", "two", "beta:two"]), env=env,
+                                   timeout=TIMEOUT, withexitstatus=True)
+        assert status == 0, said
+        assert said.count(b"stopped two") == 3, said  # one per host, none refused or looked for elsewhere
+        assert sessions_in(remote.hosts["alpha"].runtime) == sessions_in(remote.hosts["beta"].runtime) == set()
+        assert sessions_in(here) == set()
+    finally:
+        if sessions_in(here):
+            shellper(f"--dir={here}", "stop", "two")
+    both = shellper("ls", "alpha:", "beta:")
+    assert both.returncode == 2 and "one host at a time" in both.stderr
 
 
 def test_an_unreachable_host_is_one_line(remote: SshWorld) -> None:
@@ -197,13 +218,16 @@ def test_a_remote_of_another_version_is_named(remote: SshWorld, monkeypatch: pyt
     monkeypatch.setenv(ssh.REMOTE_ENV, str(fake))
     done = shellper("--host", "alpha", "ls")
     assert done.returncode == 1
-    assert "host alpha: runs shellper 0.0.1, this is shellper " in done.stderr and "pip install" in done.stderr
+    assert "host alpha: runs shellper 0.0.1, this is shellper " in done.stderr
+    assert f"pip install shellper-pty=={__version__}" in done.stderr  # the index's "shellper" is not ours
     with pytest.raises(ssh.VersionMismatch):
         RemoteClient("alpha", "any").connect()
     monkeypatch.setenv(ssh.REMOTE_ENV, str(remote.base / "no-such-shellper"))
     monkeypatch.setattr(ssh, "_checked", {})
-    done = shellper("--host", "alpha", "ls")
-    assert done.returncode == 1 and "host alpha: no shellper there" in done.stderr
+    said, status = pexpect.run(shlex.join([*SHELLPER_CLI, "--host", "alpha", "ls"]), timeout=TIMEOUT,
+                               withexitstatus=True)  # as a person meets it, in a terminal
+    assert status == 1 and b"host alpha: no shellper there" in said, said
+    assert f"`pip install shellper-pty=={__version__}` on it".encode() in said and b"shellper==" not in said, said
 
 
 def test_hosts_that_do_not_answer_are_waited_for_in_parallel_each_with_its_timeout(

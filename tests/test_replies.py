@@ -29,6 +29,7 @@ from shellper.protocol.connection import (
 
 T = wire.FrameType
 IGNORES_TERM = [PY, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                "signal.signal(signal.SIGHUP, signal.SIG_IGN); "  # what ignores SIGTERM is hung up first
                 "print('ready', flush=True); time.sleep(300)"]
 
 

@@ -442,10 +442,9 @@ def test_status_and_ls_say_each_thing_once_and_no_uptime_for_the_dead(sessions: 
     assert "  clients: 0" in shown, shown
     os.kill(dead.pid, signal.SIGKILL)
     assert wait_gone(dead.pid, 10)
-    rows = {line.split()[0]: line.split() for line in cli("--dir", str(sessions.dir), "ls").stdout.splitlines()
-            if not line.startswith("+")}
-    rows |= {line.split()[1]: line.split()[1:] for line in cli("--dir", str(sessions.dir), "ls").stdout.splitlines()
-             if line.startswith("+")}  # a finished session, marked
+    listed = cli("--dir", str(sessions.dir), "ls", "-l").stdout.splitlines()
+    rows = {line.split()[0]: line.split() for line in listed if not line.startswith("+")}
+    rows |= {line.split()[1]: line.split()[1:] for line in listed if line.startswith("+")}  # a finished one, marked
     assert rows["k"][1] == "stale" and rows["k"][4] == "-", rows["k"]  # UPTIME
     assert "crash: crash" not in " ".join(rows["t4"])
     sessions.stop("t4")

@@ -409,6 +409,7 @@ import os, select, signal, tty
 tty.setraw(0)
 if os.fork() == 0:  # holds the terminal open, reads nothing, outlives the child
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # what ignores SIGTERM is hung up first
     os.write(1, b"HOLDER\r\n")
     while True:
         signal.pause()

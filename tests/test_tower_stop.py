@@ -25,7 +25,7 @@ from tower_client.progress import ProgressError, ProgressJournal
 from tower_client.stream import FleetItem, Notice
 
 IGNORES_TERM = [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-                "print('up', flush=True); time.sleep(300)"]
+                "signal.signal(signal.SIGHUP, signal.SIG_IGN); print('up', flush=True); time.sleep(300)"]
 SLEEPER = [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(300)"]
 
 

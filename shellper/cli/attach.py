@@ -26,13 +26,12 @@ import signal
 import socket
 import sys
 import termios
-import time
 import tty
 from types import FrameType
 
 from shellper.client.blocking import Client
 from shellper.core.defaults import SCREEN_SCROLLBACK_LINES, clamp_terminal_size
-from shellper.core.detachkeys import DOUBLE_KEY_WINDOW, KeysEnd, read_keys
+from shellper.core.detachkeys import NESTED_DETACH_KEY, KeysEnd, give_back, read_keys
 from shellper.core.errors import ShellperError
 from shellper.core.names import runtime_dir_name, socket_path, validate_name
 from shellper.core.signals import signal_number
@@ -194,9 +193,8 @@ class _Attachment:
         self.old_wakeup = -1
         self.wake_r = self.wake_w = -1
         self.winch_pending = False
-        self.detach_pending = False
-        self.detach_at = 0.0
-        """A lone detach key ended the last read (relaying): it detaches unless doubled within the window."""
+        self.typed_after = b""
+        """What was read after the detach key: the keys typed right after detaching, given back on the way out."""
         self.handed = False
         """The shellper took the terminal (WELCOME.terminal): it writes output and reads keys itself."""
         self.released: wire.Release | None = None
@@ -404,15 +402,12 @@ class _Attachment:
         # before it) returns: its wake byte is in the pipe although poll did not report it. The resize
         # must reach the child first, or a program reads the old size after the user's next key.
         self.take_signals()
-        if not data and not self.detach_pending:
+        if not data:
             if self.read_only:  # a viewer needs no input: keep watching
                 self.stdin_open = False
                 return None
             return _Outcome(0, "[detached]")
-        data, end = read_keys(data, self.detach_byte, self.detach_pending)
-        self.detach_pending = end is KeysEnd.PENDING
-        if self.detach_pending:
-            self.detach_at = time.monotonic() + DOUBLE_KEY_WINDOW
+        data, end, self.typed_after = read_keys(data, self.detach_byte)
         if data and not self.read_only:
             self.client.write(data)
         return _Outcome(0, "[detached]") if end is KeysEnd.DETACH else None
@@ -442,6 +437,7 @@ class _Attachment:
                 if isinstance(event, wire.Release):
                     self.released = event
                     if event.reason == "detach":
+                        self.typed_after = event.typed or b""
                         return _Outcome(0, "[detached]")
                     if event.reason == "hangup":
                         raise _TerminalGone(event.reason)
@@ -514,10 +510,7 @@ class _Attachment:
         if self.wake_r >= 0:
             poller.register(self.wake_r, select.POLLIN)
         while True:
-            left = self.detach_at - time.monotonic() if self.detach_pending else None
-            if left is not None and left <= 0:  # the detach key was not doubled in time: it detaches
-                return _Outcome(0, "[detached]")
-            ready = dict(poller.poll(None if left is None else left * 1000))
+            ready = dict(poller.poll())
             if self.wake_r in ready:
                 self.take_signals(drain=True)
             if sock_fd in ready:
@@ -604,6 +597,8 @@ def attach(socket_path: str | os.PathLike[str], *, name: str | None = None,
                 sys.stderr.flush()
             else:
                 os.write(stdout_fd, line.encode(errors="replace"))
+    if session.typed_after and outcome.message == "[detached]" and session.stdin_is_tty:
+        give_back(stdin_fd, session.typed_after)  # the keys typed right after the detach key: the shell's
     if session.late_signal is not None:
         return 128 + session.late_signal
     return outcome.status
@@ -626,6 +621,25 @@ def sessions_hint(directory: str, name: str) -> str:
     return f"; sessions in {directory}: {', '.join(names)}{meant}"
 
 
+def _attachable(directory: str | None, name: str, detach_key: str) -> bool:
+    """The attach could go ahead (a valid detach key, a socket there, not a symlink): only then is a missing
+    terminal the thing to report; otherwise attach's own error says what is wrong."""
+    try:
+        parse_detach_key(detach_key)
+    except DetachKeyError:
+        return False
+    import stat
+
+    try:
+        return stat.S_ISSOCK(os.lstat(socket_path(runtime_dir_name(directory), name)).st_mode)
+    except OSError:
+        return False
+
+
+def _key_name(spec: str) -> str:
+    return f"Ctrl-{spec[1]}" if len(spec) == 2 and spec[0] == "^" else spec
+
+
 def attach_session(directory: str | None, name: str, *, detach_key: str = DEFAULT_DETACH_KEY,
                    read_only: bool = False, no_replay: bool = False, relay: bool = False, raw: bool = False) -> int:
     """``shellper [--dir DIR] attach NAME ...``: the session's socket found, then :func:`attach`.
@@ -641,10 +655,16 @@ def attach_session(directory: str | None, name: str, *, detach_key: str = DEFAUL
         print(f"shellper: session {name!r}: this terminal is inside it; attaching would feed its output back "
               "to it (unset SHELLPER_SESSION to attach anyway)", file=sys.stderr)
         return 1
+    if not os.isatty(0) and not (read_only and os.isatty(1)) and _attachable(directory, name, detach_key):
+        print(f"shellper: attach {name}: input is not a terminal (attach is for a person at one): `shellper send "
+              f"{name} TEXT` types into it, `shellper tail -f {name}` follows it", file=sys.stderr)
+        return 1
     outer = os.environ.get("SHELLPER_SESSION")
-    if outer and detach_key == DEFAULT_DETACH_KEY and sys.stderr.isatty():
-        print(f"shellper: attaching from inside session {outer!r}: if that one is attached with the same "
-              f"detach key ({detach_key}), it takes the key first: type it twice to detach from {name!r}, "
-              "or choose another key with -e", file=sys.stderr)
+    if outer and detach_key == DEFAULT_DETACH_KEY:  # the outer attach would take Ctrl-\ first
+        detach_key = NESTED_DETACH_KEY
+        if sys.stderr.isatty():
+            print(f"shellper: attaching from inside session {outer!r}: {_key_name(detach_key)} detaches from "
+                  f"{name!r} ({_key_name(DEFAULT_DETACH_KEY)} from {outer!r}; -e chooses another key)",
+                  file=sys.stderr)
     return attach(socket_path(runtime_dir_name(directory), name), name=name,
                   detach_key=detach_key, read_only=read_only, replay=not no_replay, handoff=not relay, raw=raw)

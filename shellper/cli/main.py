@@ -12,7 +12,7 @@ import os
 import sys
 
 from shellper.cli.argscan import scan
-from shellper.cli.onhost import MixedHosts, remote_host, remote_main
+from shellper.cli.onhost import MixedHosts, hosts_of_names, per_host_main, remote_host, remote_main
 from shellper.core.names import BadHost, BadName
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
@@ -26,11 +26,20 @@ def main(argv: list[str] | None = None, prefork: Prefork | None = None) -> int:
     """Run one command; ``prefork`` is the daemon-to-be that the console script started early, if any."""
     argv = list(sys.argv[1:] if argv is None else argv)
     line = scan(argv)
+    if line.command is None and line.child is None and line.exact and not line.operands and not (
+            line.options.keys() & {"-h", "--help", "--version"}):
+        argv.append("ls")  # bare `shellper`: the sessions, as abduco lists them
+        line = scan(argv)
     try:
+        groups = hosts_of_names(line)
         host = remote_host(line)
     except (MixedHosts, BadHost, BadName) as exc:  # before anything runs, here or on a host
         print(f"shellper: {exc}", file=sys.stderr)
         return 2
+    if line.command is not None and not _known(line.command):  # after the host's checks: a bad --host first
+        return _unknown_command(line.command)
+    if len(groups) > 1:  # names on several hosts: each goes to its own
+        return per_host_main(argv, line, groups, lambda part: main(part, prefork))
     if host is not None:
         return remote_main(argv, line, host)
     if line.command in ("run", "attach") and line.child is not None:  # everything after the first -- is the child's
@@ -57,6 +66,26 @@ def main(argv: list[str] | None = None, prefork: Prefork | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+
+
+def _known(command: str) -> bool:
+    from shellper.cli.commands import COMMANDS
+
+    return command in COMMANDS
+
+
+def _unknown_command(command: str) -> int:
+    """A mistyped command: the likeliest meant, then the list (argparse's own names none)."""
+    import difflib
+
+    from shellper.cli.commands import COMMANDS
+
+    names = [name for name in COMMANDS if name != "legacy-main"]
+    close = difflib.get_close_matches(command, names, n=1, cutoff=0.6)
+    meant = f"; did you mean {close[0]!r}?" if close else ""
+    print(f"shellper: unknown command {command!r}{meant}\n(commands: {', '.join(names)}; shellper -h says more)",
+          file=sys.stderr)
+    return 2
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:

@@ -16,11 +16,13 @@ from shellper.core.errors import ShellperError
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from shellper.cli.argscan import Scan
 
 
 class MixedHosts(ShellperError):
-    """Names on different hosts in one command (``stop a:x b:y``)."""
+    """``ls`` of several hosts in one command (``ls a: b:``): their lists would run together."""
 
 
 def _names(line: Scan) -> list[str]:
@@ -32,28 +34,100 @@ def _names(line: Scan) -> list[str]:
     return line.operands[:1]
 
 
+def _host_of(name: str) -> str | None:
+    """The host ``HOST:NAME`` names (validated, as is NAME), None for a plain name."""
+    from shellper.core.names import validate_host, validate_name
+
+    if ":" not in name:
+        return None
+    host, _, session = name.partition(":")
+    validate_name(session)
+    return validate_host(host)
+
+
+def hosts_of_names(line: Scan) -> dict[str | None, list[str]]:
+    """``stop``'s names by where they are (None: here), in the order first named; a single entry unless the
+    names are on several hosts (``stop box:r2 l2``: r2 on box, l2 here). ``--host`` puts them all there."""
+    if line.command != "stop" or "--host" in line.options or "--host" in line.missing:
+        return {}
+    groups: dict[str | None, list[str]] = {}
+    for name in line.operands:
+        groups.setdefault(_host_of(name), []).append(name)
+    return groups
+
+
 def remote_host(line: Scan) -> str | None:
-    """The host a command line is for: ``--host H``, else the ``HOST:`` of its session names; None: here.
-    Session names have no ``:`` (shellper.core.names), so one in a name always names a host. A host that
-    is no ssh destination shellper uses, or a ``HOST:`` with no name after it, raises BadHost or BadName
-    (shellper.core.names): nothing runs, here or there. A ``--host`` given without a value (the next word
-    looked like an option) is refused too, rather than read as "here"."""
-    from shellper.core.names import BadHost, validate_host, validate_name
+    """The host a command line is for: ``--host H``, else the ``HOST:`` of its session names (``ls HOST:``
+    lists HOST's); None: here. Session names have no ``:`` (shellper.core.names), so one in a name always
+    names a host. A host that is no ssh destination shellper uses, or a ``HOST:`` with no name after it,
+    raises BadHost or BadName (shellper.core.names): nothing runs, here or there. A ``--host`` given without
+    a value (the next word looked like an option) is refused too, rather than read as "here". Names on
+    several hosts (only ``stop`` takes several) are split by :func:`hosts_of_names` first."""
+    from shellper.core.names import BadHost, validate_host
 
     host = line.options.get("--host")
     if isinstance(host, str):
         return validate_host(host)
     if host is not None or "--host" in line.missing:
         raise BadHost("", "--host needs a value")
-    hosts = set()
-    for name in _names(line):
-        if ":" in name:
-            host, _, session = name.partition(":")
-            hosts.add(validate_host(host))
-            validate_name(session)
-    if len(hosts) > 1:
-        raise MixedHosts(f"sessions on different hosts in one command: {', '.join(sorted(hosts))}")
-    return hosts.pop() if hosts else None
+    if line.command == "ls" and line.operands and all(op.endswith(":") for op in line.operands):
+        listed = {validate_host(op[:-1]) for op in line.operands}
+        if len(listed) > 1:
+            raise MixedHosts(f"ls: one host at a time ({', '.join(sorted(listed))}): their lists would run "
+                             "together")
+        return listed.pop()
+    hosts = {_host_of(name) for name in _names(line)} - {None}
+    return hosts.pop() if len(hosts) == 1 else None
+
+
+def per_host_main(argv: list[str], line: Scan, groups: dict[str | None, list[str]], local: Callable[[list[str]], int]
+                  ) -> int:
+    """``stop`` of names on several hosts: each host's names stopped there (its ssh command run alongside the
+    others'), the plain ones here by ``local``; 1 if any part failed."""
+    import subprocess
+
+    from shellper.cli.argscan import scan
+    from shellper.host.ssh import SshError, check_version, remote_shellper, ssh_argv
+
+    everyone = [name for names in groups.values() for name in names]
+
+    def only(names: list[str]) -> list[str]:
+        others = list(everyone)
+        for name in names:
+            others.remove(name)
+        out: list[str] = []
+        for token in argv:
+            if token in others:
+                others.remove(token)
+            else:
+                out.append(token)
+        return out
+
+    running: list[subprocess.Popen[bytes]] = []
+    failed = False
+    for host, names in groups.items():
+        if host is None:
+            continue
+        part = only(names)
+        try:
+            check_version(host)
+            command = ssh_argv(host, remote_shellper(remote_argv(part, scan(part), host)), batch=False)
+        except SshError as exc:
+            print(f"shellper: {exc}", file=sys.stderr)
+            failed = True
+            continue
+        sys.stdout.flush()
+        sys.stderr.flush()
+        try:
+            running.append(subprocess.Popen(command, stdin=subprocess.DEVNULL))
+        except OSError as exc:
+            print(f"shellper: cannot run {command[0]}: {exc.strerror or exc}", file=sys.stderr)
+            failed = True
+    if None in groups:
+        failed |= local(only(groups[None])) != 0
+    for proc in running:
+        failed |= proc.wait() != 0
+    return 1 if failed else 0
 
 
 def remote_argv(argv: list[str], line: Scan, host: str) -> list[str]:
@@ -72,6 +146,8 @@ def remote_argv(argv: list[str], line: Scan, host: str) -> list[str]:
             i += 1
             continue
         if token.startswith("--host="):
+            continue
+        if line.command == "ls" and token == f"{host}:" and token in line.operands:
             continue
         if names and token == names[0]:
             names.pop(0)

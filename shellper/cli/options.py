@@ -86,6 +86,8 @@ class Positional(Arg):
         kwargs = super().argparse_kwargs()
         if self.nargs is not None:
             kwargs["nargs"] = self.nargs
+        if self.nargs == "*":  # argparse calls one without a default required ("required: name, command")
+            kwargs["default"] = []
         if self.type is not None:
             kwargs["type"] = self.type
         return kwargs

@@ -1,6 +1,10 @@
-"""How the commands show durations, sizes and times past to a person."""
+"""How the commands show durations, sizes, times past and exits to a person."""
 
 from __future__ import annotations
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
+if TYPE_CHECKING:
+    from shellper.core.exitrecord import ExitRecord
 
 
 def duration(seconds: float | None) -> str:
@@ -34,3 +38,24 @@ def ago(seconds: float) -> str:
     if seconds < 86400:
         return f"{int(seconds // 3600)} h"
     return f"{int(seconds // 86400)} days"
+
+
+def short_exit(last: ExitRecord, state: str, next_restart_at: float | None, now: float) -> str:
+    """An exit in a few words, for ``ls``: how it ended ("exit 0", "crash: SIGSEGV"), then when, or, while a
+    restart is pending, when that comes ("crash: exit 3; restart in 12 s"). ``status`` and ``ls -l`` say why."""
+    import math
+
+    if last.spawn_error is not None:
+        how = "did not start"
+    elif last.signal is not None:
+        how = last.signal + (" (core)" if last.core else "")
+    elif last.code is not None:
+        how = f"exit {last.code}"
+    else:
+        how = "ended"
+    if last.exit_class != "clean":
+        how = f"{last.exit_class}: {how}"
+    if state == "backoff" and next_restart_at is not None:
+        left = next_restart_at - now
+        return f"{how}; restart in {math.ceil(left)} s" if left > 0 else f"{how}; restart due now"
+    return f"{how}, {ago(now - last.time)} ago"

@@ -49,10 +49,13 @@ class SessionInfo:
     answers: bool = False
     record: SessionRecord | None = None
     status: dict[str, Any] | None = None
+    exit: ExitRecord | None = None
+    """The last exit whole, for what is shown of it (not in to_dict: ``last_exit`` is its line there)."""
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out.pop("record")
+        out.pop("exit")
         return out
 
 
@@ -128,6 +131,7 @@ def inspect_session(directory: str | os.PathLike[str], name: str, probe: bool = 
 
 
 def _set_last_exit(info: SessionInfo, last: ExitRecord | None) -> None:
+    info.exit = last
     info.last_exit = exit_line(last, info.state, info.next_restart_at, time.time()) if last is not None else None
 
 

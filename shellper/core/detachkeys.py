@@ -1,50 +1,54 @@
-"""The detach key read from typed input, where typing it twice sends it through.
+"""The detach key read from typed input: it detaches at once, and what was read after it is kept.
 
-Why twice: attached from inside a session that is itself attached (nested), the outer attach catches the
-detach key first. Typed twice in quick succession, the outer one sends it on once, and the inner attach
-(or the program) gets it. So a detach key that ends a read is not acted on at once: the reader waits up
-to DOUBLE_KEY_WINDOW for a second one, and detaches when none comes.
+A lone detach key detaches the moment it is read; whatever came after it in the same read is returned
+too, so it can be given back to the terminal's input (the keys a person typed right after detaching are
+meant for the shell the attach returns to). The key doubled within one read (a paste, a script) sends it
+through once. An attach nested inside a session uses another key (NESTED_DETACH_KEY): the outer attach
+catches its own key first, and waiting to see whether it comes twice would delay every detach.
 """
 
 from __future__ import annotations
 
 from enum import Enum
 
-DOUBLE_KEY_WINDOW = 0.4
-"""Seconds a detach key that ended a read waits for its double before it detaches (a double-click's span)."""
+NESTED_DETACH_KEY = "^]"
+"""The detach key of an attach made from inside a session, when no -e chose one (telnet's escape key)."""
 
 
 class KeysEnd(Enum):
-    """What follows the keys to send: more typing, a detach key waiting for its double, or a detach."""
+    """What follows the keys to send: more typing, or a detach."""
 
     TYPING = "typing"
-    PENDING = "pending"
     DETACH = "detach"
 
 
-def read_keys(data: bytes, key: int | None, pending: bool) -> tuple[bytes, KeysEnd]:
-    """The bytes of ``data`` to send to the session, and what follows them.
-
-    ``pending``: the previous read ended with a lone detach key. A doubled key is sent once; a lone key
-    followed by anything else (or by nothing, an end of input) detaches, dropping what follows it.
-    """
+def read_keys(data: bytes, key: int | None) -> tuple[bytes, KeysEnd, bytes]:
+    """The bytes of ``data`` to send to the session, what follows them, and (on a detach) the bytes read
+    after the detach key, which are not the session's."""
     if key is None:
-        return data, KeysEnd.TYPING
-    if pending:
-        if data[:1] != bytes((key,)):
-            return b"", KeysEnd.DETACH
-        out, start = bytearray((key,)), 1
-    else:
-        out, start = bytearray(), 0
+        return data, KeysEnd.TYPING, b""
+    out, start = bytearray(), 0
     while True:
         cut = data.find(key, start)
         if cut < 0:
             out += data[start:]
-            return bytes(out), KeysEnd.TYPING
+            return bytes(out), KeysEnd.TYPING, b""
         out += data[start:cut]
-        if cut + 1 == len(data):
-            return bytes(out), KeysEnd.PENDING
-        if data[cut + 1] != key:
-            return bytes(out), KeysEnd.DETACH
+        if cut + 1 == len(data) or data[cut + 1] != key:
+            return bytes(out), KeysEnd.DETACH, data[cut + 1:]
         out.append(key)
         start = cut + 2
+
+
+def give_back(fd: int, typed: bytes) -> bool:
+    """Put ``typed`` back into the input of the terminal ``fd`` (TIOCSTI), for whoever reads it next; False
+    where the kernel refuses (dev.tty.legacy_tiocsti off and no CAP_SYS_ADMIN: then they are lost)."""
+    import fcntl
+    import termios
+
+    try:
+        for i in range(len(typed)):
+            fcntl.ioctl(fd, termios.TIOCSTI, typed[i:i + 1])
+    except OSError:
+        return False
+    return True

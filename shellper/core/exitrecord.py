@@ -171,6 +171,9 @@ def exit_line(last: ExitRecord, state: str, next_restart_at: float | None, now: 
     with ("restart #2 (crash) in 0.87 s", true only when the exit happened) counted down from
     ``next_restart_at`` while the session waits for it, and dropped once the restart is no longer pending."""
     text = last.summary()
+    if last.state in (SessionState.EXITED, SessionState.FATAL) and state in (SessionState.RUNNING,
+                                                                              SessionState.STARTING):
+        return f"{text}; started again since"  # "not restarted" no longer says what the session is doing
     if last.restart_in is None:
         return text
     head, sep, when = text.rpartition(" in ")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 from shellper.core.defaults import clamp_terminal_size
-from shellper.core.detachkeys import DOUBLE_KEY_WINDOW, KeysEnd, read_keys
+from shellper.core.detachkeys import KeysEnd, read_keys
 from shellper.daemon.terminal import Terminal, note, window_size
 from shellper.protocol import wire
 from shellper.protocol.wire import Role
@@ -20,7 +20,6 @@ if TYPE_CHECKING:
 
     from shellper.daemon.ports import ConnView
     from shellper.daemon.pump import OutputPump
-    from shellper.daemon.reactor import Handle
 
     class SinkOwner(ConnView, Protocol):
         """What the sink uses of its connection (shellper.daemon.clientconn.ClientConn)."""
@@ -41,8 +40,6 @@ class TerminalSink:
         self.released = False
         """The handed-over terminal was given back: this connection gets no more output."""
         self.detach_byte: int | None = None
-        self._detach_timer: Handle | None = None
-        """A lone detach key ended the last read: it detaches when this fires, unless doubled first."""
         self._fds: list[int] = []
         """The descriptor that came with the HELLO's bytes (SCM_RIGHTS), until the HELLO is handled."""
 
@@ -82,7 +79,7 @@ class TerminalSink:
         if size is not None and size != (session.cols, session.rows):
             session.resize(*clamp_terminal_size(*size))
 
-    def release(self, reason: str) -> None:
+    def release(self, reason: str, typed: bytes = b"") -> None:
         """Give the handed-over terminal back: stop using it, close our descriptor, send RELEASE."""
         if self.terminal is None:
             return
@@ -91,12 +88,10 @@ class TerminalSink:
         conn = self.conn
         reset = conn.session.scrollback.modes.reset_sequence()
         if conn.transport is not None and not conn.transport_gone():
-            conn.transport.write(wire.encode(wire.Release(reason=reason, reset=reset, offset=conn.pump.pos)))
+            conn.transport.write(wire.encode(wire.Release(reason=reason, reset=reset, offset=conn.pump.pos,
+                                                               typed=typed or None)))
 
     def close(self) -> None:
-        if self._detach_timer is not None:
-            self._detach_timer.cancel()
-            self._detach_timer = None
         if self.terminal is not None:
             self.terminal.close()
             self.terminal = None
@@ -109,24 +104,17 @@ class TerminalSink:
     def terminal_input(self, data: bytes) -> None:
         """Keys typed on the handed-over terminal: to the child, up to the detach byte (which, typed twice,
         is sent through: shellper.core.detachkeys)."""
-        pending = self._detach_timer is not None
-        if self._detach_timer is not None:
-            self._detach_timer.cancel()
-            self._detach_timer = None
-        data, end = read_keys(data, self.detach_byte, pending)
+        data, end, after = read_keys(data, self.detach_byte)
         conn = self.conn
         if data and conn.role is not Role.VIEWER and self.terminal is not None:
             self.follow_size()  # a resize attach has not reported yet must reach the child before these keys
             conn.input(data)
-        if end is KeysEnd.PENDING:
-            self._detach_timer = conn.session.loop.call_later(DOUBLE_KEY_WINDOW, self._detach)
-        elif end is KeysEnd.DETACH:
-            self._detach()
+        if end is KeysEnd.DETACH:
+            self._detach(after)
 
-    def _detach(self) -> None:
-        self._detach_timer = None
+    def _detach(self, typed: bytes) -> None:
         if self.terminal is not None and not self.conn.closing:
-            self.release("detach")
+            self.release("detach", typed)
             self.conn.close_after_flush()
 
     def terminal_paused(self) -> None:

@@ -30,7 +30,7 @@ from shellper.host.cgroup import (
     session_cgroup_of,
     verify_dead_session,
 )
-from shellper.host.identity import IdentityError, PidFd, ProcessGone, read_stat
+from shellper.host.identity import IdentityError, PidFd, ProcessGone, ignores_signal, read_stat
 from shellper.host.reaper import OwnTree, descendants
 from shellper.host.record import RecordError, read_record
 from shellper.host.shellpers import live_shellpers, under
@@ -231,6 +231,10 @@ class SessionTree:
         """SIGTERM the child's group (``leader``) and every descendant, wait ``grace``, then freeze and SIGKILL
         until nothing is left; ``reap`` reaps what died after each wait. Returns what survived (logged).
 
+        Those that ignore SIGTERM get SIGHUP first (:meth:`_hang_up_deaf`), as a closing terminal and tmux's
+        kill-session send it: an interactive shell ignores SIGTERM but exits on SIGHUP, passing it to its
+        jobs, so a shell's stop takes no grace; a program's own SIGTERM handler still runs as before.
+
         Without a cgroup, every process is pinned by a pidfd and only signalled if, after the pinning, it is
         still under a pinned parent of this shellper (shellper.host.reaper.OwnTree): a pid recycled since /proc
         listed it is never hit. A stopped process cannot fork, so every pinned member is SIGSTOPped and the
@@ -249,6 +253,7 @@ class SessionTree:
             self._pin_new(tree)
             if not tree.alive():
                 return ()
+            self._hang_up_deaf(tree.alive())
             if leader is not None:
                 tree.signal_group(leader, signal.SIGCONT)
                 tree.signal_group(leader, signal.SIGTERM)
@@ -283,6 +288,12 @@ class SessionTree:
         if not group.populated(CHILD_SUB):
             reap()
             return left
+        members = group.pinned_members(spare=SHELLPER_SUB)
+        try:
+            self._hang_up_deaf(members)
+        finally:
+            for fd in members:
+                fd.close()
         group.signal_members(signal.SIGTERM, spare=SHELLPER_SUB)
         group.signal_members(signal.SIGCONT, spare=SHELLPER_SUB)
         if not await self._cgroup_emptied(group, grace):
@@ -340,6 +351,15 @@ class SessionTree:
         except (OSError, IdentityError) as exc:  # what is pinned so far still gets the signals
             self.log.write(f"could not pin every descendant: {exc}")
             return []
+
+    @staticmethod
+    def _hang_up_deaf(members: list[PidFd]) -> None:
+        """SIGHUP each of ``members`` that ignores SIGTERM (an interactive shell): a hangup ends it now, where
+        SIGTERM would only start the grace."""
+        for member in members:
+            if ignores_signal(member.pid, signal.SIGTERM):
+                with contextlib.suppress(ProcessGone, PermissionError):
+                    member.send_signal(signal.SIGHUP)
 
     @staticmethod
     def _signal(members: list[PidFd], sig: int) -> None:

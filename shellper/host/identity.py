@@ -201,6 +201,21 @@ def read_stat(pid: int) -> ProcStat | None:
         raise IdentityUnreadable(pid, f"/proc/{pid}/stat", e.reason) from e
 
 
+def ignores_signal(pid: int, sig: int) -> bool:
+    """``pid`` has ``sig`` set to SIG_IGN (/proc's SigIgn mask); False if it is gone or the mask unreadable."""
+    try:
+        data = _read_proc_file(pid, "status")
+    except IdentityUnreadable:
+        return False
+    for line in (data or b"").splitlines():
+        if line.startswith(b"SigIgn:"):
+            try:
+                return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+            except (IndexError, ValueError):
+                return False
+    return False
+
+
 def start_time(pid: int) -> int | None:
     """Kernel start time of ``pid`` in clock ticks since boot (stat field 22); None if gone."""
     st = read_stat(pid)

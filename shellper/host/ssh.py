@@ -58,6 +58,15 @@ class HostUnreachable(SshError):
     """ssh could not connect (exit 255), or the host did not answer in time."""
 
 
+DISTRIBUTION = "shellper-pty"
+"""shellper's name on the package index (pyproject.toml): "shellper" there is another author's project."""
+
+
+def install_hint(version: str) -> str:
+    """How to install this version of shellper on a host, by the name that is ours on the package index."""
+    return f"`pip install {DISTRIBUTION}=={version}`"
+
+
 class RemoteNotInstalled(SshError):
     """The remote shell found no ``shellper`` command."""
 
@@ -68,7 +77,7 @@ class VersionMismatch(SshError):
     def __init__(self, host: str, remote: str, local: str) -> None:
         self.remote, self.local = remote, local
         super().__init__(host, f"runs shellper {remote}, this is shellper {local}: install the same version "
-                         f"there (pip install shellper=={local}), or point ${REMOTE_ENV} at one")
+                         f"there ({install_hint(local)}), or point ${REMOTE_ENV} at one")
 
 
 def check_host(host: str) -> str:
@@ -236,7 +245,7 @@ def check_version(host: str, timeout: float = CONNECT_TIMEOUT) -> str:
     text = done.stdout.decode(errors="replace").strip()
     if done.returncode == SHELL_NOT_FOUND or (done.returncode != 0 and not text):
         raise RemoteNotInstalled(host, f"no shellper there ({_last_line(done.stderr) or f'exit {done.returncode}'}): "
-                                 f"`pip install shellper=={__version__}` on it, or point ${REMOTE_ENV} at one")
+                                 f"{install_hint(__version__)} on it, or point ${REMOTE_ENV} at one")
     words = text.split()
     remote = words[1] if len(words) >= 2 and words[0] == "shellper" else text
     if remote != __version__:

@@ -590,13 +590,15 @@ class Release(Frame):
 
     ``reason``: ``detach`` (the detach byte was typed), ``hangup`` (the terminal returned EOF or an
     error), ``exit`` (the child ended the session), ``closing`` (the client or the shellper is closing).
-    ``reset`` switches off the modes the session left on; ``offset`` is where the terminal's output ends.
+    ``reset`` switches off the modes the session left on; ``offset`` is where the terminal's output ends;
+    ``typed``, on a detach, what was read after the detach key (the client gives it back to its terminal).
     """
 
     TYPE = FrameType.RELEASE
     reason: str = wfield("str")
     reset: bytes = wfield("bin", default=b"")
     offset: int = wfield("uint", default=0)
+    typed: bytes | None = wfield("bin", nullable=True, default=None)
 
 
 @_frame

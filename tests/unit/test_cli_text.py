@@ -43,6 +43,8 @@ CRASH = "crash: exit 3 after 0.52 s; restart #2 (crash)"
     (_exit(f"{CRASH} in 0.87 s", 0.87), "backoff", None, 1000.0, CRASH),  # nothing pending known
     (_exit("crash: exit 3; not restarted", None), "exited", None, 1005.0, "crash: exit 3; not restarted"),
     (_exit("crash: exit 3; restart soon", 2.0), "backoff", 1002.0, 1000.0, "crash: exit 3; restart soon"),
+    (ExitRecord(exit_class=ExitClass.CLEAN, state=SessionState.EXITED, reason="clean exit 0; not restarted",
+                time=1000.0, code=0), "running", None, 1005.0, "clean exit 0; not restarted; started again since"),
 ])
 def test_exit_line(last: ExitRecord, state: str, next_restart_at: float | None, now: float, expected: str) -> None:
     assert exit_line(last, state, next_restart_at, now) == expected

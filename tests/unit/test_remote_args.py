@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from shellper.cli.argscan import names_a_host, scan
-from shellper.cli.onhost import MixedHosts, remote_argv, remote_host, with_attach_host
+from shellper.cli.onhost import MixedHosts, hosts_of_names, remote_argv, remote_host, with_attach_host
 from shellper.host.ssh import SshError, check_host, remote_shellper, remote_tower
 
 CASES = [
@@ -47,9 +47,22 @@ def test_a_remote_run_names_its_session_as_host_colon_name(args: list[str], hint
     assert with_attach_host(args, "h") == hinted
 
 
-def test_names_on_two_hosts_are_refused() -> None:
+@pytest.mark.parametrize(("argv", "groups"), [
+    (["stop", "alpha:a", "beta:b"], {"alpha": ["alpha:a"], "beta": ["beta:b"]}),
+    (["stop", "box:r2", "l2", "box:r3"], {"box": ["box:r2", "box:r3"], None: ["l2"]}),
+    (["stop", "a", "b"], {None: ["a", "b"]}),
+    (["stop", "--host", "box", "a", "b"], {}),  # --host: all of them there
+    (["ls"], {}),
+])
+def test_stops_names_are_grouped_by_host(argv: list[str], groups: dict[str | None, list[str]]) -> None:
+    assert hosts_of_names(scan(argv)) == groups
+
+
+def test_ls_takes_one_host() -> None:
+    assert remote_host(scan(["ls", "alpha:", "--json"])) == "alpha"
+    assert remote_argv(["ls", "alpha:", "--json"], scan(["ls", "alpha:", "--json"]), "alpha") == ["ls", "--json"]
     with pytest.raises(MixedHosts):
-        remote_host(scan(["stop", "alpha:a", "beta:b"]))
+        remote_host(scan(["ls", "alpha:", "beta:"]))
 
 
 @pytest.mark.parametrize("host", ["", "-oProxyCommand=x", "a b", "a\nb"])

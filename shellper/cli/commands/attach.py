@@ -64,6 +64,7 @@ def _create(args: argparse.Namespace) -> None:
     validate_name(args.name)
     paths = SessionPaths.for_name(session_dir(args), args.name)
     if SessionLock.is_locked(paths.lock):
+        _start_again_if_ended(args)
         return
     try:  # the terminal's size from the start, so the program's first screen fits it
         size = os.get_terminal_size(0)
@@ -79,6 +80,25 @@ def _create(args: argparse.Namespace) -> None:
     except LaunchError:
         if not SessionLock.is_locked(paths.lock):  # not a race with another attach -c: a real failure
             raise
+
+
+def _start_again_if_ended(args: argparse.Namespace) -> None:
+    """``attach -c`` of a session whose program has ended for good (a husk): run it again (the command given,
+    else its own), as ``tmux new -A`` makes a session whose name is free, saying so in one line."""
+    import sys
+
+    from shellper.cli.commands.restart import respawn
+    from shellper.cli.connect import connect
+    from shellper.core.states import SessionState
+    from shellper.protocol import wire
+
+    with connect(args, wire.Role.TOWER, replay_bytes=0) as client:
+        status = client.status()
+        if status.state not in (SessionState.EXITED, SessionState.FATAL):
+            return
+        why = status.info.get("state_reason") or status.state
+        ran = respawn(client, args.name, list(args.command) or None)
+        print(f"shellper: session {args.name!r} had ended ({why}); started it again{ran}", file=sys.stderr)
 
 
 # ----------------------------------------------------------------------------------------- the quick path

@@ -10,10 +10,22 @@ if TYPE_CHECKING:
 
     from shellper.client.sessions import SessionInfo
 
-ARGUMENTS = (Flag("--json", help="one JSON array, for programs"),)
+ARGUMENTS = (
+    Flag("--long", "-l", help="every column (pids, ring, owner, containment) and each last exit in full"),
+    Flag("--json", help="one JSON array, for programs"),
+)
 
 LS_COMMAND_WIDTH = 30
-"""Characters of a session's command ``ls`` shows; the rest is cut (``status NAME`` shows all of it)."""
+"""Characters of a session's command ``ls`` shows at most; the rest is cut (``status NAME`` shows all of it)."""
+
+MIN_CUT = 8
+"""Fewest characters COMMAND or LAST EXIT is cut to, to fit a narrow terminal: a narrower one wraps."""
+COMMAND_FLOOR = 16
+"""COMMAND is cut to this before LAST EXIT is cut at all."""
+
+SHORT = ("", "NAME", "STATE", "UPTIME", "CLIENTS", "COMMAND", "LAST EXIT")
+LONG = ("", "NAME", "STATE", "PID", "CHILD", "UPTIME", "CLIENTS", "RING", "OWNER", "CONTAINMENT", "COMMAND",
+        "LAST EXIT")
 
 
 def handle(args: argparse.Namespace) -> int:
@@ -31,28 +43,64 @@ def handle(args: argparse.Namespace) -> int:
         print(f"no sessions in {session_dir(args)}")
         return 0
     # A leading "+" marks a finished session (as abduco does), blank otherwise, so a row's first word is still its
-    # name unless it finished; COMMAND is cut to a width; LAST EXIT, free text, stays last. Scripts: --json.
-    rows: list[tuple[str, ...]] = [("", "NAME", "STATE", "PID", "CHILD", "UPTIME", "CLIENTS", "RING", "OWNER",
-                                    "CONTAINMENT", "COMMAND", "LAST EXIT")]
-    rows += [_row(s) for s in sessions]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    # name unless it finished; COMMAND and LAST EXIT, last, are cut to fit a terminal (not with -l). Scripts: --json.
+    header = LONG if args.long else SHORT
+    rows = [header, *(_row(s, args.long) for s in sessions)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    if not args.long:  # -l: everything, in full, wrapping where it must
+        _fit(widths, _terminal_width())
     for r in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+        print("  ".join(_cut(c, w).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
     return 0
 
 
-def _row(s: SessionInfo) -> tuple[str, ...]:
+def _terminal_width() -> int | None:
+    """The width of the terminal ls prints to; None for a pipe or a file (nothing is cut there)."""
+    import os
+    import sys
+
+    try:
+        return os.get_terminal_size(sys.stdout.fileno()).columns if sys.stdout.isatty() else None
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _fit(widths: list[int], columns: int | None) -> None:
+    """Narrow the last two columns so a row fits ``columns``: COMMAND to COMMAND_FLOOR first (its start says
+    what it is), then LAST EXIT, then COMMAND again, each to no fewer than MIN_CUT characters."""
+    if columns is None:
+        return
+    over = sum(widths) + 2 * (len(widths) - 1) - columns
+    for i, floor in ((-2, COMMAND_FLOOR), (-1, MIN_CUT), (-2, MIN_CUT)):
+        if over <= 0:
+            return
+        take = min(over, max(0, widths[i] - floor))
+        widths[i] -= take
+        over -= take
+
+
+def _cut(cell: str, width: int) -> str:
+    return cell if len(cell) <= width else cell[:width - 1] + "…"
+
+
+def _row(s: SessionInfo, long: bool) -> tuple[str, ...]:
+    import time
+
     from shellper.cli.connect import ENDED
-    from shellper.cli.show import duration, size
+    from shellper.cli.show import duration, short_exit, size
     from shellper.core.terminal.text import printable
 
     finished = "+" if s.state in ENDED else " "
-    command = printable(s.command or "-")  # one line: \n as \\n, an escape sequence inert and visible
-    if len(command) > LS_COMMAND_WIDTH:
-        command = command[:LS_COMMAND_WIDTH - 1] + "…"
+    command = _cut(printable(s.command or "-"), LS_COMMAND_WIDTH)  # one line: \n as \\n, an escape sequence inert
+    short = not long and s.exit is not None
+    last = short_exit(s.exit, s.state, s.next_restart_at, time.time()) if short and s.exit else s.last_exit or "-"
     # Every cell that came from a record or a shellper's answer is printable: a record is a file anyone with
     # the directory's access may have written, and LAST EXIT quotes what a program wrote.
-    cells = (finished, s.name, s.state, str(s.pid or "-"), str(s.child_pid or "-"), duration(s.uptime),
-             "-" if s.clients is None else str(s.clients), size(s.ring_bytes), s.owner or "-",
-             s.containment or "-", command, s.last_exit or "-")
+    clients = "-" if s.clients is None else str(s.clients)
+    if long:
+        cells: tuple[str, ...] = (finished, s.name, s.state, str(s.pid or "-"), str(s.child_pid or "-"),
+                                  duration(s.uptime), clients, size(s.ring_bytes), s.owner or "-",
+                                  s.containment or "-", command, last)
+    else:
+        cells = (finished, s.name, s.state, duration(s.uptime), clients, command, last)
     return tuple(map(printable, cells))

@@ -60,11 +60,16 @@ def handle(args: argparse.Namespace) -> int:
 
         plain = PlainStream() if args.plain else None  # a sequence cut between two DATA is still dropped whole
 
+        last = b"\n"  # the last byte written
+
         def emit(data: bytes) -> None:
+            nonlocal last
             if modes is not None:
                 modes.feed(data)
-            _write_all(out, plain.feed(data) if plain is not None else data)
+            shown = plain.feed(data) if plain is not None else data
+            _write_all(out, shown)
             out.flush()
+            last = shown[-1:] or last
 
         try:
             emit(replay.data if args.lines is None else last_lines(replay.data, args.lines))
@@ -89,6 +94,10 @@ def handle(args: argparse.Namespace) -> int:
                 elif isinstance(frame, wire.Pong) and final:
                     break
         finally:
+            if last != b"\n" and args.lines is not None:  # lines asked for end with a newline (a prompt's too)
+                with contextlib.suppress(OSError, ValueError):
+                    _write_all(out, b"\n")
+                    out.flush()
             if modes is not None:
                 modes.reset()
     return 0
