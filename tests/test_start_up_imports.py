@@ -211,7 +211,8 @@ def test_a_plain_run_loads_these_modules_and_the_daemon_the_rest_on_first_use(cl
         stop_pid, _ = cli(cli_runtime_dir, env, "stop", "plain")
         assert wait_gone(daemon, 30)
         assert shellper_modules(out, stop_pid) == STOP
-        assert loaded(out, stop_pid) & COMMAND_NEVER == set()
+        # stop waits on the named sessions in threads, one each, so a slow one holds none of the others up
+        assert loaded(out, stop_pid) & (COMMAND_NEVER - {"threading"}) == set()
     finally:
         subprocess.run([sys.executable, "-m", "shellper", "--dir", str(cli_runtime_dir), "stop", "plain"],
                        capture_output=True, timeout=60)
