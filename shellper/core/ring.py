@@ -234,7 +234,7 @@ class RingBuffer:
         # One copy (every trim costs this much): the look-back and the bytes a sequence it finds most often ends in.
         span, before = self._copy(first, min(end, cut + 64)), cut - first
         esc = span.rfind(b"\x1b", 0, before)
-        if esc < 0 and span[:before].isascii():
+        if esc < 0 and (span.isascii() or span[:before].isascii()):
             return cut  # no ESC and no C1 control: nothing is cut short
         if not _parser_loaded:
             _load_parser()

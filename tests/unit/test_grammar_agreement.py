@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from shellper.core.ring import RingBuffer, sequence_end
+from shellper.core.terminal import modes
 from shellper.core.terminal import parser as vtparse
 from shellper.core.terminal.modes import ModeTracker
 from shellper.core.terminal.parser import Kind
@@ -300,3 +301,14 @@ def test_the_bytes_forms_end_each_token_where_the_text_forms_do(data: bytes) -> 
     if vtparse.c1_free(data):
         cut = vtparse.unfinished(text)
         assert vtparse.unfinished_bytes(data) == (-1 if cut < 0 else len(vtparse.encode(text[:cut])))
+
+
+@SETTINGS
+@given(streams)
+def test_the_mode_trackers_bytes_search_finds_what_its_text_search_finds(data: bytes) -> None:
+    if not vtparse.c1_free(data):
+        return  # read as text (test_the_mode_tracker_reads_each_sequence_where_the_grammar_ends_it)
+    text = data.decode("utf-8")
+    in_text = [(len(text[:m.start()].encode()), len(text[:m.end()].encode()))
+               for m in modes._mode_pattern().finditer(text)]
+    assert [m.span() for m in modes._mode_pattern_bytes().finditer(data)] == in_text

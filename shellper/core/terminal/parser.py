@@ -73,7 +73,6 @@ __all__ = [
     "aborts",
     "c1_free",
     "decode",
-    "decode_for_search",
     "encode",
     "end_of",
     "end_of_bytes",
@@ -476,16 +475,6 @@ def decode(data: bytes) -> str:
 def encode(text: str) -> bytes:
     """The inverse of :func:`decode`."""
     return text.encode("utf-8", "surrogateescape")
-
-
-def decode_for_search(data: bytes) -> tuple[str, bool]:
-    """:func:`decode`'s text, and whether it may hold a C1 control (if not, a :func:`pattern` without
-    ``eight_bit`` finds the same, faster): only valid UTF-8 with no U+0080-U+00BF has none. Both checks
-    are scans in C, far cheaper than a search for the C1 controls in the text."""
-    try:
-        return data.decode("utf-8"), b"\xc2" in data
-    except UnicodeDecodeError:
-        return decode(data), True
 
 
 def partial_char(data: bytes) -> int:
