@@ -226,16 +226,20 @@ class RingBuffer:
             cut = self._after_character(cut, floor)
             if cut >= end:
                 return end
-        # The look-back begins on a character's start too: a window that began inside one would read its last
-        # bytes as C1 controls.
-        first = max(floor, cut - LOOKBACK_WINDOW)
-        if buf[first % phys] & 0xC0 == 0x80:
-            first = self._after_character(first, floor)
         # One copy (every trim costs this much): the look-back and the bytes a sequence it finds most often ends in.
-        span, before = self._copy(first, min(end, cut + 64)), cut - first
+        first = cut - LOOKBACK_WINDOW if cut - LOOKBACK_WINDOW > floor else floor
+        hi = cut + 64 if cut + 64 < end else end
+        i = first % phys
+        span = bytes(self._mv[i:i + hi - first]) if i + hi - first <= phys else self._copy(first, hi)
+        before = cut - first
         esc = span.rfind(b"\x1b", 0, before)
         if esc < 0 and (span.isascii() or span[:before].isascii()):
             return cut  # no ESC and no C1 control: nothing is cut short
+        if buf[i] & 0xC0 == 0x80:
+            # The look-back begins on a character's start too: a window that began inside one would read its
+            # last bytes as C1 controls.
+            skip = self._after_character(first, floor) - first
+            span, before, esc = span[skip:], before - skip, esc - skip if esc >= 0 else esc
         if not _parser_loaded:
             _load_parser()
         if esc >= 0:
