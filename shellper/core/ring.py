@@ -235,10 +235,13 @@ class RingBuffer:
         esc = span.rfind(b"\x1b", 0, before)
         if esc < 0 and (span.isascii() or span[:before].isascii()):
             return cut  # no ESC and no C1 control: nothing is cut short
-        if buf[i] & 0xC0 == 0x80:
+        if first > floor and buf[i] & 0xC0 == 0x80:
             # The look-back begins on a character's start too: a window that began inside one would read its
-            # last bytes as C1 controls.
-            skip = self._after_character(first, floor) - first
+            # last bytes as C1 controls. Its first bytes are skipped, not their lead looked up: in a trim the
+            # bytes before the window are the ones this append overwrote.
+            skip = 1
+            while skip < 3 and span[skip] & 0xC0 == 0x80:
+                skip += 1
             span, before, esc = span[skip:], before - skip, esc - skip if esc >= 0 else esc
         if not _parser_loaded:
             _load_parser()
