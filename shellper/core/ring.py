@@ -22,6 +22,10 @@ from shellper.core.errors import ShellperError
 from shellper.core.structs import record
 from shellper.core.terminal.modes import FULL_RESET_SEQUENCE, ModeTracker
 
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
+if TYPE_CHECKING:
+    from shellper.core.terminal import parser
+
 __all__ = [
     "FORWARD_WINDOW",
     "LOOKBACK_WINDOW",
@@ -50,16 +54,15 @@ def sequence_end(buf: bytes, pos: int) -> int | None:
     Returns None when ``buf`` ends before the sequence does. A sequence interrupted by another
     ESC (or CAN, SUB, a C1 control) ends where the interruption starts, as in a VT parser.
     """
-    from shellper.core.terminal import parser  # here: a session whose ring never trims never loads it
-
+    if not _parser_loaded:
+        _load_parser()
+    end = parser.end_of_bytes(buf, pos)
+    token = buf[pos:] if end is None else buf[pos:end]
+    if token.isascii() or parser.c1_free(token):
+        # The token's bytes hold no C1 control: the bytes forms end it where the text forms would (the byte
+        # after it, if not ASCII, begins a character that ends a CSI or ESC as a C1 control would).
+        return end
     data = buf[pos:]
-    ascii_end = _NON_ASCII.search(data)
-    if ascii_end is not None and ascii_end.start() > 1:
-        # Most sequences are ASCII and end before the next character that is not: ask about that much only
-        # (a token that reaches the cut there, or may go on, is asked about again on the whole).
-        end = parser.end_of(data[:ascii_end.start()].decode("ascii"))
-        if end is not None and end < ascii_end.start():
-            return pos + end
     held = 0 if data.isascii() else parser.partial_char(data)
     text = parser.decode(data[:len(data) - held])
     end = parser.end_of(text)
@@ -68,7 +71,18 @@ def sequence_end(buf: bytes, pos: int) -> int | None:
     return pos + (end if len(text) == len(data) else len(parser.encode(text[:end])))
 
 
-_NON_ASCII = re.compile(rb"[\x80-\xff]")
+_parser_loaded = False
+
+
+def _load_parser() -> None:
+    """Import the grammar (:mod:`shellper.core.terminal.parser`) into this module on first use: a session whose
+    ring never trims never loads it, and an ``import`` statement in every trim would cost more than the flag."""
+    global _parser_loaded, parser
+    from shellper.core.terminal import parser
+
+    _parser_loaded = True
+
+
 _PAST_CONTROLS = re.compile(rb"[^\x00-\x1f\x7f]")
 
 
@@ -205,11 +219,45 @@ class RingBuffer:
         ``floor`` is the previous ``start``, itself a boundary, so the look-back never starts
         its reasoning in the middle of an older sequence it cannot see.
         """
-        end = self._end
-        cut = self._after_character(cut, floor)
+        end, buf, phys = self._end, self._buf, self._phys
         if cut >= end:
             return end
-        seq_start = self._cut_short(max(floor, cut - LOOKBACK_WINDOW), cut)
+        if buf[cut % phys] & 0xC0 == 0x80:  # a continuation byte: not the usual case
+            cut = self._after_character(cut, floor)
+            if cut >= end:
+                return end
+        # One copy (every trim costs this much): the look-back and the bytes a sequence it finds most often ends in.
+        first = cut - LOOKBACK_WINDOW if cut - LOOKBACK_WINDOW > floor else floor
+        hi = cut + 64 if cut + 64 < end else end
+        i = first % phys
+        span = bytes(self._mv[i:i + hi - first]) if i + hi - first <= phys else self._copy(first, hi)
+        before = cut - first
+        esc = span.rfind(b"\x1b", 0, before)
+        if esc < 0 and (span.isascii() or span[:before].isascii()):
+            return cut  # no ESC and no C1 control: nothing is cut short
+        if first > floor and buf[i] & 0xC0 == 0x80:
+            # The look-back begins on a character's start too: a window that began inside one would read its
+            # last bytes as C1 controls. Its first bytes are skipped, not their lead looked up: in a trim the
+            # bytes before the window are the ones this append overwrote.
+            skip = 1
+            while skip < 3 and span[skip] & 0xC0 == 0x80:
+                skip += 1
+            span, before, esc = span[skip:], before - skip, esc - skip if esc >= 0 else esc
+        if not _parser_loaded:
+            _load_parser()
+        if esc >= 0:
+            # When the bytes from the last ESC hold no C1 control and end in more than controls (an ESC followed
+            # by controls only may begin a string's ST), the ESC is the last introducer, and the sequence it
+            # begins the only one the cut may split: the old finder's path, on the grammar's bytes forms.
+            tail = span[esc:before]
+            if (tail.isascii() or parser.c1_free(tail)) and (
+                    0x20 <= tail[-1] < 0x7F or _PAST_CONTROLS.search(tail, 1) is not None):
+                stop = parser.end_of_bytes(span, esc)
+                if stop is not None and stop <= before:
+                    return cut  # the sequence ends before the cut
+                if stop is not None and (span[esc:stop].isascii() or parser.c1_free(span[esc:stop])):
+                    return cut - before + stop
+        seq_start = self._cut_short(span[:before], cut)
         if seq_start >= 0:
             # Most sequences are short: try a small window first, then the full one.
             for hi in (min(end, cut + 64), min(end, cut + FORWARD_WINDOW)):
@@ -241,23 +289,20 @@ class RingBuffer:
             break
         return cut
 
-    def _cut_short(self, first: int, cut: int) -> int:
-        """Where the sequence that ``cut`` cuts short begins, looked for from ``first`` (by the grammar:
-        :func:`shellper.core.terminal.parser.unfinished`), or -1."""
-        back = self._copy(first, cut)
-        if b"\x1b" not in back and back.isascii():
-            return -1  # no ESC and no C1 control: nothing is cut short (every trim costs this much)
-        from shellper.core.terminal import parser
-
+    def _cut_short(self, back: bytes, cut: int) -> int:
+        """Where the sequence that ``cut`` cuts short begins, looked for in ``back``, the bytes before ``cut`` (by
+        the grammar: :func:`shellper.core.terminal.parser.unfinished`), or -1."""
         esc = back.rfind(b"\x1b")
-        if esc >= 0 and back[esc:].isascii() and _PAST_CONTROLS.search(back, esc + 1) is not None:
-            # The last introducer is this ESC (a C1 control is not ASCII), and something not a control follows
-            # it (an ESC followed by controls only may begin a string's ST): only what follows it decides.
-            start = parser.unfinished(back[esc:].decode("ascii"))
-            return -1 if start < 0 else cut - (len(back) - esc - start)
-
-        first = self._after_character(first, first)  # the window may begin inside a character
-        back = back[len(back) - (cut - first):] if first < cut else b""
+        if esc < 0:
+            if parser.c1_free(back):
+                return -1
+        else:
+            tail = back[esc:]
+            if (tail.isascii() or parser.c1_free(tail)) and _PAST_CONTROLS.search(tail, 1) is not None:
+                # No C1 control follows this ESC, so it is the last introducer, and something not a control
+                # follows it (an ESC followed by controls only may begin a string's ST): it alone decides.
+                start = parser.unfinished_bytes(tail)
+                return -1 if start < 0 else cut - len(tail) + start
         text = parser.decode(back)
         start = parser.unfinished(text)
         if start < 0:

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from shellper.core.ring import RingBuffer, sequence_end
+from shellper.core.terminal import modes
 from shellper.core.terminal import parser as vtparse
 from shellper.core.terminal.modes import ModeTracker
 from shellper.core.terminal.parser import Kind
@@ -273,3 +274,41 @@ def test_the_screen_model_ends_each_sequence_where_the_grammar_does(data: bytes,
         pieces.feed(piece)
     assert _screen_state(whole) == _screen_state(canonical)
     assert _screen_state(pieces) == _screen_state(whole)
+
+
+# ------------------------------------------------------------------------ the grammar's bytes forms
+
+def _c1_free(data: bytes) -> bool:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False  # not UTF-8, or a character cut by the end
+    return not any("\x80" <= char <= "\x9f" for char in text)
+
+
+@SETTINGS
+@given(streams)
+def test_the_bytes_forms_end_each_token_where_the_text_forms_do(data: bytes) -> None:
+    # What the ring relies on: a token's end found in bytes is the grammar's whenever the token's bytes hold no
+    # C1 control, whatever the rest of the stream holds.
+    assert vtparse.c1_free(data) == _c1_free(data)
+    text = vtparse.decode(data)
+    for first, end, m in _byte_spans(text):
+        found = vtparse.end_of_bytes(data, first)
+        token = data[first:] if found is None else data[first:found]
+        if vtparse.c1_free(token):
+            assert found == end, (first, m.group())
+    if vtparse.c1_free(data):
+        cut = vtparse.unfinished(text)
+        assert vtparse.unfinished_bytes(data) == (-1 if cut < 0 else len(vtparse.encode(text[:cut])))
+
+
+@SETTINGS
+@given(streams)
+def test_the_mode_trackers_bytes_search_finds_what_its_text_search_finds(data: bytes) -> None:
+    if not vtparse.c1_free(data):
+        return  # read as text (test_the_mode_tracker_reads_each_sequence_where_the_grammar_ends_it)
+    text = data.decode("utf-8")
+    in_text = [(len(text[:m.start()].encode()), len(text[:m.end()].encode()))
+               for m in modes._mode_pattern().finditer(text)]
+    assert [m.span() for m in modes._mode_pattern_bytes().finditer(data)] == in_text

@@ -102,6 +102,12 @@ MODE_TABLE: list[tuple[bytes, TerminalModes]] = [
     (b"\x1b[?1r", D),  # XTRESTORE: untracked
     (b"\x1b[?;h", D),
     (b"\x1b[31m\x1b[2J\x1b[H\x1b(B\x1b7\x1b8", D),
+    # 8-bit forms: C1 controls as UTF-8 and as lone bytes; a byte 0x9B that ends a character is not one
+    ("\x9b?1049h".encode(), replace(D, alt_screen=True)),
+    (b"\x9b?1049h\x9d2;t\x9c", replace(D, alt_screen=True, title=b"t")),
+    ("\x9d2;\u00e9\x9c".encode(), replace(D, title="\u00e9".encode())),
+    ("\u201b?1049h \u201b?25l".encode(), D),
+    (b"\x90q\x1b[?1049h\x98\x9b?25l", replace(D, alt_screen=True, cursor_visible=False)),
 ]
 _IDS = [f"{i}:{data[:24]!r}" for i, (data, _) in enumerate(MODE_TABLE)]
 

@@ -140,6 +140,25 @@ def test_trim_alignment(name: str, capacity: int, appends: list[bytes], start: i
     assert ring.read(0, 1000).data == stream[start:]
 
 
+@pytest.mark.parametrize("trim", [False, True])
+def test_a_look_back_that_begins_inside_a_character_reads_no_c1_control_there(trim: bool) -> None:
+    # U+201B ends in 0x9B, an 8-bit CSI when read alone: a look-back window beginning on that byte must not see
+    # a CSI cut short at the cut (what follows is text). In a trim, the bytes before the window are overwritten.
+    head = b"a" * 11 + "\u201b".encode() + b"1" + b"1;" * 255
+    cut = len(head)
+    assert cut - LOOKBACK_WINDOW == 13  # the window's first byte is 0x9B
+    data = head + b"m" + b"z" * 599
+    if trim:
+        ring = RingBuffer(len(data) - cut)
+        ring.append(data[:600])
+        ring.append(data[600:])
+        assert ring.start == cut
+    else:
+        ring = RingBuffer(1 << 16)
+        ring.append(data)
+        assert ring.safe_start(cut) == cut
+
+
 def test_unfinished_sequence_longer_than_forward_window_falls_back_to_raw_cut() -> None:
     data = b"\x1bP" + b"q" * (FORWARD_WINDOW + 100)  # a huge DCS, unterminated within bounds
     ring = RingBuffer(len(data) - 10)  # naive cut at 10, 10 bytes after the ESC

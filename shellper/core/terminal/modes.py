@@ -6,10 +6,10 @@ front can drop the alt-screen-enter). And a client that detaches from a TUI must
 user's terminal in mouse or alt-screen mode (peers have shipped that bug: bench/NOTES.md,
 "Incidents behind the defaults").
 
-:class:`ModeTracker` watches the output stream cheaply (a C-level search for ESC, then one
-precompiled regex) and keeps a bounded history of mode changes with their offsets, so it can
-say which modes were in effect at any offset still in the ring (:meth:`ModeTracker.preamble`)
-and how to switch them off (:meth:`ModeTracker.reset_sequence`).
+:class:`ModeTracker` watches the output stream cheaply (a C-level search for ESC, then one search the
+grammar makes, on the bytes themselves unless they hold a C1 control) and keeps a bounded history of mode
+changes with their offsets, so it can say which modes were in effect at any offset still in the ring
+(:meth:`ModeTracker.preamble`) and how to switch them off (:meth:`ModeTracker.reset_sequence`).
 
 Also tracked, so that a detach leaves nothing on (as tmux): modifyOtherKeys, the kitty keyboard
 stack, pushed titles (``CSI 22 t``, popped again at detach), synchronized output, the cursor style,
@@ -32,7 +32,10 @@ from shellper.core.structs import record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable, Iterable
+    from typing import AnyStr
+
+    from shellper.core.terminal import parser
 
 __all__ = [
     "CARRY_MAX",
@@ -215,12 +218,33 @@ _PARAMS_MAX = 64
 """Longest parameter string followed (a hostile number costs nothing)."""
 
 
-@functools.lru_cache(maxsize=2)
-def _mode_pattern(eight_bit: bool) -> re.Pattern[str]:
-    """The search for :data:`_MODE_SEQUENCES`; without ``eight_bit``, for ASCII text (faster)."""
-    from shellper.core.terminal import parser  # here: a session whose output has no ESC never loads it
+_parser_loaded = False
 
-    return re.compile(parser.pattern(**_MODE_SEQUENCES, eight_bit=eight_bit))  # type: ignore[arg-type]
+
+def _load_parser() -> None:
+    """Import the grammar (:mod:`shellper.core.terminal.parser`) into this module on first use: a session whose
+    output has no ESC never loads it, and an ``import`` statement in every feed would cost more than the flag."""
+    global _parser_loaded, parser
+    from shellper.core.terminal import parser
+
+    _parser_loaded = True
+
+
+@functools.lru_cache(maxsize=1)
+def _mode_pattern() -> re.Pattern[str]:
+    """The search for :data:`_MODE_SEQUENCES` in text that may hold C1 controls."""
+    if not _parser_loaded:
+        _load_parser()
+    return re.compile(parser.pattern(**_MODE_SEQUENCES))  # type: ignore[arg-type]
+
+
+@functools.lru_cache(maxsize=1)
+def _mode_pattern_bytes() -> re.Pattern[bytes]:
+    """The same search, made by the grammar for bytes that hold no C1 control (:func:`parser.c1_free`, most
+    output): the old tracker's bytes regex, derived."""
+    if not _parser_loaded:
+        _load_parser()
+    return re.compile(parser.pattern(**_MODE_SEQUENCES, eight_bit=False).encode("ascii"))  # type: ignore[arg-type]
 
 
 class ModeOffsetError(ShellperError, ValueError):
@@ -386,14 +410,11 @@ def _stack(flags: int, seq: bytes) -> int:
     return (flags & ~(_KITTY_MASK | _KFLAGS_MASK)) | depth << _KITTY_SHIFT | kflags << _KFLAGS_SHIFT
 
 
-@functools.lru_cache(maxsize=512)
 def _read(token: str) -> tuple[bytes | None, bytes | None]:
     """What a sequence found by :func:`_mode_pattern` is to the tracker: (its 7-bit form without C0 controls,
     as :func:`_effect` reads it, or None for one that changes nothing: not dispatched, or not a form a
     tracked mode is set with; the title an OSC 0 or 2 sets, or None: one longer than :data:`TITLE_MAX`
     is ignored)."""
-    from shellper.core.terminal import parser
-
     seq = parser.parse(token)
     if seq.kind is parser.Kind.OSC:
         title = seq.data[2:].encode("utf-8", "surrogateescape")
@@ -412,36 +433,95 @@ def _read(token: str) -> tuple[bytes | None, bytes | None]:
     return f"\x1b[{seq.private}{params}{inter}{seq.final}".encode(), None
 
 
-def _apply(flags: int, title: bytes | None, token: str) -> _State:
-    """The state after one sequence :func:`_mode_pattern` found."""
-    canonical, new_title = _read(token)
-    if new_title is not None:
-        return flags, new_title
+_Effect = tuple[int, int, "bytes | None", "bytes | None"]
+"""What a sequence the tracker's search finds does: (mask, value, stacked, title). Flags become ``(flags &
+~mask) | value``; or, with ``stacked`` (a title or kitty keyboard push or pop, relative), what :func:`_stack`
+makes of them; or the title becomes ``title``."""
+_NO_EFFECT: _Effect = (0, 0, None, None)
+
+
+@functools.lru_cache(maxsize=512)
+def _effect_of(token: str) -> _Effect:
+    """What ``token`` (a match of the tracker's search) does (:data:`_Effect`), by the grammar's reading of it."""
+    if not _parser_loaded:
+        _load_parser()
+    canonical, title = _read(token)
+    if title is not None:
+        return 0, 0, None, title
     if canonical is None:
-        return flags, title
+        return _NO_EFFECT
     mask, value, relative = _effect(canonical)
-    if relative:
-        return _stack(flags, canonical), title
-    return (flags & ~mask) | value, None if mask == _RIS else title
+    return (0, 0, canonical, None) if relative else (mask, value, None, None)
 
 
-def _changes(flags: int, title: bytes | None, text: str, eight_bit: bool, cut: int,
-             ) -> Iterator[tuple[int, int, bytes | None]]:
-    """(where, flags, title) after each sequence in ``text`` before ``cut`` that changes the state, ``where``
-    just past it (an index into ``text``); ``eight_bit``: ``text`` may hold C1 controls."""
-    for m in _mode_pattern(eight_bit).finditer(text, 0, cut):
-        new_flags, new_title = _apply(flags, title, m.group())
-        if new_flags != flags or new_title != title:
-            flags, title = new_flags, new_title
-            yield m.end(), flags, title
+@functools.lru_cache(maxsize=512)
+def _effect_of_bytes(token: bytes) -> _Effect:
+    """:func:`_effect_of` for a match on bytes (one cache lookup per sequence: most repeat)."""
+    return _effect_of(token.decode("utf-8", "surrogateescape"))
 
 
-def _unfinished(text: str) -> int:
-    """Where the sequence the end of ``text`` cuts short begins (the grammar's answer), or ``len(text)``."""
-    from shellper.core.terminal import parser
+def _follow(flags: int, title: bytes | None, matches: Iterable[re.Match[AnyStr]],
+            effect_of: Callable[[AnyStr], _Effect], where: Callable[[int], int],
+            offsets: list[int], states: list[_State]) -> _State:
+    """Apply each match's effect from state ``(flags, title)``; for each that changes the state, note where it
+    takes effect (``where`` of the match's end) and the state after it. Returns the last state."""
+    for m in matches:
+        mask, value, stacked, new_title = effect_of(m.group())
+        if new_title is not None:
+            if new_title == title:
+                continue
+            title = new_title
+        elif stacked is not None:
+            new_flags = _stack(flags, stacked)
+            if new_flags == flags:
+                continue
+            flags = new_flags
+        else:
+            new_flags = (flags & ~mask) | value
+            if mask == _RIS:  # a full reset forgets the title too
+                if new_flags == flags and title is None:
+                    continue
+                title = None
+            elif new_flags == flags:
+                continue
+            flags = new_flags
+        offsets.append(where(m.end()))
+        states.append((flags, title))
+    return flags, title
 
+
+def _byte_offsets(text: str, base: int) -> Callable[[int], int]:
+    """The offset of the byte at each index into ``text`` (decoded output at offset ``base``), asked for in
+    increasing order: each costs the encoding of the text since the one before."""
+    seen = [0, base]  # index, offset
+
+    def where(index: int) -> int:
+        seen[1] += len(text[seen[0]:index].encode("utf-8", "surrogateescape"))
+        seen[0] = index
+        return seen[1]
+
+    return where
+
+
+def _scan(flags: int, title: bytes | None, data: bytes, offset: int, offsets: list[int], states: list[_State],
+          ) -> tuple[_State, bytes]:
+    """Follow the sequences of output ``data`` (at ``offset``) that its end does not cut short (see
+    :func:`_follow`); returns the last state and the bytes from the first that it does (to be read with what
+    follows). On the bytes when they hold no C1 control (most output: nothing is decoded), else on the text."""
+    if not _parser_loaded:
+        _load_parser()
+    held = 0 if data.isascii() else parser.partial_char(data)
+    body = data[:len(data) - held] if held else data
+    if body.isascii() or parser.c1_free(body):
+        cut = parser.unfinished_bytes(body)
+        matches = _mode_pattern_bytes().finditer(body, 0, len(body) if cut < 0 else cut)
+        state = _follow(flags, title, matches, _effect_of_bytes, offset.__add__, offsets, states)
+        return state, (body[cut:] if cut >= 0 else b"") + data[len(body):]
+    text = parser.decode(body)
     cut = parser.unfinished(text)
-    return len(text) if cut < 0 else cut
+    found = _mode_pattern().finditer(text, 0, len(text) if cut < 0 else cut)
+    state = _follow(flags, title, found, _effect_of, _byte_offsets(text, offset), offsets, states)
+    return state, (parser.encode(text[cut:]) if cut >= 0 else b"") + data[len(body):]
 
 
 class ModeTracker:
@@ -490,35 +570,20 @@ class ModeTracker:
         if 0 <= self._checkpoint_due <= offset and not self._carry:
             self._checkpoint(offset)
         if not self._carry:
-            if b"\x1b" not in data and data.isascii():
+            # Nothing to follow without an ESC, an 8-bit CSI or OSC (a string's introducer does not matter: each of
+            # those ends a string) and a character cut by the end (its last byte may be 0x9B): three memchr
+            # scans, cheaper than an isascii over a long read.
+            if b"\x1b" not in data and b"\x9b" not in data and b"\x9d" not in data and (not data or data[-1] < 0x80):
                 return
             buf, buf_offset = data, offset
         else:
             buf, buf_offset = self._carry + data, offset - len(self._carry)
             self._carry = b""
-        from shellper.core.terminal import parser
-
-        held = 0 if buf.isascii() else parser.partial_char(buf)
-        text, eight_bit = parser.decode_for_search(buf[:len(buf) - held] if held else buf)
-        cut = _unfinished(text)
         offsets, states = self._offsets, self._states
-        flags, title = states[-1] if states else self._base
-        ascii_ = len(text) == len(buf) - held
-        seen, seen_bytes = 0, 0  # how far, in text and in bytes, the offsets were counted
-        for at, new_flags, new_title in _changes(flags, title, text, eight_bit, cut):
-            if ascii_:
-                seen_bytes = at
-            else:
-                seen_bytes += len(text[seen:at].encode("utf-8", "surrogateescape"))
-                seen = at
-            offsets.append(buf_offset + seen_bytes)
-            states.append((new_flags, new_title))
+        _, carry = _scan(*(states[-1] if states else self._base), buf, buf_offset, offsets, states)
         if len(offsets) > MAX_HISTORY:  # fold the oldest entries: amortised O(1) per change
             self._fold(offsets[len(offsets) - MAX_HISTORY // 2 - 1])
-        tail = text[cut:].encode("utf-8", "surrogateescape") if cut < len(text) else b""
-        if len(tail) > CARRY_MAX:
-            tail = b""  # a huge OSC cut by the end: dropped, not held
-        self._carry = tail + buf[len(buf) - held:]
+        self._carry = carry if len(carry) <= CARRY_MAX else b""  # a huge OSC cut by the end: dropped, not held
 
     def _checkpoint(self, offset: int) -> None:
         """Note the state at ``offset``, where no sequence is unfinished (the carry is empty)."""
@@ -548,12 +613,7 @@ class ModeTracker:
                 first = self._cp_offsets[i - 1]
                 data = read(first, offset)
                 if data is not None:
-                    state = self._cp_states[i - 1]
-                    from shellper.core.terminal import parser
-
-                    text, eight_bit = parser.decode_for_search(data)
-                    for _, new_flags, new_title in _changes(*state, text, eight_bit, _unfinished(text)):
-                        state = (new_flags, new_title)
+                    state, _ = _scan(*self._cp_states[i - 1], data, first, [], [])
                     return _to_modes(*state)
         return _to_modes(*self._state_before(offset))
 

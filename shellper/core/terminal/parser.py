@@ -12,7 +12,10 @@ character, an :class:`ParserAction` and the next state. Everything else here is 
   import, so that plain text is skipped in C, never by a loop over characters in Python, and a consumer
   finds sequences with one search (:func:`pattern` builds the search for just the sequences it wants).
   The table's sub-states that end a sequence alike (CSI entry, parameters, intermediates and ignore; the
-  DCS states) are one loop in them: :func:`_same_ends` checks at import that they do.
+  DCS states) are one loop in them: :func:`_same_ends` checks at import that they do;
+- the same patterns without the C1 controls' classes are ASCII, so they search bytes too: for output that
+  holds no C1 control (:func:`c1_free`, most of it) the ring and the mode tracker ask them on the bytes
+  (:func:`end_of_bytes`, :func:`unfinished_bytes`, a :func:`pattern` without ``eight_bit``), decoding none.
 
 What the table says, in words:
 
@@ -58,6 +61,7 @@ from shellper.core.structs import record
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
+    from typing import AnyStr
 
 __all__ = [
     "TABLE",
@@ -67,10 +71,11 @@ __all__ = [
     "Sequence",
     "State",
     "aborts",
+    "c1_free",
     "decode",
-    "decode_for_search",
     "encode",
     "end_of",
+    "end_of_bytes",
     "finished",
     "hold_back",
     "parse",
@@ -78,6 +83,7 @@ __all__ = [
     "pattern",
     "transition",
     "unfinished",
+    "unfinished_bytes",
 ]
 
 
@@ -252,9 +258,12 @@ def aborts(state: State, char: str) -> bool:
 
 # ------------------------------------------------------------------------ the table as regular expressions
 
-def _klass(codes: Iterable[int]) -> str:
-    """A character class's body for the table's codes below U+00A0 (and the undecodable bytes of C1 ones)."""
-    chosen = sorted(set(codes))
+def _klass(codes: Iterable[int], eight_bit: bool = True) -> str:
+    """A character class's body for the table's codes below U+00A0 (and the undecodable bytes of C1 ones).
+    Without ``eight_bit``, for input with no C1 control (:func:`c1_free`): the codes below 0x80 alone, so
+    that the class is one of bytes too (a negated one then takes every byte from 0x80, as the table takes
+    every character from U+00A0: what a C1-free input's bytes from 0x80 are)."""
+    chosen = sorted(code for code in set(codes) if eight_bit or code < 0x80)
     chosen += [code + 0xDC00 for code in chosen if 0x80 <= code <= 0x9F]
     out, i = [], 0
     while i < len(chosen):
@@ -304,8 +313,11 @@ ESC = f"{re.escape(chr(_ESC))}[{EXECUTED}]*+"
 """ESC and the C0 controls a terminal executes before the byte that follows it."""
 
 
-def _start(target: State) -> str:
-    return f"(?:{ESC}[{_klass(_starts(target, State.ESCAPE))}]|[{_klass(_starts(target))}])"
+def _start(target: State, eight_bit: bool = True) -> str:
+    forms = [f"{ESC}[{_klass(_starts(target, State.ESCAPE))}]"]
+    if eight_bit:
+        forms.append(f"[{_klass(_starts(target))}]")
+    return f"(?:{'|'.join(forms)})"
 
 
 CSI_START = _start(State.CSI_ENTRY)
@@ -313,7 +325,16 @@ OSC_START = _start(State.OSC_STRING)
 DCS_START = _start(State.DCS_ENTRY)
 SOS_PM_APC_START = _start(State.SOS_PM_APC_STRING)
 _TERMINATORS = _where(_STRING_STATES, lambda a, n: a is ParserAction.END and n is State.GROUND)
-ST = f"(?:{ESC}{re.escape(chr(_ST_FINAL))}|[{_klass(_TERMINATORS & set(range(0x80, 0xA0)))}])"
+
+
+def _st(eight_bit: bool = True) -> str:
+    forms = [f"{ESC}{re.escape(chr(_ST_FINAL))}"]
+    if eight_bit:
+        forms.append(f"[{_klass(_TERMINATORS & set(range(0x80, 0xA0)))}]")
+    return f"(?:{'|'.join(forms)})"
+
+
+ST = _st()
 """String Terminator, 7- and 8-bit."""
 
 _CSI_BODY, _CSI_FINAL = _same_ends(_CSI_STATES)
@@ -324,23 +345,26 @@ _OSC_END_7 = _OSC_END - set(range(0x80, 0xA0))
 """An OSC's terminators but ST (xterm's BEL)."""
 
 
-def _string_rest(body: set[int], group: str, extra_end: frozenset[int] | set[int] = frozenset()) -> str:
+def _string_rest(body: set[int], group: str, extra_end: frozenset[int] | set[int] = frozenset(),
+                 eight_bit: bool = True) -> str:
     """A string's data and terminator, after its introducer (``group``: the terminator's group name, or "")."""
-    end = f"[{_klass(extra_end)}]|{ST}" if extra_end else ST
-    return f"[^{_klass(set(range(_WIDE)) - body)}]*+(?{f'P<{group}>' if group else ':'}{end})?"
+    st = _st(eight_bit)
+    end = f"[{_klass(extra_end, eight_bit)}]|{st}" if extra_end else st
+    return f"[^{_klass(set(range(_WIDE)) - body, eight_bit)}]*+(?{f'P<{group}>' if group else ':'}{end})?"
 
 
-def _rests(groups: bool) -> dict[State, str]:
+def _rests(groups: bool, eight_bit: bool = True) -> dict[State, str]:
     """What follows each sequence's introducer, by the state the introducer enters (with the named groups
     :func:`finished` reads, or without, for a pattern that holds one twice)."""
     def group(name: str) -> str:
         return f"?P<{name}>" if groups else "?:"
 
     return {
-        State.CSI_ENTRY: f"[{_klass(_CSI_BODY)}]*+({group('csi_final')}[{_klass(_CSI_FINAL)}])?",
-        State.OSC_STRING: _string_rest(_OSC_BODY, "osc_end" if groups else "", _OSC_END_7),
-        State.DCS_ENTRY: _string_rest(_DCS_BODY, "dcs_end" if groups else ""),
-        State.SOS_PM_APC_STRING: _string_rest(_STR_BODY, "str_end" if groups else ""),
+        State.CSI_ENTRY: (f"[{_klass(_CSI_BODY, eight_bit)}]*+"
+                          f"({group('csi_final')}[{_klass(_CSI_FINAL, eight_bit)}])?"),
+        State.OSC_STRING: _string_rest(_OSC_BODY, "osc_end" if groups else "", _OSC_END_7, eight_bit),
+        State.DCS_ENTRY: _string_rest(_DCS_BODY, "dcs_end" if groups else "", eight_bit=eight_bit),
+        State.SOS_PM_APC_STRING: _string_rest(_STR_BODY, "str_end" if groups else "", eight_bit=eight_bit),
         State.ESCAPE: (f"(?:({group('esc_final')}[{_ESC_FINALS}])|[{_ESC_COLLECTS}][{_ESC_INTERMEDIATE_BODY}]*+"
                        f"({group('esc_final2')}[{_ESC_INTERMEDIATE_FINALS}])?)?"),
     }
@@ -350,22 +374,35 @@ _ESC_INTERMEDIATE_BODY, _ESC_INTERMEDIATE_FINALS = (
     _klass(codes) for codes in _same_ends((State.ESCAPE_INTERMEDIATE,)))
 _ESC_FINALS = _klass(_where((State.ESCAPE,), lambda a, n: a is ParserAction.DISPATCH))
 _ESC_COLLECTS = _klass(_where((State.ESCAPE,), lambda a, n: n is State.ESCAPE_INTERMEDIATE))
-_REST = _rests(groups=True)
-CSI = CSI_START + _REST[State.CSI_ENTRY]
-OSC = OSC_START + _REST[State.OSC_STRING]
-DCS = DCS_START + _REST[State.DCS_ENTRY]
-SOS_PM_APC = SOS_PM_APC_START + _REST[State.SOS_PM_APC_STRING]
-ESCAPE = ESC + _REST[State.ESCAPE]
 _CONTROLS = {code for code in range(_WIDE) if TABLE[State.GROUND][code] in (
     (ParserAction.EXECUTE, State.GROUND), (ParserAction.IGNORE, State.GROUND))}
-CONTROL = f"[{_klass(_CONTROLS)}]"
-"""One control on its own (C1 ones that start nothing)."""
 _NOT_TEXT = {code for code in range(_WIDE) if TABLE[State.GROUND][code][0] is not ParserAction.PRINT}
-TEXT = f"[^{_klass(_NOT_TEXT)}]++"
+_STRING_TARGETS = (State.OSC_STRING, State.DCS_ENTRY, State.SOS_PM_APC_STRING)
 
-SEQUENCE = f"{CSI}|{OSC}|{DCS}|{SOS_PM_APC}|{ESCAPE}|(?P<control>{CONTROL})"
+
+def _tokens(eight_bit: bool = True) -> dict[str, str]:
+    """The patterns of each kind of token (the named groups :func:`finished` reads), and the whole grammar;
+    without ``eight_bit``, for input with no C1 control, in text or in bytes (:func:`c1_free`)."""
+    rest = _rests(groups=True, eight_bit=eight_bit)
+    forms = {state.name: _start(state, eight_bit) + rest[state] for state in (State.CSI_ENTRY, *_STRING_TARGETS)}
+    forms["ESCAPE"] = ESC + rest[State.ESCAPE]
+    forms["CONTROL"] = f"[{_klass(_CONTROLS, eight_bit)}]"
+    forms["TEXT"] = f"[^{_klass(_NOT_TEXT, eight_bit)}]++"
+    forms["SEQUENCE"] = "|".join((*(forms[state.name] for state in (State.CSI_ENTRY, *_STRING_TARGETS)),
+                                  forms["ESCAPE"], f"(?P<control>{forms['CONTROL']})"))
+    forms["TOKEN"] = f"(?P<text>{forms['TEXT']})|{forms['SEQUENCE']}"
+    forms["STRING_START"] = "|".join(_start(state, eight_bit) for state in _STRING_TARGETS)
+    return forms
+
+
+_FORMS = _tokens()
+CSI, OSC, DCS, SOS_PM_APC = (_FORMS[state.name] for state in (State.CSI_ENTRY, *_STRING_TARGETS))
+ESCAPE, TEXT = _FORMS["ESCAPE"], _FORMS["TEXT"]
+CONTROL = _FORMS["CONTROL"]
+"""One control on its own (C1 ones that start nothing)."""
+SEQUENCE = _FORMS["SEQUENCE"]
 """Any one token that is not text: a sequence (complete, aborted, or cut by the end) or one control."""
-TOKEN = f"(?P<text>{TEXT})|{SEQUENCE}"
+TOKEN = _FORMS["TOKEN"]
 """The whole grammar: consecutive matches from 0 cover any text exactly, one token each."""
 EXECUTED_CHARS = "".join(chr(code) for code in _where((State.ESCAPE,), lambda a, n: n is State.ESCAPE))
 _INTRODUCERS = {code for code, (action, _) in _ANYWHERE.items() if action is ParserAction.START}
@@ -386,9 +423,9 @@ def pattern(*, sequences: bool = False, csi_finals: str = "", marked_csi_finals:
 
     The pattern begins with a class of the characters that can begin a match, then tells them apart with
     a look-behind: so ``re`` skips everything else (plain text, and most of a TUI's output) in C. Without
-    ``eight_bit``, for ASCII text (which has no C1 control), it begins with ESC alone, which ``re`` finds
-    faster still."""
-    rest = _rests(groups=False)
+    ``eight_bit``, for input with no C1 control (:func:`c1_free`), it begins with ESC alone, which ``re``
+    finds faster still, and is ASCII: encoded, it searches such UTF-8 bytes as it searches their text."""
+    rest = _rests(groups=False, eight_bit=eight_bit)
     after: dict[State, list[str]] = {state: [] for state in rest}  # what may follow each introducer
     if sequences:
         for state, form in rest.items():
@@ -397,9 +434,9 @@ def pattern(*, sequences: bool = False, csi_finals: str = "", marked_csi_finals:
     if csi_finals:
         csi.append(f"[{_klass(map(ord, csi_finals))}]")
     if marked_csi_finals:
-        csi.append(f"[{_klass(marks)}][{_klass(_CSI_BODY)}]*+[{_klass(map(ord, marked_csi_finals))}]")
+        csi.append(f"[{_klass(marks)}][{_klass(_CSI_BODY, eight_bit)}]*+[{_klass(map(ord, marked_csi_finals))}]")
     if csi and not sequences:
-        after[State.CSI_ENTRY].append(f"[{_klass(_CSI_BODY - marks)}]*+(?:{'|'.join(csi)})")
+        after[State.CSI_ENTRY].append(f"[{_klass(_CSI_BODY - marks, eight_bit)}]*+(?:{'|'.join(csi)})")
     if strings and not sequences:
         for state in (State.OSC_STRING, State.DCS_ENTRY, State.SOS_PM_APC_STRING):
             after[state].append(rest[state])
@@ -438,16 +475,6 @@ def decode(data: bytes) -> str:
 def encode(text: str) -> bytes:
     """The inverse of :func:`decode`."""
     return text.encode("utf-8", "surrogateescape")
-
-
-def decode_for_search(data: bytes) -> tuple[str, bool]:
-    """:func:`decode`'s text, and whether it may hold a C1 control (if not, a :func:`pattern` without
-    ``eight_bit`` finds the same, faster): only valid UTF-8 with no U+0080-U+00BF has none. Both checks
-    are scans in C, far cheaper than a search for the C1 controls in the text."""
-    try:
-        return data.decode("utf-8"), b"\xc2" in data
-    except UnicodeDecodeError:
-        return decode(data), True
 
 
 def partial_char(data: bytes) -> int:
@@ -503,7 +530,7 @@ class Sequence:
     before it acts on the sequence."""
 
 
-def finished(m: re.Match[str]) -> bool:
+def finished(m: re.Match[str] | re.Match[bytes]) -> bool:
     """Whether the token of a :data:`TOKEN` match has its end (a final byte, a terminator), or needs none."""
     return m.lastgroup is not None  # every named group is a token's end
 
@@ -588,12 +615,23 @@ def _compiled(pattern: str) -> re.Pattern[str]:
 def end_of(text: str, pos: int = 0) -> int | None:
     """Where the token that begins at ``text[pos]`` ends, or None when the end of ``text`` cuts it short (more
     text could change where it ends; an ESC right after a string's data may begin its ST)."""
-    m = _compiled(TOKEN).match(text, pos)
+    return _end_in(text, pos, _TEXT_SEARCHES or _searches(_TEXT_SEARCHES, _FORMS, str))
+
+
+def end_of_bytes(data: bytes, pos: int = 0) -> int | None:
+    """:func:`end_of` for bytes that hold no C1 control (:func:`c1_free`), without decoding them: an index
+    into ``data``. The answer is the text's only for such bytes; a caller checks the token's bytes."""
+    return _end_in(data, pos, _BYTE_SEARCHES or _searches(_BYTE_SEARCHES, _tokens(eight_bit=False), str.encode))
+
+
+def _end_in(text: AnyStr, pos: int, searches: list[re.Pattern[AnyStr]]) -> int | None:
+    token, string_start, esc_at_end = searches
+    m = token.match(text, pos)
     assert m is not None  # every character starts a token
     end = m.end()
     if end == len(text):
-        return end if finished(m) or m.lastgroup == "text" else None
-    if not finished(m) and _is_string(text, pos) and _compiled(_ESC_AT_END).match(text, end):
+        return end if m.lastgroup is not None else None  # finished, or text
+    if m.lastgroup is None and string_start.match(text, pos) and esc_at_end.match(text, end):
         return None
     return end
 
@@ -611,28 +649,70 @@ def unfinished(text: str) -> int:
     """Where a sequence begins that the end of ``text`` cuts short (more text could change what it is), or
     -1. An ESC at the very end after a string's data leaves the string unfinished (it may start its ST).
     When ``text`` is ASCII (so without C1 controls) this costs one ``rfind``."""
-    start = _last_introducer(text, len(text))
+    return _unfinished_in(text, _last_introducer, _TEXT_SEARCHES or _searches(_TEXT_SEARCHES, _FORMS, str))
+
+
+def unfinished_bytes(data: bytes) -> int:
+    """:func:`unfinished` for bytes that hold no C1 control (:func:`c1_free`), without decoding them: an index
+    into ``data``. Costs one ``rfind`` and one match."""
+    return _unfinished_in(data, _last_esc,
+                          _BYTE_SEARCHES or _searches(_BYTE_SEARCHES, _tokens(eight_bit=False), str.encode))
+
+
+def _unfinished_in(text: AnyStr, last_introducer: Callable[[AnyStr, int], int],
+                   searches: list[re.Pattern[AnyStr]]) -> int:
+    start = last_introducer(text, len(text))
     if start < 0:
         return -1
-    m = _compiled(TOKEN).match(text, start)
+    token, string_start, esc_at_end = searches
+    m = token.match(text, start)
     assert m is not None  # every character starts a token
-    if m.end() < len(text) or finished(m):
+    if m.end() < len(text) or m.lastgroup is not None:
         return -1
-    if start and _compiled(_ESC_AT_END).match(text, start):
-        prior = _last_introducer(text, start)
-        s = _compiled(TOKEN).match(text, prior) if prior >= 0 else None
-        if s is not None and s.end() == start and not finished(s) and _is_string(text, prior):
+    if start and esc_at_end.match(text, start):
+        prior = last_introducer(text, start)
+        s = token.match(text, prior) if prior >= 0 else None
+        if s is not None and s.end() == start and s.lastgroup is None and string_start.match(text, prior):
             return prior
     return start
 
 
-def _is_string(text: str, pos: int) -> bool:
-    """Whether the token at ``text[pos]`` is a string (OSC, DCS, SOS, PM, APC)."""
-    return _compiled(_STRING_START).match(text, pos) is not None
+def c1_free(data: bytes) -> bool:
+    """Whether ``data`` is UTF-8 that holds no C1 control (U+0080-U+009F) and ends on a whole character. Such
+    bytes are read by the bytes forms of the grammar (:func:`end_of_bytes`, :func:`unfinished_bytes`, a
+    :func:`pattern` without ``eight_bit``, encoded) as the text forms read their text: each byte of a
+    character from U+00A0 is, to the table, what that character is (its last column). Scans in C: an
+    ``isascii``, else a strict decode."""
+    if data.isascii():
+        return True
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return b"\xc2" not in data or _C1_UTF8.search(data) is None
 
 
-_STRING_START = f"{OSC_START}|{DCS_START}|{SOS_PM_APC_START}"
+_C1_UTF8 = re.compile(b"\xc2[\x80-\x9f]")
+"""A C1 control in valid UTF-8 (where a byte 0x80-0x9F after any other lead byte continues a character)."""
+
+
+def _last_esc(data: bytes, end: int) -> int:
+    """The last introducer before ``end`` in bytes with no C1 control: the last ESC."""
+    return data.rfind(b"\x1b", 0, end)
+
+
+_TEXT_SEARCHES: list[re.Pattern[str]] = []
+_BYTE_SEARCHES: list[re.Pattern[bytes]] = []
 _ESC_AT_END = f"{ESC}\\Z"
+
+
+def _searches(into: list[re.Pattern[AnyStr]], forms: dict[str, str], form: Callable[[str], AnyStr],
+              ) -> list[re.Pattern[AnyStr]]:
+    """``into`` filled, on first use, with the searches :func:`end_of` and :func:`unfinished` make (the whole
+    grammar, a string's introducer, an ESC at the end), from ``forms`` made text or bytes by ``form``."""
+    if not into:
+        into.extend(re.compile(form(pattern)) for pattern in (forms["TOKEN"], forms["STRING_START"], _ESC_AT_END))
+    return into
 
 
 def _last_introducer(text: str, end: int) -> int:
