@@ -97,7 +97,7 @@ if TYPE_CHECKING:
     from tower_client.atomicfile import AtomicWriteError
     from tower_client.fleet import Fleet
     from tower_client.inotify import InotifyError
-    from tower_client.options import FleetPolicy, OnDeath, SessionSpec
+    from tower_client.options import FleetPolicy, OnDeath, SessionOptions, SessionSpec
     from tower_client.progress import JournalPosition, ProgressError
     from tower_client.remote_clients import (
         AsyncRemoteClient,
@@ -118,7 +118,7 @@ __all__ = [  # noqa: RUF022 - grouped by what a user looks for
     "Fleet", "FleetItem", "FleetState", "JournalPosition", "Missed", "Notice", "OutputChunk", "SessionEvent",
     "StateChange",
     # options
-    "AgentCommand", "Backoff", "FleetPolicy", "OnDeath", "RestartPolicy", "SessionSpec",
+    "AgentCommand", "Backoff", "FleetPolicy", "OnDeath", "RestartPolicy", "SessionOptions", "SessionSpec",
     # after a restart: look, decide, act
     "ExitRecord", "Holder", "Observed", "Outcome", "ReconcileAction", "ReconcileDecision", "Registry",
     "RegistryRow", "Report", "Verdict", "apply", "clean_session", "discover", "discover_async", "find_holders",
@@ -154,6 +154,7 @@ _LAZY = {
     "InotifyError": "tower_client.inotify",
     "FleetPolicy": "tower_client.options",
     "OnDeath": "tower_client.options",
+    "SessionOptions": "tower_client.options",
     "SessionSpec": "tower_client.options",
     "JournalPosition": "tower_client.progress",
     "ProgressError": "tower_client.progress",

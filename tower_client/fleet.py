@@ -56,14 +56,14 @@ from tower_client.fleetfollow import FLEET_CLIENT_NAME, STOP_MARGIN, Following
 from tower_client.fleetmember import Member
 from tower_client.fleetstream import MAX_PENDING_BYTES
 from tower_client.inotify import DirWatch
-from tower_client.options import FleetPolicy, OnDeath, SessionSpec
+from tower_client.options import FleetPolicy, OnDeath, SessionOptions, SessionSpec
 from tower_client.progress import ProgressJournal
 from tower_client.reconcile import ReconcileAction, ReconcileDecision, Registry, reconcile
 from tower_client.registry_file import RegistryFile
 from tower_client.stream import FleetState, Notice, StateChange
 
 __all__ = ["FLEET_CLIENT_NAME", "MAX_PENDING_BYTES", "STOP_MARGIN", "Fleet", "FleetClosed", "FleetError",
-           "FleetNotStarted", "FleetPolicy", "OnDeath", "SessionSpec", "UnknownSession"]
+           "FleetNotStarted", "FleetPolicy", "OnDeath", "SessionOptions", "SessionSpec", "UnknownSession"]
 
 AGENT_RELAUNCHES = 3
 """Automatic relaunches of an agent whose conversation id was in use, per session and Fleet life."""
@@ -261,7 +261,7 @@ class Fleet(Following):
             self._emit(Notice(spec.name, resolved.action, resolved.reason, resolved.conversation_id))
         config = SessionConfig(name=spec.name, argv=argv, dir=self.dir, cwd=spec.cwd or os.getcwd(),
                                env=dict(os.environ if spec.env is None else spec.env), owner=self.owner,
-                               **dict(spec.options))
+                               **spec.options.config_fields())
         info = await asyncio.to_thread(launch, config)
         launch_column = {k: v for k, v in json.loads(config.to_json()).items() if k not in ("name", "dir", "argv")}
         launch_column["argv"] = list(spec.argv) if agent is None else []
@@ -307,7 +307,8 @@ class Fleet(Following):
         config = SessionConfig.from_json(json.dumps({**column, "name": name, "dir": self.dir, "argv": argv or ["-"]}))
         options = {k: getattr(config, k) for k in column if k not in ("cwd", "env", "owner")}
         columns = {k: v for k, v in row.items() if k not in ("name", "instance_id", LAUNCH_COLUMN, AGENT_COLUMN)}
-        return await self.launch(SessionSpec(name, argv, agent, config.cwd, config.env, options, columns))
+        return await self.launch(SessionSpec(name, argv, agent, config.cwd, config.env,
+                                             SessionOptions.from_mapping(options), columns))
 
     # ----------------------------------------------------------------------------------- requests
 
