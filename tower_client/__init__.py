@@ -72,11 +72,20 @@ from shellper.protocol.wire import (
     Stop,
     Welcome,
 )
-from tower_client.apply import Outcome, OwnerBusy, OwnerLockUnavailable, Report, apply, clean_session, terminate_session
+from tower_client.apply import (
+    Outcome,
+    OwnerBusy,
+    OwnerLockUnavailable,
+    Report,
+    apply,
+    apply_async,
+    clean_session,
+    terminate_session,
+)
 from tower_client.client import AsyncClient, AsyncResumingClient, Client, ResumingClient, socket_path
 from tower_client.discover import Observed, discover, discover_async, observe, observe_async
 from tower_client.errors import FleetClosed, FleetError, FleetNotStarted, UnknownSession
-from tower_client.holders import BadSessionId, Holder, Verdict, find_holders, mint_or_reclaim
+from tower_client.holders import BadSessionId, Holder, Verdict, find_holders, mint_or_reclaim, mint_or_reclaim_async
 from tower_client.reconcile import (
     ReconcileAction,
     ReconcileDecision,
@@ -121,8 +130,9 @@ __all__ = [  # noqa: RUF022 - grouped by what a user looks for
     "AgentCommand", "Backoff", "FleetPolicy", "OnDeath", "RestartPolicy", "SessionOptions", "SessionSpec",
     # after a restart: look, decide, act
     "ExitRecord", "Holder", "Observed", "Outcome", "ReconcileAction", "ReconcileDecision", "Registry",
-    "RegistryRow", "Report", "Verdict", "apply", "clean_session", "discover", "discover_async", "find_holders",
-    "load_registry", "mint_or_reclaim", "observe", "observe_async", "reconcile", "terminate_session",
+    "RegistryRow", "Report", "Verdict", "apply", "apply_async", "clean_session", "discover", "discover_async",
+    "find_holders", "load_registry", "mint_or_reclaim", "mint_or_reclaim_async", "observe", "observe_async",
+    "reconcile", "terminate_session",
     # frames
     "Data", "Error", "Event", "Exit", "Frame", "FrameType", "Gap", "Ping", "Pong", "Release", "Replay", "Reply",
     "Resize", "ScreenReply", "ScreenRequest", "Signal", "Spawn", "Status", "StatusReply", "Stop", "Welcome",

@@ -10,7 +10,6 @@ is free (or was freed from this session's own leftovers), resume it; ``mint``: s
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -18,7 +17,7 @@ from typing import Any
 
 from shellper.core.defaults import DEFAULT_GRACE
 from shellper.core.errors import ShellperError
-from tower_client.holders import Verdict, mint_or_reclaim
+from tower_client.holders import Verdict, mint_or_reclaim_async
 
 __all__ = ["AgentCommand", "AgentCommandError", "Resolved", "command_for", "new_conversation_id", "resolve"]
 
@@ -96,6 +95,6 @@ async def resolve(agent: AgentCommand, runtime_dir: str, session: str, *, owner:
     leftovers, never anybody else's), then build the command line."""
     if agent.conversation_id is None:
         return command_for(agent, None)
-    verdict = await asyncio.to_thread(mint_or_reclaim, agent.conversation_id, runtime_dir, grace=grace,
-                                      reclaimable=(session,), owner=owner)
+    verdict = await mint_or_reclaim_async(agent.conversation_id, runtime_dir, grace=grace, reclaimable=(session,),
+                                          owner=owner)
     return command_for(agent, verdict)

@@ -43,7 +43,7 @@ from shellper.host.paths import SessionPaths, ensure_runtime_dir
 from shellper.host.record import SessionRecord, read_record
 from shellper.protocol import wire
 from tower_client.agent import AgentCommand, resolve
-from tower_client.apply import Report, apply, terminate_session
+from tower_client.apply import Report, apply_async, terminate_session
 from tower_client.client import (
     AsyncResumingClient,
     ClientError,
@@ -126,7 +126,7 @@ class Fleet(Following):
                               owner=self.owner)
         to_stop = [d for d in decisions if d.name in stops]
         decisions = [d for d in decisions if d.name not in stops]
-        report = self.report = await asyncio.to_thread(apply, decisions, grace=self.policy.grace, owner=self.owner)
+        report = self.report = await apply_async(decisions, grace=self.policy.grace, owner=self.owner)
         respawn: list[str] = []
         for outcome in report.outcomes:
             d = outcome.decision
@@ -165,7 +165,7 @@ class Fleet(Following):
                     await self._clean_dead(name)
                 done = done and ok
             elif d.action in (ReconcileAction.TERMINATE, ReconcileAction.CLEAN):
-                outcome = (await asyncio.to_thread(apply, [d], grace=grace, owner=self.owner)).outcomes[0]
+                outcome = (await apply_async([d], grace=grace, owner=self.owner)).outcomes[0]
                 report.outcomes.append(outcome)
                 self._emit(Notice(name, str(d.action), "stop_requested", outcome.error or outcome.detail))
                 done = done and outcome.ok
