@@ -105,6 +105,7 @@ if TYPE_CHECKING:
     from tower_client.agent import AgentCommand, AgentCommandError
     from tower_client.atomicfile import AtomicWriteError
     from tower_client.fleet import Fleet
+    from tower_client.fleetsession import SessionHandle
     from tower_client.inotify import InotifyError
     from tower_client.options import FleetPolicy, OnDeath, SessionOptions, SessionSpec
     from tower_client.progress import JournalPosition, ProgressError
@@ -125,7 +126,7 @@ __all__ = [  # noqa: RUF022 - grouped by what a user looks for
     "socket_path",
     # the Fleet and its stream
     "Fleet", "FleetItem", "FleetState", "JournalPosition", "Missed", "Notice", "OutputChunk", "SessionEvent",
-    "StateChange",
+    "SessionHandle", "StateChange",
     # options
     "AgentCommand", "Backoff", "FleetPolicy", "OnDeath", "RestartPolicy", "SessionOptions", "SessionSpec",
     # after a restart: look, decide, act
@@ -161,6 +162,7 @@ _LAZY = {
     "AgentCommandError": "tower_client.agent",
     "AtomicWriteError": "tower_client.atomicfile",
     "Fleet": "tower_client.fleet",
+    "SessionHandle": "tower_client.fleetsession",
     "InotifyError": "tower_client.inotify",
     "FleetPolicy": "tower_client.options",
     "OnDeath": "tower_client.options",

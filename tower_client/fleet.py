@@ -54,6 +54,7 @@ from tower_client.discover import discover_async
 from tower_client.errors import FleetClosed, FleetError, FleetNotStarted, UnknownSession
 from tower_client.fleetfollow import FLEET_CLIENT_NAME, STOP_MARGIN, Following
 from tower_client.fleetmember import Member
+from tower_client.fleetsession import SessionHandle
 from tower_client.fleetstream import MAX_PENDING_BYTES
 from tower_client.inotify import DirWatch
 from tower_client.options import FleetPolicy, OnDeath, SessionOptions, SessionSpec
@@ -63,7 +64,8 @@ from tower_client.registry_file import RegistryFile
 from tower_client.stream import FleetState, Notice, StateChange
 
 __all__ = ["FLEET_CLIENT_NAME", "MAX_PENDING_BYTES", "STOP_MARGIN", "Fleet", "FleetClosed", "FleetError",
-           "FleetNotStarted", "FleetPolicy", "OnDeath", "SessionOptions", "SessionSpec", "UnknownSession"]
+           "FleetNotStarted", "FleetPolicy", "OnDeath", "SessionHandle", "SessionOptions", "SessionSpec",
+           "UnknownSession"]
 
 AGENT_RELAUNCHES = 3
 """Automatic relaunches of an agent whose conversation id was in use, per session and Fleet life."""
@@ -415,6 +417,12 @@ class Fleet(Following):
             self._emit(Notice(name, "relaunched", "id in use", f"pid {info.pid}, instance {info.instance_id}"))
 
     # ----------------------------------------------------------------------------------- views
+
+    def session(self, name: str) -> SessionHandle:
+        """A handle on ``name``: every request, its state, its screen and its offsets (UnknownSession if the
+        Fleet has no such session, FleetNotStarted / FleetClosed as for every request)."""
+        self._member(name)
+        return SessionHandle(self, name)
 
     @property
     def sessions(self) -> list[str]:
