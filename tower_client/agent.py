@@ -40,8 +40,11 @@ class AgentCommand:
     mint_flag: str = "--session-id"
 
     def __post_init__(self) -> None:
+        if isinstance(self.argv, str | bytes):  # iterated, "claude" would be the command c l a u d e
+            raise AgentCommandError(f"argv is a list of arguments, not one string: write ({self.argv!r:.60},)")
         if not self.argv or not all(isinstance(a, str) and a for a in self.argv):
             raise AgentCommandError(f"argv must be a non-empty list of non-empty strings, got {self.argv!r:.80}")
+        object.__setattr__(self, "argv", tuple(self.argv))  # a list given is kept as the declared tuple
         if self.conversation_id is not None and (not isinstance(self.conversation_id, str) or not self.conversation_id):
             raise AgentCommandError(f"conversation_id must be a non-empty string or None, got {self.conversation_id!r}")
         for flag in (self.resume_flag, self.mint_flag):

@@ -15,7 +15,7 @@ from shellper.core.errors import ShellperError
 from shellper.core.exits import PolicyError, RestartPolicy
 from shellper.core.structs import MISSING
 from shellper.core.structs import fields as record_fields
-from tower_client.agent import AgentCommand
+from tower_client.agent import AgentCommand, AgentCommandError
 from tower_client.options import FleetPolicy, OnDeath, SessionOptions, SessionSpec
 from tower_client.resume import Backoff
 
@@ -123,6 +123,12 @@ def test_a_bad_fleet_policy_names_the_field(kwargs: dict[str, Any], option: str)
     with pytest.raises(ConfigError) as caught:
         FleetPolicy(**kwargs)
     assert caught.value.option == option
+
+
+def test_an_agent_command_refuses_one_string_and_keeps_a_list_as_a_tuple() -> None:
+    with pytest.raises(AgentCommandError, match="not one string"):
+        AgentCommand("claude")  # type: ignore[arg-type]
+    assert AgentCommand(["claude", "--model", "x"]).argv == ("claude", "--model", "x")  # type: ignore[arg-type]
 
 
 def test_a_fleet_policy_converts_strings_and_dicts() -> None:
