@@ -17,7 +17,17 @@ import signal
 import sys
 import time
 
-from tower_client import Fleet, FleetPolicy, FleetState, Missed, Notice, OutputChunk, SessionSpec, StateChange
+from tower_client import (
+    Fleet,
+    FleetPolicy,
+    FleetState,
+    Missed,
+    Notice,
+    OutputChunk,
+    SessionOptions,
+    SessionSpec,
+    StateChange,
+)
 
 FLOOD = ("import os, sys, time\n"
          "name, seconds = sys.argv[1], float(sys.argv[2])\n"
@@ -58,7 +68,7 @@ async def main() -> None:
             asyncio.get_running_loop().add_signal_handler(sig, fleet.shutdown)
         if not fleet.registry.rows:
             specs = [SessionSpec(f"s{i:02d}", [sys.executable, "-c", FLOOD, f"s{i:02d}", str(args.seconds)],
-                                 options={"ring_bytes": 8 << 20}) for i in range(args.sessions)]
+                                 options=SessionOptions(ring_bytes=8 << 20)) for i in range(args.sessions)]
             for result in await fleet.launch_many(specs):
                 if isinstance(result, BaseException):
                     raise result

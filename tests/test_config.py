@@ -55,7 +55,7 @@ BAD = [
     ({"handshake_timeout": 0}, "handshake_timeout", "positive"),
     ({"frame_timeout": float("inf")}, "frame_timeout", "finite number"),
     ({"frame_timeout": -1.0}, "frame_timeout", "positive"),
-    ({"policy": {"mode": "always"}}, "policy", "RestartPolicy"),
+    ({"policy": 3}, "policy", "RestartPolicy"),
 ]
 
 

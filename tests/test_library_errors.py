@@ -15,8 +15,20 @@ from support.sessions import Sessions
 from shellper.client.blocking import Client, InvalidRequest
 from shellper.core.errors import BadArgument, InsideEventLoop, ShellperError
 from shellper.protocol import wire
-from tower_client import discover, observe
+from tower_client import (
+    Report,
+    Verdict,
+    apply,
+    apply_async,
+    discover,
+    mint_or_reclaim,
+    mint_or_reclaim_async,
+    observe,
+)
 from tower_client.client import AsyncClient, ResumingClient
+
+CONVERSATION = "5b0c7a34-2f1e-4d7c-9a51-3c2b8e0f6d19"
+"""A conversation id no process holds."""
 
 INVALID: list[tuple[str, wire.Frame, str]] = [
     ("RESIZE 0x0", wire.Resize(cols=0, rows=0), "cols"),
@@ -89,7 +101,9 @@ def test_the_async_client_raises_the_same_error(sessions: Sessions) -> None:
 @pytest.mark.parametrize("call", [
     lambda d: observe(d, "x"),
     lambda d: discover(d),
-], ids=["observe", "discover"])
+    lambda d: apply([]),
+    lambda d: mint_or_reclaim(CONVERSATION, d),
+], ids=["observe", "discover", "apply", "mint_or_reclaim"])
 def test_a_blocking_call_inside_a_running_loop_says_so_and_leaves_no_coroutine(sessions: Sessions, call: Any) -> None:
     async def inside() -> None:
         call(sessions.dir)
@@ -101,6 +115,15 @@ def test_a_blocking_call_inside_a_running_loop_says_so_and_leaves_no_coroutine(s
         gc.collect()
     assert "_async" in str(refused.value) and isinstance(refused.value, RuntimeError)
     assert not [w for w in seen if "never awaited" in str(w.message)], [str(w.message) for w in seen]
+
+
+def test_the_blocking_calls_asyncio_forms_run_inside_a_loop(sessions: Sessions) -> None:
+    async def inside() -> tuple[Report, Verdict]:
+        return await apply_async([]), await mint_or_reclaim_async(CONVERSATION, sessions.dir)
+
+    report, verdict = asyncio.run(inside())
+    assert report.ok and not report.outcomes
+    assert verdict.action == "resume" and verdict.session_id == CONVERSATION
 
 
 @pytest.mark.parametrize("call", [

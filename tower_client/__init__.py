@@ -72,11 +72,20 @@ from shellper.protocol.wire import (
     Stop,
     Welcome,
 )
-from tower_client.apply import Outcome, OwnerBusy, OwnerLockUnavailable, Report, apply, clean_session, terminate_session
+from tower_client.apply import (
+    Outcome,
+    OwnerBusy,
+    OwnerLockUnavailable,
+    Report,
+    apply,
+    apply_async,
+    clean_session,
+    terminate_session,
+)
 from tower_client.client import AsyncClient, AsyncResumingClient, Client, ResumingClient, socket_path
 from tower_client.discover import Observed, discover, discover_async, observe, observe_async
 from tower_client.errors import FleetClosed, FleetError, FleetNotStarted, UnknownSession
-from tower_client.holders import BadSessionId, Holder, Verdict, find_holders, mint_or_reclaim
+from tower_client.holders import BadSessionId, Holder, Verdict, find_holders, mint_or_reclaim, mint_or_reclaim_async
 from tower_client.reconcile import (
     ReconcileAction,
     ReconcileDecision,
@@ -96,8 +105,9 @@ if TYPE_CHECKING:
     from tower_client.agent import AgentCommand, AgentCommandError
     from tower_client.atomicfile import AtomicWriteError
     from tower_client.fleet import Fleet
+    from tower_client.fleetsession import SessionHandle
     from tower_client.inotify import InotifyError
-    from tower_client.options import FleetPolicy, OnDeath, SessionSpec
+    from tower_client.options import FleetPolicy, OnDeath, SessionOptions, SessionSpec
     from tower_client.progress import JournalPosition, ProgressError
     from tower_client.remote_clients import (
         AsyncRemoteClient,
@@ -116,13 +126,14 @@ __all__ = [  # noqa: RUF022 - grouped by what a user looks for
     "socket_path",
     # the Fleet and its stream
     "Fleet", "FleetItem", "FleetState", "JournalPosition", "Missed", "Notice", "OutputChunk", "SessionEvent",
-    "StateChange",
+    "SessionHandle", "StateChange",
     # options
-    "AgentCommand", "Backoff", "FleetPolicy", "OnDeath", "RestartPolicy", "SessionSpec",
+    "AgentCommand", "Backoff", "FleetPolicy", "OnDeath", "RestartPolicy", "SessionOptions", "SessionSpec",
     # after a restart: look, decide, act
     "ExitRecord", "Holder", "Observed", "Outcome", "ReconcileAction", "ReconcileDecision", "Registry",
-    "RegistryRow", "Report", "Verdict", "apply", "clean_session", "discover", "discover_async", "find_holders",
-    "load_registry", "mint_or_reclaim", "observe", "observe_async", "reconcile", "terminate_session",
+    "RegistryRow", "Report", "Verdict", "apply", "apply_async", "clean_session", "discover", "discover_async",
+    "find_holders", "load_registry", "mint_or_reclaim", "mint_or_reclaim_async", "observe", "observe_async",
+    "reconcile", "terminate_session",
     # frames
     "Data", "Error", "Event", "Exit", "Frame", "FrameType", "Gap", "Ping", "Pong", "Release", "Replay", "Reply",
     "Resize", "ScreenReply", "ScreenRequest", "Signal", "Spawn", "Status", "StatusReply", "Stop", "Welcome",
@@ -151,9 +162,11 @@ _LAZY = {
     "AgentCommandError": "tower_client.agent",
     "AtomicWriteError": "tower_client.atomicfile",
     "Fleet": "tower_client.fleet",
+    "SessionHandle": "tower_client.fleetsession",
     "InotifyError": "tower_client.inotify",
     "FleetPolicy": "tower_client.options",
     "OnDeath": "tower_client.options",
+    "SessionOptions": "tower_client.options",
     "SessionSpec": "tower_client.options",
     "JournalPosition": "tower_client.progress",
     "ProgressError": "tower_client.progress",

@@ -10,7 +10,6 @@ is free (or was freed from this session's own leftovers), resume it; ``mint``: s
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -18,7 +17,7 @@ from typing import Any
 
 from shellper.core.defaults import DEFAULT_GRACE
 from shellper.core.errors import ShellperError
-from tower_client.holders import Verdict, mint_or_reclaim
+from tower_client.holders import Verdict, mint_or_reclaim_async
 
 __all__ = ["AgentCommand", "AgentCommandError", "Resolved", "command_for", "new_conversation_id", "resolve"]
 
@@ -41,8 +40,11 @@ class AgentCommand:
     mint_flag: str = "--session-id"
 
     def __post_init__(self) -> None:
+        if isinstance(self.argv, str | bytes):  # iterated, "claude" would be the command c l a u d e
+            raise AgentCommandError(f"argv is a list of arguments, not one string: write ({self.argv!r:.60},)")
         if not self.argv or not all(isinstance(a, str) and a for a in self.argv):
             raise AgentCommandError(f"argv must be a non-empty list of non-empty strings, got {self.argv!r:.80}")
+        object.__setattr__(self, "argv", tuple(self.argv))  # a list given is kept as the declared tuple
         if self.conversation_id is not None and (not isinstance(self.conversation_id, str) or not self.conversation_id):
             raise AgentCommandError(f"conversation_id must be a non-empty string or None, got {self.conversation_id!r}")
         for flag in (self.resume_flag, self.mint_flag):
@@ -96,6 +98,6 @@ async def resolve(agent: AgentCommand, runtime_dir: str, session: str, *, owner:
     leftovers, never anybody else's), then build the command line."""
     if agent.conversation_id is None:
         return command_for(agent, None)
-    verdict = await asyncio.to_thread(mint_or_reclaim, agent.conversation_id, runtime_dir, grace=grace,
-                                      reclaimable=(session,), owner=owner)
+    verdict = await mint_or_reclaim_async(agent.conversation_id, runtime_dir, grace=grace, reclaimable=(session,),
+                                          owner=owner)
     return command_for(agent, verdict)

@@ -17,6 +17,7 @@
 """
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -51,7 +52,7 @@ from shellper.host.paths import SessionPaths
 from shellper.host.record import AlreadyRunning, LockError, SessionLock, SessionRecord
 from shellper.host.survivors import SurvivorReport, end_cgroup
 from shellper.protocol import wire
-from tower_client.discover import PROBE_TIMEOUT, check_probe_timeout
+from tower_client.discover import PROBE_TIMEOUT, check_probe_timeout, not_in_a_loop
 from tower_client.reconcile import ReconcileAction, ReconcileDecision
 
 __all__ = [
@@ -61,6 +62,7 @@ __all__ = [
     "OwnerLockUnavailable",
     "Report",
     "apply",
+    "apply_async",
     "clean_session",
     "remove_leaked_cgroups",
     "terminate_session",
@@ -187,9 +189,26 @@ def apply(decisions: Iterable[ReconcileDecision], *, grace: float = DEFAULT_GRAC
     in every runtime directory they touch. Never raises for one decision's failure: it is reported.
 
     ValueError (before anything is done) if ``probe_timeout`` is not a finite number > 0; OwnerBusy if
-    another Tower of the same owner is applying in one of the directories (nothing is done)."""
+    another Tower of the same owner is applying in one of the directories (nothing is done). It blocks
+    (grace periods, probes): from inside a running event loop it raises InsideEventLoop before doing
+    anything; ``await apply_async(...)`` there."""
+    check_probe_timeout(probe_timeout)
+    not_in_a_loop("apply")
+    return _apply(list(decisions), grace, stop_timeout, probe_timeout, confirm_timeout, owner)
+
+
+async def apply_async(decisions: Iterable[ReconcileDecision], *, grace: float = DEFAULT_GRACE,
+                      stop_timeout: float | None = None, probe_timeout: float = PROBE_TIMEOUT,
+                      confirm_timeout: float = CONFIRM_TIMEOUT, owner: str | None = None) -> Report:
+    """:func:`apply` in a worker thread, for a caller inside an event loop: the loop runs on while it
+    waits out grace periods. The same arguments, result and errors."""
     check_probe_timeout(probe_timeout)
     decisions = list(decisions)
+    return await asyncio.to_thread(_apply, decisions, grace, stop_timeout, probe_timeout, confirm_timeout, owner)
+
+
+def _apply(decisions: list[ReconcileDecision], grace: float, stop_timeout: float | None, probe_timeout: float,
+           confirm_timeout: float, owner: str | None) -> Report:
     me = default_owner() if owner is None else owner
     held: list[SessionLock] = []
     try:

@@ -43,7 +43,7 @@ from shellper.host.paths import SessionPaths, ensure_runtime_dir
 from shellper.host.record import SessionRecord, read_record
 from shellper.protocol import wire
 from tower_client.agent import AgentCommand, resolve
-from tower_client.apply import Report, apply, terminate_session
+from tower_client.apply import Report, apply_async, terminate_session
 from tower_client.client import (
     AsyncResumingClient,
     ClientError,
@@ -54,16 +54,18 @@ from tower_client.discover import discover_async
 from tower_client.errors import FleetClosed, FleetError, FleetNotStarted, UnknownSession
 from tower_client.fleetfollow import FLEET_CLIENT_NAME, STOP_MARGIN, Following
 from tower_client.fleetmember import Member
+from tower_client.fleetsession import SessionHandle
 from tower_client.fleetstream import MAX_PENDING_BYTES
 from tower_client.inotify import DirWatch
-from tower_client.options import FleetPolicy, OnDeath, SessionSpec
+from tower_client.options import FleetPolicy, OnDeath, SessionOptions, SessionSpec
 from tower_client.progress import ProgressJournal
 from tower_client.reconcile import ReconcileAction, ReconcileDecision, Registry, reconcile
 from tower_client.registry_file import RegistryFile
 from tower_client.stream import FleetState, Notice, StateChange
 
 __all__ = ["FLEET_CLIENT_NAME", "MAX_PENDING_BYTES", "STOP_MARGIN", "Fleet", "FleetClosed", "FleetError",
-           "FleetNotStarted", "FleetPolicy", "OnDeath", "SessionSpec", "UnknownSession"]
+           "FleetNotStarted", "FleetPolicy", "OnDeath", "SessionHandle", "SessionOptions", "SessionSpec",
+           "UnknownSession"]
 
 AGENT_RELAUNCHES = 3
 """Automatic relaunches of an agent whose conversation id was in use, per session and Fleet life."""
@@ -126,7 +128,7 @@ class Fleet(Following):
                               owner=self.owner)
         to_stop = [d for d in decisions if d.name in stops]
         decisions = [d for d in decisions if d.name not in stops]
-        report = self.report = await asyncio.to_thread(apply, decisions, grace=self.policy.grace, owner=self.owner)
+        report = self.report = await apply_async(decisions, grace=self.policy.grace, owner=self.owner)
         respawn: list[str] = []
         for outcome in report.outcomes:
             d = outcome.decision
@@ -165,7 +167,7 @@ class Fleet(Following):
                     await self._clean_dead(name)
                 done = done and ok
             elif d.action in (ReconcileAction.TERMINATE, ReconcileAction.CLEAN):
-                outcome = (await asyncio.to_thread(apply, [d], grace=grace, owner=self.owner)).outcomes[0]
+                outcome = (await apply_async([d], grace=grace, owner=self.owner)).outcomes[0]
                 report.outcomes.append(outcome)
                 self._emit(Notice(name, str(d.action), "stop_requested", outcome.error or outcome.detail))
                 done = done and outcome.ok
@@ -261,7 +263,7 @@ class Fleet(Following):
             self._emit(Notice(spec.name, resolved.action, resolved.reason, resolved.conversation_id))
         config = SessionConfig(name=spec.name, argv=argv, dir=self.dir, cwd=spec.cwd or os.getcwd(),
                                env=dict(os.environ if spec.env is None else spec.env), owner=self.owner,
-                               **dict(spec.options))
+                               **spec.options.config_fields())
         info = await asyncio.to_thread(launch, config)
         launch_column = {k: v for k, v in json.loads(config.to_json()).items() if k not in ("name", "dir", "argv")}
         launch_column["argv"] = list(spec.argv) if agent is None else []
@@ -307,7 +309,8 @@ class Fleet(Following):
         config = SessionConfig.from_json(json.dumps({**column, "name": name, "dir": self.dir, "argv": argv or ["-"]}))
         options = {k: getattr(config, k) for k in column if k not in ("cwd", "env", "owner")}
         columns = {k: v for k, v in row.items() if k not in ("name", "instance_id", LAUNCH_COLUMN, AGENT_COLUMN)}
-        return await self.launch(SessionSpec(name, argv, agent, config.cwd, config.env, options, columns))
+        return await self.launch(SessionSpec(name, argv, agent, config.cwd, config.env,
+                                             SessionOptions.from_mapping(options), columns))
 
     # ----------------------------------------------------------------------------------- requests
 
@@ -414,6 +417,12 @@ class Fleet(Following):
             self._emit(Notice(name, "relaunched", "id in use", f"pid {info.pid}, instance {info.instance_id}"))
 
     # ----------------------------------------------------------------------------------- views
+
+    def session(self, name: str) -> SessionHandle:
+        """A handle on ``name``: every request, its state, its screen and its offsets (UnknownSession if the
+        Fleet has no such session, FleetNotStarted / FleetClosed as for every request)."""
+        self._member(name)
+        return SessionHandle(self, name)
 
     @property
     def sessions(self) -> list[str]:

@@ -14,7 +14,7 @@ from shellper.host.identity import ProcessIdentity, open_verified
 from shellper.host.paths import SessionPaths
 from shellper.host.record import RecordError, SessionRecord, read_record
 from shellper.protocol import wire
-from tower_client.apply import VERIFY_CLIENT_NAME, apply
+from tower_client.apply import VERIFY_CLIENT_NAME, apply_async
 from tower_client.client import AsyncResumingClient, ClientError, SessionGone, socket_path
 from tower_client.discover import PROBE_CLIENT_NAME, observe_async
 from tower_client.fleetmember import FleetClient, Member
@@ -229,7 +229,7 @@ class Following(MergedStream):
         observed = await observe_async(self.dir, name)
         decisions = [d for d in reconcile(self.registry.registry(), [observed], now=time.time(), owner=self.owner)
                      if d.action is ReconcileAction.CLEAN and d.name == name]
-        report = await asyncio.to_thread(apply, decisions, grace=self.policy.grace, owner=self.owner)
+        report = await apply_async(decisions, grace=self.policy.grace, owner=self.owner)
         for o in report.outcomes:
             self._emit(Notice(name, "reaped" if o.ok else "failed", o.decision.reason, o.error or o.detail))
 

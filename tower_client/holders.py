@@ -26,6 +26,7 @@ directory - and is never touched: any foreign holder means "mint a fresh id", ev
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -45,6 +46,7 @@ from shellper.host.record import LockError, RecordError, SessionLock, SessionRec
 from shellper.host.shellpers import lock_owners
 from shellper.host.survivors import INSTANCE_ENV, Guard, SurvivorReport, guard, reap_survivors
 from tower_client.apply import hold_owner_lock, terminate_session
+from tower_client.discover import not_in_a_loop
 
 __all__ = [
     "FLAGS",
@@ -59,6 +61,7 @@ __all__ = [
     "dead_sessions",
     "find_holders",
     "mint_or_reclaim",
+    "mint_or_reclaim_async",
     "own_shellpers",
     "survivor_of",
 ]
@@ -498,8 +501,29 @@ def mint_or_reclaim(session_id: str, runtime_dir: str | os.PathLike[str], *, gra
     (default: shellper.core.owner.default_owner()) is never ended either, and the ending is done holding the
     owner's lock, as :func:`~tower_client.apply.apply` does (OwnerBusy if another Tower of the owner holds
     it: nothing is ended).
+
+    It blocks (grace periods, /proc scans): from inside a running event loop it raises InsideEventLoop
+    before doing anything; ``await mint_or_reclaim_async(...)`` there.
     """
-    exclude = tuple(exclude)
+    not_in_a_loop("mint_or_reclaim")
+    return _mint_or_reclaim(session_id, runtime_dir, grace, stop_timeout, confirm_timeout, tuple(exclude), protect,
+                            reclaimable, owner)
+
+
+async def mint_or_reclaim_async(session_id: str, runtime_dir: str | os.PathLike[str], *,
+                                grace: float = DEFAULT_GRACE, stop_timeout: float | None = None,
+                                confirm_timeout: float = CONFIRM_TIMEOUT, exclude: Iterable[int] = (),
+                                protect: Collection[str] = (), reclaimable: Collection[str] = (),
+                                owner: str | None = None) -> Verdict:
+    """:func:`mint_or_reclaim` in a worker thread, for a caller inside an event loop: the loop runs on
+    while holders are ended. The same arguments, verdict and errors."""
+    return await asyncio.to_thread(_mint_or_reclaim, session_id, runtime_dir, grace, stop_timeout, confirm_timeout,
+                                   tuple(exclude), protect, reclaimable, owner)
+
+
+def _mint_or_reclaim(session_id: str, runtime_dir: str | os.PathLike[str], grace: float, stop_timeout: float | None,
+                     confirm_timeout: float, exclude: tuple[int, ...], protect: Collection[str],
+                     reclaimable: Collection[str], owner: str | None) -> Verdict:
     reclaimable = frozenset(reclaimable)
     holders = find_holders(session_id, runtime_dir, exclude=exclude, reclaimable=reclaimable)
     if not holders:

@@ -26,7 +26,7 @@ from shellper.core.errors import ShellperError
 from shellper.core.execve import env_problem, has_nul
 from shellper.core.exits import RestartPolicy
 from shellper.core.owner import BadOwner, validate_owner
-from shellper.core.structs import field, record
+from shellper.core.structs import field, record, signed
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
 if TYPE_CHECKING:
@@ -52,6 +52,7 @@ class ConfigError(ShellperError, ValueError):
         self.option = option
 
 
+@signed
 @record
 class SessionConfig:
     """Everything a session is started with; JSON on the launch pipe, so argv and env never show in ps."""
@@ -77,6 +78,12 @@ class SessionConfig:
     """auto (a cgroup where one can be made, else none), cgroup (or fail), none (shellper.host.cgroup)."""
     cgroup_parent: str | None = None
     """Where the session's cgroup is made; None: shellper.host.cgroup.default_parent()."""
+
+    def __post_init__(self) -> None:
+        # A policy given as a mapping (JSON, a Tower's settings) is converted here, each key checked by name
+        # (PolicyError names an unknown or bad one), instead of being refused later as "got dict".
+        if isinstance(self.policy, dict):
+            self.policy = RestartPolicy.from_options(self.policy)
 
     def validate(self) -> None:
         """Raise ConfigError for the first option that cannot work, before any process is started.

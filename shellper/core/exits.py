@@ -62,7 +62,7 @@ from shellper.core.errors import ShellperError
 from shellper.core.exitrecord import ExitClass, ExitRecord
 from shellper.core.signals import signal_name, signal_number
 from shellper.core.states import SessionState
-from shellper.core.structs import field, fields, record
+from shellper.core.structs import field, fields, record, signed
 from shellper.core.terminal.text import strip_escapes
 
 # --------------------------------------------------------------------------- defaults
@@ -260,6 +260,7 @@ _FLOAT_FIELDS = ("backoff_initial", "backoff_max", "backoff_factor", "jitter", "
 _INT_FIELDS = ("breaker_count", "same_error_count", "clean_exit_count", "fatal_scan_lines")
 
 
+@signed
 @record(frozen=True)
 class RestartPolicy:
     """Restart and breaker settings; see the DEFAULT_* constants for what each one means.

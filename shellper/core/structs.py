@@ -235,6 +235,8 @@ def _deferred_init(cls: type, flds: tuple[Field, ...], frozen: bool) -> Callable
         cls.__dict__["__init__"](self, *args, **kwargs)
 
     __init__.__qualname__ = f"{cls.__qualname__}.__init__"
+    __init__.__record_source__ = source  # type: ignore[attr-defined]  # for signed()
+    __init__.__record_namespace__ = namespace  # type: ignore[attr-defined]
     return __init__
 
 
@@ -272,6 +274,21 @@ def _build(cls: type, frozen: bool, eq: bool, repr: bool, slots: bool) -> type:
     return cls
 
 
+def signed(cls: type[_T]) -> type[_T]:
+    """Compile a record's ``__init__`` now, not on its first call, so that ``inspect.signature`` and
+    ``help()`` show its fields (the deferred one takes ``*args, **kwargs``): for the records a library user
+    builds by hand (SessionConfig, RestartPolicy), which every process that imports them builds anyway."""
+    init = cls.__dict__.get("__init__")
+    source = getattr(init, "__record_source__", None)
+    if source is not None:
+        namespace = getattr(init, "__record_namespace__")  # noqa: B009 - set by _deferred_init, untyped
+        exec(source, namespace)
+        compiled = namespace["__init__"]
+        compiled.__qualname__ = f"{cls.__qualname__}.__init__"
+        cls.__init__ = compiled  # type: ignore[method-assign]
+    return cls
+
+
 if TYPE_CHECKING:
     @overload
     @dataclass_transform(field_specifiers=(field, Field))
@@ -301,3 +318,6 @@ if not TYPE_CHECKING:
         MISSING, Field, FrozenInstanceError = _standard.MISSING, _standard.Field, _standard.FrozenInstanceError
         field, fields, replace, asdict = _standard.field, _standard.fields, _standard.replace, _standard.asdict
         record, is_record = _standard.dataclass, _standard.is_dataclass
+
+        def signed(cls):
+            return cls
