@@ -31,7 +31,7 @@
     }
     const state = {
       offset: null, instance: null, connected: false, ended: null, closeCode: null, reconnects: 0, draws: 0,
-      holes: 0, dups: 0, bytes: 0, kept: options.keep ? [] : null, keptFrom: null,
+      holes: 0, dups: 0, bytes: 0, messages: 0, kept: options.keep ? [] : null, keptFrom: null,
     };
     const encoder = new TextEncoder();
     let ws = null;
@@ -88,6 +88,7 @@
       if (expected !== null && offset < expected) state.dups += 1;
       expected = offset + data.length;
       state.bytes += data.length;
+      state.messages += 1;
       if (state.kept) {
         if (state.keptFrom === null) state.keptFrom = offset;
         state.kept.push(data);
