@@ -1,0 +1,94 @@
+"""tower_client.web's app called as an ASGI server calls it (no server, no browser), against a real session: a
+connection dropped mid-flood and opened again from the offset it had reaches the end with every byte of the
+ring exactly once. Runs where tests/test_web.py's Chromium is missing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from typing import Any
+
+import pytest
+from support.sessions import Sessions
+
+from shellper.core.exits import RestartPolicy
+from shellper.protocol import wire
+from tower_client.web import DRAW, HEADER, OUTPUT, WebTerminal
+
+pytestmark = pytest.mark.pty
+
+FLOOD = ("import os, sys\n"
+         "sys.stdin.readline()\n"
+         "for n in range(0, 40000, 100):\n"
+         "    os.write(1, b''.join(b'line %06d\\n' % i for i in range(n, n + 100)))\n"
+         "os.write(1, b'END\\n')\n"
+         "sys.stdin.readline()\n")
+
+
+class Tab:
+    """One websocket as the app sees it: what it sent, and a queue of what the browser says."""
+
+    def __init__(self, app: WebTerminal, query: str) -> None:
+        self.inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.outbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.inbox.put_nowait({"type": "websocket.connect"})
+        scope = {"type": "websocket", "path": "/ws/flood", "query_string": query.encode()}
+        self.task = asyncio.ensure_future(app(scope, self.inbox.get, self.outbox.put))
+
+    async def next(self) -> tuple[str, Any]:
+        message = await asyncio.wait_for(self.outbox.get(), 20)
+        if message["type"] != "websocket.send":
+            return message["type"], message
+        if message.get("text") is not None:
+            return "text", json.loads(message["text"])
+        kind, offset = HEADER.unpack(message["bytes"][:HEADER.size])
+        return ("draw" if kind == DRAW else "output" if kind == OUTPUT else "?"), (offset, message["bytes"][9:])
+
+    async def leave(self) -> None:
+        self.inbox.put_nowait({"type": "websocket.disconnect", "code": 1006})
+        await asyncio.wait_for(self.task, 20)
+
+
+def test_a_connection_dropped_mid_flood_resumes_with_every_byte_once(sessions: Sessions) -> None:
+    sessions.start("flood", [sys.executable, "-c", FLOOD], cols=80, rows=24, policy=RestartPolicy(mode="no"))
+    app = WebTerminal(sessions.dir)
+
+    async def scenario() -> tuple[int, bytes]:
+        tab = Tab(app, "role=terminal&cols=80&rows=24")
+        assert (await tab.next())[0] == "websocket.accept"
+        kind, welcome = await tab.next()
+        assert kind == "text" and welcome["type"] == "welcome" and welcome["role"] == "terminal"
+        kind, (start, _) = await tab.next()
+        assert kind == "draw"
+        tab.inbox.put_nowait({"type": "websocket.receive", "bytes": b"\r"})  # the flood starts
+        got = bytearray()
+        while len(got) < 100_000:
+            kind, value = await tab.next()
+            if kind == "output":
+                assert value[0] == start + len(got)
+                got += value[1]
+        await tab.leave()  # mid-flood: 40,000 lines are 520 kB
+
+        tab = Tab(app, f"role=terminal&from={start + len(got)}&instance={welcome['instance']}")
+        assert (await tab.next())[0] == "websocket.accept"
+        assert (await tab.next())[1]["type"] == "welcome"
+        while not got.endswith(b"END\r\n"):
+            kind, value = await tab.next()
+            assert kind in ("output", "text"), kind
+            if kind == "output":
+                assert value[0] == start + len(got), "a hole or a byte twice"
+                got += value[1]
+        await tab.leave()
+        return start, bytes(got)
+
+    start, got = asyncio.run(scenario())
+    with sessions.connect("flood", role=wire.Role.VIEWER, resume_from=start) as client:
+        ring = bytearray(client.replay.data if client.replay else b"")
+        while len(ring) < len(got):
+            frame = client.recv(timeout=10)
+            if isinstance(frame, wire.Data):
+                ring += frame.data
+    assert bytes(ring[:len(got)]) == got
+    assert got.count(b"line ") == 40000
+    sessions.stop("flood")
