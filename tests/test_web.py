@@ -88,6 +88,15 @@ class Web:
         poll_until(same, timeout=20, interval=0.2, what="the browser's screen to be shellper's",
                    fail=lambda why: pytest.fail(f"{why}:\nbrowser: {last[0]}\nshellper: {last[1]}"))
 
+    def session_size(self, name: str) -> tuple[int, int]:
+        with self.sessions.connect(name, role=wire.Role.VIEWER, replay_bytes=0) as client:
+            assert client.welcome is not None
+            return client.welcome.cols, client.welcome.rows
+
+    def page_size(self) -> tuple[int, int]:
+        cols, rows = self.browser.js("const t = window.shellperWeb.term; return [t.cols, t.rows];")
+        return cols, rows
+
     def ring_end(self, name: str) -> int:
         with self.sessions.connect(name, role=wire.Role.VIEWER, replay_bytes=0) as client:
             assert client.welcome is not None
@@ -132,12 +141,20 @@ def test_type_see_the_echo_reload_and_watch(web: Web, sessions: Sessions) -> Non
     poll_until(lambda: "web-42" in web.screen(), timeout=20, what="the echo of a command typed in the browser")
     web.same_screen("sh")
 
+    web.browser.js("window.shellperWeb.resize(100, 30)")  # a terminal resizes the session
+    poll_until(lambda: web.session_size("sh") == (100, 30), timeout=20, what="the session to take the page's size")
+    web.same_screen("sh")
+
     web.browser.refresh()  # a new page: drawn the screen as it is, from the session's model
     state = web.wait_connected()
     assert state["draws"] == 1 and state["reconnects"] == 0
     web.same_screen("sh")
 
-    web.open("sh", role="viewer")  # read-only: sees the same, its keys go nowhere
+    web.open("sh", role="viewer")  # read-only: sees the same at the session's size, its keys go nowhere
+    web.same_screen("sh")
+    subprocess.run([*SHELLPER_CLI, "--dir", str(sessions.dir), "resize", "sh", "90", "20"], check=True, timeout=20,
+                   cwd=ROOT, capture_output=True)
+    poll_until(lambda: web.page_size() == (90, 20), timeout=20, what="the viewer to follow the session's size")
     web.same_screen("sh")
     before = web.ring_end("sh")
     web.browser.type("echo not-typed\ue007")
