@@ -9,7 +9,8 @@
 * the message format: decoding a 64 KiB output message in the page as this protocol's binary header vs JSON
   with base64 (the other obvious choice), and encoding it in Python.
 
-The server is examples/web.py (uvicorn) or, with ``--server hypercorn``, the same ASGI app under hypercorn.
+The server is examples/web.py (uvicorn) or, with ``--server hypercorn`` (pip install hypercorn), the same ASGI
+app under hypercorn; ``--server bare`` is the page with no session behind it, ``direct`` a plain client.
 """
 
 from __future__ import annotations

@@ -92,3 +92,19 @@ def test_a_connection_dropped_mid_flood_resumes_with_every_byte_once(sessions: S
     assert bytes(ring[:len(got)]) == got
     assert got.count(b"line ") == 40000
     sessions.stop("flood")
+
+
+@pytest.mark.parametrize("query", ["from=0&instance=another", "from=999999999"])
+def test_offsets_of_another_instance_or_past_the_end_are_drawn_afresh(sessions: Sessions, query: str) -> None:
+    """A browser whose offset is not this shellper's stream (the session was replaced under the same name, or
+    the offset is past its end) is drawn the screen, not resumed at an offset that means something else."""
+    sessions.start("flood", ["cat"], cols=80, rows=24)
+
+    async def scenario() -> list[str]:
+        tab = Tab(WebTerminal(sessions.dir), f"role=viewer&{query}")
+        kinds = [(await tab.next())[0] for _ in range(3)]
+        await tab.leave()
+        return kinds
+
+    assert asyncio.run(scenario()) == ["websocket.accept", "text", "draw"]
+    sessions.stop("flood")

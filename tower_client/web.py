@@ -27,7 +27,7 @@ from urllib.parse import parse_qs, unquote
 
 from shellper.core import names
 from shellper.protocol import wire
-from shellper.protocol.connection import ClientError, InstanceMismatch
+from shellper.protocol.connection import ClientError, InstanceMismatch, RemoteError
 from tower_client.client import AsyncClient, socket_path
 
 Scope = MutableMapping[str, Any]
@@ -239,8 +239,8 @@ class _Link:
                 client, welcome, position = await self._open(resume_from)
             except InstanceMismatch:
                 pass  # another shellper under the name: its offsets are not the browser's
-            except ClientError as exc:
-                if "bad_offset" not in str(exc):
+            except RemoteError as exc:
+                if exc.error.code != "bad_offset":  # past this shellper's end: not the browser's stream either
                     raise
             else:
                 replay = client.replay
