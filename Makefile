@@ -23,7 +23,8 @@ $(STAMP): pyproject.toml
 	@# The browser tests/test_web.py drives (Debian's headless Chromium and its WebDriver), the same way.
 	-@command -v chromium >/dev/null && command -v chromedriver >/dev/null \
 		|| { test "$$(id -u)" = 0 && command -v apt-get >/dev/null \
-		     && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null 2>&1; } || true
+		     && { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver || { apt-get update -qq \
+		          && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; }; } >/dev/null 2>&1; } || true
 	touch $(STAMP)
 
 # Bytecode ahead of time: with PYTHONDONTWRITEBYTECODE set, every shellper start would otherwise
