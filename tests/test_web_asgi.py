@@ -29,9 +29,9 @@ FLOOD = ("import os, sys\n"
 class Tab:
     """One websocket as the app sees it: what it sent, and a queue of what the browser says."""
 
-    def __init__(self, app: WebTerminal, query: str) -> None:
+    def __init__(self, app: WebTerminal, query: str, room: int = 0) -> None:
         self.inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        self.outbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.outbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue(room)  # room: a browser that stops reading
         self.inbox.put_nowait({"type": "websocket.connect"})
         scope = {"type": "websocket", "path": "/ws/flood", "query_string": query.encode()}
         self.task = asyncio.ensure_future(app(scope, self.inbox.get, self.outbox.put))
@@ -107,4 +107,46 @@ def test_offsets_of_another_instance_or_past_the_end_are_drawn_afresh(sessions: 
         return kinds
 
     assert asyncio.run(scenario()) == ["websocket.accept", "text", "draw"]
+    sessions.stop("flood")
+
+
+def reached(kind: str, value: Any) -> int | None:
+    """Where the browser is after a message: a drawing's offset, the end of an output's bytes."""
+    return value[0] if kind == "draw" else value[0] + len(value[1]) if kind == "output" else None
+
+
+def test_a_viewer_that_fell_behind_is_drawn_the_screen_not_a_broken_stream(sessions: Sessions) -> None:
+    """A viewer is never waited for: one that stops reading through a flood loses output (a GAP), and is sent the
+    screen of the moment in its place, then the stream from there: never bytes with a hole in them."""
+    sessions.start("flood", [sys.executable, "-c", FLOOD.replace("40000", "400000")], cols=80, rows=24,
+                   ring_bytes=64 * 1024, policy=RestartPolicy(mode="no"))
+
+    async def scenario() -> list[tuple[str, Any]]:
+        tab = Tab(WebTerminal(sessions.dir), "role=viewer", room=4)
+        seen = [await tab.next() for _ in range(3)]  # accept, welcome, the first drawing
+        with sessions.connect("flood", role=wire.Role.TERMINAL, replay_bytes=0) as typist:
+            typist.send(wire.Data(data=b"\r"))  # the flood starts; the viewer reads nothing meanwhile
+            tail = b""
+            while b"END" not in tail:
+                frame = await asyncio.to_thread(typist.recv, 10)
+                if isinstance(frame, wire.Data):
+                    tail = (tail + frame.data)[-16:]
+        with sessions.connect("flood", role=wire.Role.VIEWER, replay_bytes=0) as probe:
+            assert probe.welcome is not None
+            end = probe.welcome.ring_end
+        while reached(*seen[-1]) != end:
+            seen.append(await tab.next())
+        await tab.leave()
+        return seen
+
+    seen = asyncio.run(scenario())
+    kinds = [kind for kind, _ in seen]
+    assert kinds.count("draw") >= 2, kinds[:20]
+    position = None
+    for kind, value in seen:
+        if kind == "draw":
+            position = value[0]
+        elif kind == "output":
+            assert value[0] == position, "output that does not continue the drawing or the output before it"
+            position += len(value[1])
     sessions.stop("flood")
