@@ -166,8 +166,8 @@ def test_type_see_the_echo_reload_and_watch(web: Web, sessions: Sessions) -> Non
 
     for name, code in (("sh", 4000), ("no-such", 4000), ("..", 4003)):  # ended, missing, refused
         web.browser.get(f"http://127.0.0.1:{web.proxy.port}/?session={name}")
-        state = poll_until(lambda: (s := web.state()).get("ended") is not None and s, timeout=20,
-                           what=f"the page of {name!r} to give up")
+        state = poll_until(lambda: (s := web.state()).get("ended") is not None and s.get("code") is not None and s,
+                           timeout=20, what=f"the page of {name!r} to give up")  # the reason comes before the close
         assert (state["code"], state["reconnects"], state["connected"]) == (code, 0, False), state
 
 
