@@ -7,20 +7,26 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo tower-demo test check lint typecheck unit bench soak clean compile test-versions completions test-ts
+.PHONY: demo tower-demo test check lint typecheck unit bench soak clean compile test-versions completions test-ts \
+	web-client
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	@# the distribution was named "shellper" before it became "shellper-pty": one checkout, one install
 	-@$(BIN)/python -m pip uninstall --quiet --yes shellper >/dev/null 2>&1; rm -rf shellper.egg-info
-	$(BIN)/python -m pip install --quiet -e '.[test,lint,build]' --config-settings editable_mode=compat \
-		|| $(BIN)/python -m pip install --quiet -e '.[test,lint,build]'
+	$(BIN)/python -m pip install --quiet -e '.[test,lint,build,web]' --config-settings editable_mode=compat \
+		|| $(BIN)/python -m pip install --quiet -e '.[test,lint,build,web]'
 	@# The full-screen programs tests/test_screens.py reattaches; as root, apt installs the missing ones
 	@# (the tests skip, saying why, where they are still missing).
 	-@command -v vim >/dev/null && command -v less >/dev/null && command -v htop >/dev/null \
 		|| { test "$$(id -u)" = 0 && command -v apt-get >/dev/null \
 		     && apt-get install -y -qq vim less htop >/dev/null 2>&1; } || true
+	@# The browser tests/test_web.py drives (Debian's headless Chromium and its WebDriver), the same way.
+	-@command -v chromium >/dev/null && command -v chromedriver >/dev/null \
+		|| { test "$$(id -u)" = 0 && command -v apt-get >/dev/null \
+		     && { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver || { apt-get update -qq \
+		          && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; }; } >/dev/null 2>&1; } || true
 	touch $(STAMP)
 
 # Bytecode ahead of time: with PYTHONDONTWRITEBYTECODE set, every shellper start would otherwise
@@ -52,7 +58,7 @@ PARALLEL := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist workstea
 # pytest caches the test modules with their asserts rewritten (tests/conftest.py lets it despite
 # PYTHONDONTWRITEBYTECODE); on a fresh clone the workers, starting together, would each rewrite all of them
 # (~9 s of CPU each), so one collection fills the cache first.
-unit: compile
+unit: compile web-client
 	@ls tests/__pycache__/test_*-pytest-*.pyc >/dev/null 2>&1 || $(PYTEST) --collect-only tests >/dev/null 2>&1 || true
 	$(PYTEST) -m "not slow" $(PARALLEL) --durations=25
 
@@ -86,6 +92,18 @@ TS_STAMP := $(TS)/node_modules/.installed
 $(TS_STAMP): $(TS)/package-lock.json
 	cd $(TS) && npm ci --omit=optional --ignore-scripts --no-audit --no-fund --loglevel=error
 	touch $(TS_STAMP)
+
+# The browser terminal's page (clients/web: xterm.js, for examples/web.py and tests/test_web.py), from its lock
+# file on first use and when the lock changes. Without npm the browser tests skip, saying so.
+WEB := clients/web
+WEB_STAMP := $(WEB)/node_modules/.installed
+$(WEB_STAMP): $(WEB)/package-lock.json
+	cd $(WEB) && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+	touch $(WEB_STAMP)
+
+web-client:
+	@if command -v npm >/dev/null 2>&1; then $(MAKE) --no-print-directory $(WEB_STAMP); \
+	else echo "web-client: skipped: npm is not installed (the browser tests will skip)"; fi
 
 # The TypeScript client's tests start sessions outside pytest: as root they get a cgroup parent of their own,
 # made and removed here, not the default MOUNT/shellper, which would be left behind.

@@ -14,6 +14,7 @@ and examples/ import nothing else. The modules behind it:
   a journal of what was consumed (:mod:`~tower_client.progress`), adopt after a restart, inotify
   (:mod:`~tower_client.inotify`), an agent's command line from the mint-or-reclaim verdict
   (:mod:`~tower_client.agent`); its options are :mod:`~tower_client.options`.
+* :mod:`~tower_client.web` - ``WebTerminal``: any session in a browser, as an ASGI app (protocol/WEB.md).
 
 ``Fleet``, and the other names the ``tower-client`` command (which imports this package) does not use, are
 imported on first use (``tower_client.Fleet``, a module ``__getattr__``), so the command does not pay for them.
@@ -116,6 +117,7 @@ if TYPE_CHECKING:
         RemoteResumingClient,
     )
     from tower_client.stream import FleetItem, FleetState, Missed, Notice, OutputChunk, SessionEvent, StateChange
+    from tower_client.web import WebTerminal
 
 __all__ = [  # noqa: RUF022 - grouped by what a user looks for
     # launching
@@ -127,6 +129,8 @@ __all__ = [  # noqa: RUF022 - grouped by what a user looks for
     # the Fleet and its stream
     "Fleet", "FleetItem", "FleetState", "JournalPosition", "Missed", "Notice", "OutputChunk", "SessionEvent",
     "SessionHandle", "StateChange",
+    # a browser terminal (an ASGI app; a server from the shellper[web] extra or the application's own)
+    "WebTerminal",
     # options
     "AgentCommand", "Backoff", "FleetPolicy", "OnDeath", "RestartPolicy", "SessionOptions", "SessionSpec",
     # after a restart: look, decide, act
@@ -181,6 +185,7 @@ _LAZY = {
     "OutputChunk": "tower_client.stream",
     "SessionEvent": "tower_client.stream",
     "StateChange": "tower_client.stream",
+    "WebTerminal": "tower_client.web",
 }
 """Names imported on first use, and the module that holds each: what the ``tower-client`` command, which imports
 this package, does not use (the Fleet above all, the launch, the remote and agent support), so it loads no

@@ -155,11 +155,15 @@ class AsyncClient(ConnectionView):
 
     async def connect(self, *, resume_from: int | None = None, replay_bytes: int | None = None,
                       events_after: int | None = None, expect_instance_id: str | None = None,
-                      expect_pid: int | None = None) -> wire.Welcome:
+                      expect_pid: int | None = None, rendered: int | None = None,
+                      size: tuple[int, int] | None = None) -> wire.Welcome:
         """Connect, send HELLO, wait for WELCOME and REPLAY; optionally insist on who answered.
 
         ``expect_instance_id`` (from the session record) refuses an impostor at a recycled pid or a new
         instance under the same name; ``expect_pid`` checks SO_PEERCRED and WELCOME.shellper_pid.
+        ``rendered`` (a terminal or viewer without ``resume_from``): the screen drawn in ``replay.preamble``
+        after at most that many scrollback lines, instead of the bytes (protocol 8.6); ``size``: a terminal's
+        (cols, rows), which the session takes before that drawing is made.
         """
         if self._writer is not None:
             raise ClientError(self.path, "already connected")
@@ -174,7 +178,8 @@ class AsyncClient(ConnectionView):
         try:
             self._write(conn.hello(resume_from=resume_from, replay_bytes=replay_bytes, events_after=events_after,
                                    expect_instance_id=expect_instance_id, expect_pid=expect_pid,
-                                   peer_pid=self.peer_pid() if expect_pid is not None else None))
+                                   peer_pid=self.peer_pid() if expect_pid is not None else None,
+                                   rendered=rendered, size=size))
             try:
                 async with asyncio.timeout(self.handshake_timeout):
                     while conn.state is not ConnState.OPEN:

@@ -112,7 +112,8 @@ class AsyncRemoteClient(AsyncClient):
 
     async def connect(self, *, resume_from: int | None = None, replay_bytes: int | None = None,
                       events_after: int | None = None, expect_instance_id: str | None = None,
-                      expect_pid: int | None = None) -> wire.Welcome:
+                      expect_pid: int | None = None, rendered: int | None = None,
+                      size: tuple[int, int] | None = None) -> wire.Welcome:
         """As AsyncClient.connect; a bridge or ssh that ended before WELCOME is reported in its own words:
         SessionNotFound when the remote has no such session, SessionGone (worth retrying) otherwise.
         ``expect_pid`` is the remote shellper's pid as it says in WELCOME (no peer credentials over ssh)."""
@@ -120,7 +121,7 @@ class AsyncRemoteClient(AsyncClient):
         try:
             return await super().connect(resume_from=resume_from, replay_bytes=replay_bytes,
                                          events_after=events_after, expect_instance_id=expect_instance_id,
-                                         expect_pid=expect_pid)
+                                         expect_pid=expect_pid, rendered=rendered, size=size)
         except ClientError as exc:
             why = await self._reap() or self.ended  # a failed handshake has closed (and reaped) already
             if why is None or self.conn.welcome is not None or not isinstance(exc, SessionGone):
