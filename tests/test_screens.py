@@ -40,6 +40,7 @@ from support.screens import Emulator, Terminal, screen_diff
 from support.waiting import wait_gone
 
 from shellper.core.defaults import MIN_RING_BYTES
+from shellper.host import cgroup
 
 REPO = Path(__file__).resolve().parents[1]
 TERM = "xterm-256color"
@@ -52,7 +53,10 @@ RENDERED = pytest.param("rendered", id="rendered")
 
 
 def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SHELLPER_", "VIM", "LESS"))}
+    """The user's settings out (shellper's, vim's, less's), the run's cgroup parent kept (support.run): without it
+    the sessions' cgroups went to the machine's default parent, which stayed after the run."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("SHELLPER_", "VIM", "LESS")) or k == cgroup.PARENT_ENV}
     env.update(TERM=TERM, LANG="C.UTF-8", LC_ALL="C.UTF-8", PYTHONPATH=str(REPO), HOME=tempfile.gettempdir())
     env.pop("COLUMNS", None)
     env.pop("LINES", None)
