@@ -27,6 +27,7 @@ from support.run import (
     default_parent_exists,
     default_parent_made,
     remove_cgroup_tree,
+    restore_ignored_interrupts,
     session_cgroups,
 )
 
@@ -90,6 +91,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGTERM, signal.SIGHUP):
             signal.signal(signum, _interrupt)
+        if RUN_OWNER:  # xdist's workers, and what the tests start, inherit it from here
+            restore_ignored_interrupts()
 
 
 def _open_fds() -> set[int]:

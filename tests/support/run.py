@@ -171,6 +171,20 @@ def remove_cgroup_tree(path: str) -> None:
     remove_tree(path)
 
 
+def restore_ignored_interrupts() -> list[str]:
+    """SIGINT and SIGQUIT as a terminal gives them, where the run was started with them ignored (in the background
+    of a script without job control, as ``cmd &`` there starts it): an ignored signal is inherited by every
+    program a test starts, and a test that interrupts one (``tail -f`` ended by ^C) would fail. Which were."""
+    import signal
+
+    restored = []
+    for signum, handler in ((signal.SIGINT, signal.default_int_handler), (signal.SIGQUIT, signal.SIG_DFL)):
+        if signal.getsignal(signum) == signal.SIG_IGN:
+            signal.signal(signum, handler)
+            restored.append(signal.Signals(signum).name)
+    return restored
+
+
 _cleaned: list[bool] = []
 
 
