@@ -20,7 +20,16 @@ from typing import Any
 
 import pytest
 from support.processes import children
-from support.run import CGROUP_PARENT, RUN_OWNER, clean_up_run, remove_cgroup_tree, session_cgroups
+from support.run import (
+    CGROUP_PARENT,
+    RUN_OWNER,
+    clean_up_run,
+    default_parent_exists,
+    default_parent_made,
+    remove_cgroup_tree,
+    restore_ignored_interrupts,
+    session_cgroups,
+)
 
 # pytest caches each test module with its asserts rewritten (tests/**/__pycache__), unless bytecode writing is off:
 # then every process of every run rewrites every module again, ~9 s of CPU per xdist worker. The processes the tests
@@ -45,7 +54,7 @@ def pytest_sessionfinish(session: pytest.Session) -> Iterator[None]:
         ended = clean_up_run()
         if ended:
             reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-            text = "processes this run left running, ended at its end: " + "; ".join(ended)
+            text = "what this run left, ended or removed at its end: " + "; ".join(ended)
             if reporter is not None:
                 reporter.ensure_newline()
                 reporter.write_line(text, red=True)
@@ -82,6 +91,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGTERM, signal.SIGHUP):
             signal.signal(signum, _interrupt)
+        if RUN_OWNER:  # xdist's workers, and what the tests start, inherit it from here
+            restore_ignored_interrupts()
 
 
 def _open_fds() -> set[int]:
@@ -90,17 +101,20 @@ def _open_fds() -> set[int]:
 
 @pytest.fixture(autouse=True)
 def no_leaks() -> Iterator[None]:
-    """Fail a test that leaves an fd open, a child process (or zombie) or a session cgroup behind."""
+    """Fail a test that leaves an fd open, a child process (or zombie) or a session cgroup behind, or that made the
+    machine's default cgroup parent (support.run.DEFAULT_PARENT: seen where it was not there before the test)."""
     fds_before = _open_fds()
     kids_before = children(os.getpid())
     cgroups_before = session_cgroups()
+    default_parent_before = default_parent_exists()
     yield
+    made = default_parent_made(default_parent_before)
     deadline = time.monotonic() + 5.0
     while True:
         extra_kids = children(os.getpid()) - kids_before
         extra_fds = _open_fds() - fds_before
         extra_cgroups = session_cgroups() - cgroups_before
-        if not extra_kids and not extra_fds and not extra_cgroups:
+        if not extra_kids and not extra_fds and not extra_cgroups and made is None:
             return
         if time.monotonic() > deadline:
             break
@@ -110,7 +124,7 @@ def no_leaks() -> Iterator[None]:
             os.kill(pid, signal.SIGKILL)
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, 0)
-    details = []
+    details = [] if made is None else [made]
     for name in sorted(extra_cgroups):
         assert CGROUP_PARENT is not None
         remove_cgroup_tree(os.path.join(CGROUP_PARENT, name))

@@ -20,7 +20,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from typing import Any
 import pexpect
 import psutil
 import pytest
+from support.frames import wait_output
 from support.paths import SHELLPER_CLI
 from support.terminals import BASH, DETACH, PROMPT, TIMEOUT, Terminals, cli_env, finish, wait_all_gone
 from support.waiting import poll_until
@@ -470,14 +470,15 @@ def test_attach_to_an_exited_session_reports_the_exit(terminals: Terminals) -> N
 
 
 def _wait_for_output(terminals: Terminals, name: str, needle: str) -> None:
-    deadline = time.monotonic() + TIMEOUT
-    while needle not in terminals.cli("tail", name, "--plain", "--bytes", "256").stdout:
-        assert time.monotonic() < deadline, f"{needle!r} never appeared in {name}"
+    """Polled in this process (support.frames.ring_tail), not with `shellper tail`: a command per poll, back to
+    back for the whole flood, was most of these tests' CPU."""
+    wait_output(Path(terminals.dir) / f"{name}.sock", needle.encode(), TIMEOUT, nbytes=256)
 
 
 @pytest.mark.parametrize("replay", ["rendered", "raw"])
 def test_output_lost_by_a_slow_terminal_is_reported(terminals: Terminals, how: str, replay: str) -> None:
-    flood = "import sys; sys.stdin.readline(); sys.stdout.write('y' * 8_000_000 + '\\nDONE-' + 'X\\n'); " \
+    # 3 MB: 46 times the ring, past what the transport, the socket, attach and the terminal hold between them
+    flood = "import sys; sys.stdin.readline(); sys.stdout.write('y' * 3_000_000 + '\\nDONE-' + 'X\\n'); " \
             "sys.stdout.flush(); sys.stdin.readline()"
     terminals.run("slow", sys.executable, "-c", flood, opts=("--ring-bytes", "64K"))
     term = terminals.attach("slow", *(("--raw",) if replay == "raw" else ()))

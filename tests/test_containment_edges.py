@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from support.paths import SHELLPER_CLI
 from support.processes import alive, identity, is_dead, tree
-from support.run import CGROUP_PARENT, sweep_dead_runs
+from support.run import CGROUP_PARENT, default_parent_made, sweep_dead_runs
 from support.sessions import Sessions, left_in
 from support.waiting import poll_until
 
@@ -265,6 +265,25 @@ def test_a_new_test_run_removes_the_empty_cgroups_a_killed_run_left() -> None:
     removed = sweep_dead_runs(mount())
     assert parent in removed and not os.path.exists(parent)
     assert os.path.isdir(CGROUP_PARENT)  # this run's own, alive
+
+
+def test_a_cgroup_parent_a_session_made_and_left_is_a_leak(sessions: Sessions) -> None:
+    """A shellper started from an environment scrubbed of SHELLPER_ variables (tests/test_screens.py's did) makes its
+    session's cgroup in the machine's default parent, and the parent, which stays after the session: the leak
+    check says so and removes it (support.run.default_parent_made). Shown with a stand-in inside the run's own
+    parent, which shellper makes as it would the default: the real one, made here, would be seen as made by the
+    test another worker runs meanwhile."""
+    assert CGROUP_PARENT is not None
+    stand_in = os.path.join(CGROUP_PARENT, f"default-{secrets.token_hex(4)}")
+    info = sessions.start("stray", ["cat"], containment="cgroup", cgroup_parent=stand_in)
+    rec = read_record(info.record)
+    assert rec.cgroup is not None and os.path.dirname(rec.cgroup) == stand_in
+    sessions.stop("stray")
+    made = default_parent_made(existed=False, parent=stand_in)
+    assert made is not None and made.endswith("is removed"), made
+    assert not os.path.exists(stand_in)
+    assert default_parent_made(existed=False, parent=stand_in) is None
+    assert default_parent_made(existed=True, parent=CGROUP_PARENT) is None and os.path.isdir(CGROUP_PARENT)
 
 
 # --------------------------------------------------------------------------------------------- 10: read-only

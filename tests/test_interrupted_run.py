@@ -17,7 +17,7 @@ import pytest
 from support.containment import needs_cgroup
 from support.paths import PY, ROOT
 from support.processes import identity, is_dead, kill_verified
-from support.run import TEST_PARENT_PREFIX
+from support.run import TEST_PARENT_PREFIX, restore_ignored_interrupts
 from support.waiting import poll_until
 
 from shellper.host import cgroup
@@ -80,3 +80,29 @@ def test_a_session_a_test_started_dies_with_the_run(tmp_path: Path, signum: int,
             kill_verified(ident)
         if report.exists():  # the inner run's runtime directory: a run killed outright leaves its files
             shutil.rmtree(json.loads(report.read_text())["dir"], ignore_errors=True)
+
+
+def test_a_run_started_with_interrupts_ignored_gives_its_programs_the_terminals_dispositions() -> None:
+    """Started in the background of a script (SIGINT and SIGQUIT ignored, inherited by every program a test
+    starts), test_cli_tail_ls's ^C to `tail -f` was lost and test_launcher saw SIGQUIT ignored in a session:
+    the run's first process puts both back (support.run.restore_ignored_interrupts, from conftest)."""
+    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGQUIT)}
+    try:
+        for signum in saved:
+            signal.signal(signum, signal.SIG_IGN)
+        assert _ignored_in_a_child() & {signal.SIGINT, signal.SIGQUIT} == {signal.SIGINT, signal.SIGQUIT}
+        assert restore_ignored_interrupts() == ["SIGINT", "SIGQUIT"]
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        assert _ignored_in_a_child() & {signal.SIGINT, signal.SIGQUIT} == set()
+        assert restore_ignored_interrupts() == []
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
+
+
+def _ignored_in_a_child() -> set[int]:
+    """The signals a program started from here ignores (its SigIgn mask)."""
+    done = subprocess.run(["grep", "^SigIgn:", "/proc/self/status"], capture_output=True, text=True, check=True,
+                          timeout=30)
+    mask = int(done.stdout.split()[1], 16)
+    return {signum for signum in range(1, 65) if mask >> (signum - 1) & 1}

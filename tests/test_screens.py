@@ -40,6 +40,7 @@ from support.screens import Emulator, Terminal, screen_diff
 from support.waiting import wait_gone
 
 from shellper.core.defaults import MIN_RING_BYTES
+from shellper.host import cgroup
 
 REPO = Path(__file__).resolve().parents[1]
 TERM = "xterm-256color"
@@ -52,7 +53,10 @@ RENDERED = pytest.param("rendered", id="rendered")
 
 
 def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SHELLPER_", "VIM", "LESS"))}
+    """The user's settings out (shellper's, vim's, less's), the run's cgroup parent kept (support.run): without it
+    the sessions' cgroups went to the machine's default parent, which stayed after the run."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("SHELLPER_", "VIM", "LESS")) or k == cgroup.PARENT_ENV}
     env.update(TERM=TERM, LANG="C.UTF-8", LC_ALL="C.UTF-8", PYTHONPATH=str(REPO), HOME=tempfile.gettempdir())
     env.pop("COLUMNS", None)
     env.pop("LINES", None)
@@ -280,16 +284,20 @@ read _
 
 @pytest.mark.parametrize("mode", [RENDERED])
 def test_case2_shell_text_before_vim_with_many_scrolls(runs: list[Run], mode: str, tmp_path: Path) -> None:
+    """The ring at its smallest, so that fewer pages push the shell's text out of it (and out of a raw replay):
+    each page is redrawn through two pure-Python emulators, most of this test's CPU."""
     _need("vim")
-    run = _run(runs, _gated(["sh", "-c", SHELL_THEN_VIM, "sh", str(tmp_path / "long.txt")]), mode)
+    run = _run(runs, _gated(["sh", "-c", SHELL_THEN_VIM, "sh", str(tmp_path / "long.txt")]), mode,
+               ring=MIN_RING_BYTES)
     run.wait_text("file line 000001")
-    for _ in range(3):
-        run.send("\x06" * 400)  # ^F: 400 pages
+    run.send("\x06" * 400)  # ^F: 400 pages
     run.send("G")
-    for term in run.both():  # 1,200 pages redrawn through each pure-Python emulator first: slow under load
+    for term in run.both():
         term.wait_text("file line 060000", timeout=60)
     run.send(":q!\r")
     run.wait_text("after vim")
+    status = json.loads(run.cli("status", run.name, "--json").stdout)
+    assert status["ring_start"] > MIN_RING_BYTES, status  # the shell's text before vim left the ring long ago
     for size in SIZES.values():
         run.detach()
         run.reattach(*size)
@@ -313,7 +321,8 @@ sys.stdin.readline()
 @pytest.mark.parametrize("mode", [RAW, RENDERED])
 def test_case3_main_screen_text_before_many_alternate_screen_toggles(runs: list[Run], mode: str) -> None:
     run = _run(runs, _python(ALT_TOGGLES), mode)
-    run.wait_text("back on the main screen")
+    for term in run.both():  # 3,000 frames through each pure-Python emulator first: 10 s was short at load 20
+        term.wait_text("back on the main screen", timeout=30)
     for size in SIZES.values():
         run.detach()
         run.reattach(*size)

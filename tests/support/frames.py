@@ -185,3 +185,21 @@ def tree_pids(client: Client) -> tuple[int, int]:
     assert client.replay is not None
     m = output_search(client, rb"TREE (\d+) (\d+)\r\n", bytearray(client.replay.data))
     return int(m.group(1)), int(m.group(2))
+
+
+def ring_tail(path: str | Path, nbytes: int = 4096) -> bytes:
+    """The session's last ``nbytes`` of output (its REPLAY to a viewer), as ``shellper tail --bytes`` prints them,
+    without starting a process: a CLI command costs ~60 ms of CPU, and a poll runs it many times."""
+    with Client(path, wire.Role.VIEWER, client_name="test-poll", timeout=10) as client:
+        client.connect(replay_bytes=nbytes)
+        assert client.replay is not None
+        return client.replay.data
+
+
+def wait_output(path: str | Path, needle: bytes, timeout: float = 10.0, nbytes: int = 4096) -> bytes:
+    """Poll the session's last ``nbytes`` of output until ``needle`` is in them; what they were then."""
+    def found() -> bytes | None:
+        tail = ring_tail(path, nbytes)
+        return tail if needle in tail else None
+
+    return poll_until(found, timeout, what=f"{needle!r} in the output")  # type: ignore[no-any-return]

@@ -125,6 +125,38 @@ GUARD = _start_guard()
 """The run's guard (support/run_guard.py), in the run's first process: a child that outlives it by design."""
 
 
+_MOUNT = cgroup.find_mount()
+DEFAULT_PARENT = (os.path.join(_MOUNT, cgroup.DEFAULT_PARENT_NAME)
+                  if CGROUP_PARENT is not None and _MOUNT is not None else None)
+"""The machine's default cgroup parent (shellper.host.cgroup.default_parent), where the cgroups of the run's
+sessions never belong: a shellper started without the run's $SHELLPER_CGROUP_PARENT (a test that scrubbed the
+SHELLPER_ variables from its environment) makes its session's cgroup there, and the parent with it, which then
+stays, empty, after the session. None where the run has no cgroups of its own."""
+
+
+def default_parent_exists() -> bool:
+    return DEFAULT_PARENT is not None and os.path.isdir(DEFAULT_PARENT)
+
+
+_DEFAULT_PARENT_EXISTED = default_parent_exists()
+"""Whether the machine's default parent was there when this process imported this module (the run's start)."""
+
+
+def default_parent_made(existed: bool, parent: str | None = None) -> str | None:
+    """What to report if the machine's default parent (``parent``: a stand-in for it) is there now but was not
+    (``existed``); None if not. Removed when empty (shellper makes it again when a session needs it), else left to
+    whoever is in it."""
+    parent = parent or DEFAULT_PARENT
+    if existed or parent is None or not os.path.isdir(parent):
+        return None
+    try:
+        os.rmdir(parent)
+    except OSError as e:
+        return f"the machine's default cgroup parent {parent} was made, and is left ({e.strerror})"
+    return (f"the machine's default cgroup parent {parent} was made (a shellper started without "
+            f"${cgroup.PARENT_ENV}), and is removed")
+
+
 def session_cgroups() -> set[str]:
     """The session cgroups now in this process's parent."""
     if CGROUP_PARENT is None:
@@ -139,17 +171,35 @@ def remove_cgroup_tree(path: str) -> None:
     remove_tree(path)
 
 
+def restore_ignored_interrupts() -> list[str]:
+    """SIGINT and SIGQUIT as a terminal gives them, where the run was started with them ignored (in the background
+    of a script without job control, as ``cmd &`` there starts it): an ignored signal is inherited by every
+    program a test starts, and a test that interrupts one (``tail -f`` ended by ^C) would fail. Which were."""
+    import signal
+
+    restored = []
+    for signum, handler in ((signal.SIGINT, signal.default_int_handler), (signal.SIGQUIT, signal.SIG_DFL)):
+        if signal.getsignal(signum) == signal.SIG_IGN:
+            signal.signal(signum, handler)
+            restored.append(signal.Signals(signum).name)
+    return restored
+
+
 _cleaned: list[bool] = []
 
 
 def clean_up_run() -> list[str]:
-    """This process's cgroup tree, and for the run's first process every process the run left; what was ended."""
+    """This process's cgroup tree, and for the run's first process every process the run left and the machine's
+    default cgroup parent if the run made it; what was ended or removed."""
     if os.getpid() != _CLEANER or _cleaned:
         return []
     _cleaned.append(True)
     if CGROUP_PARENT is not None and (RUN_OWNER or WORKER is not None):
         remove_cgroup_tree(CGROUP_PARENT)
     ended = sweep(RUN) if RUN_OWNER else []
+    made = default_parent_made(_DEFAULT_PARENT_EXISTED) if RUN_OWNER else None
+    if made is not None:
+        ended.append(made)
     if RUN_OWNER and os.environ[_SSH_CONTROL_ENV] == f"/tmp/sshc-{os.getpid()}":
         shutil.rmtree(os.environ[_SSH_CONTROL_ENV], ignore_errors=True)  # after the sweep: no master is left
     return ended
