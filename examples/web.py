@@ -1,6 +1,6 @@
 """Any session in a browser tab: tower_client.web under uvicorn, with the xterm.js page beside it.
 
-    pip install 'shellper[web]'; make web-client      # uvicorn + websockets; xterm.js from clients/web's lock
+    pip install 'shellper-pty[web]'; make web-client      # uvicorn + websockets; xterm.js from clients/web's lock
     python examples/web.py [--dir RUNTIME_DIR] [--port 8022] [--read-only]
     # then open http://127.0.0.1:8022/?session=NAME  (&role=viewer to watch only, &cols=80&rows=24 to fix the size)
 

@@ -129,7 +129,7 @@ __all__ = [  # noqa: RUF022 - grouped by what a user looks for
     # the Fleet and its stream
     "Fleet", "FleetItem", "FleetState", "JournalPosition", "Missed", "Notice", "OutputChunk", "SessionEvent",
     "SessionHandle", "StateChange",
-    # a browser terminal (an ASGI app; a server from the shellper[web] extra or the application's own)
+    # a browser terminal (an ASGI app; a server from the shellper-pty[web] extra or the application's own)
     "WebTerminal",
     # options
     "AgentCommand", "Backoff", "FleetPolicy", "OnDeath", "RestartPolicy", "SessionOptions", "SessionSpec",

@@ -3,7 +3,7 @@
 ``WebTerminal(runtime_dir)`` is a plain ASGI 3 application, so it runs under any ASGI server (uvicorn,
 hypercorn, daphne) and mounts inside any ASGI framework (Starlette, FastAPI, Django's ASGI router). It imports
 nothing but the standard library and tower_client: the server is the application's choice, installed with the
-``shellper[web]`` extra (uvicorn and websockets) or brought by the application itself. The browser's half is
+``shellper-pty[web]`` extra (uvicorn and websockets) or brought by the application itself. The browser's half is
 clients/web/shellper-web.js, drawn with xterm.js.
 
 Each websocket is one connection to the session, as ``terminal`` (typing, resizing) or ``viewer`` (read-only).
