@@ -72,6 +72,7 @@ class WarmDir(Sessions):
 def wd(monkeypatch: pytest.MonkeyPatch) -> Iterator[WarmDir]:
     monkeypatch.setenv(warmstart.LAUNCHER_ENV, "on")
     warm._logged.clear()
+    warm._started.clear()
     directory = Path(tempfile.mkdtemp(prefix="spw-", dir="/tmp"))
     os.chmod(directory, 0o700)
     s = WarmDir(directory)

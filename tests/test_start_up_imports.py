@@ -92,7 +92,8 @@ def probed(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     site.mkdir()
     (site / "sitecustomize.py").write_text(_PROBE)
     path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)
-    return out, {**os.environ, "PYTHONPATH": path, "IMPORT_PROBE_DIR": str(out)}
+    # The cold path, held here: a warm session is forked from the launcher, which imported all it may need first.
+    return out, {**os.environ, "PYTHONPATH": path, "IMPORT_PROBE_DIR": str(out), "SHELLPER_LAUNCHER": "off"}
 
 
 def loaded(out: Path, pid: int) -> set[str]:
