@@ -190,7 +190,10 @@ class Launcher:
                      if fd >= 0)
 
     def close(self) -> None:
-        """Remove the socket (if still ours) and the lock file, then let the lock go."""
+        """Remove the socket (if still ours) and the lock file, then let the lock go; not after someone else
+        removed any of them: whoever is removing the directory (or made it anew) owns what is in it now."""
+        if self.removed:
+            return
         try:
             if os.lstat(self.socket_path).st_ino == self.socket_ino:
                 os.unlink(self.socket_path)

@@ -86,6 +86,15 @@ def end_launchers(directory: str | Path) -> list[ProcessIdentity]:
     return ended
 
 
+def wait_listening(directory: str | Path) -> int:
+    """The pid of ``directory``'s launcher once it serves (the one its first launch started, still warming up):
+    a test that removes the directory under it waits for it first, else the launcher may write in it meanwhile."""
+    from support.waiting import poll_until
+
+    about = poll_until(lambda: warmstart.launcher_status(str(directory)), what="the warm launcher to serve")
+    return int(about["pid"])
+
+
 def under(path: str, root: str) -> bool:
     root = os.path.abspath(root)
     return os.path.abspath(path) == root or os.path.abspath(path).startswith(root + os.sep)

@@ -171,6 +171,7 @@ def runtime_dir() -> Iterator[Path]:
     """A private runtime directory short enough for socket paths, removed at the end."""
     path = private_dir("sp-")
     yield path
+    end_launchers(path)
     shutil.rmtree(path, ignore_errors=True)
 
 
@@ -192,6 +193,7 @@ def other(request: pytest.FixtureRequest) -> Iterator[Sessions]:
         yield s
         problems = s.cleanup()
     finally:
+        end_launchers(s.dir)
         shutil.rmtree(s.dir, ignore_errors=True)
     if problems:
         pytest.fail("; ".join(problems))
@@ -209,4 +211,5 @@ def cli_runtime_dir() -> Iterator[Path]:
             subprocess.run([sys.executable, "-m", "shellper", "--dir", str(directory), "stop", "--grace", "0.5",
                             sock.stem],
                            capture_output=True, timeout=60)
+        end_launchers(directory)  # not left to the removal: one still starting would write into it meanwhile
         shutil.rmtree(directory)
