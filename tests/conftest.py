@@ -31,9 +31,9 @@ sys.dont_write_bytecode = False
 pytest_plugins = ["support.sessions", "support.legacy", "support.remote"]
 """The shared fixtures: sessions, other, runtime_dir, cli_runtime_dir; legacy_env; the ssh world and remote."""
 
-os.environ.pop("SHELLPER_LAUNCHER", None)
-"""Launches are warm, as by default: a test that needs the cold path says so (SHELLPER_LAUNCHER=off). Each runtime
-directory's launcher ends with its test (support.launchers)."""
+# Launches are warm, as by default (a run with SHELLPER_LAUNCHER=off in its environment is cold but for
+# tests/test_launcher.py): a test that needs the cold path says so. Each runtime directory's launcher ends with
+# its test (support.launchers).
 
 
 @pytest.hookimpl(wrapper=True)

@@ -416,3 +416,21 @@ def test_a_plain_run_is_handed_to_the_launcher_without_argparse(wd: WarmDir) -> 
     done = subprocess.run([sys.executable, "-c", entry, "--dir", str(wd.dir), "run", "--json", "bad/name", "--",
                            "cat"], capture_output=True, text=True, timeout=60)
     assert done.returncode != 0 and done.stderr.startswith("shellper: ") and "Traceback" not in done.stderr
+
+
+def test_ls_json_lists_the_launcher_after_the_sessions(wd: WarmDir) -> None:
+    def listed() -> list[dict[str, object]]:
+        done = subprocess.run([*SHELLPER_CLI, "--dir", str(wd.dir), "ls", "--json"], capture_output=True, text=True,
+                              timeout=30, check=True)
+        return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+    launcher = wd.ensure_launcher()
+    wd.start("l", ["cat"])
+    session, entry = listed()
+    assert session["name"] == "l" and "kind" not in session
+    assert entry["kind"] == "launcher" and entry["name"] == ".launcher" and entry["pid"] == launcher
+    assert entry["current"] is True and entry["socket"] == str(wd.dir / warmstart.SOCKET_NAME)
+    os.kill(launcher, signal.SIGKILL)
+    assert wait_gone(launcher)
+    assert [s["name"] for s in listed()] == ["l"], "a killed launcher is not listed"
+    wd.stop("l")
