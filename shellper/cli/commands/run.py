@@ -128,19 +128,20 @@ ARGUMENTS = (
 )
 
 
-_QUICK = {"--dir": "dir", "--json": "json", "--cwd": "cwd"}
+_QUICK = {"--dir": "dir", "--json": "json", "--cwd": "cwd", "--containment": "containment"}
 """The options a quick ``run`` may have (:func:`quick_main`), each with its argument."""
 
 
 def quick_main(line: Scan) -> int | None:
     """``shellper run`` from the console script without argparse, when a warm launcher listens there (the
-    console script looked): a plain ``[--dir DIR] run NAME [--json] [--cwd DIR] [-- COMMAND [ARGS...]]``, every
+    console script looked): a plain ``[--dir DIR] run NAME [--json] [--cwd DIR] [--containment C] [-- COMMAND
+    [ARGS...]]``, every
     other option at its default, handled by :func:`handle` as the full CLI would. None for anything else (help,
     abbreviations, other options, mistakes), which the full CLI then parses and reports. Why: argparse and what
     the CLI imports with it cost a warm ``run`` about as much as the rest of it (bench/NOTES.md, "The warm
     launcher")."""
     if (line.command != "run" or not line.exact or len(line.operands) != 1 or not _QUICK.keys() >= line.options.keys()
-            or "" in (line.options.get("--dir"), line.options.get("--cwd"))):
+            or "" in (line.options.get("--dir"), line.options.get("--cwd"), line.options.get("--containment"))):
         return None
     from types import SimpleNamespace
 
