@@ -434,3 +434,28 @@ def test_ls_json_lists_the_launcher_after_the_sessions(wd: WarmDir) -> None:
     assert wait_gone(launcher)
     assert [s["name"] for s in listed()] == ["l"], "a killed launcher is not listed"
     wd.stop("l")
+
+
+def test_the_leak_guard_sees_a_launcher_its_test_left() -> None:
+    """support.launchers, which conftest's leak guard asks: a launcher started during a test in a directory of
+    the test's own is reported until something ends it, and a removed directory's one is gone on its own."""
+    from support.launchers import end_launchers, launcher_processes, left_by_the_test, wait_listening
+    from support.sessions import private_dir
+
+    before = set(launcher_processes())
+    kept, removed = private_dir("spk-"), private_dir("spr-")
+    try:
+        for directory in (kept, removed):
+            warm.start_launcher(str(directory))
+            wait_listening(directory)
+        left = left_by_the_test(before, None)
+        assert sorted(left.values()) == sorted([str(kept), str(removed)])
+        shutil.rmtree(removed)  # inotify: it exits on its own
+        poll_until(lambda: list(left_by_the_test(before, None).values()) == [str(kept)], what="only one left")
+        assert [i.pid for i in end_launchers(kept)] == [i.pid for i, d in left.items() if d == str(kept)]
+        assert left_by_the_test(before, None) == {}
+        assert not (kept / warmstart.SOCKET_NAME).exists() and not (kept / warmstart.LOCK_NAME).exists()
+    finally:
+        for directory in (kept, removed):
+            end_launchers(directory)
+            shutil.rmtree(directory, ignore_errors=True)
