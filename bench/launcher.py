@@ -1,6 +1,6 @@
 """The warm launcher's figures: launch -> socket accepting, and what 20 idle sessions cost in PSS.
 
-    python -m bench.launcher [--runs N] [--sessions N]
+    python -m bench.launcher [--runs N] [--sessions N] [--check]
 
 Launch: ``shellper run`` (the console script) with the launcher warm and with ``SHELLPER_LAUNCHER=off``
 (today's cold path, the prefork), ``launch()`` from a running process (a Tower) warm and cold, next to
@@ -10,6 +10,10 @@ run by run; medians (and quartiles) are printed. Containment none, so a cgroup m
 Memory: N sessions (``cat``) started warm, then N cold, each answered a tower's STATUS; the PSS of every
 shellper (and of the launcher) from /proc/PID/smaps_rollup. The marginal PSS per session is the total's
 growth over N: for the warm case the launcher's own PSS before the first session is the base.
+
+Targets (issue 29), each printed with its verdict; with ``--check`` (``make bench``) the exit status is 1 when
+a figure misses its target by more than its measured noise: for a ratio of medians, the sum of both sides'
+relative interquartile ranges; for a PSS figure, the interquartile range of the sessions' PSS.
 """
 
 from __future__ import annotations
@@ -31,6 +35,13 @@ from shellper.core.config import SessionConfig
 from shellper.host import warmstart
 
 SHELLPER = str(Path(sys.executable).with_name("shellper"))
+
+TARGETS = {"shellper run, warm": 2.0, "launch() from a process, warm": 1.0}
+"""Launch -> socket accepting, at most this many times tmux's ``new-session -d`` in the same run."""
+MARGINAL_PSS_MIB = 3.0
+"""Marginal PSS per warm session, MiB, at most."""
+IDLE_PSS_MIB = 5.0
+"""PSS of one idle warm session, MiB, at most."""
 
 
 def pss(pid: int) -> int:
@@ -69,7 +80,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--sessions", type=int, default=20)
+    parser.add_argument("--check", action="store_true", help="exit 1 when a figure misses its target by more than "
+                        "its measured noise")
     args = parser.parse_args()
+    missed: list[str] = []
     base = tempfile.mkdtemp(prefix="spbl-", dir="/tmp")
     os.chmod(base, 0o700)
     warm_dir, cold_dir = os.path.join(base, "w"), os.path.join(base, "c")
@@ -136,10 +150,14 @@ def main() -> int:
         tmux_ms = median(got["tmux new-session -d"]) * 1000
         print(f"launch -> socket accepting, {args.runs} runs each, median [q1-q3] ms, x tmux")
         for key, values in got.items():
-            ordered = sorted(values)
-            q1, q3 = ordered[len(ordered) // 4], ordered[(3 * len(ordered)) // 4]
-            print(f"  {key:32} {median(values) * 1000:7.1f} [{q1 * 1000:.1f}-{q3 * 1000:.1f}]  "
-                  f"{median(values) * 1000 / tmux_ms:5.2f}x")
+            q1, q3 = quartiles(values)
+            ratio = median(values) * 1000 / tmux_ms
+            verdict = ""
+            if key in TARGETS:
+                noise = spread(values) + spread(got["tmux new-session -d"])
+                verdict = judge(f"{key} <= {TARGETS[key]:g}x tmux", ratio, TARGETS[key] * (1 + noise), missed,
+                                f"noise {noise:.0%}")
+            print(f"  {key:32} {median(values) * 1000:7.1f} [{q1 * 1000:.1f}-{q3 * 1000:.1f}]  {ratio:5.2f}x{verdict}")
 
         for label, directory, on in (("warm", warm_dir, True), ("cold", cold_dir, False)):
             os.environ[warmstart.LAUNCHER_ENV] = "on" if on else "off"
@@ -158,13 +176,42 @@ def main() -> int:
             print(f"{label}: {args.sessions} sessions, PSS per shellper median {median(each) / 1024:.2f} MiB; "
                   f"launcher {before / 1024:.2f} -> {after / 1024:.2f} MiB; marginal PSS per session "
                   f"{total / args.sessions / 1024:.2f} MiB (total with launcher {(sum(each) + after) / 1024:.1f} MiB)")
+            if on:
+                q1, q3 = quartiles([float(e) for e in each])
+                noise = (q3 - q1) / 1024
+                marginal = total / args.sessions / 1024
+                print("  " + judge(f"marginal PSS per session <= {MARGINAL_PSS_MIB:g} MiB", marginal,
+                                   MARGINAL_PSS_MIB + noise, missed, f"noise {noise:.2f} MiB").strip())
+                print("  " + judge(f"idle PSS of a session <= {IDLE_PSS_MIB:g} MiB", median(each) / 1024,
+                                   IDLE_PSS_MIB + noise, missed, f"noise {noise:.2f} MiB").strip())
             for info in infos:
                 stop(directory, info.name)
     finally:
         os.environ[warmstart.LAUNCHER_ENV] = "off"
         subprocess.run(["tmux", "-S", tmux_sock, "kill-server"], capture_output=True)
         shutil.rmtree(base, ignore_errors=True)
-    return 0
+    if missed:
+        print(f"missed beyond noise: {'; '.join(missed)}")
+    return 1 if args.check and missed else 0
+
+
+def quartiles(values: list[float]) -> tuple[float, float]:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 4], ordered[(3 * len(ordered)) // 4]
+
+
+def spread(values: list[float]) -> float:
+    """The interquartile range relative to the median: how much a median of these moves between runs."""
+    q1, q3 = quartiles(values)
+    return (q3 - q1) / median(values) if median(values) else 0.0
+
+
+def judge(what: str, value: float, limit: float, missed: list[str], noise: str) -> str:
+    """`` PASS``/`` FAIL`` for ``value`` against ``limit`` (the target plus its noise); a miss is noted."""
+    if value <= limit:
+        return f"  PASS ({what}; {noise})"
+    missed.append(f"{what}: {value:.2f}")
+    return f"  FAIL ({what}; {noise})"
 
 
 if __name__ == "__main__":

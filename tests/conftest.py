@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.launchers import end, launcher_processes, left_by_the_test
 from support.processes import children
 from support.run import (
     CGROUP_PARENT,
@@ -39,9 +40,9 @@ sys.dont_write_bytecode = False
 pytest_plugins = ["support.sessions", "support.legacy", "support.remote"]
 """The shared fixtures: sessions, other, runtime_dir, cli_runtime_dir; legacy_env; the ssh world and remote."""
 
-os.environ["SHELLPER_LAUNCHER"] = "off"
-"""No warm launcher (shellper.daemon.launcher) unless a test asks for one (tests/test_launcher.py): a launcher
-would outlive the test that started it, and its files would stay in every runtime directory."""
+# Launches are warm, as by default (a run with SHELLPER_LAUNCHER=off in its environment is cold but for
+# tests/test_launcher.py): a test that needs the cold path says so. Each runtime directory's launcher ends with
+# its test (support.launchers).
 
 
 @pytest.hookimpl(wrapper=True)
@@ -100,25 +101,31 @@ def _open_fds() -> set[int]:
 
 
 @pytest.fixture(autouse=True)
-def no_leaks() -> Iterator[None]:
-    """Fail a test that leaves an fd open, a child process (or zombie) or a session cgroup behind, or that made the
-    machine's default cgroup parent (support.run.DEFAULT_PARENT: seen where it was not there before the test)."""
+def no_leaks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Fail a test that leaves an fd open, a child process (or zombie), a session cgroup or a warm launcher
+    (support.launchers) behind, or that made the machine's default cgroup parent (support.run.DEFAULT_PARENT:
+    seen where it was not there before the test)."""
     fds_before = _open_fds()
     kids_before = children(os.getpid())
     cgroups_before = session_cgroups()
+    launchers_before = set(launcher_processes())
     default_parent_before = default_parent_exists()
     yield
     made = default_parent_made(default_parent_before)
+    kept_root = str(tmp_path_factory.getbasetemp())
     deadline = time.monotonic() + 5.0
     while True:
         extra_kids = children(os.getpid()) - kids_before
         extra_fds = _open_fds() - fds_before
         extra_cgroups = session_cgroups() - cgroups_before
-        if not extra_kids and not extra_fds and not extra_cgroups and made is None:
+        extra_launchers = left_by_the_test(launchers_before, kept_root)
+        if not extra_kids and not extra_fds and not extra_cgroups and not extra_launchers and made is None:
             return
         if time.monotonic() > deadline:
             break
         time.sleep(0.02)
+    for ident in extra_launchers:
+        end(ident)
     for pid in extra_kids:  # clean up so the next test starts clean, then fail this one
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
@@ -131,6 +138,8 @@ def no_leaks() -> Iterator[None]:
         details.append(f"session cgroup left: {name}")
     if extra_kids:
         details.append(f"child processes left: {sorted(extra_kids)}")
+    if extra_launchers:
+        details.append("warm launchers left: " + ", ".join(f"{i.pid} in {d}" for i, d in extra_launchers.items()))
     if extra_fds:
         details.append(f"fds left open: {sorted(extra_fds)} -> "
                        + ", ".join(_fd_target(fd) for fd in sorted(extra_fds)))

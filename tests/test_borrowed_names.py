@@ -13,7 +13,7 @@ import time
 
 import pytest
 from support.frames import expect_closed, recv_until, status
-from support.sessions import Sessions
+from support.sessions import Sessions, files_in
 from support.waiting import poll_until, wait_gone
 
 from shellper.core.structs import replace
@@ -36,7 +36,7 @@ def test_a_displaced_shellper_leaves_the_new_sessions_files_alone(sessions: Sess
         for suffix in (".sock", ".json", ".lock", ".log"):
             (sessions.dir / f"dup{suffix}").unlink()
         y = sessions.start("dup", ["cat"])
-        files = sorted(p.name for p in sessions.dir.iterdir())
+        files = files_in(sessions.dir)
         assert files == ["dup.json", "dup.lock", "dup.log", "dup.sock"]
 
         def ys() -> bool:
@@ -55,7 +55,7 @@ def test_a_displaced_shellper_leaves_the_new_sessions_files_alone(sessions: Sess
         to_x.send(wire.Stop(grace=1.0))
         expect_closed(to_x)
     assert wait_gone(x.pid, 10)
-    assert sorted(p.name for p in sessions.dir.iterdir()) == files and ys()
+    assert files_in(sessions.dir) == files and ys()
     assert SessionLock.is_locked(sessions.dir / "dup.lock")
     with sessions.connect("dup", "viewer") as viewer:
         assert viewer.welcome is not None and viewer.welcome.instance_id == y.instance_id

@@ -21,7 +21,7 @@ from support.killsoak import FORK_BOMB
 from support.paths import SHELLPER_CLI
 from support.processes import alive, identity, is_dead, tree
 from support.run import CGROUP_PARENT, remove_cgroup_tree
-from support.sessions import Sessions, left_in
+from support.sessions import Sessions, files_in, left_in
 from support.waiting import poll_until
 
 from shellper.client.blocking import Client
@@ -312,13 +312,13 @@ def test_stop_of_a_copied_record_signals_nothing_and_removes_nothing(sessions: S
     if variant == "hard_linked":  # the lock held by keep: `stop` speaks to the socket, which answers as keep
         os.link(d / "keep.lock", d / "copy.lock")
         os.link(d / "keep.sock", d / "copy.sock")
-    before = sorted(p.name for p in d.iterdir())
+    before = files_in(d)
     done = subprocess.run([*SHELLPER_CLI, "--dir", str(d), "stop", "copy", "--grace", "0.3"],
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 1, (done.stdout, done.stderr)
     assert "nothing signalled" in done.stderr and "stopped" not in done.stdout, (done.stdout, done.stderr)
     assert all(alive(p) for p in kept), "stop copy ended keep's shellper or tree"
-    assert sorted(p.name for p in d.iterdir()) == before
+    assert files_in(d) == before
     with Client(d / "keep.sock", "viewer") as client:
         assert client.connect(replay_bytes=0).instance_id == info.instance_id
 

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pexpect
+from support.sessions import files_in
 
 REPO = Path(__file__).resolve().parents[1]
 TIMEOUT = 20.0
@@ -32,7 +33,7 @@ def test_demo_leaves_one_session_and_says_how_to_attach_and_stop(cli_runtime_dir
     attach = re.search(r"^    (\S.*) attach (demo)$", done.stdout, re.M)
     stop = re.search(r"When you are done:  (.*) stop (demo)$", done.stdout, re.M)
     assert attach and stop, done.stdout
-    assert sorted(p.name for p in cli_runtime_dir.iterdir()) == ["demo.json", "demo.lock", "demo.log", "demo.sock"]
+    assert files_in(cli_runtime_dir) == ["demo.json", "demo.lock", "demo.log", "demo.sock"]
 
     # The advice, followed in a real terminal: attach, type, Ctrl-\ detaches, attach again, stop.
     argv = shlex.split(attach.group(1))

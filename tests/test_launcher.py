@@ -72,6 +72,7 @@ class WarmDir(Sessions):
 def wd(monkeypatch: pytest.MonkeyPatch) -> Iterator[WarmDir]:
     monkeypatch.setenv(warmstart.LAUNCHER_ENV, "on")
     warm._logged.clear()
+    warm._started.clear()
     directory = Path(tempfile.mkdtemp(prefix="spw-", dir="/tmp"))
     os.chmod(directory, 0o700)
     s = WarmDir(directory)
@@ -354,3 +355,107 @@ def test_idle_it_never_wakes_and_it_exits_after_its_idle_period(wd: WarmDir) -> 
     assert wait_gone(launcher, 10), "it did not exit after its idle period"
     assert not (wd.dir / warmstart.SOCKET_NAME).exists() and not (wd.dir / warmstart.LOCK_NAME).exists()
     assert "exits after 0 sessions: idle for 2 s" in (wd.dir / warmstart.LOG_NAME).read_text()
+
+
+def test_a_caller_in_another_cgroup_starts_cold(wd: WarmDir) -> None:
+    """The launcher's cgroup decides where an uncontained session lives and which parent a contained one finds:
+    a caller elsewhere must start its session itself."""
+    from support.run import CGROUP_PARENT
+
+    from shellper.host.cgroup import find_mount
+
+    mount = find_mount()
+    if mount is None or not os.access(CGROUP_PARENT or mount, os.W_OK):
+        pytest.skip("no cgroup v2 hierarchy we may write to")
+    elsewhere = os.path.join(CGROUP_PARENT or mount, f"launcher-caller-{os.getpid()}")
+    os.mkdir(elsewhere)
+    try:
+        launcher = wd.ensure_launcher()
+        code = ("import json, os, sys\n"
+                "from shellper.client.launch import launch\n"
+                "from shellper.core.config import SessionConfig\n"
+                "info = launch(SessionConfig(name='g', argv=['cat'], dir=sys.argv[1], cwd='/', env=dict(os.environ)))\n"
+                "print(json.dumps(info.to_dict()))\n")
+
+        def move_in() -> None:  # in the caller, before it execs: it runs in another cgroup than the launcher
+            with open(os.path.join(elsewhere, "cgroup.procs"), "w") as procs:
+                procs.write(str(os.getpid()))
+
+        done = subprocess.run([sys.executable, "-c", code, str(wd.dir)], capture_output=True, timeout=60,
+                              preexec_fn=move_in)
+        assert done.returncode == 0, done.stderr
+        info = LaunchInfo.from_dict(json.loads(done.stdout))
+        wd.started.append(info)
+        assert not is_warm(info)
+        assert "cold start: the launcher refused: the caller is in another cgroup" in \
+            (wd.dir / warmstart.LOG_NAME).read_text()
+        assert wd.listening() == launcher
+        echoes(wd, "g", b"from-another-cgroup")
+        wd.stop("g")
+    finally:
+        poll_until(lambda: not Path(elsewhere, "cgroup.procs").read_text().split(), what="the cgroup empty")
+        os.rmdir(elsewhere)
+
+
+def test_a_plain_run_is_handed_to_the_launcher_without_argparse(wd: WarmDir) -> None:
+    """`shellper run`'s quick path: where a launcher listens, a plain run builds its config without the parser;
+    an option the quick path does not read takes the full CLI, with the same outcome."""
+    wd.ensure_launcher()
+    entry = "import sys; from shellper.cli.entry import entry; entry()"
+    for name, options in (("q", ["--cwd", "/"]), ("p", ["--rows", "30"])):
+        done = subprocess.run([sys.executable, "-X", "importtime", "-c", entry, "--dir", str(wd.dir), "run", "--json",
+                               name, *options, "--", "cat"], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        info = LaunchInfo.from_dict(json.loads(done.stdout))
+        wd.started.append(info)
+        assert is_warm(info)
+        parsed = re.search(r"\| +argparse$", done.stderr, re.M) is not None
+        assert parsed == (name == "p"), (name, parsed)
+        echoes(wd, name, name.encode())
+        wd.stop(name)
+    done = subprocess.run([sys.executable, "-c", entry, "--dir", str(wd.dir), "run", "--json", "bad/name", "--",
+                           "cat"], capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and done.stderr.startswith("shellper: ") and "Traceback" not in done.stderr
+
+
+def test_ls_json_lists_the_launcher_after_the_sessions(wd: WarmDir) -> None:
+    def listed() -> list[dict[str, object]]:
+        done = subprocess.run([*SHELLPER_CLI, "--dir", str(wd.dir), "ls", "--json"], capture_output=True, text=True,
+                              timeout=30, check=True)
+        return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+    launcher = wd.ensure_launcher()
+    wd.start("l", ["cat"])
+    session, entry = listed()
+    assert session["name"] == "l" and "kind" not in session
+    assert entry["kind"] == "launcher" and entry["name"] == ".launcher" and entry["pid"] == launcher
+    assert entry["current"] is True and entry["socket"] == str(wd.dir / warmstart.SOCKET_NAME)
+    os.kill(launcher, signal.SIGKILL)
+    assert wait_gone(launcher)
+    assert [s["name"] for s in listed()] == ["l"], "a killed launcher is not listed"
+    wd.stop("l")
+
+
+def test_the_leak_guard_sees_a_launcher_its_test_left() -> None:
+    """support.launchers, which conftest's leak guard asks: a launcher started during a test in a directory of
+    the test's own is reported until something ends it, and a removed directory's one is gone on its own."""
+    from support.launchers import end_launchers, launcher_processes, left_by_the_test, wait_listening
+    from support.sessions import private_dir
+
+    before = set(launcher_processes())
+    kept, removed = private_dir("spk-"), private_dir("spr-")
+    try:
+        for directory in (kept, removed):
+            warm.start_launcher(str(directory))
+            wait_listening(directory)
+        left = left_by_the_test(before, None)
+        assert sorted(left.values()) == sorted([str(kept), str(removed)])
+        shutil.rmtree(removed)  # inotify: it exits on its own
+        poll_until(lambda: list(left_by_the_test(before, None).values()) == [str(kept)], what="only one left")
+        assert [i.pid for i in end_launchers(kept)] == [i.pid for i, d in left.items() if d == str(kept)]
+        assert left_by_the_test(before, None) == {}
+        assert not (kept / warmstart.SOCKET_NAME).exists() and not (kept / warmstart.LOCK_NAME).exists()
+    finally:
+        for directory in (kept, removed):
+            end_launchers(directory)
+            shutil.rmtree(directory, ignore_errors=True)

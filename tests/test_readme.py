@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pexpect
+from support.sessions import files_in
 from support.waiting import poll_until
 
 REPO = Path(__file__).resolve().parents[1]
@@ -70,7 +71,7 @@ def test_the_python_example_runs(cli_runtime_dir: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert re.search(r"^hello\r?$", done.stdout, re.M), done.stdout
     # The example sends STOP and goes: the shellper ends its tree and removes its files after that.
-    poll_until(lambda: sorted(p.name for p in cli_runtime_dir.iterdir()) == ["logs"], 20,
+    poll_until(lambda: files_in(cli_runtime_dir) == ["logs"], 20,
                what="the stopped session's files to go, but its kept log")
 
 

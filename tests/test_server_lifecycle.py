@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 from support.frames import TREE_CHILD, echo_roundtrip, expect_closed, recv_until, status, tree_pids
+from support.launchers import wait_listening
 from support.paths import PY, ROOT, SHELLPER_CLI
 from support.processes import UNDER_SUBREAPER, daemons_for
-from support.sessions import NO_RESTART, Sessions, left_in
+from support.sessions import NO_RESTART, Sessions, files_in, left_in
 from support.waiting import poll_until, wait_gone
 
 from shellper.client.launch import LaunchError, LaunchInfo
@@ -283,7 +284,7 @@ def test_a_stop_that_fails_early_still_ends_the_processes_and_exits_1(sessions: 
     log = Path(info.log).read_text()
     assert "stop failed (RuntimeError: injected: the stop's first step fails)" in log, log
     assert "stopped after a failed stop" in log, log
-    assert sorted(p.name for p in sessions.dir.iterdir()) == ["sb.log"]  # the rest is removed, the cgroup too
+    assert files_in(sessions.dir) == ["sb.log"]  # the rest is removed, the cgroup too
     Path(info.log).unlink()
 
 
@@ -408,7 +409,7 @@ def test_bad_numbers_are_refused_by_the_cli_not_the_shellper(sessions: Sessions,
     done = cli("--dir", str(sessions.dir), *args)
     assert done.returncode == 2 and says in done.stderr and "Traceback" not in done.stderr, done.stderr
     assert not wait_gone(info.pid, 0)  # nothing reached the session
-    assert sorted(p.name for p in sessions.dir.iterdir()) == ["ok.json", "ok.lock", "ok.log", "ok.sock"]
+    assert left_in(sessions.dir) == ["ok.json", "ok.lock", "ok.log", "ok.sock"]
     sessions.stop("ok")
 
 
@@ -544,6 +545,7 @@ def test_fds_do_not_grow_with_spawns_and_clients(sessions: Sessions) -> None:
 
 def test_sigusr1_rebuilds_a_removed_runtime_dir(sessions: Sessions) -> None:
     info = sessions.start("gone", ["cat"])
+    wait_listening(sessions.dir)  # it exits when the directory goes; still starting, it could write in it
     with sessions.connect("gone", "terminal") as term:
         shutil.rmtree(sessions.dir)  # a cleaner took everything: socket, record, lock, log
         os.kill(info.pid, signal.SIGUSR1)

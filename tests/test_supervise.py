@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from support.frames import read_until, recv_until
 from support.paths import PY
-from support.sessions import Sessions, left_in
+from support.sessions import Sessions, files_in, left_in
 from support.waiting import poll_until, wait_gone
 
 from shellper.client.blocking import Client
@@ -114,7 +114,7 @@ def test_launch_of_missing_command_fails_and_leaves_nothing(sessions: Sessions) 
 
     with pytest.raises(LaunchError, match="nonexistent"):
         sessions.start("bad", ["/nonexistent/agent"])
-    assert list(sessions.dir.iterdir()) == []  # a launch that failed keeps no log either
+    assert files_in(sessions.dir) == []  # a launch that failed keeps no log either
 
 
 @pytest.mark.parametrize("stderr_mode", [None, "pty"])

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from support.paths import REPO
 from support.processes import alive, identity, is_dead, tree
-from support.sessions import Sessions, hand_made_record
+from support.sessions import Sessions, files_in, hand_made_record
 from support.waiting import poll_until
 
 from shellper.core.structs import replace
@@ -54,8 +54,9 @@ def full_tree(pid: int) -> list[ProcessIdentity] | None:
 
 
 def files(d: Path) -> set[str]:
-    """The runtime directory's entries but ``logs/`` (where a stopped session's log is kept by design)."""
-    return set(os.listdir(d)) - {"logs"}
+    """The runtime directory's entries but ``logs/`` (where a stopped session's log is kept by design) and the warm
+    launcher's files."""
+    return set(files_in(d)) - {"logs"}
 
 
 # --------------------------------------------------------------------------------------------- adopt / terminate

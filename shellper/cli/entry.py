@@ -1,4 +1,5 @@
-"""The ``shellper`` console script: a plain attach without argparse, else a prefork (for ``run``) and the CLI.
+"""The ``shellper`` console script: a plain attach (and a plain run where a warm launcher listens) without argparse,
+else a prefork (for ``run``) and the CLI.
 
 Like :mod:`shellper.daemon.prefork` and :mod:`shellper.cli.argscan` (with the option table it reads), this
 imports only os and sys at first, so the prefork is started before any of the package's other imports.
@@ -40,7 +41,14 @@ def entry() -> None:
         code = quick_main(line)
         if code is not None:
             _leave(code)
-    prefork = Prefork.start(_label(line)) if may_detach(line) and not _launcher_listens(line) else None
+    listens = may_detach(line) and _launcher_listens(line)
+    if listens:  # the launcher forks the session: a plain run needs no parser either
+        from shellper.cli.commands.run import quick_main as run_main
+
+        code = run_main(line)
+        if code is not None:
+            _leave(code)
+    prefork = Prefork.start(_label(line)) if may_detach(line) and not listens else None
     try:
         from shellper.cli.main import main
 
@@ -66,7 +74,7 @@ def _label(line: Scan) -> tuple[str, ...]:
 def _launcher_listens(line: Scan) -> bool:
     """Whether the runtime directory the scan names (else the default one) has a warm launcher's socket
     (shellper.client.warm): then launch() uses it, and a prefork would be started for nothing."""
-    if os.environ.get("SHELLPER_LAUNCHER", "").lower() not in ("on", "1", "yes", "true"):  # warmstart.LAUNCHER_ENV
+    if os.environ.get("SHELLPER_LAUNCHER", "").lower() in ("off", "0", "no", "false"):  # warmstart.LAUNCHER_ENV
         return False
     from shellper.core.names import runtime_dir_name
 

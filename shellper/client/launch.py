@@ -117,7 +117,7 @@ def launch(
         prefork.cancel()  # a prefork would stay in the caller's cgroup: start one inside a systemd scope
     prepared: tuple[SessionConfig, SessionPaths] | None = None
     if scope is None and _launcher_wanted():  # the warm launcher (shellper.client.warm) forks it, if one runs
-        from shellper.client.warm import warm_launch
+        from shellper.client import warm
 
         try:
             prepared = config, paths = prepare(config)
@@ -125,7 +125,7 @@ def launch(
             if prefork is not None:
                 prefork.cancel()
             raise
-        ready_r = warm_launch(config, str(paths.dir))
+        ready_r = warm.warm_launch(config, str(paths.dir))
         if ready_r is not None:
             if prefork is not None:
                 prefork.cancel()
@@ -134,6 +134,17 @@ def launch(
             finally:
                 os.close(ready_r)
             return _launch_reply(config, paths, reply)
+        try:  # cold, while the launcher it may have started for the next launch warms up
+            return _cold_launch(config, timeout, scope, prepared, start_prefork, prefork)
+        finally:
+            warm.reap_started()
+    return _cold_launch(config, timeout, scope, prepared, start_prefork, prefork)
+
+
+def _cold_launch(config: SessionConfig, timeout: float, scope: list[str] | None,
+                 prepared: tuple[SessionConfig, SessionPaths] | None,
+                 start_prefork: Callable[[tuple[str, ...]], Prefork] | None, prefork: Prefork | None) -> LaunchInfo:
+    """launch() without the launcher: through the prefork if the CLI gave one, else a fresh interpreter."""
     if scope is None and (prefork is not None or start_prefork is not None):
         try:
             config, paths = prepared or prepare(config)
@@ -192,7 +203,7 @@ def launch(
 def _launcher_wanted() -> bool:
     """shellper.host.warmstart.enabled, read here so that a launch with ``SHELLPER_LAUNCHER=off`` imports
     nothing of the launcher's (tests/test_start_up_imports.py holds the list)."""
-    return os.environ.get("SHELLPER_LAUNCHER", "").lower() in ("on", "1", "yes", "true")
+    return os.environ.get("SHELLPER_LAUNCHER", "").lower() not in ("off", "0", "no", "false")
 
 
 def _launch_reply(config: SessionConfig, paths: SessionPaths, reply: bytes) -> LaunchInfo:

@@ -4,7 +4,8 @@
 returns the read end; the caller then waits on it exactly as after a cold start. Anything else (no launcher,
 ``SHELLPER_LAUNCHER=off``, a refusal, a stale launcher, any error) returns None and the caller starts cold;
 a failure is logged once per process to the directory's ``.launcher.log``. Where no launcher runs, one is
-started in the background for the next launch: this one does not wait for it.
+started for the next launch, alongside this one's cold start: :func:`reap_started`, called once that is done,
+reaps its first process (which exits as soon as it has forked the launcher).
 """
 
 from __future__ import annotations
@@ -19,11 +20,20 @@ from shellper.host.trust import connect_session
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
 if TYPE_CHECKING:
+    from subprocess import Popen
+
     from shellper.core.config import SessionConfig
 
 LAUNCHER_MODULE = "shellper.daemon.launcher"
+STARTING_FOR = 10.0
+"""Seconds after this process started a launcher for a directory during which it starts no other there: many
+concurrent first launches (a Fleet's) would otherwise each start one, all but one to find the lock held."""
 _logged: set[str] = set()
 """Runtime directories this process has already logged a fallback for."""
+_started: dict[str, float] = {}
+"""When this process last started a launcher, by runtime directory (monotonic)."""
+_pending: list[Popen[bytes]] = []
+"""Launchers' first processes started by :func:`start_launcher` with ``wait=False``, not yet reaped."""
 
 
 def warm_launch(config: SessionConfig, directory: str) -> int | None:
@@ -35,7 +45,7 @@ def warm_launch(config: SessionConfig, directory: str) -> int | None:
         sock = connect_session(path, 5.0)
     except OSError as exc:
         if exc.errno in (errno.ENOENT, errno.ECONNREFUSED):  # none yet, or one that was killed
-            start_launcher(directory)
+            start_launcher(directory, wait=False)
         else:
             _log_once(directory, f"cold start: cannot connect to the launcher: {exc}")
         return None
@@ -62,17 +72,25 @@ def warm_launch(config: SessionConfig, directory: str) -> int | None:
     os.close(ready_r)
     if "stale" in reply:  # it exits now; the next launch finds the one started here
         _log_once(directory, f"cold start: replacing a stale launcher ({reply['stale']})")
-        start_launcher(directory)
+        start_launcher(directory, wait=False, again=True)
     else:
         _log_once(directory, f"cold start: the launcher refused: {reply.get('cold', reply)}")
     return None
 
 
-def start_launcher(directory: str) -> None:
-    """Start a launcher for ``directory`` and reap its first process (it forks and that one exits at once);
-    its environment holds only what finds this package, so nothing of the caller's stays in it."""
+def start_launcher(directory: str, *, wait: bool = True, again: bool = False) -> None:
+    """Start a launcher for ``directory``; its first process forks the launcher and exits at once, and is reaped
+    here, or with ``wait=False`` by :func:`reap_started` (so a cold start runs meanwhile), and then, unless
+    ``again`` (a stale one is being replaced), none is started where this process started one less than
+    STARTING_FOR seconds ago. Its environment holds only what finds this package, so nothing of the caller's
+    stays in it."""
     import subprocess  # as a cold start does: posix_spawn would leave glibc's signals 32 and 33 ignored
+    import time
 
+    now = time.monotonic()
+    if not wait and not again and now - _started.get(directory, -STARTING_FOR) < STARTING_FOR:
+        return
+    _started[directory] = now
     env = {k: v for k, v in _package_env().items() if k == "PYTHONPATH"}
     try:
         proc = subprocess.Popen([sys.executable, "-P", "-m", LAUNCHER_MODULE, directory], env=env,
@@ -81,7 +99,20 @@ def start_launcher(directory: str) -> None:
     except OSError as exc:
         _log_once(directory, f"cannot start a launcher: {exc}")
         return
-    proc.wait()
+    if wait:
+        proc.wait()
+    else:
+        _pending.append(proc)
+
+
+def reap_started() -> None:
+    """Reap the first processes of the launchers started with ``wait=False`` (each exits once it has forked)."""
+    while _pending:
+        try:
+            proc = _pending.pop()
+        except IndexError:  # another thread took the last one
+            return
+        proc.wait()
 
 
 def _package_env() -> dict[str, str]:

@@ -84,8 +84,10 @@ class Launcher:
 
     def listen(self) -> None:
         """Bind the socket, once warm: a caller is never kept waiting on a launcher's own imports."""
+        # A socket a launcher killed before it could remove it (we hold the lock): removed before the watch
+        # starts, which would take its removal for someone else's.
+        unlink_if_socket(self.socket_path)
         self.watch_fd = _inotify_watch(self.directory)
-        unlink_if_socket(self.socket_path)  # a launcher killed before it could remove it; we hold the lock
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         old = os.umask(0o177)
         try:
@@ -189,7 +191,10 @@ class Launcher:
                      if fd >= 0)
 
     def close(self) -> None:
-        """Remove the socket (if still ours) and the lock file, then let the lock go."""
+        """Remove the socket (if still ours) and the lock file, then let the lock go; not after someone else
+        removed any of them: whoever is removing the directory (or made it anew) owns what is in it now."""
+        if self.removed:
+            return
         try:
             if os.lstat(self.socket_path).st_ino == self.socket_ino:
                 os.unlink(self.socket_path)

@@ -21,7 +21,8 @@ if TYPE_CHECKING:
     from typing import Any
 
 LAUNCHER_ENV = "SHELLPER_LAUNCHER"
-"""``off``: never use nor start a launcher (every launch is a cold start)."""
+"""``off`` (or 0, no, false): never use nor start a launcher (every launch is a cold start); anything else, unset
+included, uses one."""
 SOCKET_NAME = ".launcher.sock"
 """In the runtime directory; a leading dot is no session name, so nothing takes it for one."""
 LOCK_NAME = ".launcher.lock"
@@ -45,9 +46,9 @@ class LauncherError(ShellperError):
 
 
 def enabled() -> bool:
-    """Whether launches go through the warm launcher: opt-in (``SHELLPER_LAUNCHER=on``) until the whole test suite
-    runs with it (docs/DESIGN.md, "The warm launcher")."""
-    return os.environ.get(LAUNCHER_ENV, "").lower() in ("on", "1", "yes", "true")
+    """Whether launches go through the warm launcher: unless ``SHELLPER_LAUNCHER=off`` (docs/DESIGN.md, "The warm
+    launcher")."""
+    return os.environ.get(LAUNCHER_ENV, "").lower() not in ("off", "0", "no", "false")
 
 
 def package_stamp() -> str:

@@ -8,6 +8,7 @@ import signal
 import sys
 from pathlib import Path
 
+from shellper.host import warmstart
 from shellper.host.identity import IdentityError, ProcessIdentity, open_verified, read_stat
 from shellper.host.reaper import descendants
 from support.paths import SHELLPER_CLI
@@ -76,21 +77,26 @@ def vm_kib(pid: int, key: str) -> int:
 
 def daemons_for(directory: Path) -> list[int]:
     """Shellper processes for ``directory`` (their argv names it), found by scanning /proc: daemons
-    started by ``launch()`` and anything forked from the CLI (a daemon, or a prefork left behind)."""
+    started by ``launch()``, anything forked from the CLI (a daemon, or a prefork left behind), and sessions
+    the directory's warm launcher forked (its argv, but not the launcher itself)."""
     found = []
     script = os.fsencode(SHELLPER_CLI[-1])
+    about = warmstart.launcher_status(str(directory))
+    launcher_pid = about["pid"] if about else None
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == os.getpid():
             continue
         with contextlib.suppress(OSError):
             argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-            if (b"shellper.daemon" in argv or script in argv) and os.fsencode(str(directory)) in argv:
+            forked = b"shellper.daemon.launcher" in argv and int(entry) != launcher_pid  # by the warm launcher
+            if (b"shellper.daemon" in argv or script in argv or forked) and os.fsencode(str(directory)) in argv:
                 found.append(int(entry))
     return found
 
 
 UNDER_SUBREAPER = """
 import os, subprocess, sys
+os.environ["SHELLPER_LAUNCHER"] = "off"  # the cold path: a warm launcher is left running by design
 from shellper.host.reaper import set_child_subreaper
 set_child_subreaper()
 code = subprocess.run(sys.argv[1:]).returncode

@@ -6,7 +6,8 @@ test's end (by pidfd, after an identity check, with its whole tree and its cgrou
 the end of a test checks depends on what the test does with its sessions:
 
 - by default the test stops its sessions: one still running at teardown, or a file left in the runtime
-  directory (besides ``logs/``), fails it;
+  directory (besides ``logs/`` and the warm launcher's files), fails it; the directory's warm launcher is
+  ended after its sessions (support.launchers);
 - a test marked ``kills_sessions`` (the Tower's, containment's: they kill -9 shellpers, apply reconciles, leave
   records behind on purpose) has what is left ended without complaint.
 """
@@ -32,10 +33,12 @@ from shellper.core.config import SessionConfig
 from shellper.core.exits import RestartPolicy
 from shellper.core.owner import default_owner
 from shellper.core.structs import replace
+from shellper.host import warmstart
 from shellper.host.cgroup import find_session_cgroups
 from shellper.host.identity import ProcessIdentity, boot_id, read_stat
 from shellper.host.record import SessionRecord, write_record
 from shellper.protocol import wire
+from support.launchers import MADE, end_launchers
 from support.paths import ROOT
 from support.processes import identity, kill_verified, tree
 from support.run import CGROUP_PARENT, remove_cgroup_tree
@@ -46,15 +49,27 @@ GRACE = 1.0
 """A session's grace unless the test gives one: short, since few tests are about it (the default is 5 s)."""
 
 
+LAUNCHER_FILES = frozenset((warmstart.LOG_NAME, warmstart.SOCKET_NAME, warmstart.LOCK_NAME))
+"""The warm launcher's files in a runtime directory (the leak guard looks for launchers left on their own,
+support.launchers)."""
+
+
+def files_in(directory: str | Path) -> list[str]:
+    """What a runtime directory holds besides its warm launcher's files."""
+    return sorted(p.name for p in Path(directory).iterdir() if p.name not in LAUNCHER_FILES)
+
+
 def left_in(directory: str | Path) -> list[str]:
-    """What a runtime directory holds besides ``logs/``, where a stopped session's log is kept by design."""
-    return sorted(p.name for p in Path(directory).iterdir() if p.name != "logs")
+    """What a runtime directory holds besides what it keeps by design: ``logs/``, where a stopped session's log
+    is kept, and its warm launcher's files."""
+    return [name for name in files_in(directory) if name != "logs"]
 
 
 def private_dir(prefix: str) -> Path:
     """A fresh 0700 directory under /tmp (short: a socket path is at most 107 bytes)."""
     path = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
     os.chmod(path, 0o700)
+    MADE.add(str(path))
     return path
 
 
@@ -124,6 +139,7 @@ class Sessions:
             with contextlib.suppress(OSError):
                 proc.kill()
             proc.wait(5)
+        end_launchers(self.dir)
         if CGROUP_PARENT is not None:  # shellpers killed above could not remove their own cgroups
             for found in find_session_cgroups(CGROUP_PARENT, str(self.dir)):
                 remove_cgroup_tree(found.path)
@@ -155,6 +171,7 @@ def runtime_dir() -> Iterator[Path]:
     """A private runtime directory short enough for socket paths, removed at the end."""
     path = private_dir("sp-")
     yield path
+    end_launchers(path)
     shutil.rmtree(path, ignore_errors=True)
 
 
@@ -176,6 +193,7 @@ def other(request: pytest.FixtureRequest) -> Iterator[Sessions]:
         yield s
         problems = s.cleanup()
     finally:
+        end_launchers(s.dir)
         shutil.rmtree(s.dir, ignore_errors=True)
     if problems:
         pytest.fail("; ".join(problems))
@@ -193,4 +211,5 @@ def cli_runtime_dir() -> Iterator[Path]:
             subprocess.run([sys.executable, "-m", "shellper", "--dir", str(directory), "stop", "--grace", "0.5",
                             sock.stem],
                            capture_output=True, timeout=60)
+        end_launchers(directory)  # not left to the removal: one still starting would write into it meanwhile
         shutil.rmtree(directory)

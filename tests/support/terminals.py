@@ -15,7 +15,9 @@ from typing import Any
 import pexpect
 import psutil
 
+from support.launchers import end_launchers
 from support.paths import ROOT, SHELLPER_CLI
+from support.sessions import left_in
 
 TIMEOUT = 10.0
 PROMPT = b"psh> "
@@ -120,7 +122,8 @@ class Terminals:
                 for pid in pids:  # by pid only, and only what this test started
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)
-        leftovers = sorted(n for n in os.listdir(self.dir) if n != "logs")  # logs/: kept by design
+        end_launchers(self.dir)  # not left to the removal below: one still starting would write into it meanwhile
+        leftovers = left_in(self.dir)
         shutil.rmtree(self.dir, ignore_errors=True)
         assert not problems, problems
         assert not leftovers, f"files left in the runtime dir: {leftovers}"

@@ -12,7 +12,8 @@ if TYPE_CHECKING:
 
 ARGUMENTS = (
     Flag("--long", "-l", help="every column (pids, ring, owner, containment) and each last exit in full"),
-    Flag("--json", help="one JSON array, for programs"),
+    Flag("--json", help="one JSON array, for programs: the sessions, then the directory's warm launcher if one "
+         "runs (\"kind\": \"launcher\")"),
 )
 
 LS_COMMAND_WIDTH = 30
@@ -35,9 +36,12 @@ def handle(args: argparse.Namespace) -> int:
     from shellper.client.sessions import list_sessions
     from shellper.host.paths import existing_runtime_dir
 
-    sessions = list_sessions(session_dir(args)) if existing_runtime_dir(session_dir(args)) else []
+    exists = existing_runtime_dir(session_dir(args))
+    sessions = list_sessions(session_dir(args)) if exists else []
     if args.json:
-        print(json.dumps([s.to_dict() for s in sessions], indent=2))
+        listed = [s.to_dict() for s in sessions]
+        launcher = _launcher(session_dir(args)) if exists else None
+        print(json.dumps(listed if launcher is None else [*listed, launcher], indent=2))
         return 0
     if not sessions:
         print(f"no sessions in {session_dir(args)}")
@@ -52,6 +56,17 @@ def handle(args: argparse.Namespace) -> int:
     for r in rows:
         print("  ".join(_cut(c, w).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
     return 0
+
+
+def _launcher(directory: str) -> dict[str, object] | None:
+    """The directory's warm launcher as ``ls --json`` lists it, after the sessions: ``kind`` says it is no
+    session, and ``name`` (its socket's, with a leading dot) is none a session can have. None if none runs."""
+    from shellper.host.warmstart import SOCKET_NAME, launcher_status
+
+    about = launcher_status(directory)
+    if about is None:
+        return None
+    return {"kind": "launcher", "name": SOCKET_NAME.removesuffix(".sock"), "state": "running", **about}
 
 
 def _terminal_width() -> int | None:

@@ -38,6 +38,7 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-u
 if TYPE_CHECKING:
     import argparse
 
+    from shellper.cli.argscan import Scan
     from shellper.client.launch import LaunchInfo
     from shellper.core.exits import RestartPolicy
     from shellper.core.launchfailure import LaunchFailure
@@ -125,6 +126,41 @@ ARGUMENTS = (
           "detected)"),
     *RESTART_POLICY,
 )
+
+
+_QUICK = {"--dir": "dir", "--json": "json", "--cwd": "cwd", "--containment": "containment"}
+"""The options a quick ``run`` may have (:func:`quick_main`), each with its argument."""
+
+
+def quick_main(line: Scan) -> int | None:
+    """``shellper run`` from the console script without argparse, when a warm launcher listens there (the
+    console script looked): a plain ``[--dir DIR] run NAME [--json] [--cwd DIR] [--containment C] [-- COMMAND
+    [ARGS...]]``, every
+    other option at its default, handled by :func:`handle` as the full CLI would. None for anything else (help,
+    abbreviations, other options, mistakes), which the full CLI then parses and reports. Why: argparse and what
+    the CLI imports with it cost a warm ``run`` about as much as the rest of it (bench/NOTES.md, "The warm
+    launcher")."""
+    if (line.command != "run" or not line.exact or len(line.operands) != 1 or not _QUICK.keys() >= line.options.keys()
+            or "" in (line.options.get("--dir"), line.options.get("--cwd"), line.options.get("--containment"))):
+        return None
+    from types import SimpleNamespace
+
+    from shellper.cli.connect import user_errors
+
+    values: dict[str, object] = {arg.attribute: arg.unset for arg in ARGUMENTS if not arg.positional}
+    values.update({"cmd": "run", "dir": None, "prefork": None, "name": line.operands[0], "command": line.child or []})
+    values.update((_QUICK[option], value) for option, value in line.options.items())
+    try:
+        return handle(SimpleNamespace(**values))  # type: ignore[arg-type]  # what argparse would have made
+    except Exception as exc:
+        if not isinstance(exc, user_errors()):
+            raise
+        import sys
+
+        print(f"shellper: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
 
 
 def handle(args: argparse.Namespace) -> int:
