@@ -40,9 +40,9 @@ sys.dont_write_bytecode = False
 pytest_plugins = ["support.sessions", "support.legacy", "support.remote"]
 """The shared fixtures: sessions, other, runtime_dir, cli_runtime_dir; legacy_env; the ssh world and remote."""
 
-# Launches are warm, as by default (a run with SHELLPER_LAUNCHER=off in its environment is cold but for
-# tests/test_launcher.py): a test that needs the cold path says so. Each runtime directory's launcher ends with
-# its test (support.launchers).
+# Launches are cold, as by default; tests/test_launcher.py and the tests that ask for SHELLPER_LAUNCHER=on run
+# warm. Each runtime directory's launcher ends with its test (support.launchers), and the leak guard fails a test
+# that leaves one.
 
 
 @pytest.hookimpl(wrapper=True)
