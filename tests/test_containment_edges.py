@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.launchers import wait_listening
+from support.launchers import settled
 from support.paths import SHELLPER_CLI
 from support.processes import alive, identity, is_dead, tree
 from support.run import CGROUP_PARENT, default_parent_made, sweep_dead_runs
@@ -240,7 +240,7 @@ def test_reconcile_removes_the_owners_empty_cgroups_whose_runtime_directory_is_g
     assert gone_cgroup is not None
     kill9(identity(gone.pid))
     poll_until(lambda: not cgroup.SessionCgroup(gone_cgroup, mount()).populated(), what="the child to die with it")
-    wait_listening(other.dir)  # it exits when the directory goes; still starting, it could write in it
+    settled(other.dir)  # a launcher exits when the directory goes; still starting, it could write in it
     shutil.rmtree(other.dir)
     dry = tower(sessions.dir, "reconcile")
     assert f"leaked    {gone_cgroup}: its runtime directory {other.dir} no longer exists: would be removed" \

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 from support.frames import read_until, recv_until
-from support.launchers import wait_listening
+from support.launchers import settled
 from support.paths import SHELLPER_CLI
 from support.sessions import Sessions, left_in
 from support.soak import (
@@ -535,7 +535,7 @@ def test_removed_runtime_dir_is_recreated_on_sigusr1_without_loss(sessions: Sess
         assert tower.replay is not None and tower.replay.offset == 0
         stream = bytearray(tower.replay.data)  # everything, from offset 0
         _collect(tower, stream, b"t2\r\n")
-        wait_listening(sessions.dir)  # it exits when the directory goes; still starting, it could write in it
+        settled(sessions.dir)  # a launcher exits when the directory goes; still starting, it could write in it
         shutil.rmtree(sessions.dir)
         _collect(tower, stream, b"t10\r\n")  # existing clients keep getting output
         with pytest.raises(SessionNotFound):

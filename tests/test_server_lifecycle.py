@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from support.frames import TREE_CHILD, echo_roundtrip, expect_closed, recv_until, status, tree_pids
-from support.launchers import wait_listening
+from support.launchers import settled
 from support.paths import PY, ROOT, SHELLPER_CLI
 from support.processes import UNDER_SUBREAPER, daemons_for
 from support.sessions import NO_RESTART, Sessions, files_in, left_in
@@ -545,7 +545,7 @@ def test_fds_do_not_grow_with_spawns_and_clients(sessions: Sessions) -> None:
 
 def test_sigusr1_rebuilds_a_removed_runtime_dir(sessions: Sessions) -> None:
     info = sessions.start("gone", ["cat"])
-    wait_listening(sessions.dir)  # it exits when the directory goes; still starting, it could write in it
+    settled(sessions.dir)  # a launcher exits when the directory goes; still starting, it could write in it
     with sessions.connect("gone", "terminal") as term:
         shutil.rmtree(sessions.dir)  # a cleaner took everything: socket, record, lock, log
         os.kill(info.pid, signal.SIGUSR1)

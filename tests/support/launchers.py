@@ -95,6 +95,13 @@ def wait_listening(directory: str | Path) -> int:
     return int(about["pid"])
 
 
+def settled(directory: str | Path) -> None:
+    """Wait for ``directory``'s launcher to serve when this run's launches are warm (SHELLPER_LAUNCHER=on):
+    its first launch started one, which must not write in the directory while a test removes it."""
+    if warmstart.enabled():
+        wait_listening(directory)
+
+
 def under(path: str, root: str) -> bool:
     root = os.path.abspath(root)
     return os.path.abspath(path) == root or os.path.abspath(path).startswith(root + os.sep)
