@@ -276,14 +276,25 @@ def _klass(codes: Iterable[int], eight_bit: bool = True) -> str:
     return "".join(out)
 
 
-_LIVE = {state: [(code, *cell) for code, cell in enumerate(TABLE[state][:_WIDE]) if code not in _ABORTS[state]]
-         for state in State}
-"""Per state, (code, action, next state) for each character below U+00A0 that does not abort it."""
+def _live(state: State) -> dict[_Cell, list[int]]:
+    by_cell: dict[_Cell, list[int]] = {}
+    aborts = _ABORTS[state]
+    for code, cell in enumerate(TABLE[state][:_WIDE]):
+        if code not in aborts:
+            by_cell.setdefault(cell, []).append(code)
+    return by_cell
+
+
+_LIVE = {state: _live(state) for state in State}
+"""Per state, each transition (action, next state) with the characters below U+00A0 that take it and do not
+abort the state: a handful of transitions each, so deriving the patterns asks ``keep`` a few times, not per
+character (the import is part of a session's first attach)."""
 
 
 def _where(states: Iterable[State], keep: Callable[[ParserAction, State], bool]) -> set[int]:
     """The codes below U+00A0 whose transition, from any of ``states``, ``keep`` takes."""
-    return {code for state in states for code, action, after in _LIVE[state] if keep(action, after)}
+    return {code for state in states for (action, after), codes in _LIVE[state].items() if keep(action, after)
+            for code in codes}
 
 
 def _same_ends(states: tuple[State, ...]) -> tuple[set[int], set[int]]:
