@@ -8,6 +8,7 @@ from shellper.core.states import SessionState
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
 if TYPE_CHECKING:
     import argparse
+    from collections.abc import Callable
     from typing import Any
 
     from shellper.client.blocking import Client, ClientError
@@ -41,6 +42,22 @@ def user_errors() -> tuple[type[Exception], ...]:
 
     found = (getattr(sys.modules.get(module), name, None) for module, name in _USER_ERRORS)
     return (CliError, *(error for error in found if error is not None))
+
+
+def reported(handle: Callable[[], int]) -> int:
+    """A command's exit status: ``handle``'s, 1 for a user error (one line on stderr), 130 for ^C; anything
+    else is a bug and raises."""
+    try:
+        return handle()
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        if not isinstance(exc, user_errors()):
+            raise
+        import sys
+
+        print(f"shellper: {exc}", file=sys.stderr)
+        return 1
 
 
 def session_dir(args: argparse.Namespace) -> str:

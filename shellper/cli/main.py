@@ -51,21 +51,13 @@ def main(argv: list[str] | None = None, prefork: Prefork | None = None) -> int:
     args.prefork = prefork
     try:
         from shellper.cli.commands import load
+        from shellper.cli.connect import reported
 
-        code = load(args.cmd).handle(args)
+        code = reported(lambda: load(args.cmd).handle(args))
         _flush_stdout()
         return code
     except BrokenPipeError:  # `shellper ls | head -1`: the reader has all it wanted
         return _reader_left()
-    except Exception as exc:
-        from shellper.cli.connect import user_errors
-
-        if not isinstance(exc, user_errors()):
-            raise
-        print(f"shellper: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
 
 
 def _known(command: str) -> bool:

@@ -145,22 +145,12 @@ def quick_main(line: Scan) -> int | None:
         return None
     from types import SimpleNamespace
 
-    from shellper.cli.connect import user_errors
+    from shellper.cli.connect import reported
 
     values: dict[str, object] = {arg.attribute: arg.unset for arg in ARGUMENTS if not arg.positional}
     values.update({"cmd": "run", "dir": None, "prefork": None, "name": line.operands[0], "command": line.child or []})
     values.update((_QUICK[option], value) for option, value in line.options.items())
-    try:
-        return handle(SimpleNamespace(**values))  # type: ignore[arg-type]  # what argparse would have made
-    except Exception as exc:
-        if not isinstance(exc, user_errors()):
-            raise
-        import sys
-
-        print(f"shellper: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
+    return reported(lambda: handle(SimpleNamespace(**values)))  # type: ignore[arg-type]  # as argparse makes it
 
 
 def handle(args: argparse.Namespace) -> int:
