@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.terminals import BASH, DETACH, PROMPT, Terminals, adopt, cli_env, finish
+from support.terminals import BASH, DETACH, PROMPT, Terminals, adopt, finish, shell_terminals
 
 from shellper.core.defaults import DEFAULT_TERM
 from shellper.host.terminfo import known_terminal, session_term, terminfo_dirs
@@ -15,11 +14,7 @@ from shellper.host.terminfo import known_terminal, session_term, terminfo_dirs
 
 @pytest.fixture
 def terminals() -> Iterator[Terminals]:
-    s = Terminals(tempfile.mkdtemp(prefix="shpt-", dir="/tmp"), {**cli_env(), "PS1": "psh> ", "HISTFILE": ""})
-    try:
-        yield s
-    finally:
-        s.teardown()
+    yield from shell_terminals("shpt-")
 
 
 def _entry(root: Path, name: str, hexdir: bool = False) -> None:

@@ -5,24 +5,29 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from support.paths import SHELLPER_CLI
 from support.sessions import left_in
-from support.terminals import BASH, DETACH, PROMPT, TIMEOUT, Terminals, adopt, cli_env, finish, wait_all_gone
+from support.terminals import (
+    BASH,
+    DETACH,
+    PROMPT,
+    TIMEOUT,
+    Terminals,
+    adopt,
+    finish,
+    shell_terminals,
+    wait_all_gone,
+)
 from support.waiting import poll_until
 
 
 @pytest.fixture
 def terminals() -> Iterator[Terminals]:
-    s = Terminals(tempfile.mkdtemp(prefix="shph-", dir="/tmp"), {**cli_env(), "PS1": "psh> ", "HISTFILE": ""})
-    try:
-        yield s
-    finally:
-        s.teardown()
+    yield from shell_terminals("shph-")
 
 
 # ------------------------------------------------------------------------------------ create and attach

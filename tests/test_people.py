@@ -13,17 +13,13 @@ from typing import Any
 
 import pexpect
 import pytest
-from support.terminals import BASH, DETACH, PROMPT, TIMEOUT, Terminals, cli_env, finish, wait_all_gone
+from support.terminals import BASH, DETACH, PROMPT, TIMEOUT, Terminals, finish, shell_terminals, wait_all_gone
 from support.waiting import poll_until
 
 
 @pytest.fixture
 def terminals() -> Iterator[Terminals]:
-    s = Terminals(tempfile.mkdtemp(prefix="shph-", dir="/tmp"), {**cli_env(), "PS1": "psh> ", "HISTFILE": ""})
-    try:
-        yield s
-    finally:
-        s.teardown()
+    yield from shell_terminals("shph-")
 
 
 def _wait_state(terminals: Terminals, name: str, states: tuple[str, ...]) -> dict[str, Any]:

@@ -8,7 +8,9 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -154,3 +156,14 @@ def adopt(sessions: Terminals, name: str) -> dict[str, Any]:
     (entry,) = (s for s in json.loads(sessions.cli("ls", "--json").stdout) if s["name"] == name)
     sessions.started[name] = [entry["pid"]] + ([entry["child_pid"]] if entry.get("child_pid") else [])
     return dict(entry)
+
+
+def shell_terminals(prefix: str) -> Iterator[Terminals]:
+    """A module's ``terminals`` fixture (``yield from`` it): a private runtime directory under /tmp named
+    ``prefix``..., the CLI's environment with the shell prompt the tests expect, torn down after."""
+    s = Terminals(tempfile.mkdtemp(prefix=prefix, dir="/tmp"), {**cli_env(), "PS1": "psh> ", "HISTFILE": ""})
+    try:
+        yield s
+    finally:
+        s.teardown()
+
