@@ -14,6 +14,8 @@ and examples/ import nothing else. The modules behind it:
   a journal of what was consumed (:mod:`~tower_client.progress`), adopt after a restart, inotify
   (:mod:`~tower_client.inotify`), an agent's command line from the mint-or-reclaim verdict
   (:mod:`~tower_client.agent`); its options are :mod:`~tower_client.options`.
+* :mod:`~shellper.client.execute` and :mod:`~tower_client.execute` - ``execute`` / ``execute_async``: a command
+  run in a session's shell and waited for, its output and exit status (docs/EXEC.md).
 * :mod:`~tower_client.web` - ``WebTerminal``: any session in a browser, as an ASGI app (protocol/WEB.md).
 
 ``Fleet``, and the other names the ``tower-client`` command (which imports this package) does not use, are
@@ -100,11 +102,14 @@ from tower_client.resume import Backoff, Reconnected, ResumeItem
 
 TYPE_CHECKING = False  # imported on first use: see _LAZY
 if TYPE_CHECKING:
+    from shellper.client.execute import execute
     from shellper.client.launch import LaunchError, LaunchFailure, LaunchInfo, launch
     from shellper.core.config import ConfigError, SessionConfig
+    from shellper.core.execmark import ExecError, ExecRefusal, ExecResult
     from shellper.core.exits import PolicyError, RestartPolicy
     from tower_client.agent import AgentCommand, AgentCommandError
     from tower_client.atomicfile import AtomicWriteError
+    from tower_client.execute import execute_async
     from tower_client.fleet import Fleet
     from tower_client.fleetsession import SessionHandle
     from tower_client.inotify import InotifyError
@@ -126,6 +131,8 @@ __all__ = [  # noqa: RUF022 - grouped by what a user looks for
     "AsyncClient", "AsyncRemoteClient", "AsyncRemoteResumingClient", "AsyncResumingClient", "Client",
     "RemoteClient", "RemoteResumingClient", "ResumingClient", "OutputPosition", "Reconnected", "ResumeItem",
     "socket_path",
+    # a command run in a session's shell, waited for (docs/EXEC.md)
+    "ExecRefusal", "ExecResult", "execute", "execute_async",
     # the Fleet and its stream
     "Fleet", "FleetItem", "FleetState", "JournalPosition", "Missed", "Notice", "OutputChunk", "SessionEvent",
     "SessionHandle", "StateChange",
@@ -143,7 +150,7 @@ __all__ = [  # noqa: RUF022 - grouped by what a user looks for
     "Resize", "ScreenReply", "ScreenRequest", "Signal", "Spawn", "Status", "StatusReply", "Stop", "Welcome",
     # errors: every one is a ShellperError
     "AgentCommandError", "AtomicWriteError", "BadArgument", "BadArgumentType", "BadHost", "BadName", "BadOwner",
-    "BadRequest", "BadSessionId", "ClientError", "ConfigError", "ConnectionRefused", "ExitRecordError",
+    "BadRequest", "BadSessionId", "ClientError", "ConfigError", "ConnectionRefused", "ExecError", "ExitRecordError",
     "FleetClosed", "FleetError", "FleetNotStarted", "Forbidden", "HostUnreachable", "IdentityError",
     "InotifyError", "InsideEventLoop", "InstanceMismatch", "InvalidRequest", "NotASocket", "NotRunning",
     "OwnerBusy", "OwnerLockUnavailable", "PathError", "PeerMismatch", "PolicyError", "ProcessGone",
@@ -158,13 +165,18 @@ _LAZY = {
     "LaunchFailure": "shellper.client.launch",
     "LaunchInfo": "shellper.client.launch",
     "launch": "shellper.client.launch",
+    "execute": "shellper.client.execute",
     "ConfigError": "shellper.core.config",
     "SessionConfig": "shellper.core.config",
+    "ExecError": "shellper.core.execmark",
+    "ExecRefusal": "shellper.core.execmark",
+    "ExecResult": "shellper.core.execmark",
     "PolicyError": "shellper.core.exits",
     "RestartPolicy": "shellper.core.exits",
     "AgentCommand": "tower_client.agent",
     "AgentCommandError": "tower_client.agent",
     "AtomicWriteError": "tower_client.atomicfile",
+    "execute_async": "tower_client.execute",
     "Fleet": "tower_client.fleet",
     "SessionHandle": "tower_client.fleetsession",
     "InotifyError": "tower_client.inotify",
