@@ -14,7 +14,7 @@ and examples/ import nothing else. The modules behind it:
   a journal of what was consumed (:mod:`~tower_client.progress`), adopt after a restart, inotify
   (:mod:`~tower_client.inotify`), an agent's command line from the mint-or-reclaim verdict
   (:mod:`~tower_client.agent`); its options are :mod:`~tower_client.options`.
-* :mod:`~shellper.client.execute` and :mod:`~tower_client.execute` - ``execute`` / ``execute_async``: a command
+* :mod:`~shellper.client.execute` and :mod:`~tower_client.execasync` - ``execute`` / ``execute_async``: a command
   run in a session's shell and waited for, its output and exit status (docs/EXEC.md).
 * :mod:`~tower_client.web` - ``WebTerminal``: any session in a browser, as an ASGI app (protocol/WEB.md).
 
@@ -109,7 +109,7 @@ if TYPE_CHECKING:
     from shellper.core.exits import PolicyError, RestartPolicy
     from tower_client.agent import AgentCommand, AgentCommandError
     from tower_client.atomicfile import AtomicWriteError
-    from tower_client.execute import execute_async
+    from tower_client.execasync import execute_async
     from tower_client.fleet import Fleet
     from tower_client.fleetsession import SessionHandle
     from tower_client.inotify import InotifyError
@@ -176,7 +176,7 @@ _LAZY = {
     "AgentCommand": "tower_client.agent",
     "AgentCommandError": "tower_client.agent",
     "AtomicWriteError": "tower_client.atomicfile",
-    "execute_async": "tower_client.execute",
+    "execute_async": "tower_client.execasync",
     "Fleet": "tower_client.fleet",
     "SessionHandle": "tower_client.fleetsession",
     "InotifyError": "tower_client.inotify",

@@ -142,7 +142,7 @@ def shell_kind(argv: Sequence[str], recent: bytes) -> ShellKind:
     else:
         raise ExecError(ExecRefusal.NOT_A_SHELL, f"it runs {name or '?'}, not a shell exec can type into (the sh "
                         "family, or a shell that emits OSC 133 marks)")
-    if not interactive(argv):
+    if kind is ShellKind.POSIX and not interactive(argv):  # one that marks its prompts reads commands
         raise ExecError(ExecRefusal.NOT_A_SHELL, f"it runs {' '.join(argv)[:80]!r}, a shell running a script, not "
                         "one reading commands from its terminal")
     return kind
