@@ -62,6 +62,15 @@ def test_exec_prints_the_output_and_exits_with_the_status(terminals: Terminals) 
     assert (done.returncode, done.stdout) == (0, b"/tmp\r\n")
 
 
+@pytest.mark.parametrize("shell", ["bash", "dash"])
+def test_a_syntax_error_is_the_commands_status_and_the_shell_stays_usable(terminals: Terminals, shell: str) -> None:
+    terminals.run("w", shell, "-i")
+    done = _exec(terminals, "w", "--", "echo (")
+    assert done.returncode == 2 and b"rror" in done.stdout, done  # the shell's own message, as the command's output
+    done = _exec(terminals, "w", "--", "echo 'it''s' \"$((1+2))\" &&", "echo", "two")
+    assert (done.returncode, done.stdout) == (0, b"its 3\r\ntwo\r\n"), done
+
+
 def test_a_command_that_never_ends_is_interrupted_and_exits_124(terminals: Terminals) -> None:
     terminals.shell("w")
     term = terminals.spawn(terminals.cli_args("exec", "w", "--timeout", "1", "--", "echo before; sleep 60"))

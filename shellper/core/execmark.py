@@ -3,11 +3,12 @@ the command's own bytes begin and end (issue 31, docs/EXEC.md).
 
 Two ways to find the command's output in the session's output:
 
-* A shell whose syntax is known (the POSIX family: sh, bash, dash, zsh, ksh, ...) gets the command wrapped in
-  two ``printf`` s of OSC 133 marks carrying a random nonce: ``ESC]133;C;NONCE BEL`` just before the command
-  runs and ``ESC]133;D;STATUS;NONCE BEL`` just after. The echo of the typed line holds ``\\033`` as text, not
-  the ESC byte, so only the ``printf`` s produce the marks, and output cannot fake one without the nonce. The
-  marks are part of the typed line, so the shell runs them; a command that reads stdin never sees them.
+* A shell whose syntax is known (the POSIX family: sh, bash, dash, zsh, ksh, ...) gets the command, quoted for
+  ``eval``, between two ``printf`` s of OSC 133 marks carrying a random nonce: ``ESC]133;C;NONCE BEL`` just
+  before the command runs and ``ESC]133;D;STATUS;NONCE BEL`` just after. The echo of the typed line holds
+  ``\\033`` as text, not the ESC byte, so only the ``printf`` s produce the marks, and output cannot fake one
+  without the nonce. The marks are part of the typed line, so the shell runs them; a command that reads stdin
+  never sees them.
 * Another shell is driven by the OSC 133 marks it emits itself (FinalTerm's ``C``: output starts, ``D;STATUS``:
   it ended), when its recent output shows it emits them. Output that prints such a mark can fool this way.
 
@@ -32,6 +33,8 @@ class ShellKind(StrEnum):
 
     POSIX = "posix"
     """A shell of the sh family: the command wrapped in marks of our own, with a nonce."""
+    ZSH = "zsh"
+    """The same, but for how zsh's ``command`` differs (see typed_line)."""
     MARKS = "marks"
     """Another shell that emits OSC 133 marks itself: the command typed as it is, its marks read."""
 
@@ -82,9 +85,9 @@ class ExecResult:
     missed: int = 0
 
 
-POSIX_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "ksh93", "mksh", "lksh", "pdksh", "oksh", "yash",
+POSIX_SHELLS = frozenset({"sh", "bash", "dash", "ksh", "ksh93", "mksh", "lksh", "pdksh", "oksh", "yash",
                           "ash", "posh", "busybox", "rbash"})
-"""Programs that take the sh family's syntax: ``{ ...\\n}``, ``printf`` and ``$?``."""
+"""Programs that take the sh family's syntax: ``command eval``, ``printf`` and ``$?`` (zsh too, see ShellKind)."""
 
 VALUE_OPTIONS = frozenset({"--rcfile", "--init-file", "-o", "+o", "-O", "+O"})
 """Shell options followed by a value: that value is not a script's name."""
@@ -135,14 +138,16 @@ def shell_kind(argv: Sequence[str], recent: bytes) -> ShellKind:
     """How to drive the program started with ``argv`` (its current argv, as /proc shows it, when known),
     given its ``recent`` output; ExecError(NOT_A_SHELL) when it cannot be."""
     name = program_name(argv)
-    if name in POSIX_SHELLS:
+    if name == "zsh":
+        kind = ShellKind.ZSH
+    elif name in POSIX_SHELLS:
         kind = ShellKind.POSIX
     elif _OWN_MARK.search(recent):
         kind = ShellKind.MARKS
     else:
         raise ExecError(ExecRefusal.NOT_A_SHELL, f"it runs {name or '?'}, not a shell exec can type into (the sh "
                         "family, or a shell that emits OSC 133 marks)")
-    if kind is ShellKind.POSIX and not interactive(argv):  # one that marks its prompts reads commands
+    if kind is not ShellKind.MARKS and not interactive(argv):  # one that marks its prompts reads commands
         raise ExecError(ExecRefusal.NOT_A_SHELL, f"it runs {' '.join(argv)[:80]!r}, a shell running a script, not "
                         "one reading commands from its terminal")
     return kind
@@ -166,13 +171,18 @@ def check_command(command: str) -> bytes:
 
 
 def typed_line(kind: ShellKind, command: bytes, nonce: str) -> bytes:
-    """What is typed into the shell. POSIX: the command inside ``{ ...\\n}`` (in this shell, so ``cd`` stays;
-    a trailing ``&`` or ``# comment`` of its own cannot swallow what follows), between the two marks' printfs;
-    a leading space keeps the line out of a history that ignores such lines."""
+    """What is typed into the shell. POSIX: the command, single-quoted, to ``eval`` between the two marks'
+    printfs: run in this shell (``cd`` stays), and its own syntax error, unclosed quote, trailing ``&`` or
+    ``# comment`` is eval's failure (status 2) rather than one of the whole line, which would lose the end mark.
+    ``command eval``: a syntax error in eval, a special built-in, would otherwise abandon the rest of the line
+    (dash); zsh's ``command`` runs only external programs, so there it is plain ``eval``. A leading space
+    keeps the line out of a history that ignores such lines."""
     if kind is ShellKind.MARKS:
         return CLEAR_LINE + command + b"\r"
-    return (CLEAR_LINE + b" printf '\\033]133;C;%s\\007' " + nonce.encode() + b"; { " + command + b"\n}; "
-            b"printf '\\033]133;D;%s;%s\\007' \"$?\" " + nonce.encode() + b"\n")
+    evaluate = b"eval" if kind is ShellKind.ZSH else b"command eval"
+    quoted = b"'" + command.replace(b"'", b"'\\''") + b"'"
+    return (CLEAR_LINE + b" printf '\\033]133;C;%s\\007' " + nonce.encode() + b"; " + evaluate + b" " + quoted
+            + b"; printf '\\033]133;D;%s;%s\\007' \"$?\" " + nonce.encode() + b"\n")
 
 
 class MarkScanner:
@@ -185,7 +195,7 @@ class MarkScanner:
 
     def __init__(self, kind: ShellKind, nonce: str) -> None:
         token = re.escape(nonce.encode())
-        if kind is ShellKind.POSIX:
+        if kind is not ShellKind.MARKS:
             self._start = re.compile(rb"\x1b\]133;C;" + token + rb"\x07")
             self._end = re.compile(rb"\x1b\]133;D;(\d{1,3});" + token + rb"\x07")
         else:  # the shell's own: parameters of at most _HOLD bytes, ended by BEL or ST

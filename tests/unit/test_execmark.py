@@ -71,6 +71,7 @@ def test_interactive(argv: list[str], expected: bool) -> None:
 
 def test_shell_kind() -> None:
     assert shell_kind(["/usr/bin/dash"], b"") is ShellKind.POSIX
+    assert shell_kind(["-zsh"], b"") is ShellKind.ZSH
     assert shell_kind(["nu"], b"x\x1b]133;A\x07") is ShellKind.MARKS
     for argv in (["python3"], ["sh", "-c", "sleep 9"], []):
         with pytest.raises(ExecError) as caught:
@@ -86,8 +87,10 @@ def test_commands_a_shell_would_take_as_keys_are_refused(command: str) -> None:
 
 
 def test_the_typed_line() -> None:
-    line = typed_line(ShellKind.POSIX, check_command("ls &\necho é # c"), NONCE)
-    assert line == (b"\x15 printf '\\033]133;C;%s\\007' " + NONCE.encode() + b"; { ls &\necho \xc3\xa9 # c\n}; "
+    line = typed_line(ShellKind.POSIX, check_command("ls &\necho 'é' # c"), NONCE)
+    assert line == (b"\x15 printf '\\033]133;C;%s\\007' " + NONCE.encode()
+                    + b"; command eval 'ls &\necho '\\''\xc3\xa9'\\'' # c'; "
                     b"printf '\\033]133;D;%s;%s\\007' \"$?\" " + NONCE.encode() + b"\n")
     assert b"\x1b" not in line  # the marks are printed by the shell, never typed: the echo holds none
+    assert b"; eval 'true';" in typed_line(ShellKind.ZSH, b"true", NONCE)  # zsh's `command` is for programs
     assert typed_line(ShellKind.MARKS, b"ls", NONCE) == b"\x15ls\r"
