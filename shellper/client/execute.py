@@ -20,7 +20,7 @@ from shellper.core.execmark import (
     typed_line,
 )
 from shellper.core.states import SessionState
-from shellper.host.foreground import foreground, here, program_argv
+from shellper.host.shellstate import foreground, here, program_argv
 from shellper.protocol import wire
 from shellper.protocol.connection import ClientError
 
