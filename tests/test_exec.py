@@ -18,6 +18,7 @@ from support.terminals import TIMEOUT, Terminals, finish, shell_terminals
 from support.waiting import poll_until
 
 import tower_client
+from shellper.host.shellstate import foreground
 from tower_client import AsyncClient, Client, ExecError, ExecRefusal, RemoteClient, execute, execute_async
 
 
@@ -81,6 +82,18 @@ def test_a_command_that_never_ends_is_interrupted_and_exits_124(terminals: Termi
     assert (done.returncode, done.stdout) == (0, b"after\r\n")
 
 
+def test_ctrl_c_on_exec_interrupts_the_command_too(terminals: Terminals) -> None:
+    terminals.shell("w")
+    term = terminals.spawn(terminals.cli_args("exec", "w", "--", "echo started; sleep 60"))
+    term.expect(b"started")
+    term.sendintr()
+    assert finish(term) == 130
+    shell = terminals.started["w"][1]
+    poll_until(lambda: foreground(shell) is None, TIMEOUT, interval=0.05, what="the shell back at its prompt")
+    done = _exec(terminals, "w", "--", "echo free")
+    assert (done.returncode, done.stdout) == (0, b"free\r\n"), done
+
+
 def test_a_program_that_is_not_a_shell_is_refused_with_125(terminals: Terminals) -> None:
     terminals.run("cat", "cat")
     term = terminals.spawn(terminals.cli_args("exec", "cat", "--", "echo", "hi"))
@@ -97,12 +110,18 @@ def test_a_busy_shell_is_refused_with_125(terminals: Terminals) -> None:
     terminals.shell("w")
     _at_prompt(terminals, "w")
     terminals.type_line("w", "sleep 600")
-    poll_until(lambda: _exec(terminals, "w", "--", "true").returncode == 125, TIMEOUT, interval=0.05,
-               what="sleep in the foreground")
+    shell = terminals.started["w"][1]
+    poll_until(lambda: foreground(shell), TIMEOUT, interval=0.05, what="sleep in the foreground")
     term = terminals.spawn(terminals.cli_args("exec", "w", "--", "echo", "typed-$((2*2))"))
     term.expect(rb"session 'w' is busy: sleep \(pid \d+\) runs in the foreground")
     assert finish(term) == 125
     assert "typed-4" not in terminals.cli("tail", "w", "--plain").stdout
+
+
+def test_a_command_that_ends_the_shell_is_125(terminals: Terminals) -> None:
+    terminals.shell("w", "--restart", "no")
+    done = _exec(terminals, "w", "--", "exit 7")
+    assert done.returncode == 125 and b"its program ended before the command did" in done.stderr, done
 
 
 def test_no_such_session_and_no_command_are_125(terminals: Terminals) -> None:
