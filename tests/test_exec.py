@@ -74,9 +74,10 @@ def test_a_syntax_error_is_the_commands_status_and_the_shell_stays_usable(termin
 
 def test_a_command_that_never_ends_is_interrupted_and_exits_124(terminals: Terminals) -> None:
     terminals.shell("w")
-    term = terminals.spawn(terminals.cli_args("exec", "w", "--timeout", "1", "--", "echo before; sleep 60"))
+    _at_prompt(terminals, "w")
+    term = terminals.spawn(terminals.cli_args("exec", "w", "--timeout", "2", "--", "echo before; sleep 60"))
     term.expect(b"before")
-    term.expect(rb"timed out after 1 s; typed Ctrl-C: the shell is back at its prompt")
+    term.expect(rb"timed out after 2 s; typed Ctrl-C: the shell is back at its prompt")
     assert finish(term) == 124
     done = _exec(terminals, "w", "--", "echo after")  # the shell is free again
     assert (done.returncode, done.stdout) == (0, b"after\r\n")
@@ -187,8 +188,9 @@ def test_execute_returns_the_output_status_and_offsets(terminals: Terminals) -> 
         ring = client.replay.data[result.start - client.replay.offset:result.end - client.replay.offset]
     assert ring == result.output
     with Client(_socket(terminals, "w"), role="terminal") as client:
-        result = execute(client, "sleep 60", timeout=0.5)
-    assert (result.status, result.timed_out, result.interrupted) == (None, True, True)
+        result = execute(client, "echo before; sleep 60", timeout=2)
+    assert (result.status, result.output, result.timed_out, result.interrupted) == (None, b"before\r\n", True, True)
+    assert result.start is not None and result.end == result.start + len(result.output)
 
 
 def test_execute_refuses_a_program_that_is_not_a_shell(terminals: Terminals) -> None:

@@ -64,6 +64,8 @@ class ExecRun:
         self.local = False
         self.timed_out = False
         self.interrupted: bool | None = None
+        self.cut: int | None = None
+        """Where the output handed out ended when Ctrl-C was typed (a timeout)."""
         self.name = "?"
 
     def prepare(self, welcome: wire.Welcome, recent: bytes, status: wire.StatusReply, peer_pid: int | None,
@@ -116,6 +118,9 @@ class ExecRun:
     def interrupt(self) -> bytes:
         """The deadline passed: what to type (Ctrl-C). Output after this point is not the command's."""
         self.timed_out = True
+        scanner = self.scanner
+        assert scanner is not None
+        self.cut = scanner.position if scanner.start is not None else None
         return INTERRUPT
 
     def shell_back(self) -> bool | None:
@@ -129,8 +134,9 @@ class ExecRun:
     def result(self) -> ExecResult:
         scanner = self.scanner
         assert scanner is not None
-        return ExecResult(status=scanner.status if scanner.done else None, output=b"".join(self.kept),
-                          start=scanner.start, end=scanner.end, timed_out=self.timed_out,
+        ended = scanner.done and not self.timed_out
+        return ExecResult(status=scanner.status if ended else None, output=b"".join(self.kept),
+                          start=scanner.start, end=scanner.end if ended else self.cut, timed_out=self.timed_out,
                           interrupted=self.interrupted, missed=scanner.missed)
 
 
