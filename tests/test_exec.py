@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 from support.paths import ROOT, SHELLPER_CLI
+from support.planted import KINDS, MARKER, plant
 from support.remote import shellper
 from support.sshd import SshWorld
 from support.terminals import TIMEOUT, Terminals, finish, shell_terminals
@@ -131,6 +132,18 @@ def test_no_such_session_and_no_command_are_125(terminals: Terminals) -> None:
                        (("w", "--", "echo\ta"), b"control character")):
         done = _exec(terminals, *args)
         assert done.returncode == 125 and said in done.stderr, done
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_planted_socket_is_refused_with_125_and_nothing_typed(kind: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("SHELLPER_DIR", "SHELLPER_SESSION")}
+    with plant(kind) as planted:
+        done = subprocess.run([*SHELLPER_CLI, "--dir", str(planted.dir), "exec", "work", "--", "echo",
+                               MARKER.decode()], capture_output=True, timeout=60, env=env, stdin=subprocess.DEVNULL)
+        err = done.stderr.decode(errors="replace")
+        assert done.returncode == 125 and "not trusted" in err and planted.socket in err, err
+        assert len(err.strip().splitlines()) == 1, err
+        assert planted.delivered() == [] and not any(r.marker for r in planted.received())
 
 
 # ------------------------------------------------------------------------------------ exactly
