@@ -20,7 +20,16 @@ from support.waiting import poll_until
 
 import tower_client
 from shellper.host.shellstate import foreground
-from tower_client import AsyncClient, Client, ExecError, ExecRefusal, RemoteClient, execute, execute_async
+from tower_client import (
+    AsyncClient,
+    AsyncRemoteClient,
+    Client,
+    ExecError,
+    ExecRefusal,
+    RemoteClient,
+    execute,
+    execute_async,
+)
 
 
 @pytest.fixture
@@ -242,3 +251,10 @@ def test_exec_on_another_host(remote: SshWorld) -> None:
     with RemoteClient("alpha", "sh1", role="terminal") as client:  # the library's, through the same connection
         result = execute(client, "echo lib; (exit 9)")
     assert (result.status, result.output) == (9, b"lib\r\n")
+
+    async def go() -> tower_client.ExecResult:
+        async with AsyncRemoteClient("alpha", "sh1", role="terminal") as client:
+            return await execute_async(client, "echo async; (exit 8)")
+
+    result = asyncio.run(go())
+    assert (result.status, result.output) == (8, b"async\r\n")
