@@ -39,7 +39,8 @@ compile: $(STAMP)
 demo: compile
 	$(BIN)/python -m shellper.cli.demo
 
-# The example Tower (examples/tower.py): 10 sessions, a kill -9 of the Tower mid-flood, a restart, the figures.
+# The example Tower (examples/tower.py): 20 sessions (floods, a crash loop, SPAWN, input, stop), a kill -9 of the
+# Tower mid-flood, a restart, every kept stream compared with its ring, the figures.
 tower-demo: compile
 	$(BIN)/python examples/tower_demo.py
 

@@ -13,7 +13,8 @@ and examples/ import nothing else. The modules behind it:
 * :mod:`~tower_client.fleet` - the supervisor layer: registry, launch, one merged stream (:mod:`~tower_client.stream`),
   a journal of what was consumed (:mod:`~tower_client.progress`), adopt after a restart, inotify
   (:mod:`~tower_client.inotify`), an agent's command line from the mint-or-reclaim verdict
-  (:mod:`~tower_client.agent`); its options are :mod:`~tower_client.options`.
+  (:mod:`~tower_client.agent`); its options are :mod:`~tower_client.options`; what it delivers is kept
+  exactly once by :mod:`~tower_client.sink`.
 * :mod:`~tower_client.web` - ``WebTerminal``: any session in a browser, as an ASGI app (protocol/WEB.md).
 
 ``Fleet``, and the other names the ``tower-client`` command (which imports this package) does not use, are
@@ -116,6 +117,7 @@ if TYPE_CHECKING:
         RemoteClient,
         RemoteResumingClient,
     )
+    from tower_client.sink import FileSink, Sink
     from tower_client.stream import FleetItem, FleetState, Missed, Notice, OutputChunk, SessionEvent, StateChange
     from tower_client.web import WebTerminal
 
@@ -129,6 +131,8 @@ __all__ = [  # noqa: RUF022 - grouped by what a user looks for
     # the Fleet and its stream
     "Fleet", "FleetItem", "FleetState", "JournalPosition", "Missed", "Notice", "OutputChunk", "SessionEvent",
     "SessionHandle", "StateChange",
+    # keeping the output exactly once: a file per session instance, or a store of the Tower's own
+    "FileSink", "Sink",
     # a browser terminal (an ASGI app; a server from the shellper-pty[web] extra or the application's own)
     "WebTerminal",
     # options
@@ -186,6 +190,8 @@ _LAZY = {
     "SessionEvent": "tower_client.stream",
     "StateChange": "tower_client.stream",
     "WebTerminal": "tower_client.web",
+    "FileSink": "tower_client.sink",
+    "Sink": "tower_client.sink",
 }
 """Names imported on first use, and the module that holds each: what the ``tower-client`` command, which imports
 this package, does not use (the Fleet above all, the launch, the remote and agent support), so it loads no
