@@ -108,6 +108,7 @@ if TYPE_CHECKING:
     from tower_client.atomicfile import AtomicWriteError
     from tower_client.fleet import Fleet
     from tower_client.fleetsession import SessionHandle
+    from tower_client.fleetstream import SessionStream
     from tower_client.inotify import InotifyError
     from tower_client.options import FleetPolicy, OnDeath, SessionOptions, SessionSpec
     from tower_client.progress import JournalPosition, ProgressError
@@ -130,7 +131,7 @@ __all__ = [  # noqa: RUF022 - grouped by what a user looks for
     "socket_path",
     # the Fleet and its stream
     "Fleet", "FleetItem", "FleetState", "JournalPosition", "Missed", "Notice", "OutputChunk", "SessionEvent",
-    "SessionHandle", "StateChange",
+    "SessionHandle", "SessionStream", "StateChange",
     # keeping the output exactly once: a file per session instance, or a store of the Tower's own
     "FileSink", "Sink",
     # a browser terminal (an ASGI app; a server from the shellper-pty[web] extra or the application's own)
@@ -171,6 +172,7 @@ _LAZY = {
     "AtomicWriteError": "tower_client.atomicfile",
     "Fleet": "tower_client.fleet",
     "SessionHandle": "tower_client.fleetsession",
+    "SessionStream": "tower_client.fleetstream",
     "InotifyError": "tower_client.inotify",
     "FleetPolicy": "tower_client.options",
     "OnDeath": "tower_client.options",
