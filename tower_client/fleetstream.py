@@ -171,8 +171,8 @@ class MergedStream:
 class SessionStream:
     """One session's own stream, as asyncssh's process has its own output: ``async for item in stream`` takes
     that session's items only (output, states, events, the Fleet's notices about it), across its relaunches
-    and respawns, while the Fleet's merged stream carries the others. See :meth:`SessionHandle.stream
-    <tower_client.fleetsession.SessionHandle.stream>`. The iteration ends when the stream is closed, when
+    and respawns, while the Fleet's merged stream carries the others (see
+    :meth:`~tower_client.fleetsession.SessionHandle.stream`). The iteration ends when the stream is closed, when
     the session leaves the Fleet (stopped with ``forget``, reaped, stopped from outside) after its last
     item, or when the Fleet closes."""
 
