@@ -62,13 +62,13 @@ def specs(floods: int, seconds: float) -> list[SessionSpec]:
     def flood(name: str, secs: float) -> list[str]:
         return [sys.executable, "-c", FLOOD, name, str(secs)]
     options = SessionOptions(ring_bytes=8 << 20)
-    return [*(SessionSpec(f"f{i:02d}", flood(f"f{i:02d}", seconds), options=options) for i in range(floods)),
-            SessionSpec("crash", [sys.executable, "-c", CRASH],
+    return [SessionSpec("crash", [sys.executable, "-c", CRASH],
                         options=SessionOptions(policy=RestartPolicy(mode="on-failure", backoff_initial=0.05,
                                                                     backoff_max=0.2, breaker_count=3))),
             SessionSpec("spawn", flood("a", 0.5), options=options),
             SessionSpec("input", [sys.executable, "-c", ASK, str(QUESTIONS)], options=options),
-            SessionSpec("stopme", flood("stopme", 600), options=options)]
+            SessionSpec("stopme", flood("stopme", 600), options=options),
+            *(SessionSpec(f"f{i:02d}", flood(f"f{i:02d}", seconds), options=options) for i in range(floods))]
 
 
 async def main() -> None:
@@ -80,6 +80,7 @@ async def main() -> None:
     ap.add_argument("--leave-running", action="store_true")
     args = ap.parse_args()
     started = time.monotonic()
+    os.makedirs(args.state, mode=0o700, exist_ok=True)
     fleet = Fleet(args.dir, os.path.join(args.state, "registry.json"), os.path.join(args.state, "journal.json"),
                   policy=FleetPolicy(concurrency=4))
     stopping: list[asyncio.Task[None]] = []  # a stop runs beside the stream, which must not wait for it
@@ -130,10 +131,9 @@ async def main() -> None:
                     print(f"{item.session}: {item.what} ({item.reason}) {item.detail}", file=sys.stderr)
                 fleet.ack(item)
                 if set(fleet.registry.rows) <= done and "stopme" not in fleet.registry.rows \
-                        and await all_stored(fleet, sink):
+                        and await all_stored(fleet):
                     break
-            for task in stopping:
-                await task
+            await asyncio.gather(*stopping, return_exceptions=True)  # a shutdown may have cut a stop short
             await fleet.sync()
             figures = {"sessions": len(done), "bytes": sink.stored, "redelivered": sink.redelivered,
                        "skipped": sink.skipped, "missed": sink.missed}
@@ -145,12 +145,13 @@ async def main() -> None:
                           "seconds": round(time.monotonic() - started, 3)}), flush=True)
 
 
-async def all_stored(fleet: Fleet, sink: FileSink) -> bool:
-    """Every session's ring is stored to its end (what a shellper writes after its child's exit, as its
-    "[shellper] child exit" line, comes after the exit's state)."""
+async def all_stored(fleet: Fleet) -> bool:
+    """Every session's ring is stored and acknowledged to its end (what a shellper writes after its child's
+    exit, as its "[shellper] child exit" line, comes after the exit's state)."""
     for name in fleet.sessions:
         handle = fleet.session(name)
-        if sink.ends.get((name, handle.instance_id), 0) < (await handle.status()).info["ring_end"]:
+        acknowledged = handle.acknowledged
+        if acknowledged is None or acknowledged.offset < (await handle.status()).info["ring_end"]:
             return False
     return True
 
