@@ -47,13 +47,16 @@ def shellper_identity(runtime_dir: Path, name: str) -> ProcessIdentity:
 
 
 def test_tower_killed_mid_flood_resumes_every_stream_exactly(tmp_path: Path) -> None:
-    """The example Tower, 20 sessions flooding, kill -9, restart: 0 bytes lost, 0 duplicated."""
-    out = subprocess.run([sys.executable, str(ROOT / "examples" / "tower_demo.py"), "--sessions", "20",
+    """The example Tower (20 sessions: 16 floods, a crash loop, SPAWN, input, stop), kill -9 mid-flood,
+    restart: every kept stream byte-equal to its session's ring, 0 bytes lost, 0 duplicated."""
+    out = subprocess.run([sys.executable, str(ROOT / "examples" / "tower_demo.py"), "--floods", "16",
                           "--seconds", "3", "--kill-after", "1.0", "--json"],
                          capture_output=True, timeout=240, cwd=ROOT)
     assert out.returncode == 0, out.stdout.decode() + out.stderr.decode()
     figures = json.loads(out.stdout)
+    assert figures["problems"] == []
     assert figures["streams_complete"] == 20
+    assert figures["streams_equal_to_ring"] == 19  # the stopped session has no ring left to compare with
     assert figures["consumed_before_kill"] > 0  # the kill really came mid-flood
     assert figures["consumed_before_kill"] < figures["bytes"]
     assert figures["lines_lost"] == 0 and figures["lines_duplicated"] == 0

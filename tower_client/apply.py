@@ -140,6 +140,8 @@ class Outcome:
 
 @dataclass
 class Report:
+    """What apply did: one Outcome per decision, in order; ``ok`` if every one succeeded."""
+
     outcomes: list[Outcome] = field(default_factory=list)
 
     @property

@@ -55,7 +55,7 @@ from tower_client.errors import FleetClosed, FleetError, FleetNotStarted, Unknow
 from tower_client.fleetfollow import FLEET_CLIENT_NAME, STOP_MARGIN, Following
 from tower_client.fleetmember import Member
 from tower_client.fleetsession import SessionHandle
-from tower_client.fleetstream import MAX_PENDING_BYTES
+from tower_client.fleetstream import MAX_PENDING_BYTES, SessionStream
 from tower_client.inotify import DirWatch
 from tower_client.options import FleetPolicy, OnDeath, SessionOptions, SessionSpec
 from tower_client.progress import ProgressJournal
@@ -102,6 +102,8 @@ class Fleet(Following):
         self._agent_relaunches: dict[str, int] = {}
         self._launching: set[str] = set()
         """Names being launched now: their record appears before their registry row."""
+        self._streams: dict[str, SessionStream] = {}
+        """Sessions whose items go to a stream of their own (SessionHandle.stream) instead of the merged one."""
 
     # ----------------------------------------------------------------------------------- life
 
@@ -378,6 +380,7 @@ class Fleet(Following):
         if forget:
             self.registry.remove(name)
             self.journal.forget(name)
+            self._end_stream_of(name)
             await self._save_registry()
 
     async def stop_many(self, names: Iterable[str], grace: float | None = None) -> list[BaseException | None]:
