@@ -131,17 +131,22 @@ async def _tower(args: argparse.Namespace) -> None:
     count, slice_start, slice_cpu, items_total = 0, 0.0, 0.0, 0
     measuring = False
     window_end = 0.0
+    spy: subprocess.Popen[bytes] | None = None
     warm_deadline = time.monotonic() + 60
-    while not (measuring and time.monotonic() >= window_end):
-        item = await fleet.next(timeout=0.5)
+    async for item in fleet:  # as examples/tower.py takes them; the children keep the stream flowing
         now = time.monotonic()
-        if item is not None:
-            fleet.ack(item)
-            heard.add(item.session)
-            count += 1
+        fleet.ack(item)
+        heard.add(item.session)
+        count += 1
+        if measuring and now >= window_end:
+            break
         if not measuring:
             if len(heard) >= args.sessions or now > warm_deadline:
                 measuring, window_end = True, now + args.window
+                if args.py_spy and args.adopt:  # where the window's time goes (the adopting Tower ends cleanly)
+                    spy = subprocess.Popen([args.py_spy, "record", "--pid", str(os.getpid()), "-d", f"{args.window:g}",
+                                            "-r", "250", "-f", "raw", "-o", f"{args.dir}/../spy.txt"],
+                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 count, slice_start, slice_cpu = 0, now, _cpu()
             continue
         if now - slice_start >= 1.0:
@@ -151,6 +156,10 @@ async def _tower(args: argparse.Namespace) -> None:
             items_total += count
             count, slice_start, slice_cpu = 0, now, cpu
     out["cpu_per_item_us"] = slices
+    if spy is not None:
+        spy.wait()
+        with contextlib.suppress(OSError):
+            shutil.copy(f"{args.dir}/../spy.txt", args.py_spy_out)
     out["items_per_s"] = items_total / max(args.window, 1e-9)
     out["streams_heard"] = len(heard)
     if args.adopt:
@@ -238,7 +247,8 @@ def _spread(values: list[float]) -> float:
     return (q3 - q1) / mid if mid else 0.0
 
 
-def run(sessions: int, rate: float, window: float, repeats: int, root: Path, concurrency: int) -> dict[str, Any]:
+def run(sessions: int, rate: float, window: float, repeats: int, root: Path, concurrency: int,
+        extra: tuple[str, ...] = ()) -> dict[str, Any]:
     base = Path(tempfile.mkdtemp(prefix="sps-", dir=root))
     run_dir, state = base / "run", base / "state"
     run_dir.mkdir(mode=0o700)
@@ -246,7 +256,7 @@ def run(sessions: int, rate: float, window: float, repeats: int, root: Path, con
     procs: list[subprocess.Popen[str]] = []
     common = [sys.executable, "-m", "bench.scale", "--tower", "--dir", str(run_dir), "--state", str(state),
               "--sessions", str(sessions), "--rate", str(rate), "--window", str(window), "--repeats", str(repeats),
-              "--concurrency", str(concurrency)]
+              "--concurrency", str(concurrency), *extra]
     log = open(base / "tower.log", "w")  # noqa: SIM115 (closed in the finally below)
     try:
         first = subprocess.Popen(common, cwd=ROOT, stdout=subprocess.PIPE, stderr=log, text=True)
@@ -315,6 +325,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--root", type=Path, default=Path("/tmp"), help="where the private directory is made")
     p.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
     p.add_argument("--check", action="store_true", help="exit 1 when a figure misses its target beyond noise")
+    p.add_argument("--py-spy", default="", help="py-spy binary: sample the adopting Tower's window (bench use)")
+    p.add_argument("--py-spy-out", default="/tmp/bench-scale-spy.txt", help="where its raw samples go")
     p.add_argument("--tower", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--adopt", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--dir", help=argparse.SUPPRESS)
@@ -327,7 +339,8 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, _interrupted)
     before = os.getloadavg()[0]
     try:
-        figures = run(args.sessions, args.rate, args.window, args.repeats, args.root, args.concurrency)
+        extra = ("--py-spy", args.py_spy, "--py-spy-out", args.py_spy_out) if args.py_spy else ()
+        figures = run(args.sessions, args.rate, args.window, args.repeats, args.root, args.concurrency, extra)
     except Interrupted as exc:
         print(f"bench.scale: interrupted ({exc}); every session it started was stopped", file=sys.stderr)
         return 130
