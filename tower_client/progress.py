@@ -164,6 +164,8 @@ class ProgressJournal:
 
     def _changed(self) -> None:
         self._version += 1
+        if self._flusher is not None and not self._flusher.done():  # per chunk: the commit under way takes it
+            return
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
