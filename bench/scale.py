@@ -83,8 +83,8 @@ async def _tower(args: argparse.Namespace) -> None:
         return wrapper
 
     # The start's own phases, timed where the Fleet calls them (module attributes: nothing else changes).
-    fleet_module.discover_async = timed("discover", fleet_module.discover_async)  # type: ignore[assignment]
-    fleet_module.apply_async = timed("apply", fleet_module.apply_async)  # type: ignore[assignment]
+    fleet_module.discover_async = timed("discover", fleet_module.discover_async)  # type: ignore[attr-defined,assignment]
+    fleet_module.apply_async = timed("apply", fleet_module.apply_async)  # type: ignore[attr-defined,assignment]
 
     fleet = Fleet(args.dir, os.path.join(args.state, "registry.json"), os.path.join(args.state, "journal.json"),
                   policy=FleetPolicy(concurrency=args.concurrency, grace=1.0))
@@ -181,17 +181,17 @@ async def _tower(args: argparse.Namespace) -> None:
     _say(out)
     if args.adopt:
         t = time.perf_counter()
-        results = await fleet.stop_all(grace=1.0)
+        stopped = await fleet.stop_all(grace=1.0)
         out2: dict[str, Any] = {"phase": "stopped", "stop_all_s": time.perf_counter() - t,
-                                "stop_errors": [str(r) for r in results if r is not None][:5]}
+                                "stop_errors": [str(r) for r in stopped if r is not None][:5]}
         await fleet.close()
         _say(out2)
         return
     # The first Tower follows on until the driver kills it with -9.
     while not stop.is_set():
-        item = await fleet.next(timeout=0.5)
-        if item is not None:
-            fleet.ack(item)
+        taken = await fleet.next(timeout=0.5)
+        if taken is not None:
+            fleet.ack(taken)
 
 
 # --------------------------------------------------------------------------------------------- the driver
@@ -218,23 +218,59 @@ def _read_json(proc: subprocess.Popen[str], timeout: float, what: str) -> dict[s
     return value
 
 
-def _cleanup(run_dir: Path, procs: list[subprocess.Popen[str]]) -> None:
-    """End the Towers, every session of the run (through shellper's own stop) and their cgroups."""
+def _ours(run_dir: Path) -> list[int]:
+    """Processes of this run: every shellper (and child) the Towers started names the run's directory."""
+    mark = str(run_dir).encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                if mark in Path(f"/proc/{entry}/cmdline").read_bytes():
+                    found.append(int(entry))
+    return found
+
+
+def _cleanup(run_dir: Path, procs: list[subprocess.Popen[str]]) -> list[str]:
+    """End the Towers, every session of the run (through shellper's own stop, which checks each is the
+    session's before signalling it) and the cgroups of the run's directory. What is left, said."""
     for proc in procs:
         if proc.poll() is None:
             proc.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(10)
-    if run_dir.exists():
-        left = [p.stem for p in run_dir.glob("*.json") if not p.name.startswith(".")]
-        if left:
+    deadline = time.monotonic() + 120
+    while run_dir.exists() and time.monotonic() < deadline:  # a launch cut short by the kill may finish later
+        if any(p.suffix == ".json" and not p.name.startswith(".") for p in run_dir.iterdir()):
             subprocess.run([*shellper_cli(), "stop", "--all", "--dir", str(run_dir), "--grace", "1"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300, check=False)
+        settle = time.monotonic() + 2
+        while _ours(run_dir) and time.monotonic() < settle:
+            time.sleep(0.05)  # polling other processes' exits: nothing to wait on
+        if not _ours(run_dir) and not any(p.suffix == ".json" for p in run_dir.iterdir()):
+            break
+    left = [f"pid {pid}" for pid in _ours(run_dir)]
     shutil.rmtree(run_dir.parent, ignore_errors=True)
-    with contextlib.suppress(Exception):  # no cgroup support here: nothing was made
-        from tower_client.apply import remove_leaked_cgroups
+    left += _remove_cgroups(run_dir)
+    return left
 
-        remove_leaked_cgroups()
+
+def _remove_cgroups(run_dir: Path) -> list[str]:
+    """Session cgroups of this run's directory (now removed) that are left: removed if empty."""
+    try:
+        from shellper.core.owner import default_owner
+        from shellper.host.cgroup import SessionCgroup, default_parent, find_leaked_leaves, find_mount
+    except ImportError:
+        return []
+    parent, mount = default_parent(), find_mount()
+    if parent is None or mount is None:
+        return []
+    left = []
+    for leaf in find_leaked_leaves(parent, default_owner()):
+        if leaf.directory != str(run_dir):
+            continue  # another run's or another tool's: not ours to remove
+        if leaf.populated or not SessionCgroup(leaf.path, mount).remove():
+            left.append(f"cgroup {leaf.path}")
+    return left
 
 
 def _spread(values: list[float]) -> float:
@@ -277,7 +313,9 @@ def run(sessions: int, rate: float, window: float, repeats: int, root: Path, con
         raise
     finally:
         log.close()
-        _cleanup(run_dir, procs)
+        left = _cleanup(run_dir, procs)
+        if left:
+            print(f"bench.scale: left after cleanup: {', '.join(left[:10])}", file=sys.stderr)
 
 
 def report(figures: dict[str, Any], sessions: int, load: tuple[float, float]) -> tuple[str, list[str]]:
