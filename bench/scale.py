@@ -62,6 +62,10 @@ def _cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
+def _sys_cpu() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_stime
+
+
 def _say(what: dict[str, Any]) -> None:
     print(json.dumps(what), flush=True)
 
@@ -132,6 +136,8 @@ async def _tower(args: argparse.Namespace) -> None:
     measuring = False
     window_end = 0.0
     spy: subprocess.Popen[bytes] | None = None
+    window_cpu = window_sys = 0.0
+    commits = 0
     warm_deadline = time.monotonic() + 60
     async for item in fleet:  # as examples/tower.py takes them; the children keep the stream flowing
         now = time.monotonic()
@@ -148,6 +154,7 @@ async def _tower(args: argparse.Namespace) -> None:
                                             "-r", "250", "-f", "raw", "-o", f"{args.dir}/../spy.txt"],
                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 count, slice_start, slice_cpu = 0, now, _cpu()
+                window_cpu, window_sys, commits = slice_cpu, _sys_cpu(), fleet.journal.commits
             continue
         if now - slice_start >= 1.0:
             cpu = _cpu()
@@ -156,6 +163,9 @@ async def _tower(args: argparse.Namespace) -> None:
             items_total += count
             count, slice_start, slice_cpu = 0, now, cpu
     out["cpu_per_item_us"] = slices
+    if measuring:  # what the kernel's share was, and how often the journal was committed
+        out["sys_share"] = (_sys_cpu() - window_sys) / max(_cpu() - window_cpu, 1e-9)
+        out["journal_commits_per_s"] = (fleet.journal.commits - commits) / args.window
     if spy is not None:
         spy.wait()
         with contextlib.suppress(OSError):
@@ -328,7 +338,9 @@ def report(figures: dict[str, Any], sessions: int, load: tuple[float, float]) ->
              f"per session; each launch median {la['start_each_median_ms']:.1f} ms, "
              f"p90 {la['start_each_p90_ms']:.1f} ms",
              f"  items delivered: {la['items_per_s']:.0f}/s (first Tower), "
-             f"{ad['items_per_s']:.0f}/s (adopting Tower)"]
+             f"{ad['items_per_s']:.0f}/s (adopting Tower); journal commits {la.get('journal_commits_per_s', 0):.0f}/s "
+             f"and {ad.get('journal_commits_per_s', 0):.0f}/s; the kernel's share of the Tower's CPU "
+             f"{la.get('sys_share', 0):.0%} and {ad.get('sys_share', 0):.0%}"]
 
     def judge(what: str, samples: list[float], limit: float, unit: str) -> None:
         value, noise = median(samples), _spread(samples)
