@@ -126,6 +126,7 @@ bench: compile
 	command -v dtach >/dev/null || (apt-get update -qq && apt-get install -y -qq dtach) || echo "dtach unavailable: its column will be empty"
 	$(BIN)/python -m bench.run
 	$(BIN)/python -m bench.launcher --check  # exits 1 when a launch or PSS figure misses issue 29's target beyond noise
+	$(BIN)/python -m bench.scale --check  # 200 sessions on a Fleet, Tower kill -9d and adopted: issue 30's targets
 
 # The long versions of the fault, hostile-input and soak tests (RELIABILITY.md). SOAK_SECONDS sets the
 # soak's length (default 600; CI: SOAK_SECONDS=120); SOAK_REPORT=file.json keeps its figures.

@@ -102,6 +102,11 @@ class MergedStream:
 
     async def next(self, timeout: float | None = None) -> FleetItem | None:
         """The next item, or None after ``timeout`` seconds with none; FleetClosed once the Fleet is closed."""
+        if not self._queue.empty() or timeout is None:  # one waiting already: no timer to set up and cancel
+            try:
+                return await self.__anext__()
+            except StopAsyncIteration:
+                raise FleetClosed(None, "this Fleet is closed: its stream has ended") from None
         try:
             async with asyncio.timeout(timeout):
                 return await self.__anext__()
