@@ -110,7 +110,7 @@ def per_host_main(argv: list[str], line: Scan, groups: dict[str | None, list[str
             continue
         part = only(names)
         try:
-            check_version(host)
+            check_version(host, say=_say)
             command = ssh_argv(host, remote_shellper(remote_argv(part, scan(part), host)), batch=False)
         except SshError as exc:
             print(f"shellper: {exc}", file=sys.stderr)
@@ -128,6 +128,11 @@ def per_host_main(argv: list[str], line: Scan, groups: dict[str | None, list[str
     for proc in running:
         failed |= proc.wait() != 0
     return 1 if failed else 0
+
+
+def _say(message: str) -> None:
+    """A line for the person waiting (installing shellper on a host takes a few seconds)."""
+    print(f"shellper: {message}", file=sys.stderr, flush=True)
 
 
 def remote_argv(argv: list[str], line: Scan, host: str) -> list[str]:
@@ -181,7 +186,7 @@ def remote_main(argv: list[str], line: Scan, host: str) -> int:
     if line.command == "run" and line.exact:
         args = with_attach_host(args, host)
     try:
-        check_version(host)  # starts the host's shared connection, if need be
+        check_version(host, say=_say)  # starts the host's shared connection (and installs shellper), if need be
         # a terminal there for attach, and for tail -f: closing it hangs the remote command up when ssh ends
         follows = line.command == "tail" and ("--follow" in line.options or "-f" in line.options)
         tty = (line.command == "attach" or follows) and os.isatty(0) and os.isatty(1)
