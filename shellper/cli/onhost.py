@@ -179,7 +179,8 @@ def with_attach_host(args: list[str], host: str) -> list[str]:
 
 def remote_main(argv: list[str], line: Scan, host: str) -> int:
     """Check the remote version, then become the ssh that runs the command there (its exit status is the
-    remote command's, or 255 when ssh could not connect)."""
+    remote command's, or 255 when ssh could not connect); ``attach`` and ``tail -f`` run it as a child
+    instead, which says so when the connection is lost (shellper.cli.remoteterm)."""
     from shellper.host.ssh import SshError, check_version, remote_shellper, ssh_argv
 
     args = remote_argv(argv, line, host)
@@ -196,6 +197,10 @@ def remote_main(argv: list[str], line: Scan, host: str) -> int:
         return 1
     sys.stdout.flush()
     sys.stderr.flush()
+    if line.command == "attach" or follows:  # long-lived: a lost connection is said (shellper.cli.remoteterm)
+        from shellper.cli.remoteterm import run_watched
+
+        return run_watched(command, host, tty)
     try:
         os.execvp(command[0], command)
     except OSError as exc:
