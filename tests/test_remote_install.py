@@ -90,6 +90,22 @@ def test_concurrent_first_uses_leave_one_whole_copy(installing: SshWorld) -> Non
         assert said.stdout.strip() == f"shellper {__version__}"
 
 
+def test_a_copy_whose_python_went_is_replaced(installing: SshWorld) -> None:
+    """The host's Python upgraded away from under the copy (its venv's link to it dangles): the next use
+    installs again, in its place."""
+    with fresh_user(installing) as user:
+        assert shellper("--host", user.host, "ls").returncode == 0
+        python = user.home / INSTALLED / __version__ / "bin" / "python"
+        python.unlink()
+        python.symlink_to("/nonexistent/python3.11")
+        ssh.stop_master(user.host)  # a new connection asks again
+        done = shellper("--host", user.host, "ls", "--json")
+        assert done.returncode == 0 and json.loads(done.stdout) == [], done.stderr
+        assert f"installing shellper {__version__}" in done.stderr
+        assert python.resolve().exists()
+        assert [p.name for p in (user.home / INSTALLED).iterdir()] == [__version__]
+
+
 def _files_of_version(version: str) -> bytes:
     """This installation's files, saying they are ``version``: another release, for the test."""
     out = io.BytesIO()

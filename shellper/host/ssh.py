@@ -81,7 +81,7 @@ class RemoteNotInstalled(SshError):
     """The remote shell found no ``shellper`` command."""
 
 
-class InstallFailed(SshError):
+class InstallFailed(RemoteNotInstalled):
     """shellper could not be installed on the host (it has no usable Python, or the copy failed)."""
 
 
@@ -271,9 +271,12 @@ def check_version(host: str, timeout: float = CONNECT_TIMEOUT, say: Callable[[st
         done = run_remote(host, remote_shellper(["--version"]), timeout=timeout, ensure=False)
         text = done.stdout.decode(errors="replace").strip()
     if done.returncode == SHELL_NOT_FOUND or (done.returncode != 0 and not text):
-        raise RemoteNotInstalled(host, f"no shellper there ({_last_line(done.stderr) or f'exit {done.returncode}'}): "
-                                 f"{install_hint(__version__)} on it, or point ${REMOTE_ENV} at one (unset, shellper "
-                                 "installs itself there)")
+        why = _last_line(done.stderr) or f"exit {done.returncode}"
+        if not os.environ.get(REMOTE_ENV):  # installed just now, and still does not run
+            raise InstallFailed(host, f"the shellper installed in {_remote_command()} does not run ({why}): remove "
+                                f"it to install it again, or point ${REMOTE_ENV} at one")
+        raise RemoteNotInstalled(host, f"no shellper there ({why}): {install_hint(__version__)} on it, or point "
+                                 f"${REMOTE_ENV} at one (unset, shellper installs itself there)")
     words = text.split()
     remote = words[1] if len(words) >= 2 and words[0] == "shellper" else text
     if remote != __version__:
