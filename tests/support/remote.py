@@ -82,6 +82,7 @@ class FreshUser:
 
 
 _serial = itertools.count()
+USERADD_NAME_IN_USE = 9
 
 
 @contextlib.contextmanager
@@ -94,8 +95,11 @@ def fresh_user(world: SshWorld, prefix: str = FRESH_USER) -> Iterator[FreshUser]
     name = f"{prefix}{os.getpid() % 100000}x{next(_serial)}"
     home = Path(tempfile.mkdtemp(prefix=f"{name}-home-", dir="/tmp"))
     # -p '*': no password, but not a locked account, which sshd without PAM refuses even for a key
-    subprocess.run(["useradd", "-p", "*", "-M", "-d", str(home), "-s", "/bin/sh", name], check=True,
-                   capture_output=True, timeout=60)
+    add = ["useradd", "-p", "*", "-M", "-d", str(home), "-s", "/bin/sh", name]
+    if subprocess.run(add, capture_output=True, timeout=60).returncode == USERADD_NAME_IN_USE:
+        # a killed run's, whose worker had this pid (a live run's workers have other pids): ours to remove
+        subprocess.run(["userdel", "-f", name], capture_output=True, timeout=60)
+        subprocess.run(add, check=True, capture_output=True, timeout=60)
     uid = int(subprocess.run(["id", "-u", name], check=True, capture_output=True, text=True).stdout)
     user = FreshUser(name, uid, home)
     try:
