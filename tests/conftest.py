@@ -41,9 +41,12 @@ sys.dont_write_bytecode = False
 pytest_plugins = ["support.sessions", "support.legacy", "support.remote"]
 """The shared fixtures: sessions, other, runtime_dir, cli_runtime_dir; legacy_env; the ssh world and remote."""
 
-# Launches are cold, as by default; tests/test_launcher.py and the tests that ask for SHELLPER_LAUNCHER=on run
-# warm. Each runtime directory's launcher ends with its test (support.launchers), and the leak guard fails a test
-# that leaves one.
+# Launches are cold here unless the run's environment says SHELLPER_LAUNCHER (the product's default is warm): a
+# launcher per test directory, which a test's one or two launches never use, cost the suite a quarter more time
+# (bench/NOTES.md). tests/test_launcher.py and the tests that take the ``launches`` fixture (support.launchers) run
+# warm too, with their directory's launcher started ahead. Each runtime directory's launcher ends with its test, and
+# the leak guard fails a test that leaves one, or its cgroup.
+os.environ.setdefault("SHELLPER_LAUNCHER", "off")
 
 
 @pytest.hookimpl(wrapper=True)

@@ -47,9 +47,9 @@ class LauncherError(ShellperError):
 
 
 def enabled() -> bool:
-    """Whether launches go through the warm launcher: only with ``SHELLPER_LAUNCHER=on`` (docs/DESIGN.md, "The
-    warm launcher": opt-in until the test suite runs warm)."""
-    return os.environ.get(LAUNCHER_ENV, "").lower() in ("on", "1", "yes", "true")
+    """Whether launches go through the warm launcher: unless ``SHELLPER_LAUNCHER=off`` (docs/DESIGN.md, "The warm
+    launcher")."""
+    return os.environ.get(LAUNCHER_ENV, "").lower() not in ("off", "0", "no", "false")
 
 
 def package_stamp() -> str:
