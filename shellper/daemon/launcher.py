@@ -207,13 +207,7 @@ class Launcher:
             if refusal is not None:
                 warmstart.send_message(conn, {"cold": refusal})
                 return None
-            child, refusal = _fork_session(message, fds[0], conn.fileno(), self._own_fds(), self.cgroup)
-            if refusal is not None:
-                warmstart.log_line(self.directory, f"cold start: {refusal}")
-                warmstart.send_message(conn, {"cold": refusal})
-                with contextlib.suppress(ChildProcessError):
-                    os.waitpid(child, 0)
-                return None
+            child = _fork_session(message, fds[0], conn.fileno(), self._own_fds(), self.cgroup)
         finally:
             for fd in fds:
                 os.close(fd)
@@ -280,38 +274,23 @@ def _refusal(pid: int, message: dict[str, object], origin: bytes) -> str | None:
 
 
 def _fork_session(message: dict[str, object], ready_fd: int, conn_fd: int, own: tuple[int, ...],
-                  group: LauncherCgroup) -> tuple[int, str | None]:
-    """Fork the intermediate that becomes the session (see the module docstring): its pid, and why the caller
-    must start cold after all (it could not go back to the caller's cgroup: it then exits at once)."""
+                  group: LauncherCgroup) -> int:
+    """Fork the intermediate that becomes the session (see the module docstring); its pid. It stays in the
+    launcher's cgroup: a contained session makes its own leaf from there, an uncontained one goes back to the
+    caller's (shellper.host.cgroup.LAUNCHER_ORIGIN), so only those pay a cgroup move on the launch path."""
     from shellper.core.config import SessionConfig
 
     config = SessionConfig.from_json(str(message["config"]))  # a bad one: refused before any fork
-    joined_r, joined_w = os.pipe2(os.O_CLOEXEC) if group.leaf is not None else (-1, -1)
     pid = os.fork()
     if pid:
-        if joined_r < 0:
-            return pid, None
-        os.close(joined_w)
-        try:
-            said = os.read(joined_r, 512)
-        finally:
-            os.close(joined_r)
-        return pid, None if said == b"ok" else (said.decode(errors="replace") or "the forked session died")
+        return pid
     code = 1  # pragma: no cover - the forked intermediate; it never returns
     try:
         for sig, handler in _BEFORE.items():
             signal.signal(sig, handler)
         for fd in (*own, conn_fd):
             os.close(fd)
-        if joined_w >= 0:
-            os.close(joined_r)
-            try:
-                group.join_origin()
-            except OSError as exc:
-                os.write(joined_w, f"cannot go back to the caller's cgroup {group.origin}: {exc.strerror}".encode())
-                os._exit(1)
-            os.write(joined_w, b"ok")
-            os.close(joined_w)
+        group.origin_for_the_session()
         _take_caller_state(message, ready_fd)
         from shellper.daemon.main import detached_daemon
 

@@ -2,8 +2,9 @@
 nor keeps alive the cgroup of the caller that started it (docs/DESIGN.md, "The warm launcher").
 
 The launcher records where it was started (its *origin*: the caller's cgroup), moves into
-``PARENT/launcher.<dir key>``, and each session it forks moves back into the origin before it becomes the
-daemon: the session's cgroup is then a cold start's, the caller's, whatever containment it asks for. At its
+``PARENT/launcher.<dir key>``, and a session it forks that runs uncontained moves back into the origin before it
+forks its child (a contained one makes its own leaf from the launcher's and moves into it once it reported ready,
+as a cold one does from its caller's): the session's cgroups are then a cold start's. At its
 exit the launcher leaves its leaf and removes it. Where no writable parent is found (no cgroup v2 hierarchy,
 a systemd manager without ``$SHELLPER_CGROUP_PARENT``, the parent inside a session's cgroup) it stays where
 it was started, as a cold start's intermediate would.
@@ -15,6 +16,7 @@ import contextlib
 import os
 
 from shellper.host.cgroup import (
+    LAUNCHER_ORIGIN,
     PARENT_ENV,
     default_parent,
     dir_key,
@@ -75,11 +77,12 @@ class LauncherCgroup:
             return cls(origin, None, f"cannot move into {leaf}: {exc.strerror}")
         return cls(origin, leaf)
 
-    def join_origin(self) -> None:
-        """In a session the launcher forked, before it becomes the daemon: back to where its caller is.
-        OSError if it cannot (the launcher then tells its caller to start cold)."""
+    def origin_for_the_session(self) -> None:
+        """In a session the launcher forked: where it goes if it runs uncontained (its caller's cgroup), read by
+        the daemon (shellper.host.cgroup.back_to_launcher_origin); nothing where the launcher stayed there."""
+        LAUNCHER_ORIGIN.clear()
         if self.leaf is not None and self.origin is not None:
-            _write_procs(self.origin)
+            LAUNCHER_ORIGIN.append(self.origin)
 
     def leave(self) -> None:
         """At the launcher's exit: out of its leaf (to the leaf's parent, else the hierarchy's root, else its
