@@ -14,7 +14,8 @@ launcher also exits, to be replaced. It exits, removing its socket, after IDLE_E
 request (its one timer: idle, it sleeps in poll), when its socket or directory is removed or replaced
 (inotify), on SIGTERM (SIGINT, SIGHUP), and on SIGKILL like any process (a socket left behind is replaced by the
 next one). It is contained on its own: a leaf of its own under the shellper cgroup parent, not its caller's
-cgroup (shellper.host.launchercgroup), and each session it forks goes back to the caller's cgroup first. On
+cgroup (shellper.host.launchercgroup); a session it forks is placed as a cold one is (a contained one makes its
+own leaf, an uncontained one goes back to the caller's cgroup). On
 exit it removes every file it made (socket, log, lock) and its leaf; once someone else removed any of its
 files or the directory, it touches nothing there.
 """
