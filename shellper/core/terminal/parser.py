@@ -56,6 +56,7 @@ read by one of them does not pay for compiling them at start-up.
 from __future__ import annotations
 
 import enum
+import functools
 import re
 
 from shellper.core.structs import record
@@ -511,11 +512,15 @@ def c1_free(data: bytes) -> bool:
         data.decode("utf-8")
     except UnicodeDecodeError:
         return False
-    return b"\xc2" not in data or _C1_UTF8.search(data) is None
+    return b"\xc2" not in data or _c1_utf8().search(data) is None
 
 
-_C1_UTF8 = re.compile(b"\xc2[\x80-\x9f]")
-"""A C1 control in valid UTF-8 (where a byte 0x80-0x9F after any other lead byte continues a character)."""
+@functools.lru_cache(maxsize=1)
+def _c1_utf8() -> re.Pattern[bytes]:
+    """A C1 control in valid UTF-8 (where a byte 0x80-0x9F after any other lead byte continues a character).
+    This and :func:`_c1_anywhere` are compiled on first use: the parser is imported on a session's first
+    attach, and ASCII output needs neither."""
+    return re.compile(b"\xc2[\x80-\x9f]")
 
 
 def _last_esc(data: bytes, end: int) -> int:
@@ -542,7 +547,7 @@ def _text_searches(text: str, pos: int) -> list[re.Pattern[str]]:
     """The searches for ``text`` from ``pos`` on: without the C1 controls' classes where it holds none (they
     read it alike, and compile in less than half the time: the screen model's first feed, on a session's
     first attach, compiles them)."""
-    if _C1_ANYWHERE.search(text, pos) is None:
+    if _c1_anywhere().search(text, pos) is None:
         return _TEXT_SEARCHES_7 or _searches(_TEXT_SEARCHES_7, _tables.FORMS_7, str)
     return _TEXT_SEARCHES or _searches(_TEXT_SEARCHES, _FORMS, str)
 
@@ -556,11 +561,13 @@ def _last_introducer(text: str, end: int) -> int:
     """The last ESC or C1 introducer before ``end``, or -1: the last ESC, unless a C1 control follows it
     (searched for only after that ESC, usually a few characters, rather than an ``rfind`` per introducer)."""
     esc = text.rfind("\x1b", 0, end)
-    if text.isascii() or _C1_ANYWHERE.search(text, esc + 1, end) is None:
+    if text.isascii() or _c1_anywhere().search(text, esc + 1, end) is None:
         return esc
     return max(text.rfind(char, esc + 1, end) for char in _INTRODUCER_CHARS)
 
 
 _INTRODUCER_CHARS: str = _tables.INTRODUCER_CHARS
-_C1_ANYWHERE = re.compile("[\x80-\x9f\udc80-\udc9f]")
-"""A C1 control in either form (decoded, or an undecodable byte 0x80-0x9F)."""
+@functools.lru_cache(maxsize=1)
+def _c1_anywhere() -> re.Pattern[str]:
+    """A C1 control in either form (decoded, or an undecodable byte 0x80-0x9F)."""
+    return re.compile("[\x80-\x9f\udc80-\udc9f]")
