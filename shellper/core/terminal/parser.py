@@ -439,6 +439,14 @@ def end_of(text: str, pos: int = 0) -> int | None:
     return _end_in(text, pos, _TEXT_SEARCHES or _searches(_TEXT_SEARCHES, _FORMS, str))
 
 
+def token_end(text: str, pos: int = 0) -> int:
+    """Where the token that begins at ``text[pos]`` ends in ``text`` as it stands: one the end cuts short
+    ends there (:func:`end_of` says None), for a reader that has held such an end back already."""
+    m = (_TEXT_SEARCHES or _searches(_TEXT_SEARCHES, _FORMS, str))[0].match(text, pos)
+    assert m is not None  # every character starts a token
+    return m.end()
+
+
 def end_of_bytes(data: bytes, pos: int = 0) -> int | None:
     """:func:`end_of` for bytes that hold no C1 control (:func:`c1_free`), without decoding them: an index
     into ``data``. The answer is the text's only for such bytes; a caller checks the token's bytes."""

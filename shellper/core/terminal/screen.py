@@ -47,7 +47,7 @@ FAST_FORWARD_MIN = 32 * 1024
 _TOKEN = re.compile(
     # The grammar is shellper.core.terminal.parser's; the commonest well-formed sequences come first, as groups a
     # branch in run tells apart at once, and everything else (8-bit C1 forms, C0 controls inside a
-    # sequence, aborted ones) begins at an ESC or a C1 control: its end is the grammar's (vtparse.end_of),
+    # sequence, aborted ones) begins at an ESC or a C1 control: its end is the grammar's (vtparse.token_end),
     # and it is classified by vtparse.parse. Both end a sequence in the same place. The grammar's own
     # pattern is not part of this one: it took 2 ms of the 2.5 this one's compiling costs on a session's
     # first attach, and output that needs it is rare.
@@ -119,7 +119,7 @@ class Screen(ScreenWriter):
                 commands.osc(self, m.group(5))
             elif m.group(10) is not None:
                 start = m.start()
-                end = vtparse.end_of(text, start) or len(text)  # an end cut short is held back by feed
+                end = vtparse.token_end(text, start)
                 commands.sequence(self, text[start:end])
                 return end
         return len(text)
