@@ -93,7 +93,8 @@ NEVER = {"typing", "dataclasses", "pathlib", "argparse", "gettext", "shutil", "s
 ``typing`` and ``dataclasses`` at run time, and the rest is wanted only by other commands, by a failure (traceback)
 or on first use (unicodedata: the screen emulator)."""
 
-SCREEN = {"shellper.core.terminal.screen", "shellper.core.terminal.parser", "shellper.core.terminal.commands",
+SCREEN = {"shellper.core.terminal.screen", "shellper.core.terminal.parser", "shellper.core.terminal._tables",
+          "shellper.core.terminal.commands",
           "shellper.core.terminal.grid", "shellper.core.terminal.pen", "shellper.core.terminal.writer",
           "shellper.core.terminal.flood"}
 """Loaded by the daemon (with unicodedata) when somebody first looks at the screen (a SCREEN request, an

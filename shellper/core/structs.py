@@ -43,6 +43,10 @@ class FrozenInstanceError(AttributeError):
     """Assignment to, or deletion of, a field of a frozen record."""
 
 
+_NO_METADATA: Mapping[str, Any] = type(type.__dict__)({})  # types.MappingProxyType, without importing types
+"""The metadata of every field given none: one read-only empty mapping (as in dataclasses), not a dict each."""
+
+
 class Field:
     """One field of a record: its name and how ``__init__``, ``__eq__`` and ``__repr__`` treat it."""
 
@@ -56,7 +60,7 @@ class Field:
         self.init = init
         self.repr = repr
         self.compare = compare
-        self.metadata: Mapping[str, Any] = metadata if metadata is not None else {}
+        self.metadata: Mapping[str, Any] = metadata if metadata is not None else _NO_METADATA
 
     def __repr__(self) -> str:
         return f"Field(name={self.name!r}, default={self.default!r}, init={self.init})"
@@ -156,22 +160,17 @@ def _collect(cls: type) -> tuple[Field, ...]:
 def _init_source(cls: type, flds: tuple[Field, ...], frozen: bool, namespace: dict[str, Any]) -> str:
     params: list[str] = []
     body: list[str] = []
-    seen_default = False
     for f in flds:
         value = f.name
         if f.init:
             if f.default is not MISSING:
                 namespace[f"_d_{f.name}"] = f.default
                 params.append(f"{f.name}=_d_{f.name}")
-                seen_default = True
             elif f.default_factory is not MISSING:
                 namespace[f"_f_{f.name}"] = f.default_factory
                 params.append(f"{f.name}=_MISSING")
                 value = f"_f_{f.name}() if {f.name} is _MISSING else {f.name}"
-                seen_default = True
-            elif seen_default:
-                raise TypeError(f"{cls.__qualname__}: non-default field {f.name!r} follows a default")
-            else:
+            else:  # the order is checked when the class is defined (_check_order)
                 params.append(f.name)
         elif f.default is not MISSING:
             namespace[f"_d_{f.name}"] = f.default
@@ -220,24 +219,40 @@ def _deferred_init(cls: type, flds: tuple[Field, ...], frozen: bool) -> Callable
 
     Compiling is what building a record costs (~0.1 ms a class); most classes of a module, the frame
     types of :mod:`shellper.protocol.wire` above all, are never instantiated by a given process (an attach, a
-    CLI command, a shellper no client has spoken to). The source is generated here, so a bad field
-    order is still reported when the class is defined.
+    CLI command, a shellper no client has spoken to). Its source is generated then too (kept from the
+    start, the sources and their namespaces were some 25 KiB of every idle shellper); the field order is
+    checked here, so a bad one is still reported when the class is defined.
     """
-    namespace: dict[str, Any] = {"_MISSING": MISSING, "_set": object.__setattr__}
-    source = _init_source(cls, flds, frozen, namespace)
+    _check_order(cls, flds)
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         if cls.__dict__.get("__init__") is __init__:  # not yet replaced (by this call or another)
-            exec(source, namespace)
-            init = namespace["__init__"]
-            init.__qualname__ = f"{cls.__qualname__}.__init__"
-            cls.__init__ = init  # type: ignore[misc]
+            _compile_init(cls, flds, frozen)
         cls.__dict__["__init__"](self, *args, **kwargs)
 
     __init__.__qualname__ = f"{cls.__qualname__}.__init__"
-    __init__.__record_source__ = source  # type: ignore[attr-defined]  # for signed()
-    __init__.__record_namespace__ = namespace  # type: ignore[attr-defined]
+    __init__.__record_spec__ = (flds, frozen)  # type: ignore[attr-defined]  # for signed()
     return __init__
+
+
+def _check_order(cls: type, flds: tuple[Field, ...]) -> None:
+    seen_default = False
+    for f in flds:
+        if not f.init:
+            continue
+        if f.default is not MISSING or f.default_factory is not MISSING:
+            seen_default = True
+        elif seen_default:
+            raise TypeError(f"{cls.__qualname__}: non-default field {f.name!r} follows a default")
+
+
+def _compile_init(cls: type, flds: tuple[Field, ...], frozen: bool) -> None:
+    """Generate, compile and install the record's own ``__init__``."""
+    namespace: dict[str, Any] = {"_MISSING": MISSING, "_set": object.__setattr__}
+    exec(_init_source(cls, flds, frozen, namespace), namespace)
+    init = namespace["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    cls.__init__ = init  # type: ignore[misc]
 
 
 def _build(cls: type, frozen: bool, eq: bool, repr: bool, slots: bool) -> type:
@@ -278,14 +293,9 @@ def signed(cls: type[_T]) -> type[_T]:
     """Compile a record's ``__init__`` now, not on its first call, so that ``inspect.signature`` and
     ``help()`` show its fields (the deferred one takes ``*args, **kwargs``): for the records a library user
     builds by hand (SessionConfig, RestartPolicy), which every process that imports them builds anyway."""
-    init = cls.__dict__.get("__init__")
-    source = getattr(init, "__record_source__", None)
-    if source is not None:
-        namespace = getattr(init, "__record_namespace__")  # noqa: B009 - set by _deferred_init, untyped
-        exec(source, namespace)
-        compiled = namespace["__init__"]
-        compiled.__qualname__ = f"{cls.__qualname__}.__init__"
-        cls.__init__ = compiled  # type: ignore[method-assign]
+    spec = getattr(cls.__dict__.get("__init__"), "__record_spec__", None)
+    if spec is not None:
+        _compile_init(cls, *spec)
     return cls
 
 

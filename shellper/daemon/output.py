@@ -12,6 +12,7 @@ terminal) is far behind (shellper.daemon.pacing). The session's own notices go i
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
 import time
 
@@ -67,8 +68,9 @@ class Output:
         """Whether :meth:`notice` writes anything (off for legacy-main: shellper.daemon.legacymain)."""
         self.stderr_tail = bytearray()
         """The end of what the child wrote to a stderr of its own: evidence for classifying its exit."""
-        read_buffer = bytearray(READ_CHUNK)  # see READ_CHUNK
-        self._read_view = memoryview(read_buffer)
+        # Anonymous pages, not a bytearray: zero-filled, its 64 KiB were resident in every session from the
+        # start, where a read touches only the pages it fills (two, but in a starved flood).
+        self._read_view = memoryview(mmap.mmap(-1, READ_CHUNK))
         self._starvation = Starvation()  # see FORWARD_BATCH
         self._clients = clients
         """The attached clients (shellper.daemon.registry keeps them): each gets every output it is ready for."""

@@ -13,7 +13,7 @@ import codecs
 import itertools
 import re
 
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from shellper.core.ring import RingBuffer, sequence_end
@@ -260,6 +260,8 @@ def _screen_state(screen: Screen) -> tuple[object, ...]:
 
 @SETTINGS
 @given(streams, cuts)
+@example(b"\x1b]\x1b\x1b", [])  # an aborted string before an ESC the feed holds back: the token ends at the ESC
+@example(b"\xc2\x98\x1b\x1b", [])  # the same, 8-bit
 def test_the_screen_model_ends_each_sequence_where_the_grammar_does(data: bytes, at: list[int]) -> None:
     # The model reads as a UTF-8 terminal does: a lone byte 0x9B is U+FFFD, not a CSI.
     seen = codecs.getincrementaldecoder("utf-8")("replace").decode(data)
