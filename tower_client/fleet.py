@@ -52,7 +52,8 @@ from tower_client.client import (
 )
 from tower_client.discover import discover_async
 from tower_client.errors import FleetClosed, FleetError, FleetNotStarted, UnknownSession
-from tower_client.fleetfollow import FLEET_CLIENT_NAME, STOP_MARGIN, Following
+from tower_client.fleetfollow import FLEET_CLIENT_NAME, STOP_MARGIN
+from tower_client.fleethosts import HOST_COLUMN, HostFollowing
 from tower_client.fleetmember import Member
 from tower_client.fleetsession import SessionHandle
 from tower_client.fleetstream import MAX_PENDING_BYTES
@@ -75,7 +76,7 @@ LAUNCH_COLUMN = "launch"
 AGENT_COLUMN = "agent"
 
 
-class Fleet(Following):
+class Fleet(HostFollowing):
     """Every session of one Tower (one owner) in one runtime directory. See the module docstring.
 
     Its parts: the merged stream and shared state (:class:`~tower_client.fleetstream.MergedStream`), following
@@ -102,6 +103,7 @@ class Fleet(Following):
         self._agent_relaunches: dict[str, int] = {}
         self._launching: set[str] = set()
         """Names being launched now: their record appears before their registry row."""
+        self._hosts_init()
 
     # ----------------------------------------------------------------------------------- life
 
@@ -121,9 +123,12 @@ class Fleet(Following):
         # A stop the previous life asked for and did not see through is finished, not undone: its session
         # is decided as if it were not registered (terminated if it runs, cleaned if it left files), never
         # respawned.
-        stops = self.journal.stops()
+        # Rows on other hosts are reconciled there, each once its host's watch has said what runs on it
+        # (tower_client.fleethosts): a host that cannot be reached now is left alone, not decided from here.
+        stops = {n: g for n, g in self.journal.stops().items() if self._row_host(n) is None}
         registry = self.registry.registry()
-        registry = Registry(tuple(r for r in registry.rows if r.name not in stops), registry.path)
+        registry = Registry(tuple(r for r in registry.rows if r.name not in stops and self._row_host(r.name) is None),
+                            registry.path)
         decisions = reconcile(registry, observed, now=time.time(), husk_max_age=self.policy.husk_max_age,
                               owner=self.owner)
         to_stop = [d for d in decisions if d.name in stops]
@@ -151,6 +156,7 @@ class Fleet(Following):
             if name not in self.registry.rows:
                 self.journal.forget(name)
         await self._save_registry()
+        self._start_hosts()
         await self._bounded([self._relaunch(name, "respawn") for name in respawn])
 
     async def _finish_stop(self, name: str, grace: float, decisions: list[ReconcileDecision], report: Report) -> None:
@@ -221,6 +227,7 @@ class Fleet(Following):
             self._watch.close()
         for task in list(self._tasks):
             task.cancel()
+        await self._close_hosts()
         for m in list(self.members.values()):
             await self._detach(m)
         self.members.clear()
@@ -261,20 +268,29 @@ class Fleet(Following):
             argv = resolved.argv
             agent = AgentCommand(agent.argv, resolved.conversation_id, agent.resume_flag, agent.mint_flag)
             self._emit(Notice(spec.name, resolved.action, resolved.reason, resolved.conversation_id))
-        config = SessionConfig(name=spec.name, argv=argv, dir=self.dir, cwd=spec.cwd or os.getcwd(),
-                               env=dict(os.environ if spec.env is None else spec.env), owner=self.owner,
-                               **spec.options.config_fields())
-        info = await asyncio.to_thread(launch, config)
+        if spec.host is not None:  # that host's own cwd and environment unless the spec names them
+            config = SessionConfig(name=spec.name, argv=argv, dir="", cwd=spec.cwd,  # type: ignore[arg-type]
+                                   env=None if spec.env is None else dict(spec.env),  # type: ignore[arg-type]
+                                   owner=self.owner, **spec.options.config_fields())
+            info, record = await self._launch_remote(spec.host, config)
+        else:
+            config = SessionConfig(name=spec.name, argv=argv, dir=self.dir, cwd=spec.cwd or os.getcwd(),
+                                   env=dict(os.environ if spec.env is None else spec.env), owner=self.owner,
+                                   **spec.options.config_fields())
+            info = await asyncio.to_thread(launch, config)
         launch_column = {k: v for k, v in json.loads(config.to_json()).items() if k not in ("name", "dir", "argv")}
         launch_column["argv"] = list(spec.argv) if agent is None else []
         columns: dict[str, Any] = {**spec.columns, LAUNCH_COLUMN: launch_column}
+        if spec.host is not None:
+            columns[HOST_COLUMN] = spec.host
         if agent is not None:
             columns[AGENT_COLUMN] = agent.to_column()
         self.registry.put(spec.name, info.instance_id, **columns)
         await self._save_registry()
-        record = await asyncio.to_thread(read_record, info.record)
+        if spec.host is None:
+            record = await asyncio.to_thread(read_record, info.record)
         self.journal.start(spec.name, info.instance_id)
-        await self._attach(record, adopted=False)
+        await self._attach(record, adopted=False, host=spec.host)
         self._emit(Notice(spec.name, "launched", "launch", f"pid {info.pid}, instance {info.instance_id}"))
         return info
 
@@ -308,9 +324,10 @@ class Fleet(Following):
         argv = column.pop("argv", [])
         config = SessionConfig.from_json(json.dumps({**column, "name": name, "dir": self.dir, "argv": argv or ["-"]}))
         options = {k: getattr(config, k) for k in column if k not in ("cwd", "env", "owner")}
-        columns = {k: v for k, v in row.items() if k not in ("name", "instance_id", LAUNCH_COLUMN, AGENT_COLUMN)}
+        columns = {k: v for k, v in row.items()
+                   if k not in ("name", "instance_id", LAUNCH_COLUMN, AGENT_COLUMN, HOST_COLUMN)}
         return await self.launch(SessionSpec(name, argv, agent, config.cwd, config.env,
-                                             SessionOptions.from_mapping(options), columns))
+                                             SessionOptions.from_mapping(options), columns, host=self._row_host(name)))
 
     # ----------------------------------------------------------------------------------- requests
 
@@ -370,8 +387,11 @@ class Fleet(Following):
             async with asyncio.timeout(grace + STOP_MARGIN):
                 await m.died.wait()
         except TimeoutError:
-            with contextlib.suppress(IdentityError):
-                await asyncio.to_thread(terminate_session, m.record, m.paths, grace=grace)
+            if m.host is not None:
+                await self._reap_remote(m)
+            else:
+                with contextlib.suppress(IdentityError):
+                    await asyncio.to_thread(terminate_session, m.record, m.paths, grace=grace)
         if m.task is not None:
             with contextlib.suppress(asyncio.CancelledError):
                 await m.task

@@ -1,0 +1,140 @@
+"""The Fleet across hosts, against the real loopback sshd fixtures: sessions on alpha, on beta and here, one
+Tower killed -9 mid-flood and started again, then beta's sshd stopped (its shared connection with it) and
+started again while its sessions keep writing. Every byte each session wrote reaches the Tower's store
+exactly once; nothing on the unreachable host is terminated or respawned."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.hosts_tower import PHASE_LINES, SESSIONS
+from support.paths import ROOT
+from support.remote import PY
+from support.sshd import SshWorld, _listening, find_sshd, ssh_world
+from support.waiting import poll_until
+
+from shellper.host import ssh
+
+TOWER = Path(__file__).parent / "support" / "hosts_tower.py"
+
+EXPECTED = b"".join(b"%07d\r\n" % i for i in range(2 * PHASE_LINES)) + b"DONE\r\n"
+
+
+class Tower:
+    """tests/support/hosts_tower.py as a process; its JSON lines collected by a thread."""
+
+    def __init__(self, root: Path, runtime: Path) -> None:
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        self.proc = subprocess.Popen([PY, str(TOWER), str(root), str(runtime)], stdout=subprocess.PIPE, env=env)
+        self.lines: list[dict[str, Any]] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(json.loads(line))
+
+    def said(self, **fields: Any) -> dict[str, Any] | None:
+        return next((x for x in self.lines if all(x.get(k) == v for k, v in fields.items())), None)
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)  # our own child, by its Popen
+        self.proc.wait(10)
+        self.reader.join(10)
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
+
+
+def _sizes(root: Path) -> dict[str, int]:
+    sinks = root / "sink"
+    return {name: (sinks / name).stat().st_size if (sinks / name).exists() else 0 for name in SESSIONS}
+
+
+def _restart_sshd(world: SshWorld, alias: str) -> None:
+    host = world.hosts[alias]
+    sshd = find_sshd()
+    assert sshd is not None
+    proc = host.proc = subprocess.Popen([sshd, "-f", str(world.base / f"sshd-{alias}.conf"), "-D", "-e"],
+                                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL)
+    poll_until(lambda: proc.poll() is not None or _listening(proc, host.port), 10, what=f"sshd {alias} again")
+    assert proc.poll() is None, f"sshd {alias} could not listen on its port again"
+
+
+@pytest.fixture
+def hosts(runtime_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SshWorld]:
+    """A world of its own (this test stops and starts an sshd: what it starts ends with it); afterwards every
+    session on either host and here is stopped."""
+    with ssh_world() as world:
+        for key, value in world.env().items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.setattr(ssh, "_checked", {})
+        try:
+            yield world
+        finally:
+            for directory in [runtime_dir, *(h.runtime for h in world.hosts.values())]:
+                for sock in directory.glob("*.sock"):
+                    subprocess.run([PY, "-m", "shellper", "--dir", str(directory), "stop", "--grace", "0.2",
+                                    sock.stem], capture_output=True, timeout=60)
+
+
+def test_a_fleet_on_two_hosts_survives_a_tower_kill_and_a_lost_host(hosts: SshWorld, tmp_path: Path,
+                                                                    runtime_dir: Path) -> None:
+    remote = hosts
+    root = tmp_path / "tower"
+    root.mkdir()
+    first = Tower(root, runtime_dir)
+    try:
+        poll_until(lambda: first.said(ready=sorted(SESSIONS)) or first.proc.poll() is not None, 30,
+                   what="the first Tower's launches")
+        assert first.said(ready=sorted(SESSIONS)), first.lines
+        poll_until(lambda: all(_sizes(root).values()), 20, what="output of every session in the store")
+    finally:
+        first.kill()
+    before = _sizes(root)
+    assert sum(before.values()) < len(SESSIONS) * len(EXPECTED)  # killed mid-flood
+    registry = json.loads((root / "registry.json").read_text())
+    placed = {row["name"]: row.get("host") for row in registry["sessions"]}
+    assert placed == SESSIONS
+    instances = {row["name"]: row["instance_id"] for row in registry["sessions"]}
+
+    second = Tower(root, runtime_dir)
+    beta = remote.hosts["beta"]
+    try:
+        poll_until(lambda: any("ready" in x for x in second.lines) or second.proc.poll() is not None, 30,
+                   what="the second Tower's start")
+        adopted = poll_until(lambda: [n for n in SESSIONS if second.said(notice="adopt", session=n)]
+                             if all(second.said(notice="adopt", session=n) for n in SESSIONS) else None,
+                             30, what=f"every session adopted, here and on both hosts: {second.lines}")
+        assert sorted(adopted) == sorted(SESSIONS)
+        # beta goes away: its sshd and the shared connection the Tower's bridges and watch ride on
+        assert beta.proc is not None
+        beta.proc.terminate()
+        beta.proc.wait(10)
+        ssh.stop_master("beta")
+        poll_until(lambda: second.said(notice="host_unreachable", reason="beta"), 30, what="beta unreachable")
+        (root / "phase2").touch()  # every flood's second half, beta's while it cannot be reached
+        poll_until(lambda: all(size == len(EXPECTED) for name, size in _sizes(root).items()
+                               if SESSIONS[name] != "beta"), 30, what="the reachable sessions' output")
+        _restart_sshd(remote, "beta")
+        poll_until(lambda: second.said(notice="host_reachable", reason="beta"), 30, what="beta reachable again")
+        poll_until(lambda: all(size == len(EXPECTED) for size in _sizes(root).values()), 30,
+                   what=f"every session's whole output (now {_sizes(root)}; {second.lines})")
+    finally:
+        second.kill()
+    for name in SESSIONS:  # exactly what each wrote: nothing lost, nothing twice, in order
+        assert (root / "sink" / name).read_bytes() == EXPECTED, name
+    assert not [x for x in second.lines if "missed" in x]
+    assert not [x for x in second.lines if x.get("notice") in ("terminate", "respawn", "relaunched", "died")], \
+        second.lines
+    after = json.loads((root / "registry.json").read_text())
+    assert {row["name"]: row["instance_id"] for row in after["sessions"]} == instances
