@@ -9,19 +9,24 @@ import json
 import os
 import signal
 import subprocess
+import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.fleet import SLEEPER
 from support.hosts_tower import PHASE_LINES, SESSIONS
 from support.paths import ROOT
 from support.remote import PY
+from support.sessions import Sessions
 from support.sshd import SshWorld, _listening, find_sshd, ssh_world
 from support.waiting import poll_until
 
 from shellper.host import ssh
+from tower_client.fleethosts import HostLink, WatchUnsupported
+from tower_client.watch import WATCH_VERSION
 
 TOWER = Path(__file__).parent / "support" / "hosts_tower.py"
 
@@ -138,3 +143,64 @@ def test_a_fleet_on_two_hosts_survives_a_tower_kill_and_a_lost_host(hosts: SshWo
         second.lines
     after = json.loads((root / "registry.json").read_text())
     assert {row["name"]: row["instance_id"] for row in after["sessions"]} == instances
+
+
+def _watch(directory: Path, *args: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([PY, "-m", "tower_client.cli", "--dir", str(directory), "watch", *args],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def _line(proc: subprocess.Popen[bytes]) -> dict[str, Any]:
+    assert proc.stdout is not None
+    line = proc.stdout.readline()  # the watch writes each line at once; a dead watch gives b"" and fails below
+    assert line, "the watch ended"
+    return dict(json.loads(line))
+
+
+def test_the_watch_says_records_and_exits_and_ends_with_its_input(sessions: Sessions) -> None:
+    """What a pidfd and inotify say locally, as the watch request says it over ssh (protocol/WATCH.md)."""
+    sessions.start("w1", SLEEPER)
+    watch = _watch(sessions.dir)
+    try:
+        header = _line(watch)
+        assert header["watch"] == WATCH_VERSION and header["dir"] == str(sessions.dir)
+        first = _line(watch)
+        assert (first["event"], first["name"], first["alive"]) == ("record", "w1", True)
+        assert _line(watch) == {"event": "synced"}
+        info = sessions.start("w2", SLEEPER)  # a session that appears: inotify's news
+        new = _line(watch)
+        assert (new["event"], new["name"], new["alive"], new["record"]["instance_id"]) == \
+            ("record", "w2", True, info.instance_id)
+        sessions.stop("w2")  # its shellper exits: the pidfd's news
+        events = [_line(watch) for _ in range(2)]
+        assert {"event": "exit", "name": "w2", "instance_id": info.instance_id, "shellper_pid": info.pid} in events
+        assert watch.stdin is not None
+        watch.stdin.close()  # the ssh channel's end: the watch ends
+        assert watch.wait(10) == 0
+    finally:
+        if watch.poll() is None:
+            watch.kill()
+        watch.wait()
+        assert watch.stdout is not None
+        watch.stdout.close()
+    sessions.stop("w1")
+
+
+def test_a_watch_of_another_version_is_refused_with_one_line(runtime_dir: Path) -> None:
+    watch = _watch(runtime_dir, "--watch-version", str(WATCH_VERSION + 1))
+    try:
+        refusal = _line(watch)
+        assert watch.wait(10) == 2
+    finally:
+        assert watch.stdin is not None and watch.stdout is not None
+        watch.stdin.close()
+        watch.stdout.close()
+    assert refusal["error"] == "unsupported_version" and refusal["watch"] == WATCH_VERSION
+    with tempfile.TemporaryFile() as err:  # what the Fleet makes of it, and of an older tower-client's usage error
+        link = HostLink("gpu1", "me", lambda host, event: None, lambda host, why: None)
+        with pytest.raises(WatchUnsupported, match="this host serves watch version"):
+            link._check_header(json.dumps(refusal).encode(), err)
+        err.write(b"tower-client: error: argument command: invalid choice: 'watch'\n")
+        with pytest.raises(WatchUnsupported, match=r"invalid choice: 'watch'.*install the same shellper version"):
+            link._check_header(b"", err)
