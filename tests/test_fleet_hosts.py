@@ -5,9 +5,11 @@ exactly once; nothing on the unreachable host is terminated or respawned."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
@@ -16,15 +18,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.fleet import SLEEPER
+from support.fleet import SLEEPER, make_fleet, wait_for
 from support.hosts_tower import PHASE_LINES, SESSIONS
 from support.paths import ROOT
+from support.processes import kill_verified
 from support.remote import PY
 from support.sessions import Sessions
 from support.sshd import SshWorld, _listening, find_sshd, ssh_world
 from support.waiting import poll_until
 
 from shellper.host import ssh
+from shellper.host.identity import ProcessIdentity
+from shellper.host.record import read_record
+from tower_client import Notice, OutputChunk, SessionSpec
 from tower_client.fleethosts import HostLink, WatchUnsupported
 from tower_client.watch import WATCH_VERSION
 
@@ -64,10 +70,28 @@ def _sizes(root: Path) -> dict[str, int]:
     return {name: (sinks / name).stat().st_size if (sinks / name).exists() else 0 for name in SESSIONS}
 
 
-def _restart_sshd(world: SshWorld, alias: str) -> None:
+def _stop_sshd(world: SshWorld, alias: str) -> socket.socket:
+    """Stop ``alias``'s sshd and hold its port (bound, not listening: connections are refused, as by a host
+    that is down) so that no other test run's sshd takes it before it is started again."""
+    host = world.hosts[alias]
+    assert host.proc is not None
+    host.proc.terminate()
+    host.proc.wait(10)
+    hold = socket.socket()
+    hold.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        hold.bind(("127.0.0.1", host.port))
+    except OSError:
+        hold.close()
+        raise
+    return hold
+
+
+def _restart_sshd(world: SshWorld, alias: str, hold: socket.socket) -> None:
     host = world.hosts[alias]
     sshd = find_sshd()
     assert sshd is not None
+    hold.close()
     proc = host.proc = subprocess.Popen([sshd, "-f", str(world.base / f"sshd-{alias}.conf"), "-D", "-e"],
                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                         stderr=subprocess.DEVNULL)
@@ -113,7 +137,7 @@ def test_a_fleet_on_two_hosts_survives_a_tower_kill_and_a_lost_host(hosts: SshWo
     instances = {row["name"]: row["instance_id"] for row in registry["sessions"]}
 
     second = Tower(root, runtime_dir)
-    beta = remote.hosts["beta"]
+    hold: socket.socket | None = None
     try:
         poll_until(lambda: any("ready" in x for x in second.lines) or second.proc.poll() is not None, 30,
                    what="the second Tower's start")
@@ -122,20 +146,20 @@ def test_a_fleet_on_two_hosts_survives_a_tower_kill_and_a_lost_host(hosts: SshWo
                              30, what=f"every session adopted, here and on both hosts: {second.lines}")
         assert sorted(adopted) == sorted(SESSIONS)
         # beta goes away: its sshd and the shared connection the Tower's bridges and watch ride on
-        assert beta.proc is not None
-        beta.proc.terminate()
-        beta.proc.wait(10)
+        hold = _stop_sshd(remote, "beta")
         ssh.stop_master("beta")
         poll_until(lambda: second.said(notice="host_unreachable", reason="beta"), 30, what="beta unreachable")
         (root / "phase2").touch()  # every flood's second half, beta's while it cannot be reached
         poll_until(lambda: all(size == len(EXPECTED) for name, size in _sizes(root).items()
                                if SESSIONS[name] != "beta"), 30, what="the reachable sessions' output")
-        _restart_sshd(remote, "beta")
+        _restart_sshd(remote, "beta", hold)
         poll_until(lambda: second.said(notice="host_reachable", reason="beta"), 30, what="beta reachable again")
         poll_until(lambda: all(size == len(EXPECTED) for size in _sizes(root).values()), 30,
                    what=f"every session's whole output (now {_sizes(root)}; {second.lines})")
     finally:
         second.kill()
+        if hold is not None:
+            hold.close()
     for name in SESSIONS:  # exactly what each wrote: nothing lost, nothing twice, in order
         assert (root / "sink" / name).read_bytes() == EXPECTED, name
     assert not [x for x in second.lines if "missed" in x]
@@ -204,3 +228,29 @@ def test_a_watch_of_another_version_is_refused_with_one_line(runtime_dir: Path) 
         err.write(b"tower-client: error: argument command: invalid choice: 'watch'\n")
         with pytest.raises(WatchUnsupported, match=r"invalid choice: 'watch'.*install the same shellper version"):
             link._check_header(b"", err)
+
+
+def test_a_host_session_dies_is_respawned_there_and_stops(remote: SshWorld, tmp_path: Path,
+                                                          runtime_dir: Path) -> None:
+    """A shellper on alpha killed -9: its host's watch says so (no pidfd here), its leftovers are reaped
+    there and it is launched there again; then fleet.stop ends it there and drops its row."""
+    alpha = remote.hosts["alpha"].runtime
+
+    async def main() -> None:
+        async with make_fleet(tmp_path, runtime_dir) as fleet:
+            info = await fleet.launch(SessionSpec("r1", SLEEPER, host="alpha"))
+            assert fleet.registry.rows["r1"]["host"] == "alpha"
+            await wait_for(fleet, lambda i: isinstance(i, OutputChunk) and b"up" in i.data)
+            record = read_record(alpha / "r1.json")
+            assert record.instance_id == info.instance_id
+            await asyncio.to_thread(kill_verified, ProcessIdentity(record.boot_id, record.shellper_pid,
+                                                                   record.shellper_start_time))
+            await wait_for(fleet, lambda i: isinstance(i, Notice) and i.what == "died")
+            await wait_for(fleet, lambda i: isinstance(i, Notice) and i.what == "relaunched", 30)
+            assert fleet.registry.rows["r1"]["instance_id"] not in (None, info.instance_id)
+            await wait_for(fleet, lambda i: isinstance(i, OutputChunk) and b"up" in i.data)
+            await fleet.stop("r1")
+            assert "r1" not in fleet.registry.rows
+            assert not (alpha / "r1.sock").exists()
+
+    asyncio.run(main())
