@@ -30,6 +30,7 @@ from support.waiting import poll_until
 from shellper.host import ssh
 from shellper.host.identity import ProcessIdentity
 from shellper.host.record import read_record
+from shellper.host.ssh import SshError
 from tower_client import Notice, OutputChunk, SessionSpec
 from tower_client.fleethosts import HostLink, WatchUnsupported
 from tower_client.watch import WATCH_VERSION
@@ -116,6 +117,7 @@ def hosts(runtime_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SshWor
                                     sock.stem], capture_output=True, timeout=60)
 
 
+@pytest.mark.ssh  # a world of its own (the hosts fixture), not the shared one conftest marks
 def test_a_fleet_on_two_hosts_survives_a_tower_kill_and_a_lost_host(hosts: SshWorld, tmp_path: Path,
                                                                     runtime_dir: Path) -> None:
     remote = hosts
@@ -227,7 +229,11 @@ def test_a_watch_of_another_version_is_refused_with_one_line(runtime_dir: Path) 
             link._check_header(json.dumps(refusal).encode(), err)
         err.write(b"tower-client: error: argument command: invalid choice: 'watch'\n")
         with pytest.raises(WatchUnsupported, match=r"invalid choice: 'watch'.*install the same shellper version"):
-            link._check_header(b"", err)
+            link._check_header(b"", err, 2)
+        err.write(b"ssh: connect to host 127.0.0.1 port 22: Connection refused\n")
+        with pytest.raises(SshError) as lost:  # ssh's own failure is worth trying again, not a refusal
+            link._check_header(b"", err, ssh.SSH_UNREACHABLE)
+        assert not isinstance(lost.value, WatchUnsupported)
 
 
 def test_a_host_session_dies_is_respawned_there_and_stops(remote: SshWorld, tmp_path: Path,

@@ -21,7 +21,6 @@ from collections.abc import Callable
 from typing import Any
 
 from shellper.client.launch import LaunchInfo
-from shellper.client.remote import last_line
 from shellper.core.config import SessionConfig
 from shellper.core.errors import ShellperError
 from shellper.host.record import RecordError, SessionRecord
@@ -42,6 +41,10 @@ WATCH_TIMEOUT = 30.0
 """Seconds a host's watch has to say ``synced`` (the snapshot of its records) once its ssh channel runs."""
 REMOTE_TIMEOUT = 30.0
 """Seconds a host has for a launch or a reap over ssh."""
+
+
+USAGE_ERROR = 2
+"""The exit status of a tower-client that does not know the command or option it was given (argparse's)."""
 
 
 class WatchUnsupported(SshError):
@@ -98,7 +101,8 @@ class HostLink:
             try:
                 async with asyncio.timeout(WATCH_TIMEOUT):
                     header = await proc.stdout.readline()
-                self._check_header(header, err)
+                    code = None if header.strip() else await proc.wait()
+                self._check_header(header, err, code)
                 self.records.clear()
                 self.alive.clear()
                 while line := await proc.stdout.readline():
@@ -109,7 +113,10 @@ class HostLink:
                 await proc.wait()
                 self.proc = None
 
-    def _check_header(self, header: bytes, err: Any) -> None:
+    def _check_header(self, header: bytes, err: Any, code: int | None = None) -> None:
+        """The first line is the header of this watch version; WatchUnsupported for a refusal or an older
+        tower-client's usage error (exit 2: retrying changes nothing), SshError for anything else (ssh's
+        own failure, 255, is worth retrying)."""
         try:
             data = json.loads(header) if header.strip() else None
         except ValueError:
@@ -118,9 +125,9 @@ class HostLink:
             return
         err.seek(0)
         words = (data or {}).get("detail") if isinstance(data, dict) else None
-        words = words or last_line(err) or header.decode(errors="replace").strip()
-        if not words and not header:
-            raise SshError(self.host, "the watch ended before its first line")
+        words = words or last_line_of(err.read()) or header.decode(errors="replace").strip()
+        if data is None and code != USAGE_ERROR:
+            raise SshError(self.host, f"the watch ended before its first line (exit {code}): {words or '-'}")
         raise WatchUnsupported(self.host, f"its tower-client does not serve the watch request (version "
                                f"{WATCH_VERSION}): {words}; install the same shellper version there")
 
@@ -210,9 +217,11 @@ class HostFollowing(Following):
                 self._host_pending.discard(host)
                 self._later(self._reconcile_host(host))
             link = self._links[host]
-            for m in mine.values():  # ended while the host could not be watched
+            for m in mine.values():  # its shellper ended while the host could not be watched
                 rec = link.records.get(m.name)
-                if rec is None or rec.instance_id != m.instance_id or m.name not in link.alive:
+                # No record is no proof of a death (a clean stop removes it, a launch may write it after the
+                # snapshot): that session's client finds out when it reconnects.
+                if rec is not None and (rec.instance_id != m.instance_id or m.name not in link.alive):
                     self._died(m)
         elif kind == "exit" and isinstance(name, str) and name in mine:
             if mine[name].instance_id == event.get("instance_id"):
