@@ -112,9 +112,10 @@ def hosts(runtime_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SshWor
             yield world
         finally:
             for directory in [runtime_dir, *(h.runtime for h in world.hosts.values())]:
-                for sock in directory.glob("*.sock"):
-                    subprocess.run([PY, "-m", "shellper", "--dir", str(directory), "stop", "--grace", "0.2",
-                                    sock.stem], capture_output=True, timeout=60)
+                names = [sock.stem for sock in directory.glob("*.sock")]
+                if names:
+                    subprocess.run([PY, "-m", "shellper", "--dir", str(directory), "stop", "--grace", "0.2", *names],
+                                   capture_output=True, timeout=60)
 
 
 @pytest.mark.ssh  # a world of its own (the hosts fixture), not the shared one conftest marks
