@@ -24,14 +24,14 @@ from support.paths import ROOT
 from support.processes import kill_verified
 from support.remote import PY
 from support.sessions import Sessions
-from support.sshd import SshWorld, _listening, find_sshd, ssh_world
+from support.sshd import DOWN, SshWorld, _listening, find_sshd, ssh_world
 from support.waiting import poll_until
 
 from shellper.host import ssh
 from shellper.host.identity import ProcessIdentity
 from shellper.host.record import read_record
 from shellper.host.ssh import SshError
-from tower_client import Notice, OutputChunk, SessionSpec
+from tower_client import FleetItem, Notice, OutputChunk, SessionSpec
 from tower_client.fleethosts import HostLink, WatchUnsupported
 from tower_client.watch import WATCH_VERSION
 
@@ -261,3 +261,26 @@ def test_a_host_session_dies_is_respawned_there_and_stops(remote: SshWorld, tmp_
             assert not (alpha / "r1.sock").exists()
 
     asyncio.run(main())
+
+
+def test_a_host_that_cannot_be_reached_at_start_is_left_alone(remote: SshWorld, tmp_path: Path,
+                                                              runtime_dir: Path) -> None:
+    """A row on a host whose port refuses connections: the Fleet says so, keeps the row and its journal
+    entry, decides nothing about it (no terminate, no respawn) and keeps trying; local rows start meanwhile."""
+    (tmp_path / "registry.json").write_text(json.dumps({"sessions": [
+        {"name": "far", "instance_id": "0123456789abcdef0123456789abcdef", "host": DOWN,
+         "launch": {"argv": SLEEPER, "cwd": None, "env": None}}]}))
+
+    async def main() -> None:
+        async with make_fleet(tmp_path, runtime_dir) as fleet:
+            seen: list[FleetItem] = []
+            down = await wait_for(fleet, lambda i: isinstance(i, Notice) and i.what == "host_unreachable", seen=seen)
+            assert isinstance(down, Notice) and down.reason == DOWN
+            await fleet.launch(SessionSpec("near", SLEEPER))  # this machine's rows do not wait for a host
+            await wait_for(fleet, lambda i: isinstance(i, OutputChunk) and i.session == "near", seen=seen)
+            await fleet.stop("near")
+            assert "far" in fleet.registry.rows and "far" not in fleet.sessions
+            assert not [i for i in seen if i.session == "far"], seen  # nothing decided, launched or declared dead
+
+    asyncio.run(main())
+    assert [row["name"] for row in json.loads((tmp_path / "registry.json").read_text())["sessions"]] == ["far"]
