@@ -250,6 +250,7 @@ class HostFollowing(Following):
                 self._later(self._retry_reconcile(host))
             return
         respawn: list[str] = []
+        adopt: list[SessionRecord] = []
         link = self._links[host]
         for d in outcome.decisions:
             name, action, reason = str(d.get("name")), d.get("action"), str(d.get("reason"))
@@ -260,14 +261,8 @@ class HostFollowing(Following):
                 record = link.records.get(name)
                 if record is None or record.instance_id != d.get("instance_id"):
                     self._emit(Notice(name, "failed", "adopt", f"host {host}: its watch has no record of it"))
-                    continue
-                try:
-                    await self._attach(record, adopted=True, host=host)
-                except SessionGone as exc:  # the host went meanwhile: adopted once its watch syncs again
-                    self._host_pending.add(host)
-                    self._emit(Notice(name, "failed", "adopt", f"{exc}; tried again once host {host} is back"))
-                except (ShellperError, OSError) as exc:
-                    self._emit(Notice(name, "failed", "adopt", str(exc)))
+                else:
+                    adopt.append(record)
             elif action == "respawn":
                 respawn.append(name)
             elif action == "terminate" and reason == "husk_expired":
@@ -280,10 +275,20 @@ class HostFollowing(Following):
                 self._emit(Notice(name, "stopped", "stop_requested", f"the stop requested before the Tower's "
                                   f"restart is done (host {host})"))
         await self._save_registry()
+        await self._bounded([self._adopt_remote(host, record) for record in adopt])  # each a bridge to start
         if host in self._host_pending and link.up:  # an adopt failed while the watch runs: ask again later
             self._later(self._retry_reconcile(host))
         for name in respawn:
             await self._relaunch(name, "respawn")
+
+    async def _adopt_remote(self, host: str, record: SessionRecord) -> None:
+        try:
+            await self._attach(record, adopted=True, host=host)
+        except SessionGone as exc:  # the host went meanwhile: adopted once its watch syncs again
+            self._host_pending.add(host)
+            self._emit(Notice(record.name, "failed", "adopt", f"{exc}; tried again once host {host} is back"))
+        except (ShellperError, OSError) as exc:
+            self._emit(Notice(record.name, "failed", "adopt", str(exc)))
 
     async def _retry_reconcile(self, host: str) -> None:
         await asyncio.sleep(HOST_BACKOFF.max_delay)  # the backoff before asking the host again
