@@ -284,3 +284,25 @@ def test_a_host_that_cannot_be_reached_at_start_is_left_alone(remote: SshWorld, 
 
     asyncio.run(main())
     assert [row["name"] for row in json.loads((tmp_path / "registry.json").read_text())["sessions"]] == ["far"]
+
+
+def test_a_stop_journalled_before_the_tower_died_is_finished_on_its_host(remote: SshWorld, tmp_path: Path,
+                                                                       runtime_dir: Path) -> None:
+    """The intent to stop a session on alpha is on disk, the Tower goes before sending STOP: the next start
+    ends it there (it is no longer registered for that host's reconcile), drops its row, never respawns it."""
+    alpha = remote.hosts["alpha"].runtime
+
+    async def main() -> None:
+        async with make_fleet(tmp_path, runtime_dir) as fleet:
+            info = await fleet.launch(SessionSpec("r2", SLEEPER, host="alpha"))
+            fleet.journal.intend_stop("r2", info.instance_id, 1.0)  # what stop() commits before its STOP
+            await fleet.sync()
+        assert (alpha / "r2.sock").exists()  # the Fleet closed: the session runs on
+        async with make_fleet(tmp_path, runtime_dir) as fleet:
+            seen: list[FleetItem] = []
+            await wait_for(fleet, lambda i: isinstance(i, Notice) and i.what == "stopped", 30, seen=seen)
+            assert [i.what for i in seen if isinstance(i, Notice)] == ["terminate", "stopped"], seen
+            assert "r2" not in fleet.registry.rows and fleet.journal.get("r2") is None
+        poll_until(lambda: not (alpha / "r2.sock").exists(), 10, what="r2 ended on alpha")
+
+    asyncio.run(main())

@@ -17,9 +17,10 @@ that point comes twice.
 Blocking work (launching a shellper, apply, mint-or-reclaim, terminations with grace periods, fsync)
 runs in threads, never on the event loop; groups of sessions start and stop with bounded concurrency.
 
-The Fleet is built in three parts, one module each: the merged stream and what every part shares
+The Fleet is built in four parts, one module each: the merged stream and what every part shares
 (:mod:`tower_client.fleetstream`), following each session (:mod:`tower_client.fleetfollow`, with
-:mod:`tower_client.fleetmember`), and here its life, launching and stopping.
+:mod:`tower_client.fleetmember`), the sessions on other hosts (:mod:`tower_client.fleethosts`: a row's
+``host``, followed through that host's watch), and here its life, launching and stopping.
 """
 
 from __future__ import annotations
