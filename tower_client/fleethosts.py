@@ -240,8 +240,12 @@ class HostFollowing(Following):
         rows = [{k: v for k, v in row.items() if k not in ("launch", "agent")} for name, row in
                 self.registry.rows.items() if self._row_host(name) == host and name not in stops]
         stopping = [n for n in stops if self._row_host(n) == host]
-        outcome = (await asyncio.to_thread(reconcile_hosts, {"sessions": rows} if rows else {"sessions": []},
-                                           hosts=[host], apply_=True, owner=self.owner, grace=self.policy.grace,
+        # A session being launched now may be there before its row: registered (any instance) so that it is
+        # not terminated as unregistered, and whatever is decided for it is not acted on.
+        launching = sorted(self._launching - {row["name"] for row in rows})
+        rows += [{"name": name, "instance_id": None, HOST_COLUMN: host} for name in launching]
+        outcome = (await asyncio.to_thread(reconcile_hosts, {"sessions": rows}, hosts=[host], apply_=True,
+                                           owner=self.owner, grace=self.policy.grace,
                                            husk_max_age=self.policy.husk_max_age))[0]
         if outcome.error is not None:
             self._host_pending.add(host)
@@ -254,6 +258,8 @@ class HostFollowing(Following):
         link = self._links[host]
         for d in outcome.decisions:
             name, action, reason = str(d.get("name")), d.get("action"), str(d.get("reason"))
+            if name in launching:
+                continue
             self._emit(Notice(name, str(action), reason, str(d.get("error") or d.get("outcome") or d.get("detail"))))
             if d.get("ok") is False or name in stopping:
                 continue
