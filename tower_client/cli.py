@@ -46,7 +46,6 @@ from tower_client.reconcile import (
     parse_registry,
     reconcile,
 )
-from tower_client.watch import WATCH_VERSION, serve_watch
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 DRY_RUN_NOTE = "dry run: nothing was done; --apply carries out terminate and clean"
@@ -102,8 +101,9 @@ def _parser() -> argparse.ArgumentParser:
     rp.add_argument("--json", action="store_true", help="JSON, for programs")
     wa = sub.add_parser("watch", help="stream the owner's sessions' records and shellper exits as JSON lines, "
                         "until stdin ends (a Fleet's watch of another host: protocol/WATCH.md)")
-    wa.add_argument("--watch-version", type=int, default=WATCH_VERSION, metavar="N",
-                    help=f"the watch version the caller speaks (this one serves {WATCH_VERSION})")
+    wa.add_argument("--watch-version", type=int, metavar="N",
+                    help="the watch version the caller speaks (default: the one this tower-client serves; another "
+                    "is refused with one line saying which)")
     sub.add_parser("launch", help="start a session from a SessionConfig's JSON on stdin and print its info and "
                    "record as one JSON line (a Fleet's launch on another host)")
     return p
@@ -310,7 +310,10 @@ def _refuse_reap(o: Observed, owner: str) -> str:
 def _watch(args: argparse.Namespace, directory: Path) -> int:
     import asyncio
 
-    return asyncio.run(serve_watch(str(directory), args.owner or default_owner(), args.watch_version))
+    from tower_client.watch import WATCH_VERSION, serve_watch  # inotify: only for this command
+
+    version = WATCH_VERSION if args.watch_version is None else args.watch_version
+    return asyncio.run(serve_watch(str(directory), args.owner or default_owner(), version))
 
 
 def _launch(args: argparse.Namespace, directory: Path) -> int:
