@@ -57,7 +57,7 @@ from tower_client.fleetfollow import FLEET_CLIENT_NAME, STOP_MARGIN
 from tower_client.fleethosts import HOST_COLUMN, HostFollowing
 from tower_client.fleetmember import Member
 from tower_client.fleetsession import SessionHandle
-from tower_client.fleetstream import MAX_PENDING_BYTES
+from tower_client.fleetstream import MAX_PENDING_BYTES, SessionStream
 from tower_client.inotify import DirWatch
 from tower_client.options import FleetPolicy, OnDeath, SessionOptions, SessionSpec
 from tower_client.progress import ProgressJournal
@@ -73,6 +73,8 @@ AGENT_RELAUNCHES = 3
 """Automatic relaunches of an agent whose conversation id was in use, per session and Fleet life."""
 IN_USE = re.compile(r"already in use", re.IGNORECASE)
 """What an agent CLI says when its conversation id is held (shellper's default fatal pattern too)."""
+ATTACH_CONCURRENCY = 32
+"""Adopted sessions a starting Fleet attaches to at once."""
 LAUNCH_COLUMN = "launch"
 AGENT_COLUMN = "agent"
 
@@ -104,6 +106,8 @@ class Fleet(HostFollowing):
         self._agent_relaunches: dict[str, int] = {}
         self._launching: set[str] = set()
         """Names being launched now: their record appears before their registry row."""
+        self._streams: dict[str, SessionStream] = {}
+        """Sessions whose items go to a stream of their own (SessionHandle.stream) instead of the merged one."""
         self._hosts_init()
 
     # ----------------------------------------------------------------------------------- life
@@ -136,21 +140,20 @@ class Fleet(HostFollowing):
         decisions = [d for d in decisions if d.name not in stops]
         report = self.report = await apply_async(decisions, grace=self.policy.grace, owner=self.owner)
         respawn: list[str] = []
+        adopt: list[SessionRecord] = []
         for outcome in report.outcomes:
             d = outcome.decision
             self._emit(Notice(d.name, str(d.action), d.reason, outcome.error or outcome.detail))
             if not outcome.ok or d.cgroup is not None:
                 continue
             if d.action is ReconcileAction.ADOPT and d.observed is not None and d.observed.record is not None:
-                try:
-                    await self._attach(d.observed.record, adopted=True)
-                except (ClientError, IdentityError, FleetError) as exc:
-                    self._emit(Notice(d.name, "failed", "adopt", str(exc)))
+                adopt.append(d.observed.record)
             elif d.action is ReconcileAction.RESPAWN:
                 respawn.append(d.name)
             elif d.action is ReconcileAction.TERMINATE and d.reason == "husk_expired":
                 self.registry.remove(d.name)
                 self.journal.forget(d.name)
+        await self._adopt_all(adopt)
         for name, grace in stops.items():
             await self._finish_stop(name, grace, [d for d in to_stop if d.name == name], report)
         for name in list(self.journal):
@@ -159,6 +162,23 @@ class Fleet(HostFollowing):
         await self._save_registry()
         self._start_hosts()
         await self._bounded([self._relaunch(name, "respawn") for name in respawn])
+
+    async def _adopt_all(self, records: list[SessionRecord]) -> None:
+        """Attach to every adopted session, ATTACH_CONCURRENCY at once: each waits on its own shellper's
+        handshake, so 200 one after another made most of a restarted Tower's start (bench/NOTES.md)."""
+        gate = asyncio.Semaphore(ATTACH_CONCURRENCY)
+
+        async def one(record: SessionRecord) -> None:
+            async with gate:
+                try:
+                    await self._attach(record, adopted=True)
+                except (ClientError, IdentityError, FleetError) as exc:
+                    self._emit(Notice(record.name, "failed", "adopt", str(exc)))
+
+        results = await asyncio.gather(*(one(r) for r in records), return_exceptions=True)
+        for result in results:  # anything else, as from one at a time, once none is left half attached
+            if isinstance(result, BaseException):
+                raise result
 
     async def _finish_stop(self, name: str, grace: float, decisions: list[ReconcileDecision], report: Report) -> None:
         """Carry out a journalled stop: end the session if it runs (waiting out a shellper still stopping,
@@ -269,11 +289,10 @@ class Fleet(HostFollowing):
             argv = resolved.argv
             agent = AgentCommand(agent.argv, resolved.conversation_id, agent.resume_flag, agent.mint_flag)
             self._emit(Notice(spec.name, resolved.action, resolved.reason, resolved.conversation_id))
-        if spec.host is not None:  # that host's own cwd and environment unless the spec names them
-            config = SessionConfig(name=spec.name, argv=argv, dir="", cwd=spec.cwd,  # type: ignore[arg-type]
-                                   env=None if spec.env is None else dict(spec.env),  # type: ignore[arg-type]
+        if spec.host is not None:  # that host's own cwd and environment unless the spec names them (null)
+            config = SessionConfig(name=spec.name, argv=argv, dir="/", cwd=spec.cwd or "/", env=dict(spec.env or {}),
                                    owner=self.owner, **spec.options.config_fields())
-            info, record = await self._launch_remote(spec.host, config)
+            info, record = await self._launch_remote(spec.host, config, spec.cwd, spec.env)
         else:
             config = SessionConfig(name=spec.name, argv=argv, dir=self.dir, cwd=spec.cwd or os.getcwd(),
                                    env=dict(os.environ if spec.env is None else spec.env), owner=self.owner,
@@ -281,6 +300,8 @@ class Fleet(HostFollowing):
             info = await asyncio.to_thread(launch, config)
         launch_column = {k: v for k, v in json.loads(config.to_json()).items() if k not in ("name", "dir", "argv")}
         launch_column["argv"] = list(spec.argv) if agent is None else []
+        if spec.host is not None:
+            launch_column.update(cwd=spec.cwd, env=None if spec.env is None else dict(spec.env))
         columns: dict[str, Any] = {**spec.columns, LAUNCH_COLUMN: launch_column}
         if spec.host is not None:
             columns[HOST_COLUMN] = spec.host
@@ -323,11 +344,14 @@ class Fleet(HostFollowing):
         column = dict(row[LAUNCH_COLUMN])
         agent = AgentCommand.from_column(row[AGENT_COLUMN]) if AGENT_COLUMN in row else None
         argv = column.pop("argv", [])
-        config = SessionConfig.from_json(json.dumps({**column, "name": name, "dir": self.dir, "argv": argv or ["-"]}))
+        # A host row's cwd and env may be null (that host's own): placeholders for the check, null for the spec.
+        cwd, env = column.get("cwd"), column.get("env")
+        config = SessionConfig.from_json(json.dumps({**column, "name": name, "dir": self.dir, "argv": argv or ["-"],
+                                                     "cwd": cwd or "/", "env": env or {}}))
         options = {k: getattr(config, k) for k in column if k not in ("cwd", "env", "owner")}
         columns = {k: v for k, v in row.items()
                    if k not in ("name", "instance_id", LAUNCH_COLUMN, AGENT_COLUMN, HOST_COLUMN)}
-        return await self.launch(SessionSpec(name, argv, agent, config.cwd, config.env,
+        return await self.launch(SessionSpec(name, argv, agent, cwd and config.cwd, None if env is None else config.env,
                                              SessionOptions.from_mapping(options), columns, host=self._row_host(name)))
 
     # ----------------------------------------------------------------------------------- requests
@@ -399,6 +423,7 @@ class Fleet(HostFollowing):
         if forget:
             self.registry.remove(name)
             self.journal.forget(name)
+            self._end_stream_of(name)
             await self._save_registry()
 
     async def stop_many(self, names: Iterable[str], grace: float | None = None) -> list[BaseException | None]:

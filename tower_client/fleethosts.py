@@ -17,7 +17,7 @@ import contextlib
 import json
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from shellper.client.launch import LaunchInfo
@@ -304,12 +304,15 @@ class HostFollowing(Following):
 
     # ----------------------------------------------------------------------------------- launch, reap
 
-    async def _launch_remote(self, host: str, config: SessionConfig) -> tuple[LaunchInfo, SessionRecord]:
+    async def _launch_remote(self, host: str, config: SessionConfig, cwd: str | None,
+                             env: Mapping[str, str] | None) -> tuple[LaunchInfo, SessionRecord]:
         """Start ``config`` on ``host`` (``tower-client launch`` there, the config on stdin: argv and env
-        never show in a command line); SshError, or ShellperError with the remote's words."""
+        never show in a command line) with ``cwd`` and ``env`` (None: that login's own); SshError, or
+        ShellperError with the remote's words."""
         self._link(host)
         data = json.loads(config.to_json())
         data.pop("dir", None)
+        data.update(cwd=cwd, env=None if env is None else dict(env))
         done = await asyncio.to_thread(self._run_tower, host, ["--owner", self.owner, "launch"],
                                        json.dumps(data).encode())
         try:
