@@ -290,9 +290,7 @@ class Fleet(HostFollowing):
             agent = AgentCommand(agent.argv, resolved.conversation_id, agent.resume_flag, agent.mint_flag)
             self._emit(Notice(spec.name, resolved.action, resolved.reason, resolved.conversation_id))
         if spec.host is not None:  # that host's own cwd and environment unless the spec names them (null)
-            config = SessionConfig(name=spec.name, argv=argv, dir="/", cwd=spec.cwd or "/", env=dict(spec.env or {}),
-                                   owner=self.owner, **spec.options.config_fields())
-            info, record = await self._launch_remote(spec.host, config, spec.cwd, spec.env)
+            config, info, record = await self._launch_remote(spec, argv)
         else:
             config = SessionConfig(name=spec.name, argv=argv, dir=self.dir, cwd=spec.cwd or os.getcwd(),
                                    env=dict(os.environ if spec.env is None else spec.env), owner=self.owner,

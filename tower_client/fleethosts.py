@@ -17,7 +17,7 @@ import contextlib
 import json
 import sys
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from shellper.client.launch import LaunchInfo
@@ -29,6 +29,7 @@ from tower_client.client import SessionGone
 from tower_client.fleetfollow import FLEET_CLIENT_NAME, Following
 from tower_client.fleetmember import FleetRemoteClient, Member
 from tower_client.hosts import HOST_UNREACHABLE, reconcile_hosts
+from tower_client.options import SessionSpec
 from tower_client.resume import Backoff
 from tower_client.stream import Notice
 from tower_client.watch import WATCH_VERSION
@@ -304,15 +305,19 @@ class HostFollowing(Following):
 
     # ----------------------------------------------------------------------------------- launch, reap
 
-    async def _launch_remote(self, host: str, config: SessionConfig, cwd: str | None,
-                             env: Mapping[str, str] | None) -> tuple[LaunchInfo, SessionRecord]:
-        """Start ``config`` on ``host`` (``tower-client launch`` there, the config on stdin: argv and env
-        never show in a command line) with ``cwd`` and ``env`` (None: that login's own); SshError, or
-        ShellperError with the remote's words."""
+    async def _launch_remote(self, spec: SessionSpec, argv: list[str]) -> tuple[SessionConfig, LaunchInfo,
+                                                                                SessionRecord]:
+        """Start ``spec`` (its command ``argv``) on its host: ``tower-client launch`` there, the config on stdin
+        (argv and env never show in a command line), with the spec's ``cwd`` and ``env`` or, when None, that
+        login's own (the config's are placeholders). SshError, or ShellperError with the remote's words."""
+        assert spec.host is not None
+        host = spec.host
+        config = SessionConfig(name=spec.name, argv=argv, dir="/", cwd=spec.cwd or "/", env=dict(spec.env or {}),
+                               owner=self.owner, **spec.options.config_fields())
         self._link(host)
         data = json.loads(config.to_json())
         data.pop("dir", None)
-        data.update(cwd=cwd, env=None if env is None else dict(env))
+        data.update(cwd=spec.cwd, env=None if spec.env is None else dict(spec.env))
         done = await asyncio.to_thread(self._run_tower, host, ["--owner", self.owner, "launch"],
                                        json.dumps(data).encode())
         try:
@@ -322,7 +327,7 @@ class HostFollowing(Following):
         except (ValueError, KeyError, TypeError, RecordError):
             why = last_line_of(done.stderr) or f"exit {done.returncode}"
             raise ShellperError(f"host {host}: launch of {config.name!r} failed: {why}") from None
-        return info, record
+        return config, info, record
 
     @staticmethod
     def _run_tower(host: str, args: list[str], data: bytes | None = None) -> Any:
