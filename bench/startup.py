@@ -91,7 +91,7 @@ def launch_once(lab: Lab, prefork: bool, records: str, secret: bool = False) -> 
     ``--env K=V``, so the daemon-to-be is a fresh interpreter instead of a fork (prefork.holds_secrets)."""
     name = lab.name("su")
     code = _ENTRY.format(patch="" if prefork else _NO_PREFORK)
-    env = {**os.environ, STANDARD_ENV: records}
+    env = {**os.environ, STANDARD_ENV: records, "SHELLPER_LAUNCHER": "off"}  # the prefork path; warm: bench.launcher
     extra = ["--env", "BENCH_TOKEN=x"] if secret else []
     t0 = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", code, "--dir", str(lab.dir), "run", "--json", name, *extra,

@@ -27,6 +27,7 @@ from support.run import (
     clean_up_run,
     default_parent_exists,
     default_parent_made,
+    launcher_cgroups,
     remove_cgroup_tree,
     restore_ignored_interrupts,
     session_cgroups,
@@ -40,9 +41,12 @@ sys.dont_write_bytecode = False
 pytest_plugins = ["support.sessions", "support.legacy", "support.remote"]
 """The shared fixtures: sessions, other, runtime_dir, cli_runtime_dir; legacy_env; the ssh world and remote."""
 
-# Launches are cold, as by default; tests/test_launcher.py and the tests that ask for SHELLPER_LAUNCHER=on run
-# warm. Each runtime directory's launcher ends with its test (support.launchers), and the leak guard fails a test
-# that leaves one.
+# Launches are cold here unless the run's environment says SHELLPER_LAUNCHER (the product's default is warm): a
+# launcher per test directory, which a test's one or two launches never use, cost the suite a quarter more time
+# (bench/NOTES.md). tests/test_launcher.py and the tests that take the ``launches`` fixture (support.launchers) run
+# warm too, with their directory's launcher started ahead. Each runtime directory's launcher ends with its test, and
+# the leak guard fails a test that leaves one, or its cgroup.
+os.environ.setdefault("SHELLPER_LAUNCHER", "off")
 
 
 @pytest.hookimpl(wrapper=True)
@@ -102,12 +106,12 @@ def _open_fds() -> set[int]:
 
 @pytest.fixture(autouse=True)
 def no_leaks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Fail a test that leaves an fd open, a child process (or zombie), a session cgroup or a warm launcher
-    (support.launchers) behind, or that made the machine's default cgroup parent (support.run.DEFAULT_PARENT:
-    seen where it was not there before the test)."""
+    """Fail a test that leaves an fd open, a child process (or zombie), a session cgroup, a warm launcher
+    (support.launchers) or a launcher's cgroup behind, or that made the machine's default cgroup parent
+    (support.run.DEFAULT_PARENT: seen where it was not there before the test)."""
     fds_before = _open_fds()
     kids_before = children(os.getpid())
-    cgroups_before = session_cgroups()
+    cgroups_before = session_cgroups() | launcher_cgroups()
     launchers_before = set(launcher_processes())
     default_parent_before = default_parent_exists()
     yield
@@ -117,7 +121,7 @@ def no_leaks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     while True:
         extra_kids = children(os.getpid()) - kids_before
         extra_fds = _open_fds() - fds_before
-        extra_cgroups = session_cgroups() - cgroups_before
+        extra_cgroups = (session_cgroups() | launcher_cgroups()) - cgroups_before
         extra_launchers = left_by_the_test(launchers_before, kept_root)
         if not extra_kids and not extra_fds and not extra_cgroups and not extra_launchers and made is None:
             return
@@ -135,7 +139,7 @@ def no_leaks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     for name in sorted(extra_cgroups):
         assert CGROUP_PARENT is not None
         remove_cgroup_tree(os.path.join(CGROUP_PARENT, name))
-        details.append(f"session cgroup left: {name}")
+        details.append(f"{'launcher' if name.startswith('launcher.') else 'session'} cgroup left: {name}")
     if extra_kids:
         details.append(f"child processes left: {sorted(extra_kids)}")
     if extra_launchers:

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from support.containment import MODES, decide, needs_cgroup, start_nested
 from support.killsoak import FORK_BOMB
+from support.launchers import forked_by_a_launcher
 from support.paths import SHELLPER_CLI
 from support.processes import alive, identity, is_dead, tree
 from support.run import CGROUP_PARENT, remove_cgroup_tree
@@ -72,8 +73,10 @@ def session_cgroups(d: Path) -> list[str]:
 
 
 @needs_cgroup
-def test_the_child_and_all_it_forks_are_in_the_session_cgroup_and_the_shellper_beside_it(sessions: Sessions) -> None:
+def test_the_child_and_all_it_forks_are_in_the_session_cgroup_and_the_shellper_beside_it(sessions: Sessions,
+                                                                                          launches: str) -> None:
     info = sessions.start("c", ["sh", "-c", ESCAPER], containment="cgroup")
+    assert forked_by_a_launcher(info.pid) == (launches == "warm")
     rec = read_record(sessions.dir / "c.json")
     assert (rec.containment, rec.owner) == ("cgroup", info.owner if hasattr(info, "owner") else rec.owner)
     assert rec.cgroup is not None and os.path.dirname(rec.cgroup) == CGROUP_PARENT
@@ -107,10 +110,12 @@ def test_containment_cgroup_fails_to_start_without_a_usable_parent(sessions: Ses
     assert left_in(sessions.dir) == []
 
 
-def test_containment_none_is_recorded_and_marks_the_tree(sessions: Sessions) -> None:
-    sessions.start("n", ["cat"], containment="none")
+def test_containment_none_is_recorded_and_marks_the_tree(sessions: Sessions, launches: str) -> None:
+    info = sessions.start("n", ["cat"], containment="none")
     rec = read_record(sessions.dir / "n.json")
     assert (rec.containment, rec.cgroup, rec.cgroup_id) == ("none", None, None)
+    assert forked_by_a_launcher(info.pid) == (launches == "warm")
+    assert cgroup.own_cgroup(info.pid) == cgroup.own_cgroup(os.getpid()), "where its caller is, warm or cold"
 
 
 # --------------------------------------------------------------------------------------------- 11: no child
@@ -410,7 +415,7 @@ def test_another_owners_killed_session_that_left_nothing_running_does_not_block_
 @pytest.mark.parametrize(("mode", "nofile"), [("none", 100), ("cgroup", 100),
                                               pytest.param("none", 400, marks=pytest.mark.slow)])
 def test_stop_of_a_churning_fork_bomb_ends_it_or_fails_naming_what_survived(sessions: Sessions, mode: str,
-                                                                             nofile: int) -> None:
+                                                                             nofile: int, launches: str) -> None:
     """Issue 27, defect 2 (containment none): `stop` of a session running a churning fork bomb as uid 65534
     said "stopped", exit 0, and left every bomb process running, orphaned, with no record: each SIGKILL round
     killed what it had pinned while the rest forked on, and the pidfds of every process the tree ever had

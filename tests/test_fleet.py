@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from support.fleet import SLEEPER, make_fleet, wait_for
+from support.launchers import forked_by_a_launcher
 from support.paths import ROOT
 from support.processes import kill_verified
 from support.sessions import Sessions
@@ -109,7 +110,7 @@ def test_a_dead_shellper_is_noticed_at_once_and_handled_by_policy(
 
 
 def test_groups_start_and_stop_with_bounded_concurrency_off_the_loop(
-        tmp_path: Path, runtime_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, runtime_dir: Path, monkeypatch: pytest.MonkeyPatch, launches: str) -> None:
     busy, peak, lock = 0, 0, threading.Lock()
     real_launch = fleet_module.launch
 
@@ -119,7 +120,9 @@ def test_groups_start_and_stop_with_bounded_concurrency_off_the_loop(
             busy += 1
             peak = max(peak, busy)
         try:
-            return real_launch(config)
+            info = real_launch(config)
+            assert forked_by_a_launcher(info.pid) == (launches == "warm")
+            return info
         finally:
             with lock:
                 busy -= 1

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from support.launchers import forked_by_a_launcher
 from support.paths import SHELLPER_CLI
 from support.sessions import left_in
 from support.terminals import (
@@ -33,10 +34,10 @@ def terminals() -> Iterator[Terminals]:
 # ------------------------------------------------------------------------------------ create and attach
 
 
-def test_attach_c_starts_the_session_then_attaches_and_later_only_attaches(terminals: Terminals) -> None:
+def test_attach_c_starts_the_session_then_attaches_and_later_only_attaches(terminals: Terminals, launches: str) -> None:
     term = terminals.spawn(terminals.cli_args("attach", "-c", "mk", "--", *BASH))
     term.expect(PROMPT)
-    adopt(terminals, "mk")
+    assert forked_by_a_launcher(adopt(terminals, "mk")["pid"]) == (launches == "warm")
     term.send(b"echo made-$((6*7))\r")
     term.expect(b"made-42")
     term.send(DETACH)

@@ -72,13 +72,19 @@ SEED = int(os.environ.get("KILLSOAK_SEED") or secrets.randbelow(1 << 31))
 
 @scales(KillScale("KILLSOAK_FAST_TRIALS", 5), KillScale("KILLSOAK_TRIALS", 200))
 @pytest.mark.parametrize("mode", [Mode.CGROUP, Mode.NONE], ids=lambda m: str(m))
-def test_kill_at_a_random_moment(scale: KillScale, mode: Mode) -> None:
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+def test_kill_at_a_random_moment(scale: KillScale, mode: Mode, warm: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``warm``: every trial's sessions forked by a launcher started in its directory first (docs/DESIGN.md)."""
     if mode is Mode.CGROUP and cgroup_available() is None:
         pytest.skip("needs root and a writable cgroup v2 hierarchy (/sys/fs/cgroup or /sys/fs/cgroup/unified)")
     only = os.environ.get("KILLSOAK_ONLY")
+    if warm and mode is Mode.NONE and scale.default < 50:
+        pytest.skip("warm under containment none: make soak only, to keep the suite's time (its cgroup run is here)")
+    if warm:
+        monkeypatch.setenv("SHELLPER_LAUNCHER", "on")
     cfg = KillSoakConfig(mode=mode, trials=int(os.environ.get(scale.trials_env, str(scale.default))), seed=SEED,
                          only=frozenset(int(i) for i in only.split(",")) if only else None,
-                         progress=print if scale.default > 50 else None)
+                         progress=print if scale.default > 50 else None, warm=warm)
     summary = run_killsoak(cfg)
     report = summary.report()
     print("\n" + report)

@@ -90,7 +90,19 @@ def wd(monkeypatch: pytest.MonkeyPatch) -> Iterator[WarmDir]:
         for pid in left:
             os.kill(pid, signal.SIGKILL)
         shutil.rmtree(directory, ignore_errors=True)
+        _remove_killed_launchers_cgroup(directory)
         assert not left, f"launcher {left} did not exit when its runtime directory was removed"
+
+
+def _remove_killed_launchers_cgroup(directory: Path) -> None:
+    """The empty cgroup a launcher killed with SIGKILL leaves (the next launcher of its directory would reuse it)."""
+    from support.run import CGROUP_PARENT
+
+    from shellper.host.launchercgroup import leaf_name
+
+    if CGROUP_PARENT is not None:
+        with contextlib.suppress(FileNotFoundError):
+            os.rmdir(os.path.join(CGROUP_PARENT, leaf_name(str(directory))))
 
 
 def is_warm(info: LaunchInfo) -> bool:
@@ -353,8 +365,78 @@ def test_idle_it_never_wakes_and_it_exits_after_its_idle_period(wd: WarmDir) -> 
     assert (_status(launcher, "voluntary_ctxt_switches"), _status(launcher, "nonvoluntary_ctxt_switches")) == \
         switches, "an idle launcher woke up"
     assert wait_gone(launcher, 10), "it did not exit after its idle period"
-    assert not (wd.dir / warmstart.SOCKET_NAME).exists() and not (wd.dir / warmstart.LOCK_NAME).exists()
-    assert "exits after 0 sessions: idle for 2 s" in (wd.dir / warmstart.LOG_NAME).read_text()
+    assert os.listdir(wd.dir) == [], "every file it made goes with it, its log too"
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGHUP"])
+def test_a_signal_ends_it_and_every_file_and_cgroup_it_made_goes_with_it(wd: WarmDir, how: str) -> None:
+    launcher = wd.ensure_launcher()
+    leaf = _own_leaf(launcher)
+    info = wd.start("t", ["cat"])
+    assert is_warm(info)
+    wd.stop("t")
+    shutil.rmtree(wd.dir / "logs")
+    os.kill(launcher, getattr(signal, how))
+    assert wait_gone(launcher, 10)
+    assert os.listdir(wd.dir) == [], "its socket, lock and log are removed as it exits"
+    assert leaf is None or not os.path.exists(leaf), "its cgroup is removed as it exits"
+
+
+def _own_leaf(pid: int) -> str | None:
+    """The launcher's cgroup, where it moved into one of its own (None: no cgroup hierarchy we may write to)."""
+    from support.run import CGROUP_PARENT
+
+    from shellper.host.cgroup import find_mount, own_cgroup
+
+    mount, here = find_mount(), own_cgroup(pid)
+    if CGROUP_PARENT is None or mount is None or here is None:
+        return None
+    return mount + here
+
+
+def test_it_lives_in_a_cgroup_of_its_own_not_its_callers(wd: WarmDir) -> None:
+    """Started by a caller in a cgroup (a job's, a test's jail): the launcher moves to a leaf of its own under the
+    shellper cgroup parent, so it neither shows as the caller's process nor keeps the caller's cgroup populated;
+    a session it forks for that caller is placed as a cold start's is (containment none: the caller's cgroup)."""
+    from support.run import CGROUP_PARENT
+
+    from shellper.host.launchercgroup import leaf_name
+
+    if CGROUP_PARENT is None:
+        pytest.skip("no cgroup v2 hierarchy we may write to")
+    jail = os.path.join(CGROUP_PARENT, f"launcher-jail-{os.getpid()}")
+    os.mkdir(jail)
+
+    def enter_jail() -> None:
+        with open(os.path.join(jail, "cgroup.procs"), "w") as procs:
+            procs.write(str(os.getpid()))
+
+    try:
+        env = {**os.environ, warmstart.LAUNCHER_ENV: "on"}
+        run = [*SHELLPER_CLI, "--dir", str(wd.dir), "run", "--json", "--containment", "none"]
+        for name in ("j1", "j2"):  # the first starts the launcher (from inside the jail), the second uses it
+            if name == "j2":
+                launcher = poll_until(wd.listening, what="the launcher the first run started")
+            done = subprocess.run([*run, name, "--", "cat"], env=env, capture_output=True, timeout=60,
+                                  preexec_fn=enter_jail)
+            assert done.returncode == 0, done.stderr
+            wd.started.append(LaunchInfo.from_dict(json.loads(done.stdout)))
+        cold, warm_info = wd.started
+        assert not is_warm(cold) and is_warm(warm_info)
+        assert _own_leaf(launcher) == os.path.join(CGROUP_PARENT, leaf_name(str(wd.dir)))
+        for info in (cold, warm_info):
+            assert _cgroup(info.pid) == _cgroup(cold.pid)
+            assert _own_leaf(info.pid) == jail, "an uncontained session lives where its caller does"
+        for info in (cold, warm_info):
+            wd.stop(info.name)
+        poll_until(lambda: not Path(jail, "cgroup.procs").read_text().split(), what="the jail empty")
+        assert wd.listening() == launcher, "the launcher lives on, elsewhere"
+    finally:
+        for info in wd.started:
+            with contextlib.suppress(Exception):
+                wd.stop(info.name)
+        poll_until(lambda: not Path(jail, "cgroup.procs").read_text().split(), what="the jail empty")
+        os.rmdir(jail)
 
 
 def test_a_caller_in_another_cgroup_starts_cold(wd: WarmDir) -> None:
@@ -440,20 +522,26 @@ def test_the_leak_guard_sees_a_launcher_its_test_left() -> None:
     """support.launchers, which conftest's leak guard asks: a launcher started during a test in a directory of
     the test's own is reported until something ends it, and a removed directory's one is gone on its own."""
     from support.launchers import end_launchers, launcher_processes, left_by_the_test, wait_listening
+    from support.run import CGROUP_PARENT, launcher_cgroups
     from support.sessions import private_dir
+
+    from shellper.host.launchercgroup import leaf_name
 
     before = set(launcher_processes())
     kept, removed = private_dir("spk-"), private_dir("spr-")
+    leaves = {leaf_name(str(kept)), leaf_name(str(removed))} if CGROUP_PARENT is not None else set()
     try:
         for directory in (kept, removed):
             warm.start_launcher(str(directory))
             wait_listening(directory)
         left = left_by_the_test(before, None)
         assert sorted(left.values()) == sorted([str(kept), str(removed)])
+        assert launcher_cgroups() >= leaves
         shutil.rmtree(removed)  # inotify: it exits on its own
         poll_until(lambda: list(left_by_the_test(before, None).values()) == [str(kept)], what="only one left")
         assert [i.pid for i in end_launchers(kept)] == [i.pid for i, d in left.items() if d == str(kept)]
         assert left_by_the_test(before, None) == {}
+        assert not launcher_cgroups() & leaves, "each launcher's cgroup goes with it"
         assert not (kept / warmstart.SOCKET_NAME).exists() and not (kept / warmstart.LOCK_NAME).exists()
     finally:
         for directory in (kept, removed):

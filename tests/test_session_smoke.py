@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from support.frames import read_until
+from support.launchers import forked_by_a_launcher
 from support.sessions import Sessions
 
 
-def test_launch_echo_stop(sessions: Sessions) -> None:
+def test_launch_echo_stop(sessions: Sessions, launches: str) -> None:
     info = sessions.start("smoke", ["cat"])
+    assert forked_by_a_launcher(info.pid) == (launches == "warm")
     with sessions.connect("smoke") as client:
         assert client.welcome is not None
         assert client.welcome.shellper_pid == info.pid

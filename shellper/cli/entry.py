@@ -74,7 +74,7 @@ def _label(line: Scan) -> tuple[str, ...]:
 def _launcher_listens(line: Scan) -> bool:
     """Whether the runtime directory the scan names (else the default one) has a warm launcher's socket
     (shellper.client.warm): then launch() uses it, and a prefork would be started for nothing."""
-    if os.environ.get("SHELLPER_LAUNCHER", "").lower() not in ("on", "1", "yes", "true"):  # warmstart.enabled
+    if os.environ.get("SHELLPER_LAUNCHER", "").lower() in ("off", "0", "no", "false"):  # warmstart.enabled
         return False
     from shellper.core.names import runtime_dir_name
 

@@ -110,7 +110,7 @@ def per_host_main(argv: list[str], line: Scan, groups: dict[str | None, list[str
             continue
         part = only(names)
         try:
-            check_version(host)
+            check_version(host, say=_say)
             command = ssh_argv(host, remote_shellper(remote_argv(part, scan(part), host)), batch=False)
         except SshError as exc:
             print(f"shellper: {exc}", file=sys.stderr)
@@ -128,6 +128,11 @@ def per_host_main(argv: list[str], line: Scan, groups: dict[str | None, list[str
     for proc in running:
         failed |= proc.wait() != 0
     return 1 if failed else 0
+
+
+def _say(message: str) -> None:
+    """A line for the person waiting (installing shellper on a host takes a few seconds)."""
+    print(f"shellper: {message}", file=sys.stderr, flush=True)
 
 
 def remote_argv(argv: list[str], line: Scan, host: str) -> list[str]:
@@ -174,14 +179,15 @@ def with_attach_host(args: list[str], host: str) -> list[str]:
 
 def remote_main(argv: list[str], line: Scan, host: str) -> int:
     """Check the remote version, then become the ssh that runs the command there (its exit status is the
-    remote command's, or 255 when ssh could not connect)."""
+    remote command's, or 255 when ssh could not connect); ``attach`` and ``tail -f`` run it as a child
+    instead, which says so when the connection is lost (shellper.cli.remoteterm)."""
     from shellper.host.ssh import SshError, check_version, remote_shellper, ssh_argv
 
     args = remote_argv(argv, line, host)
     if line.command == "run" and line.exact:
         args = with_attach_host(args, host)
     try:
-        check_version(host)  # starts the host's shared connection, if need be
+        check_version(host, say=_say)  # starts the host's shared connection (and installs shellper), if need be
         # a terminal there for attach, and for tail -f: closing it hangs the remote command up when ssh ends
         follows = line.command == "tail" and ("--follow" in line.options or "-f" in line.options)
         tty = (line.command == "attach" or follows) and os.isatty(0) and os.isatty(1)
@@ -191,6 +197,10 @@ def remote_main(argv: list[str], line: Scan, host: str) -> int:
         return 1
     sys.stdout.flush()
     sys.stderr.flush()
+    if line.command == "attach" or follows:  # long-lived: a lost connection is said (shellper.cli.remoteterm)
+        from shellper.cli.remoteterm import run_watched
+
+        return run_watched(command, host, tty)
     try:
         os.execvp(command[0], command)
     except OSError as exc:

@@ -256,7 +256,7 @@ def env_pair(text: str) -> tuple[str, str]:
 _DIR_HELP = "runtime directory (default $SHELLPER_DIR, $XDG_RUNTIME_DIR/shellper, /tmp/shellper-$UID)"
 _HOST_HELP = ("run the command on this ssh destination (user@host, an alias of ~/.ssh/config) through its shared "
               "connection; HOST:NAME names a session there too ($SHELLPER_SSH: the ssh command; $SHELLPER_REMOTE: "
-              "shellper's command there)")
+              "shellper's command there, else its own copy, installed on first use)")
 
 GLOBAL: tuple[Arg, ...] = (
     Version("--version", version=f"shellper {__version__}"),

@@ -201,9 +201,9 @@ def _cold_launch(config: SessionConfig, timeout: float, scope: list[str] | None,
 
 
 def _launcher_wanted() -> bool:
-    """shellper.host.warmstart.enabled, read here so that a launch without ``SHELLPER_LAUNCHER=on`` imports
+    """shellper.host.warmstart.enabled, read here so that a launch with ``SHELLPER_LAUNCHER=off`` imports
     nothing of the launcher's (tests/test_start_up_imports.py holds the list)."""
-    return os.environ.get("SHELLPER_LAUNCHER", "").lower() in ("on", "1", "yes", "true")
+    return os.environ.get("SHELLPER_LAUNCHER", "").lower() not in ("off", "0", "no", "false")
 
 
 def _launch_reply(config: SessionConfig, paths: SessionPaths, reply: bytes) -> LaunchInfo:

@@ -82,8 +82,8 @@ def start_launcher(directory: str, *, wait: bool = True, again: bool = False) ->
     """Start a launcher for ``directory``; its first process forks the launcher and exits at once, and is reaped
     here, or with ``wait=False`` by :func:`reap_started` (so a cold start runs meanwhile), and then, unless
     ``again`` (a stale one is being replaced), none is started where this process started one less than
-    STARTING_FOR seconds ago. Its environment holds only what finds this package, so nothing of the caller's
-    stays in it."""
+    STARTING_FOR seconds ago. Its environment holds only what finds this package and the cgroup parent its own
+    cgroup goes under (shellper.host.launchercgroup), so nothing else of the caller's stays in it."""
     import subprocess  # as a cold start does: posix_spawn would leave glibc's signals 32 and 33 ignored
     import time
 
@@ -91,7 +91,7 @@ def start_launcher(directory: str, *, wait: bool = True, again: bool = False) ->
     if not wait and not again and now - _started.get(directory, -STARTING_FOR) < STARTING_FOR:
         return
     _started[directory] = now
-    env = {k: v for k, v in _package_env().items() if k == "PYTHONPATH"}
+    env = {k: v for k, v in _package_env().items() if k in ("PYTHONPATH", "SHELLPER_CGROUP_PARENT")}
     try:
         proc = subprocess.Popen([sys.executable, "-P", "-m", LAUNCHER_MODULE, directory], env=env,
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

@@ -12,7 +12,12 @@ Refused (the caller starts cold): another uid (SO_PEERCRED), a caller in another
 the launcher's, limits the launcher cannot give, and a caller whose code differs (its stamp): then the
 launcher also exits, to be replaced. It exits, removing its socket, after IDLE_EXIT seconds without a
 request (its one timer: idle, it sleeps in poll), when its socket or directory is removed or replaced
-(inotify), and on SIGTERM or SIGKILL like any process (a socket left behind is replaced by the next one).
+(inotify), on SIGTERM (SIGINT, SIGHUP), and on SIGKILL like any process (a socket left behind is replaced by the
+next one). It is contained on its own: a leaf of its own under the shellper cgroup parent, not its caller's
+cgroup (shellper.host.launchercgroup); a session it forks is placed as a cold one is (a contained one makes its
+own leaf, an uncontained one goes back to the caller's cgroup). On
+exit it removes every file it made (socket, log, lock) and its leaf; once someone else removed any of its
+files or the directory, it touches nothing there.
 """
 
 from __future__ import annotations
@@ -33,7 +38,12 @@ import time
 from shellper.core.trust import dir_refusal
 from shellper.host import warmstart
 from shellper.host.identity import read_stat
+from shellper.host.launchercgroup import LauncherCgroup
 from shellper.host.paths import unlink_if_socket
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
+if TYPE_CHECKING:
+    from typing import Any
 
 PREWARM = ("shellper.daemon.main", "shellper.daemon.session", "shellper.core.config", "shellper.daemon.clientconn",
            "shellper.core.terminal.screen", "shellper.core.terminal.render", "shellper.protocol.wire",
@@ -47,9 +57,23 @@ _IN_DELETE_SELF, _IN_MOVE_SELF, _IN_DELETE, _IN_MOVED_FROM, _IN_MOVED_TO = 0x400
 _IN_IGNORED = 0x8000
 _IN_EVENT = struct.Struct("iIII")
 _OUR_NAMES = {warmstart.SOCKET_NAME, warmstart.LOCK_NAME}
-_KEPT_ENV = {"PYTHONPATH", "LC_CTYPE"}
-"""What a launcher's environment may hold: what finds the package, and what the interpreter itself sets
-when it coerces a C locale (else each exec would add it again)."""
+_KEPT_ENV = {"PYTHONPATH", "LC_CTYPE", "SHELLPER_CGROUP_PARENT"}
+"""What a launcher's environment may hold: what finds the package, what the interpreter itself sets when it
+coerces a C locale (else each exec would add it again), and the cgroup parent its leaf goes under."""
+_EXIT_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+"""Each ends the launcher as its idle exit does (its files and leaf removed); a forked session resets them."""
+
+
+_BEFORE: dict[int, Any] = {}
+"""The interpreter's own handlers of _EXIT_SIGNALS, which a forked session gets back."""
+
+
+class _Ended(BaseException):
+    """Raised by the launcher's handler of _EXIT_SIGNALS, wherever it was: the launcher cleans up and exits."""
+
+
+def _ended(signum: int, frame: object) -> None:
+    raise _Ended(signal.Signals(signum).name)
 
 
 class Launcher:
@@ -67,6 +91,11 @@ class Launcher:
         self.started = 0
         self.removed = False
         """Its socket, lock or directory was removed: it says nothing more there."""
+        with open("/proc/self/cgroup", "rb") as f:
+            self.origin = f.read()
+        """Its caller's cgroups (/proc/PID/cgroup), read before it moved: a caller elsewhere starts cold."""
+        self.cgroup = LauncherCgroup(None, None)
+        self.log_made = False
 
     def claim(self) -> bool:
         """Take the directory's launcher lock; False if another launcher holds it or the directory is not
@@ -102,6 +131,9 @@ class Launcher:
                  "socket": self.socket_path, "idle_exit": self.idle}
         os.ftruncate(self.lock_fd, 0)
         os.pwrite(self.lock_fd, json.dumps(about).encode(), 0)
+        stays = f"; in its caller's cgroup: {self.cgroup.why}" if self.cgroup.why else ""
+        self.log_made = warmstart.log_line(self.directory, f"launcher {os.getpid()} started ({self.stamp}){stays}",
+                                           create=True)
 
     def serve(self) -> str:
         """Start sessions until idle, replaced or removed; why it stopped."""
@@ -172,11 +204,11 @@ class Launcher:
             if message.get("stamp") != self.stamp:
                 warmstart.send_message(conn, {"stale": f"launcher runs {self.stamp}, caller {message.get('stamp')}"})
                 return f"stale: a caller runs other code ({message.get('stamp')})"
-            refusal = _refusal(pid, message) or (None if len(fds) == 1 else "no readiness pipe came with it")
+            refusal = _refusal(pid, message, self.origin) or (None if len(fds) == 1 else "no readiness pipe came")
             if refusal is not None:
                 warmstart.send_message(conn, {"cold": refusal})
                 return None
-            child = _fork_session(message, fds[0], conn.fileno(), self._own_fds())
+            child = _fork_session(message, fds[0], conn.fileno(), self._own_fds(), self.cgroup)
         finally:
             for fd in fds:
                 os.close(fd)
@@ -191,22 +223,27 @@ class Launcher:
                      if fd >= 0)
 
     def close(self) -> None:
-        """Remove the socket (if still ours) and the lock file, then let the lock go; not after someone else
-        removed any of them: whoever is removing the directory (or made it anew) owns what is in it now."""
-        if self.removed:
-            return
-        try:
-            if os.lstat(self.socket_path).st_ino == self.socket_ino:
-                os.unlink(self.socket_path)
-        except OSError:
-            pass
-        if self.lock_fd >= 0:
+        """Remove the socket (if still ours), the log, its cgroup leaf and the lock file, then let the lock go;
+        no file after someone else removed any of them: whoever is removing the directory (or made it anew)
+        owns what is in it now. The lock goes last: a launcher starting meanwhile finds it held and exits."""
+        if not self.removed:
+            try:
+                if os.lstat(self.socket_path).st_ino == self.socket_ino:
+                    os.unlink(self.socket_path)
+            except OSError:
+                pass
+            if self.log_made:
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(self.directory, warmstart.LOG_NAME))
+        self.cgroup.leave()
+        if self.lock_fd >= 0 and not self.removed:
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(self.directory, warmstart.LOCK_NAME))
 
 
-def _refusal(pid: int, message: dict[str, object]) -> str | None:
-    """Why the caller ``pid`` must start cold: another namespace or cgroup, or limits we cannot give."""
+def _refusal(pid: int, message: dict[str, object], origin: bytes) -> str | None:
+    """Why the caller ``pid`` must start cold: another namespace or cgroup than the launcher's ``origin`` (where
+    it was started, which its sessions go back to), or limits we cannot give."""
     for ns in warmstart.NAMESPACES:
         try:
             if os.readlink(f"/proc/{pid}/ns/{ns}") != os.readlink(f"/proc/self/ns/{ns}"):
@@ -214,8 +251,8 @@ def _refusal(pid: int, message: dict[str, object]) -> str | None:
         except FileNotFoundError:
             continue  # a kernel without that namespace kind
     try:
-        with open(f"/proc/{pid}/cgroup", "rb") as theirs, open("/proc/self/cgroup", "rb") as ours:
-            if theirs.read() != ours.read():
+        with open(f"/proc/{pid}/cgroup", "rb") as theirs:
+            if theirs.read() != origin:
                 return "the caller is in another cgroup"
     except OSError as exc:
         return f"the caller's cgroup cannot be read ({exc.strerror})"
@@ -237,8 +274,11 @@ def _refusal(pid: int, message: dict[str, object]) -> str | None:
     return None
 
 
-def _fork_session(message: dict[str, object], ready_fd: int, conn_fd: int, own: tuple[int, ...]) -> int:
-    """Fork the intermediate that becomes the session (see the module docstring); its pid."""
+def _fork_session(message: dict[str, object], ready_fd: int, conn_fd: int, own: tuple[int, ...],
+                  group: LauncherCgroup) -> int:
+    """Fork the intermediate that becomes the session (see the module docstring); its pid. It stays in the
+    launcher's cgroup: a contained session makes its own leaf from there, an uncontained one goes back to the
+    caller's (shellper.host.cgroup.LAUNCHER_ORIGIN), so only those pay a cgroup move on the launch path."""
     from shellper.core.config import SessionConfig
 
     config = SessionConfig.from_json(str(message["config"]))  # a bad one: refused before any fork
@@ -247,8 +287,11 @@ def _fork_session(message: dict[str, object], ready_fd: int, conn_fd: int, own: 
         return pid
     code = 1  # pragma: no cover - the forked intermediate; it never returns
     try:
+        for sig, handler in _BEFORE.items():
+            signal.signal(sig, handler)
         for fd in (*own, conn_fd):
             os.close(fd)
+        group.origin_for_the_session()
         _take_caller_state(message, ready_fd)
         from shellper.daemon.main import detached_daemon
 
@@ -344,6 +387,8 @@ def launcher_main(argv: list[str]) -> int:
     directory = argv[0]
     stamp = stamp or warmstart.package_stamp()
     launcher = Launcher(directory, stamp, idle)
+    for sig in _EXIT_SIGNALS:
+        _BEFORE[sig] = signal.signal(sig, _ended)
     try:
         if not launcher.claim():
             return 0
@@ -351,7 +396,10 @@ def launcher_main(argv: list[str]) -> int:
         if exc.errno not in (errno.ENOENT, errno.ENOTDIR):
             warmstart.log_line(directory, f"launcher could not start: {exc}")
         return 0
+    except _Ended:
+        return 0
     try:
+        launcher.cgroup = LauncherCgroup.move_out(directory)
         import importlib
 
         for module in PREWARM:  # what every session runs, and what some load later: shared, not copied
@@ -361,12 +409,12 @@ def launcher_main(argv: list[str]) -> int:
         gc.collect()
         gc.freeze()  # what is imported stays out of every later collection: shared, never copied
         launcher.listen()
-        warmstart.log_line(directory, f"launcher {os.getpid()} started ({stamp})")
-        why = launcher.serve()
+        launcher.serve()  # why it stopped would go to its log, which it removes now
+    except _Ended:
+        pass
     finally:
+        signal.pthread_sigmask(signal.SIG_BLOCK, _EXIT_SIGNALS)  # a second one waits: it cleans up first
         launcher.close()
-    if not launcher.removed:  # else its log would be made again in a directory on its way out
-        warmstart.log_line(directory, f"launcher {os.getpid()} exits after {launcher.started} sessions: {why}")
     return 0
 
 

@@ -18,10 +18,12 @@ from shellper.core.defaults import KILL_SECONDS
 from shellper.core.errors import ShellperError
 from shellper.host.cgroup import (
     CHILD_SUB,
+    LAUNCHER_ORIGIN,
     SHELLPER_SUB,
     CgroupError,
     LeafName,
     SessionCgroup,
+    back_to_launcher_origin,
     default_parent,
     delegated_scope,
     events_populated,
@@ -87,7 +89,7 @@ class SessionTree:
         Under ``auto`` a machine without a writable cgroup v2 hierarchy runs the session uncontained, and
         says so in the record and the log; under ``cgroup`` it does not start."""
         if self.config.containment == Containment.NONE:
-            self._leave_outer_session()
+            self._uncontained()
             return
         parent = self.config.cgroup_parent or default_parent()
         try:
@@ -106,8 +108,9 @@ class SessionTree:
             if self.config.containment == Containment.CGROUP:  # the launcher shows this: say which option made it fatal
                 raise ConfigError("--containment cgroup", str(exc)) from exc
             self.log.write(f"running without a cgroup: {exc}")
-            self._leave_outer_session()
+            self._uncontained()
             return
+        LAUNCHER_ORIGIN.clear()  # its own leaf, made from where it is: as a cold start's
         self.cgroup = group
         self.containment = Containment.SYSTEMD_SCOPE if scope is not None and scope == parent else Containment.CGROUP
         self.log.write(f"cgroup {group.path}")
@@ -125,6 +128,14 @@ class SessionTree:
             self.cgroup.join(SHELLPER_SUB)
         except CgroupError as exc:
             self.log.write(f"could not move into {self.cgroup.sub(SHELLPER_SUB)}: {exc}")
+
+    def _uncontained(self) -> None:
+        """Without a cgroup of its own: where a cold start would run (a warm launcher's session goes back to its
+        caller's cgroup, on the launch path: an RCU grace period), and never inside another session's."""
+        failed = back_to_launcher_origin()
+        if failed:
+            self.log.write(failed)
+        self._leave_outer_session()
 
     def _leave_outer_session(self) -> None:
         """Without a cgroup of our own, still not inside another session's: ending that one would end this.

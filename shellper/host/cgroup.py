@@ -85,6 +85,25 @@ def own_cgroup(pid: int | str = "self") -> str | None:
     return None
 
 
+LAUNCHER_ORIGIN: list[str] = []
+"""In a session the warm launcher forked, from a leaf of its own: the cgroup of the caller the launcher was
+started by (shellper.host.launchercgroup), set in the fork. An uncontained session goes back there
+(:func:`back_to_launcher_origin`); a contained one makes its own leaf from where it is, as a cold one does."""
+
+
+def back_to_launcher_origin() -> str | None:
+    """Move this process into :data:`LAUNCHER_ORIGIN`, if set: where a cold start of the same caller would run.
+    Why it could not (the session then stays in the launcher's cgroup), else None."""
+    if not LAUNCHER_ORIGIN:
+        return None
+    target = LAUNCHER_ORIGIN.pop()
+    try:
+        _write(os.path.join(target, "cgroup.procs"), "0")
+    except OSError as exc:
+        return f"could not move into its caller's cgroup {target}: {exc.strerror}"
+    return None
+
+
 def systemd_manages_cgroups() -> bool:
     """A systemd manager owns the hierarchy: only delegated subtrees may be written (sd_booted's test)."""
     return os.path.isdir("/run/systemd/system")

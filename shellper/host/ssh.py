@@ -25,13 +25,18 @@ from shellper import __version__
 from shellper.core.errors import ShellperError
 from shellper.core.names import BadHost, validate_host
 
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 SSH_ENV = "SHELLPER_SSH"
 """The ssh command, split as a shell would (default ``ssh``)."""
 REMOTE_ENV = "SHELLPER_REMOTE"
-"""The ``shellper`` command on the remote hosts, a shell word or more (default ``shellper``: the one on the
-PATH of a non-interactive ssh login; a venv's ``/path/.venv/bin/shellper`` when it is not there)."""
+"""The ``shellper`` command on the remote hosts, a shell word or more (default: this version's copy under the
+remote user's home, which the first use installs: shellper.host.selfinstall)."""
 REMOTE_TOWER_ENV = "SHELLPER_REMOTE_TOWER"
-"""The ``tower-client`` command on the remote hosts (default: beside $SHELLPER_REMOTE's, else ``tower-client``)."""
+"""The ``tower-client`` command on the remote hosts (default: beside $SHELLPER_REMOTE's, else ``tower-client``;
+beside the installed copy's without $SHELLPER_REMOTE)."""
 CONTROL_DIR_ENV = "SHELLPER_SSH_CONTROL_DIR"
 """Where the shared connections' sockets are (default $XDG_RUNTIME_DIR/shellper-ssh, else /tmp/shellper-ssh-UID)."""
 CONTROL_ENV = "SHELLPER_SSH_CONTROL"
@@ -44,6 +49,11 @@ CONNECT_TIMEOUT = 10.0
 SSH_UNREACHABLE = 255
 """ssh's own exit status for a connection that failed (any other status is the remote command's)."""
 SHELL_NOT_FOUND = 127
+INSTALL_TIMEOUT = 120.0
+"""Seconds to install shellper on a host (the files sent, a venv made, the copy checked)."""
+CONNECTION_LOST = 75
+"""The exit status of ``attach`` or ``tail -f`` on a host whose ssh connection was lost (EX_TEMPFAIL: try
+again; the session runs on there)."""
 
 
 class SshError(ShellperError):
@@ -69,6 +79,10 @@ def install_hint(version: str) -> str:
 
 class RemoteNotInstalled(SshError):
     """The remote shell found no ``shellper`` command."""
+
+
+class InstallFailed(RemoteNotInstalled):
+    """shellper could not be installed on the host (it has no usable Python, or the copy failed)."""
 
 
 class VersionMismatch(SshError):
@@ -136,16 +150,23 @@ def ssh_argv(host: str, remote: str, *, tty: bool = False, batch: bool = True) -
     return [*ssh_command(), *options, "--", check_host(host), remote]
 
 
+def _remote_command() -> str:
+    """$SHELLPER_REMOTE, else the path of this version's installed copy (shellper.host.selfinstall)."""
+    from shellper.host.selfinstall import command
+
+    return os.environ.get(REMOTE_ENV) or command(__version__)
+
+
 def remote_shellper(args: list[str]) -> str:
-    """The remote shell command running ``shellper ARGS`` ($SHELLPER_REMOTE's command, each argument quoted)."""
-    return " ".join([os.environ.get(REMOTE_ENV) or "shellper", *map(shlex.quote, args)])
+    """The remote shell command running ``shellper ARGS`` (:func:`_remote_command`, each argument quoted)."""
+    return " ".join([_remote_command(), *map(shlex.quote, args)])
 
 
 def remote_tower(args: list[str]) -> str:
     """The remote shell command running ``tower-client ARGS``."""
     command = os.environ.get(REMOTE_TOWER_ENV)
     if not command:
-        shellper = os.environ.get(REMOTE_ENV) or ""
+        shellper = _remote_command()
         head, sep, last = shellper.rpartition("/")
         command = f"{head}{sep}tower-client" if sep and last == "shellper" else "tower-client"
     return " ".join([command, *map(shlex.quote, args)])
@@ -226,12 +247,14 @@ _checked: dict[str, str] = {}
 """Hosts whose shellper was found to be this version, in this process (checked once per host)."""
 
 
-def check_version(host: str, timeout: float = CONNECT_TIMEOUT) -> str:
+def check_version(host: str, timeout: float = CONNECT_TIMEOUT, say: Callable[[str], object] | None = None) -> str:
     """Start ``host``'s shared connection if need be, and check that its shellper is this version, once per
     connection: VersionMismatch otherwise, RemoteNotInstalled when the remote shell finds no shellper,
-    HostUnreachable when ssh cannot connect. A version found good is noted in the control directory with
-    the connection's pid, so the commands that share a connection do not each ask again (a remote upgraded
-    meanwhile is checked when the connection is next made, at most CONTROL_PERSIST s after its last use)."""
+    HostUnreachable when ssh cannot connect. Without $SHELLPER_REMOTE, a host that has no copy of this
+    version gets one first (:func:`install`; ``say`` is told so, for a person waiting). A version found good
+    is noted in the control directory with the connection's pid, so the commands that share a connection do
+    not each ask again (a remote upgraded meanwhile is checked when the connection is next made, at most
+    CONTROL_PERSIST s after its last use)."""
     if host in _checked:
         return _checked[host]
     pid = ensure_master(host, timeout)
@@ -243,9 +266,17 @@ def check_version(host: str, timeout: float = CONNECT_TIMEOUT) -> str:
                 return __version__
     done = run_remote(host, remote_shellper(["--version"]), timeout=timeout, ensure=False)
     text = done.stdout.decode(errors="replace").strip()
+    if not os.environ.get(REMOTE_ENV) and (done.returncode != 0 or text != f"shellper {__version__}"):
+        install(host, timeout, say)
+        done = run_remote(host, remote_shellper(["--version"]), timeout=timeout, ensure=False)
+        text = done.stdout.decode(errors="replace").strip()
     if done.returncode == SHELL_NOT_FOUND or (done.returncode != 0 and not text):
-        raise RemoteNotInstalled(host, f"no shellper there ({_last_line(done.stderr) or f'exit {done.returncode}'}): "
-                                 f"{install_hint(__version__)} on it, or point ${REMOTE_ENV} at one")
+        why = _last_line(done.stderr) or f"exit {done.returncode}"
+        if not os.environ.get(REMOTE_ENV):  # installed just now, and still does not run
+            raise InstallFailed(host, f"the shellper installed in {_remote_command()} does not run ({why}): remove "
+                                f"it to install it again, or point ${REMOTE_ENV} at one")
+        raise RemoteNotInstalled(host, f"no shellper there ({why}): {install_hint(__version__)} on it, or point "
+                                 f"${REMOTE_ENV} at one (unset, shellper installs itself there)")
     words = text.split()
     remote = words[1] if len(words) >= 2 and words[0] == "shellper" else text
     if remote != __version__:
@@ -255,6 +286,31 @@ def check_version(host: str, timeout: float = CONNECT_TIMEOUT) -> str:
         with contextlib.suppress(OSError):
             Path(note).write_text(f"{pid} {remote}")
     return remote
+
+
+def install(host: str, timeout: float = CONNECT_TIMEOUT, say: Callable[[str], object] | None = None) -> str:
+    """Install this version on ``host`` over its connection, from this installation's own files
+    (shellper.host.selfinstall); the remote path. InstallFailed when the host has no Python 3.11 or newer,
+    or the copy fails; a copy that is there already (another first use's) is kept."""
+    from shellper.host import selfinstall
+
+    probe = run_remote(host, "sh -s", input=selfinstall.PROBE, timeout=timeout, ensure=False)
+    try:
+        python = selfinstall.found_python(probe.stdout)
+    except selfinstall.NoPython as exc:
+        raise InstallFailed(host, f"{exc}: install one, or point ${REMOTE_ENV} at a shellper {__version__}") from None
+    where = selfinstall.install_dir(__version__)
+    if say is not None:
+        say(f"installing shellper {__version__} on {host} in {where} (with {python})")
+    files = selfinstall.payload()
+    source = selfinstall.installer_input(__version__, hashlib.sha256(files).hexdigest(), len(files))
+    done = run_remote(host, selfinstall.installer_command(python, len(source)), input=source + files,
+                      timeout=max(timeout, INSTALL_TIMEOUT), ensure=False)
+    said = _last_line(done.stdout)
+    if done.returncode != 0 or not said.startswith("ok "):
+        why = said.removeprefix("error ") if said else _last_line(done.stderr) or f"exit {done.returncode}"
+        raise InstallFailed(host, f"could not install shellper {__version__} in {where}: {why}")
+    return said[3:]
 
 
 def _version_note(host: str) -> str | None:

@@ -28,7 +28,8 @@ SOCKET_NAME = ".launcher.sock"
 LOCK_NAME = ".launcher.lock"
 """Held (flock) by the one live launcher; holds its pid, start ticks and stamp as JSON, for ``ls --json``."""
 LOG_NAME = ".launcher.log"
-"""What the launcher, and a caller that fell back to a cold start, have to say (a line per event)."""
+"""What the launcher, and a caller that fell back to a cold start, have to say (a line per event): made by the
+launcher as it starts, beside its socket, and removed with it."""
 IDLE_EXIT = 600.0
 """LAUNCHER_IDLE_EXIT: a launcher that started nothing for ten minutes exits (its one timer)."""
 MAX_MESSAGE = 1 << 20
@@ -46,9 +47,9 @@ class LauncherError(ShellperError):
 
 
 def enabled() -> bool:
-    """Whether launches go through the warm launcher: only with ``SHELLPER_LAUNCHER=on`` (docs/DESIGN.md, "The
-    warm launcher": opt-in until the test suite runs warm)."""
-    return os.environ.get(LAUNCHER_ENV, "").lower() in ("on", "1", "yes", "true")
+    """Whether launches go through the warm launcher: unless ``SHELLPER_LAUNCHER=off`` (docs/DESIGN.md, "The warm
+    launcher")."""
+    return os.environ.get(LAUNCHER_ENV, "").lower() not in ("off", "0", "no", "false")
 
 
 def package_stamp() -> str:
@@ -140,15 +141,17 @@ def _close(fds: list[int]) -> None:
         os.close(fd)
 
 
-def log_line(directory: str, text: str) -> None:
-    """Append one line to the launcher's log in ``directory``: never through a symlink; errors ignored."""
+def log_line(directory: str, text: str, *, create: bool = False) -> bool:
+    """Append one line to the launcher's log in ``directory``, which only a starting launcher creates
+    (``create``) and removes as it exits: where no launcher made one, the line goes nowhere (a caller's fallback
+    leaves no file behind). Never through a symlink; errors ignored. Whether the line was written."""
     import time
 
+    flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | (os.O_CREAT if create else 0)
     try:
-        fd = os.open(os.path.join(directory, LOG_NAME),
-                     os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o600)
+        fd = os.open(os.path.join(directory, LOG_NAME), flags, 0o600)
     except OSError:
-        return
+        return False
     try:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
         os.write(fd, f"{stamp} [{os.getpid()}] {text}\n".encode(errors="replace"))
@@ -156,6 +159,7 @@ def log_line(directory: str, text: str) -> None:
         pass
     finally:
         os.close(fd)
+    return True
 
 
 def launcher_status(directory: str) -> dict[str, Any] | None:

@@ -65,6 +65,7 @@ from shellper.client.launch import LaunchInfo, launch
 from shellper.core.config import SessionConfig
 from shellper.core.exits import RestartPolicy
 from shellper.core.structs import replace as replace_record
+from shellper.host import warmstart
 from shellper.host.cgroup import LeafName, find_mount
 from shellper.host.identity import IdentityError, PidFd, ProcessGone, ProcessIdentity, open_verified, read_stat
 from shellper.protocol import wire
@@ -139,6 +140,9 @@ class KillSoakConfig:
     only: frozenset[int] | None = None
     """Run only these trial indices (a seed's reproduction), whatever ``trials`` says; None: all."""
     progress: Callable[[str], None] | None = None
+    warm: bool = False
+    """Every trial's launches go through a warm launcher started in its runtime directory first (the caller's
+    SHELLPER_LAUNCHER must say on); it is ended with the trial, and its files are not the trial's leftovers."""
 
 
 @dataclass
@@ -378,8 +382,9 @@ def _wait_for(predicate: Callable[[], object], timeout: float, what: str, interv
 
 
 def _clean_env() -> dict[str, str]:
-    """The harness's environment without any shellper marker it may have been started under."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("SHELLPER_")}
+    """The harness's environment without any shellper marker it may have been started under, but its choice of the
+    warm launcher (without it the CLI it runs would start one, and leave its files and cgroup to the trial)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("SHELLPER_") or k == "SHELLPER_LAUNCHER"}
 
 
 @dataclass
@@ -416,6 +421,12 @@ class Trial:
             self.cg_parent = os.path.join(run_parent, f"t{index}")
             os.mkdir(self.cg_parent)
         self.env = _clean_env()
+        if cfg.warm:
+            from shellper.client.warm import start_launcher
+            from support.launchers import wait_listening
+
+            start_launcher(self.run)
+            wait_listening(self.run)
         self.plain: subprocess.Popen[bytes] | None = None
         self.plain_id: tuple[int, int] | None = None
         self.foreign_id: tuple[int, int] | None = None
@@ -800,6 +811,8 @@ class Trial:
         r.survivors = [why for _p, why in survivors.values()]
         r.signalled += self.bystander_damage()
         keep = {BYSTANDER + suffix for suffix in SESSION_FILES} | {"logs"}  # logs/: stopped sessions' logs, kept
+        if self.cfg.warm:  # its launcher serves on until the trial's end
+            keep |= {warmstart.SOCKET_NAME, warmstart.LOCK_NAME, warmstart.LOG_NAME}
         r.files_left = sorted(set(os.listdir(self.run)) - keep) if os.path.isdir(self.run) else []
         r.cgroups_left = [_short_leaf(p) for p in self.victim_cgroups()]
         r.zombies = harness_zombies() + self.unreaped()
@@ -849,7 +862,8 @@ class Trial:
     def cleanup(self) -> None:
         """End everything the trial started, whatever happened; raise if a process or cgroup could not be."""
         problems: list[str] = []
-        for step in (self._stop_intruder, self._stop_bystander, self._end_processes, self._remove_cgroups):
+        for step in (self._stop_intruder, self._stop_bystander, self._end_processes, self._end_launcher,
+                     self._remove_cgroups):
             try:
                 step()
             except Exception as exc:
@@ -858,6 +872,11 @@ class Trial:
             shutil.rmtree(self.work, ignore_errors=True)
         if problems:
             raise RuntimeError(f"trial {self.index} ({self.work}) not cleaned up: {problems}")
+
+    def _end_launcher(self) -> None:
+        from support.launchers import end_launchers
+
+        end_launchers(self.run)
 
     def _stop_bystander(self) -> None:
         notes = self.result.cleanup

@@ -1,7 +1,8 @@
 """The warm launchers the tests' launches start (shellper.daemon.launcher): found, ended, and looked for after a test.
 
-Every launch is warm by default, so the first launch in a runtime directory starts a launcher there, which outlives
-the test unless something ends it. How each test's launcher ends:
+Launches are warm by default (the suite's conftest makes them cold unless the run says SHELLPER_LAUNCHER; the
+``launches`` fixture of support.sessions runs a test warm too), so the first warm launch in a runtime directory starts
+a launcher there, which outlives the test unless something ends it. How each test's launcher ends:
 
 - a directory the test's fixture removes (``runtime_dir``, ``other``, ``cli_runtime_dir``, the terminals'):
   the launcher sees it go (inotify) and exits on its own;
@@ -100,6 +101,12 @@ def settled(directory: str | Path) -> None:
     its first launch started one, which must not write in the directory while a test removes it."""
     if warmstart.enabled():
         wait_listening(directory)
+
+
+def forked_by_a_launcher(pid: int) -> bool:
+    """Whether the shellper ``pid`` was forked by a warm launcher: it shows the launcher's command line (a cold one
+    shows ``shellper.daemon``'s)."""
+    return MODULE in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
 
 
 def under(path: str, root: str) -> bool:

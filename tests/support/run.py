@@ -166,6 +166,18 @@ def session_cgroups() -> set[str]:
     return set()
 
 
+def launcher_cgroups() -> set[str]:
+    """The warm launchers' cgroups now in this process's parent (shellper.host.launchercgroup): one outlives its
+    launcher only after a kill -9, until the next launcher of its directory reuses it."""
+    from shellper.host.launchercgroup import is_launcher_leaf
+
+    if CGROUP_PARENT is None:
+        return set()
+    with contextlib.suppress(FileNotFoundError):
+        return {e for e in os.listdir(CGROUP_PARENT) if is_launcher_leaf(e)}
+    return set()
+
+
 def remove_cgroup_tree(path: str) -> None:
     """Kill what is in a cgroup and remove it with everything below it (test clean-up only)."""
     remove_tree(path)

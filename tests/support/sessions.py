@@ -38,7 +38,7 @@ from shellper.host.cgroup import find_session_cgroups
 from shellper.host.identity import ProcessIdentity, boot_id, read_stat
 from shellper.host.record import SessionRecord, write_record
 from shellper.protocol import wire
-from support.launchers import MADE, end_launchers
+from support.launchers import MADE, end_launchers, wait_listening
 from support.paths import ROOT
 from support.processes import identity, kill_verified, tree
 from support.run import CGROUP_PARENT, remove_cgroup_tree
@@ -197,6 +197,29 @@ def other(request: pytest.FixtureRequest) -> Iterator[Sessions]:
         shutil.rmtree(s.dir, ignore_errors=True)
     if problems:
         pytest.fail("; ".join(problems))
+
+
+@pytest.fixture(params=["cold", "warm"])
+def launches(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run the test twice: its launches cold (the suite's default), then warm, through a launcher started ahead in
+    each runtime directory the test uses (``runtime_dir``, ``cli_runtime_dir``, a module's ``terminals``; through
+    ``sessions`` too), so that every launch is forked by it. Its launchers end with the test (support.launchers)."""
+    from shellper.client import warm
+
+    if request.param == "cold":
+        return "cold"
+    monkeypatch.setenv(warmstart.LAUNCHER_ENV, "on")
+    warm._logged.clear()
+    warm._started.clear()
+    for name in ("runtime_dir", "cli_runtime_dir", "terminals"):
+        if name in request.fixturenames:
+            value = request.getfixturevalue(name)
+            if name == "terminals":  # support.terminals.Terminals: its CLI runs with an environment of its own
+                value.env[warmstart.LAUNCHER_ENV] = "on"
+            directory = getattr(value, "dir", value)
+            warm.start_launcher(str(directory))
+            wait_listening(directory)
+    return "warm"
 
 
 @pytest.fixture

@@ -29,6 +29,11 @@ from support.waiting import poll_until, wait_gone
 
 HOSTS = ("alpha", "beta")
 DOWN = "down"
+FRESH = "fresh"
+"""alpha's sshd without a runtime directory set, for users a test creates (support.remote.fresh_user)."""
+FRESH_USER, NO_PYTHON_USER = "spfresh", "spnopy"
+"""The prefixes of those users' names: their keys are in SshWorld.keys; the second's PATH has no python3 of
+3.11 or newer (a sh, and a python3 that says it is 3.9)."""
 SSHD_CANDIDATES = ("/usr/sbin/sshd", "/usr/bin/sshd")
 
 
@@ -98,6 +103,8 @@ class SshWorld:
     base: Path
     config: Path
     control: Path
+    keys: Path
+    """Fresh users' public keys, one file per user: outside ``base``, which is root's alone."""
     hosts: dict[str, SshHost] = field(default_factory=dict)
 
     def env(self) -> dict[str, str]:
@@ -132,8 +139,22 @@ PrintLastLog no
 MaxSessions 100
 MaxStartups 100
 LogLevel ERROR
+Match User {NO_PYTHON_USER}*
+  AuthorizedKeysFile {world.keys}/%u
+  SetEnv PATH={world.keys}/bin
+Match User {FRESH_USER}*
+  AuthorizedKeysFile {world.keys}/%u
 """)
     return path
+
+
+def _no_python_bin(world: SshWorld) -> None:
+    """The PATH of the no-Python user: sh (the login shell runs ``sh -s``), and a python3 that is too old."""
+    bin_dir = world.keys / "bin"
+    bin_dir.mkdir(mode=0o755)
+    (bin_dir / "sh").symlink_to("/bin/sh")
+    (bin_dir / "python3").write_text("#!/bin/sh\necho 3.9\n")
+    (bin_dir / "python3").chmod(0o755)
 
 
 def _client_config(world: SshWorld, key: Path, down_port: int) -> None:
@@ -142,6 +163,8 @@ def _client_config(world: SshWorld, key: Path, down_port: int) -> None:
     for host in world.hosts.values():
         lines += [f"Host {host.alias}", "  HostName 127.0.0.1", f"  Port {host.port}",
                   f"  SetEnv SHELLPER_DIR={host.runtime} SHELLPER_LAUNCHER=off"]  # no launcher, as conftest
+    alpha = world.hosts[HOSTS[0]]
+    lines += [f"Host {FRESH}", "  HostName 127.0.0.1", f"  Port {alpha.port}", "  SetEnv SHELLPER_LAUNCHER=off"]
     lines += [f"Host {DOWN}", "  HostName 127.0.0.1", f"  Port {down_port}",
               "Host *", f"  User {user}", f"  IdentityFile {key}", "  IdentitiesOnly yes",
               f"  UserKnownHostsFile {world.base}/known_hosts", "  GlobalKnownHostsFile /dev/null",
@@ -156,8 +179,11 @@ def ssh_world() -> Iterator[SshWorld]:
     os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd's privilege-separation directory
     base = Path(tempfile.mkdtemp(prefix="spssh-", dir="/tmp"))  # short: control sockets live under it
     os.chmod(base, 0o700)
-    world = SshWorld(base, base / "ssh_config", base / "ctl")
+    keys = Path(tempfile.mkdtemp(prefix="spkeys-", dir="/tmp"))
+    keys.chmod(0o755)  # a fresh user's sshd reads its key as that user
+    world = SshWorld(base, base / "ssh_config", base / "ctl", keys)
     world.control.mkdir(mode=0o700)
+    _no_python_bin(world)
     down = _held_port()
     try:
         host_key, user_key = base / "host_key", base / "id"
@@ -195,6 +221,7 @@ def ssh_world() -> Iterator[SshWorld]:
                     host.proc.kill()
                     host.proc.wait()
         shutil.rmtree(base, ignore_errors=True)
+        shutil.rmtree(keys, ignore_errors=True)
 
 
 @contextlib.contextmanager

@@ -15,6 +15,7 @@ from shellper.core.errors import ShellperError
 EXEMPT = {
     "shellper.core.structs.FrozenInstanceError",  # mirrors dataclasses.FrozenInstanceError, which such code catches
     "shellper.cli.attach._Signalled",  # a BaseException on purpose: a signal unwinds attach as ^C would
+    "shellper.daemon.launcher._Ended",  # the same for the warm launcher: SIGTERM unwinds it to its clean-up
 }
 
 

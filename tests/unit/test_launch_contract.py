@@ -19,6 +19,6 @@ def test_the_warm_launchers_names_are_spelt_alike_where_they_are_spelt_again() -
 
     for source in (inspect.getsource(entry._launcher_listens), inspect.getsource(launch._launcher_wanted)):
         assert f'"{warmstart.LAUNCHER_ENV}"' in source
-        assert '("on", "1", "yes", "true")' in source
+        assert '("off", "0", "no", "false")' in source
     assert f'"{warmstart.SOCKET_NAME}"' in inspect.getsource(entry._launcher_listens)
-    assert '("on", "1", "yes", "true")' in inspect.getsource(warmstart.enabled)
+    assert '("off", "0", "no", "false")' in inspect.getsource(warmstart.enabled)

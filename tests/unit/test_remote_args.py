@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from shellper import __version__
 from shellper.cli.argscan import names_a_host, scan
 from shellper.cli.onhost import MixedHosts, hosts_of_names, remote_argv, remote_host, with_attach_host
 from shellper.host.ssh import SshError, check_host, remote_shellper, remote_tower
@@ -74,7 +75,11 @@ def test_what_ssh_would_misread_is_not_a_host(host: str) -> None:
 def test_remote_commands_are_quoted(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SHELLPER_REMOTE", raising=False)
     monkeypatch.delenv("SHELLPER_REMOTE_TOWER", raising=False)
-    assert remote_shellper(["send", "w", "a b; rm -rf /"]) == "shellper send w 'a b; rm -rf /'"
+    # without $SHELLPER_REMOTE: this version's own copy there, by its path (shellper.host.selfinstall)
+    copy = f"~/.local/share/shellper/{__version__}/bin"
+    assert remote_shellper(["send", "w", "a b; rm -rf /"]) == f"{copy}/shellper send w 'a b; rm -rf /'"
+    assert remote_tower(["ls"]) == f"{copy}/tower-client ls"
+    monkeypatch.setenv("SHELLPER_REMOTE", "shellper")
     assert remote_tower(["ls"]) == "tower-client ls"
     monkeypatch.setenv("SHELLPER_REMOTE", "/opt/v/bin/shellper")
     assert remote_tower(["ls", "--json"]) == "/opt/v/bin/tower-client ls --json"

@@ -69,10 +69,12 @@ export class Sessions {
         throw new Error(`shellper ${info.pid} (${info.name}) outlived its stop and was killed`);
       });
     }
+    // The directory goes first: its warm launcher (`shellper.daemon.launcher DIR`, started by the first launch)
+    // lives until its directory is removed, and then exits on its own, removing its cgroup.
+    rmSync(this.dir, { recursive: true, force: true });
     await pollUntil(() => this.survivors().length === 0, 10_000, "every process of this directory to end").catch(() => {
       throw new Error(`processes of ${this.dir} outlived the test: ${this.survivors().join(", ")}`);
     });
-    rmSync(this.dir, { recursive: true, force: true });
   }
 
   /** Live processes that name this directory in their command line or environment (a shellper

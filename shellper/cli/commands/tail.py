@@ -46,6 +46,8 @@ def handle(args: argparse.Namespace) -> int:
             from_model = False
         welcome, replay = client.welcome, client.replay
         assert welcome is not None and replay is not None
+        if args.follow:
+            _end_when_the_reader_goes(out, client)
         end = welcome.ring_end
         seen = 0  # with the screen: the offset it was drawn at (DATA before it is in it already)
         if from_model and wire.supports(welcome.version, wire.Feature.SCREEN):
@@ -109,6 +111,37 @@ def _write_all(out: Any, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[out.write(view):]
+
+
+def _end_when_the_reader_goes(out: Any, client: Any) -> None:
+    """On a pipe or socket (an ssh channel's, for ``tail -f --host``), end the follow as soon as its reader
+    has gone (a connection dropped, ``| head`` done), not at the session's next output, which may be hours
+    away: meanwhile the session would count this as a client. A thread waits for the hangup, then shuts the
+    session's socket, which ends the wait for output. A terminal's hangup is a SIGHUP already."""
+    import os
+    import stat
+
+    try:
+        fd = out.fileno()
+        mode = os.fstat(fd).st_mode
+    except (AttributeError, ValueError, OSError):
+        return
+    if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
+        return
+    import contextlib
+    import select
+    import socket
+    import threading
+
+    def watch() -> None:
+        poller = select.poll()
+        poller.register(fd, 0)  # nothing asked: poll reports only POLLERR and POLLHUP, the reader's end
+        poller.poll()
+        if client.sock is not None:
+            with contextlib.suppress(OSError):
+                client.sock.shutdown(socket.SHUT_RDWR)
+
+    threading.Thread(target=watch, name="reader-gone", daemon=True).start()
 
 
 def _is_terminal(out: Any) -> bool:
