@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -98,6 +99,13 @@ def _parser() -> argparse.ArgumentParser:
     rp.add_argument("--grace", type=float, default=DEFAULT_GRACE, metavar="S",
                     help=f"seconds between SIGTERM and SIGKILL (default {DEFAULT_GRACE:g})")
     rp.add_argument("--json", action="store_true", help="JSON, for programs")
+    wa = sub.add_parser("watch", help="stream the owner's sessions' records and shellper exits as JSON lines, "
+                        "until stdin ends (a Fleet's watch of another host: protocol/WATCH.md)")
+    wa.add_argument("--watch-version", type=int, metavar="N",
+                    help="the watch version the caller speaks (default: the one this tower-client serves; another "
+                    "is refused with one line saying which)")
+    sub.add_parser("launch", help="start a session from a SessionConfig's JSON on stdin and print its info and "
+                   "record as one JSON line (a Fleet's launch on another host)")
     return p
 
 
@@ -299,6 +307,33 @@ def _refuse_reap(o: Observed, owner: str) -> str:
     return name_mismatch(o) or ""
 
 
+def _watch(args: argparse.Namespace, directory: Path) -> int:
+    import asyncio
+
+    from tower_client.watch import WATCH_VERSION, serve_watch  # inotify: only for this command
+
+    version = WATCH_VERSION if args.watch_version is None else args.watch_version
+    return asyncio.run(serve_watch(str(directory), args.owner or default_owner(), version))
+
+
+def _launch(args: argparse.Namespace, directory: Path) -> int:
+    """A session from the SessionConfig JSON on stdin, in this host's runtime directory; a ``cwd`` or ``env``
+    of null is this login's (the Tower's own are another machine's)."""
+    from shellper.client.launch import launch
+    from shellper.core import structs
+    from shellper.core.config import SessionConfig
+
+    data = json.loads(sys.stdin.buffer.read(MAX_REGISTRY_BYTES))
+    if not isinstance(data, dict):
+        raise ValueError("launch: expected a SessionConfig's JSON object on stdin")
+    data = {**data, "dir": str(directory), "cwd": data.get("cwd") or os.getcwd(),
+            "env": dict(os.environ) if data.get("env") is None else data["env"]}
+    info = launch(SessionConfig.from_json(json.dumps(data)))
+    record = SessionRecord.from_json(Path(info.record).read_bytes(), info.record)
+    print(json.dumps({"info": structs.asdict(info), "record": record.to_dict()}))
+    return EXIT_OK
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
@@ -308,7 +343,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         directory = Path(runtime_dir(args.dir))
         if args.owner is not None:
             validate_owner(args.owner)
-        handler = {"ls": _ls, "reconcile": _reconcile, "holders": _holders, "reap": _reap}[args.command]
+        handler = {"ls": _ls, "reconcile": _reconcile, "holders": _holders, "reap": _reap, "watch": _watch,
+                   "launch": _launch}[args.command]
         return handler(args, directory)
     except (RegistryError, BadSessionId, BadOwner, PathError, ValueError) as exc:
         print(f"tower-client: {exc}", file=sys.stderr)

@@ -17,9 +17,10 @@ that point comes twice.
 Blocking work (launching a shellper, apply, mint-or-reclaim, terminations with grace periods, fsync)
 runs in threads, never on the event loop; groups of sessions start and stop with bounded concurrency.
 
-The Fleet is built in three parts, one module each: the merged stream and what every part shares
+The Fleet is built in four parts, one module each: the merged stream and what every part shares
 (:mod:`tower_client.fleetstream`), following each session (:mod:`tower_client.fleetfollow`, with
-:mod:`tower_client.fleetmember`), and here its life, launching and stopping.
+:mod:`tower_client.fleetmember`), the sessions on other hosts (:mod:`tower_client.fleethosts`: a row's
+``host``, followed through that host's watch), and here its life, launching and stopping.
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ from tower_client.client import (
 )
 from tower_client.discover import discover_async
 from tower_client.errors import FleetClosed, FleetError, FleetNotStarted, UnknownSession
-from tower_client.fleetfollow import FLEET_CLIENT_NAME, STOP_MARGIN, Following
+from tower_client.fleetfollow import FLEET_CLIENT_NAME, STOP_MARGIN
+from tower_client.fleethosts import HOST_COLUMN, HostFollowing
 from tower_client.fleetmember import Member
 from tower_client.fleetsession import SessionHandle
 from tower_client.fleetstream import MAX_PENDING_BYTES, SessionStream
@@ -77,7 +79,7 @@ LAUNCH_COLUMN = "launch"
 AGENT_COLUMN = "agent"
 
 
-class Fleet(Following):
+class Fleet(HostFollowing):
     """Every session of one Tower (one owner) in one runtime directory. See the module docstring.
 
     Its parts: the merged stream and shared state (:class:`~tower_client.fleetstream.MergedStream`), following
@@ -106,6 +108,7 @@ class Fleet(Following):
         """Names being launched now: their record appears before their registry row."""
         self._streams: dict[str, SessionStream] = {}
         """Sessions whose items go to a stream of their own (SessionHandle.stream) instead of the merged one."""
+        self._hosts_init()
 
     # ----------------------------------------------------------------------------------- life
 
@@ -125,9 +128,12 @@ class Fleet(Following):
         # A stop the previous life asked for and did not see through is finished, not undone: its session
         # is decided as if it were not registered (terminated if it runs, cleaned if it left files), never
         # respawned.
-        stops = self.journal.stops()
+        # Rows on other hosts are reconciled there, each once its host's watch has said what runs on it
+        # (tower_client.fleethosts): a host that cannot be reached now is left alone, not decided from here.
+        stops = {n: g for n, g in self.journal.stops().items() if self._row_host(n) is None}
         registry = self.registry.registry()
-        registry = Registry(tuple(r for r in registry.rows if r.name not in stops), registry.path)
+        registry = Registry(tuple(r for r in registry.rows if r.name not in stops and self._row_host(r.name) is None),
+                            registry.path)
         decisions = reconcile(registry, observed, now=time.time(), husk_max_age=self.policy.husk_max_age,
                               owner=self.owner)
         to_stop = [d for d in decisions if d.name in stops]
@@ -154,6 +160,7 @@ class Fleet(Following):
             if name not in self.registry.rows:
                 self.journal.forget(name)
         await self._save_registry()
+        self._start_hosts()
         await self._bounded([self._relaunch(name, "respawn") for name in respawn])
 
     async def _adopt_all(self, records: list[SessionRecord]) -> None:
@@ -241,6 +248,7 @@ class Fleet(Following):
             self._watch.close()
         for task in list(self._tasks):
             task.cancel()
+        await self._close_hosts()
         for m in list(self.members.values()):
             await self._detach(m)
         self.members.clear()
@@ -281,20 +289,28 @@ class Fleet(Following):
             argv = resolved.argv
             agent = AgentCommand(agent.argv, resolved.conversation_id, agent.resume_flag, agent.mint_flag)
             self._emit(Notice(spec.name, resolved.action, resolved.reason, resolved.conversation_id))
-        config = SessionConfig(name=spec.name, argv=argv, dir=self.dir, cwd=spec.cwd or os.getcwd(),
-                               env=dict(os.environ if spec.env is None else spec.env), owner=self.owner,
-                               **spec.options.config_fields())
-        info = await asyncio.to_thread(launch, config)
+        if spec.host is not None:  # that host's own cwd and environment unless the spec names them (null)
+            config, info, record = await self._launch_remote(spec, argv)
+        else:
+            config = SessionConfig(name=spec.name, argv=argv, dir=self.dir, cwd=spec.cwd or os.getcwd(),
+                                   env=dict(os.environ if spec.env is None else spec.env), owner=self.owner,
+                                   **spec.options.config_fields())
+            info = await asyncio.to_thread(launch, config)
         launch_column = {k: v for k, v in json.loads(config.to_json()).items() if k not in ("name", "dir", "argv")}
         launch_column["argv"] = list(spec.argv) if agent is None else []
+        if spec.host is not None:
+            launch_column.update(cwd=spec.cwd, env=None if spec.env is None else dict(spec.env))
         columns: dict[str, Any] = {**spec.columns, LAUNCH_COLUMN: launch_column}
+        if spec.host is not None:
+            columns[HOST_COLUMN] = spec.host
         if agent is not None:
             columns[AGENT_COLUMN] = agent.to_column()
         self.registry.put(spec.name, info.instance_id, **columns)
         await self._save_registry()
-        record = await asyncio.to_thread(read_record, info.record)
+        if spec.host is None:
+            record = await asyncio.to_thread(read_record, info.record)
         self.journal.start(spec.name, info.instance_id)
-        await self._attach(record, adopted=False)
+        await self._attach(record, adopted=False, host=spec.host)
         self._emit(Notice(spec.name, "launched", "launch", f"pid {info.pid}, instance {info.instance_id}"))
         return info
 
@@ -326,11 +342,15 @@ class Fleet(Following):
         column = dict(row[LAUNCH_COLUMN])
         agent = AgentCommand.from_column(row[AGENT_COLUMN]) if AGENT_COLUMN in row else None
         argv = column.pop("argv", [])
-        config = SessionConfig.from_json(json.dumps({**column, "name": name, "dir": self.dir, "argv": argv or ["-"]}))
+        # A host row's cwd and env may be null (that host's own): placeholders for the check, null for the spec.
+        cwd, env = column.get("cwd"), column.get("env")
+        config = SessionConfig.from_json(json.dumps({**column, "name": name, "dir": self.dir, "argv": argv or ["-"],
+                                                     "cwd": cwd or "/", "env": env or {}}))
         options = {k: getattr(config, k) for k in column if k not in ("cwd", "env", "owner")}
-        columns = {k: v for k, v in row.items() if k not in ("name", "instance_id", LAUNCH_COLUMN, AGENT_COLUMN)}
-        return await self.launch(SessionSpec(name, argv, agent, config.cwd, config.env,
-                                             SessionOptions.from_mapping(options), columns))
+        columns = {k: v for k, v in row.items()
+                   if k not in ("name", "instance_id", LAUNCH_COLUMN, AGENT_COLUMN, HOST_COLUMN)}
+        return await self.launch(SessionSpec(name, argv, agent, cwd and config.cwd, None if env is None else config.env,
+                                             SessionOptions.from_mapping(options), columns, host=self._row_host(name)))
 
     # ----------------------------------------------------------------------------------- requests
 
@@ -390,8 +410,11 @@ class Fleet(Following):
             async with asyncio.timeout(grace + STOP_MARGIN):
                 await m.died.wait()
         except TimeoutError:
-            with contextlib.suppress(IdentityError):
-                await asyncio.to_thread(terminate_session, m.record, m.paths, grace=grace)
+            if m.host is not None:
+                await self._reap_remote(m)
+            else:
+                with contextlib.suppress(IdentityError):
+                    await asyncio.to_thread(terminate_session, m.record, m.paths, grace=grace)
         if m.task is not None:
             with contextlib.suppress(asyncio.CancelledError):
                 await m.task

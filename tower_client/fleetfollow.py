@@ -17,7 +17,7 @@ from shellper.protocol import wire
 from tower_client.apply import VERIFY_CLIENT_NAME, apply_async
 from tower_client.client import AsyncResumingClient, ClientError, SessionGone, socket_path
 from tower_client.discover import PROBE_CLIENT_NAME, observe_async
-from tower_client.fleetmember import FleetClient, Member
+from tower_client.fleetmember import FleetClient, FleetRemoteClient, Member
 from tower_client.fleetstream import MAX_PENDING_BYTES, MergedStream
 from tower_client.inotify import Change
 from tower_client.options import OnDeath
@@ -56,19 +56,28 @@ class Following(MergedStream):
         """An agent gave up because its conversation id is in use: the Fleet's launching part decides."""
         raise NotImplementedError
 
-    async def _attach(self, record: SessionRecord, *, adopted: bool) -> None:
+    def _remote_client(self, m: Member) -> FleetRemoteClient:
+        """A session on another host: its client (the Fleet's host part says how)."""
+        raise NotImplementedError
+
+    async def _attach(self, record: SessionRecord, *, adopted: bool, host: str | None = None) -> None:
         name = record.name
         paths = SessionPaths.for_name(self.dir, name)
-        pidfd = open_verified(ProcessIdentity(record.boot_id, record.shellper_pid, record.shellper_start_time))
-        m = Member(name, record, paths, pidfd)
-        asyncio.get_running_loop().add_reader(pidfd.fileno(), self._died, m)
+        client: FleetClient | FleetRemoteClient
+        if host is None:
+            pidfd = open_verified(ProcessIdentity(record.boot_id, record.shellper_pid, record.shellper_start_time))
+            m = Member(name, record, paths, pidfd)
+            asyncio.get_running_loop().add_reader(pidfd.fileno(), self._died, m)
+            client = FleetClient(str(socket_path(self.dir, name)), m.died, backoff=self.policy.backoff,
+                                 expect_instance_id=record.instance_id, client_name=FLEET_CLIENT_NAME)
+        else:
+            m = Member(name, record, paths, None, host)
+            client = self._remote_client(m)
         pos = self.journal.get(name)
         if pos is None or pos.instance_id != record.instance_id:
             self.journal.start(name, record.instance_id)
             pos = self.journal.get(name)
         assert pos is not None
-        client = FleetClient(str(socket_path(self.dir, name)), m.died, backoff=self.policy.backoff,
-                              expect_instance_id=record.instance_id, client_name=FLEET_CLIENT_NAME)
         try:
             welcome = await client.connect(resume_from=pos.offset, events_after=pos.event_seq)
         except BaseException:
@@ -217,7 +226,7 @@ class Following(MergedStream):
         self._emit(Notice(m.name, "died", str(self.policy.on_death), f"pid {m.record.shellper_pid}"))
         if self.policy.on_death is OnDeath.REPORT:
             return
-        await self._clean_dead(m.name)
+        await self._clean_dead(m.name, m.host)
         if self.policy.on_death is OnDeath.RESPAWN:
             await self._relaunch(m.name, "died")
         else:
@@ -226,8 +235,15 @@ class Following(MergedStream):
             self._end_stream_of(m.name)
             await self._save_registry()
 
-    async def _clean_dead(self, name: str) -> None:
+    async def _clean_remote(self, host: str, name: str) -> None:
+        """_clean_dead on another host (the Fleet's host part)."""
+        raise NotImplementedError
+
+    async def _clean_dead(self, name: str, host: str | None = None) -> None:
         """What reconcile would do for a dead shellper (end its tree's leftovers, remove its files), now."""
+        if host is not None:
+            await self._clean_remote(host, name)
+            return
         observed = await observe_async(self.dir, name)
         decisions = [d for d in reconcile(self.registry.registry(), [observed], now=time.time(), owner=self.owner)
                      if d.action is ReconcileAction.CLEAN and d.name == name]
@@ -243,7 +259,7 @@ class Following(MergedStream):
                 self._emit(Notice("", "files_removed", "directory", f"{self.dir} was removed or moved"))
             elif change.name.endswith(".sock") and change.removed:
                 m = self.members.get(change.name[:-5])
-                if m is not None and not m.stopping and not m.died.is_set():
+                if m is not None and m.host is None and not m.stopping and not m.died.is_set():
                     self._later(self._socket_removed(m))
             elif change.name.endswith(".json") and change.written and not change.name.startswith("."):
                 name = change.name[:-5]

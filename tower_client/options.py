@@ -31,14 +31,15 @@ from shellper.core.defaults import (
 )
 from shellper.core.execve import env_problem, has_nul
 from shellper.core.exits import RestartPolicy
-from shellper.core.names import BadName, validate_name
+from shellper.core.names import BadHost, BadName, validate_host, validate_name
 from tower_client.agent import AgentCommand
 from tower_client.resume import Backoff
 
 __all__ = ["FleetPolicy", "OnDeath", "RestartPolicy", "SessionOptions", "SessionSpec"]
 
-RESERVED_COLUMNS = frozenset({"name", "instance_id", "launch", "agent"})
-"""Registry columns the Fleet writes itself (tower_client.fleet's LAUNCH_COLUMN and AGENT_COLUMN)."""
+RESERVED_COLUMNS = frozenset({"name", "instance_id", "launch", "agent", "host"})
+"""Registry columns the Fleet writes itself (tower_client.fleet's LAUNCH_COLUMN and AGENT_COLUMN, and
+tower_client.fleethosts' HOST_COLUMN)."""
 
 
 class OnDeath(StrEnum):
@@ -159,7 +160,8 @@ class SessionSpec:
     ``argv`` is the command as a list of arguments (``["npm", "run", "dev"]``; a single string is refused:
     use ``shlex.split``), or ``agent`` an agent CLI whose conversation id the Fleet resolves (one of the
     two). ``cwd`` and ``env`` default to the Tower's; ``options`` is a :class:`SessionOptions` (a dict of
-    its fields is converted); ``columns`` are the Tower's own registry columns (JSON values)."""
+    its fields is converted); ``columns`` are the Tower's own registry columns (JSON values). ``host``, an
+    ssh destination, runs the session there (its ``cwd`` and ``env`` then default to that login's)."""
 
     name: str
     argv: Sequence[str] = ()
@@ -168,6 +170,7 @@ class SessionSpec:
     env: Mapping[str, str] | None = None
     options: SessionOptions = field(default_factory=SessionOptions)
     columns: Mapping[str, Any] = field(default_factory=dict)
+    host: str | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -196,6 +199,13 @@ class SessionSpec:
                                   f"got {type(self.options).__name__}")
             object.__setattr__(self, "options", SessionOptions.from_mapping(self.options))
         self._check_columns()
+        if self.host is not None:
+            try:
+                validate_host(self.host)
+            except BadHost as exc:
+                raise ConfigError("host", exc.reason) from None
+            if self.agent is not None:  # its holders are looked for in this machine's processes
+                raise ConfigError("host", "an agent's session runs on this machine only, for now")
 
     def _check_command(self) -> None:
         if isinstance(self.argv, str | bytes):

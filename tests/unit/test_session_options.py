@@ -47,6 +47,10 @@ BAD_SPECS: list[tuple[dict[str, Any], str, str]] = [
     ({"argv": ["a"], "columns": {"launch": {}}}, "columns", "written by the Fleet"),
     ({"argv": ["a"], "columns": {1: "x"}}, "columns", "string keys"),
     ({"argv": ["a"], "columns": {"x": object()}}, "columns", "not JSON"),
+    ({"argv": ["a"], "columns": {"host": "gpu1"}}, "columns", "written by the Fleet"),
+    ({"argv": ["a"], "host": "-oProxyCommand=x"}, "host", ""),
+    ({"argv": ["a"], "host": "a b"}, "host", ""),
+    ({"agent": AgentCommand(("claude",)), "host": "gpu1"}, "host", "this machine only"),
 ]
 
 
