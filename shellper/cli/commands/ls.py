@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shellper.cli.options import Flag
+from shellper.cli.options import SUPPRESS, Flag
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
 if TYPE_CHECKING:
@@ -14,6 +14,7 @@ ARGUMENTS = (
     Flag("--long", "-l", help="every column (pids, ring, owner, containment) and each last exit in full"),
     Flag("--json", help="one JSON array, for programs: the sessions, then the directory's warm launcher if one "
          "runs (\"kind\": \"launcher\")"),
+    Flag("--names", help=SUPPRESS),  # the names alone, one a line, asking no session: what completion offers
 )
 
 LS_COMMAND_WIDTH = 30
@@ -37,6 +38,12 @@ def handle(args: argparse.Namespace) -> int:
     from shellper.host.paths import existing_runtime_dir
 
     exists = existing_runtime_dir(session_dir(args))
+    if args.names:
+        from shellper.host.paths import session_names
+
+        for name in session_names(session_dir(args)) if exists else []:
+            print(name)
+        return 0
     sessions = list_sessions(session_dir(args)) if exists else []
     if args.json:
         listed = [s.to_dict() for s in sessions]
