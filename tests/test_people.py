@@ -191,7 +191,7 @@ def test_tail_n_ends_its_last_line(terminals: Terminals) -> None:
 
 LONG_ERROR = "RuntimeError: CUDA out of memory while allocating a tensor of a size nobody expected"
 JSON_KEYS = {"name", "state", "reason", "pid", "child_pid", "uptime", "clients", "ring_bytes", "last_exit", "command",
-             "next_restart_at", "owner", "containment", "cgroup", "locked", "answers", "status"}
+             "next_restart_at", "owner", "containment", "cgroup", "labels", "locked", "answers", "status"}
 
 
 def test_ls_fits_the_terminal_and_l_shows_everything(terminals: Terminals) -> None:
@@ -228,3 +228,32 @@ def test_a_session_started_again_no_longer_says_not_restarted(terminals: Termina
     listed = terminals.spawn(terminals.cli_args("ls", "-l"), dimensions=(24, 200))
     listed.expect(rb"again +running .*not restarted \(restart mode no\); started again since\r\n")
     assert finish(listed) == 0
+
+
+# ------------------------------------------------------------------------------------ labels
+
+
+def test_labels_are_set_listed_found_and_kept_in_the_record(terminals: Terminals) -> None:
+    terminals.run("web", "cat")
+    terminals.run("db", "cat")
+    status, said = _said(terminals, "set", "web", "team=infra", "task=T-42")
+    assert status == 0 and said == "", said
+    assert _said(terminals, "set", "db", "team=data") == (0, "")
+    status, said = _said(terminals, "ls", "--where", "team=infra")
+    assert status == 0 and re.search(r"^ +web +running", said, re.M) and "db" not in said, said
+    listed = terminals.spawn(terminals.cli_args("ls", "-l"), dimensions=(24, 200))
+    listed.expect(rb"web +running .* task=T-42,team=infra ")
+    assert finish(listed) == 0
+    assert _said(terminals, "set", "web", "task=") == (0, "")  # KEY= removes it
+    (web,) = (s for s in json.loads(terminals.cli("ls", "--json").stdout) if s["name"] == "web")
+    assert web["labels"] == {"team": "infra"}
+    with open(os.path.join(terminals.dir, "web.json")) as f:
+        assert json.load(f)["labels"] == {"team": "infra"}  # what a Tower reads, and ls of a dead shellper
+    assert _said(terminals, "set", "web") == (0, "team=infra\r\n")
+    status, said = _said(terminals, "status", "web")
+    assert status == 0 and "labels team=infra" in said, said
+    status, said = _said(terminals, "set", "web", "bad key=x", "ok=1")
+    assert status == 1 and "label key 'bad key'" in said, said
+    status, said = _said(terminals, "set", "web", "k=\x1b[2J")
+    assert status == 1 and "control character" in said, said
+    assert json.loads(terminals.cli("status", "web", "--json").stdout)["labels"] == {"team": "infra"}  # unchanged

@@ -77,6 +77,8 @@ class Session:
         self._cmdline_sha256 = cmdline_sha256()
         self.owner = config.owner or default_owner()
         self.created_at = time.time()
+        self.labels: dict[str, str] = {}
+        """shellper set's labels (shellper.core.labels), kept in the record."""
         clients: dict[int, ClientConn] = {}
         self.output = Output(loop, log, config.ring_bytes, clients)
         self.scrollback = self.output.scrollback
@@ -239,7 +241,8 @@ class Session:
             restarts=life.restarts, breaker=life.supervisor.snapshot(), ring_bytes=self.config.ring_bytes,
             stderr_mode=resolve_stderr_mode(self.config.stderr_mode), version=__version__,
             owner=self.owner, containment=tree.containment,
-            cgroup=tree.cgroup.path if tree.cgroup is not None else None, cgroup_id=tree.cgroup_id)
+            cgroup=tree.cgroup.path if tree.cgroup is not None else None, cgroup_id=tree.cgroup_id,
+            labels=dict(self.labels))
 
     # ----------------------------------------------------------------------------------- for connections
 
@@ -315,6 +318,7 @@ class Session:
             "record_error": journal.record_error, "output_held": self.output.pacer.holding,
             "owner": self.owner, "containment": tree.containment,
             "cgroup": tree.cgroup.path if tree.cgroup is not None else None,
+            "labels": dict(self.labels),
         }
         return wire.StatusReply(state=journal.state, info=info)
 
@@ -331,6 +335,15 @@ class Session:
 
     def screen_reply(self, request: wire.ScreenRequest) -> wire.ScreenReply:
         return self.output.screen.reply(request)
+
+    def set_labels(self, changes: dict[str, str]) -> dict[str, str]:
+        """A LABELS request: the labels changed (all or none: BadLabel) and the record written; the labels now."""
+        from shellper.core.labels import apply_changes
+
+        self.labels = apply_changes(self.labels, changes)
+        self.log.write(f"labels set: {', '.join(f'{k}={v}' for k, v in sorted(changes.items()))}")
+        self.journal.write_record()
+        return dict(self.labels)
 
     def rendered_replay(self, scrollback: int, limit: int | None = None) -> bytes:
         return self.output.screen.rendered(scrollback, limit)

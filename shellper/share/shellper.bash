@@ -5,10 +5,10 @@
 #    source ~/.local/share/bash_completion/shellper
 # See also: https://github.com/scop/bash-completion/blob/main/doc/configuration.md
 
-_shtab_shellper_subparsers=(run ls attach send tail screen signal resize restart stop bridge status completions man legacy-main)
+_shtab_shellper_subparsers=(run ls attach send tail screen signal resize restart stop bridge status set completions man legacy-main)
 
 _shtab_shellper_run_option_strings=(-h --help --dir --host --foreground --json --replace -f --cwd --env --no-inherit-env --cols --rows --term --ring-bytes --stderr --grace --husk-ttl --owner --containment --cgroup-parent --restart --backoff-initial --backoff-max --backoff-factor --jitter --healthy-uptime --min-uptime --breaker-count --breaker-window --same-error-count --clean-exit-count --clean-exit-uptime --max-restarts --prevent-codes --clean-signals --fatal-scan-lines --fatal-pattern --no-fatal-patterns)
-_shtab_shellper_ls_option_strings=(-h --help --dir --host --long -l --json)
+_shtab_shellper_ls_option_strings=(-h --help --dir --host --long -l --json --where)
 _shtab_shellper_attach_option_strings=(-h --help --dir --host -c --create --detach-key -e --read-only -r --no-replay --raw --relay)
 _shtab_shellper_send_option_strings=(-h --help --dir --host --enter)
 _shtab_shellper_tail_option_strings=(-h --help --dir --host --bytes --lines -n --follow -f --plain)
@@ -19,6 +19,7 @@ _shtab_shellper_restart_option_strings=(-h --help --dir --host)
 _shtab_shellper_stop_option_strings=(-h --help --dir --host --all --grace)
 _shtab_shellper_bridge_option_strings=(-h --help --dir --host)
 _shtab_shellper_status_option_strings=(-h --help --dir --host --json)
+_shtab_shellper_set_option_strings=(-h --help --dir --host)
 _shtab_shellper_completions_option_strings=(-h --help --dir --host)
 _shtab_shellper_man_option_strings=(-h --help --dir --host)
 _shtab_shellper_legacy_main_option_strings=(-h --help --dir --host)
@@ -33,10 +34,11 @@ _shtab_shellper_resize_pos_0_COMPGEN=_shellper_names
 _shtab_shellper_restart_pos_0_COMPGEN=_shellper_names
 _shtab_shellper_stop_pos_0_COMPGEN=_shellper_names
 _shtab_shellper_status_pos_0_COMPGEN=_shellper_names
+_shtab_shellper_set_pos_0_COMPGEN=_shellper_names
 
 _shtab_shellper_run___stderr_choices=(auto pty merged pipe)
 _shtab_shellper_run___restart_choices=(no on-failure always)
-_shtab_shellper_pos_0_choices=(run ls attach send tail screen signal resize restart stop bridge status completions man legacy-main)
+_shtab_shellper_pos_0_choices=(run ls attach send tail screen signal resize restart stop bridge status set completions man legacy-main)
 
 _shtab_shellper_run_pos_1_nargs='*'
 _shtab_shellper_run__h_nargs=0
@@ -89,6 +91,9 @@ _shtab_shellper_bridge___help_nargs=0
 _shtab_shellper_status__h_nargs=0
 _shtab_shellper_status___help_nargs=0
 _shtab_shellper_status___json_nargs=0
+_shtab_shellper_set_pos_1_nargs='*'
+_shtab_shellper_set__h_nargs=0
+_shtab_shellper_set___help_nargs=0
 _shtab_shellper_completions__h_nargs=0
 _shtab_shellper_completions___help_nargs=0
 _shtab_shellper_man__h_nargs=0

@@ -64,8 +64,8 @@ function _shtab_shellper_using
   test "$_shtab_shellper_cmdpath" = "$argv"
 end
 
-set -g _shtab_shellper_commands run ls attach send tail screen signal resize restart stop bridge status completions man legacy-main
-set -g _shtab_shellper_opts_with_value --backoff-factor --backoff-initial --backoff-max --breaker-count --breaker-window --bytes --cgroup-parent --clean-exit-count --clean-exit-uptime --clean-signals --cols --containment --cwd --detach-key --dir --env --fatal-pattern --fatal-scan-lines --grace --healthy-uptime --host --husk-ttl --jitter --lines --max-restarts --min-uptime --owner --prevent-codes --restart --ring-bytes --rows --same-error-count --scrollback --stderr --term -e -n
+set -g _shtab_shellper_commands run ls attach send tail screen signal resize restart stop bridge status set completions man legacy-main
+set -g _shtab_shellper_opts_with_value --backoff-factor --backoff-initial --backoff-max --breaker-count --breaker-window --bytes --cgroup-parent --clean-exit-count --clean-exit-uptime --clean-signals --cols --containment --cwd --detach-key --dir --env --fatal-pattern --fatal-scan-lines --grace --healthy-uptime --host --husk-ttl --jitter --lines --max-restarts --min-uptime --owner --prevent-codes --restart --ring-bytes --rows --same-error-count --scrollback --stderr --term --where -e -n
 
 complete -c shellper -e
 complete -c shellper -f
@@ -118,6 +118,7 @@ complete -c shellper -n '_shtab_shellper_using ls' -l dir -x -d 'as before the c
 complete -c shellper -n '_shtab_shellper_using ls' -l host -x -d 'as before the command'
 complete -c shellper -n '_shtab_shellper_using ls' -l long -s l -d 'every column (pids, ring, owner, containment) and each last exit in full'
 complete -c shellper -n '_shtab_shellper_using ls' -l json -d 'one JSON array, for programs: the sessions, then the directory'"'"'s warm launcher if one runs ("kind": "launcher")'
+complete -c shellper -n '_shtab_shellper_using ls' -l where -x -d 'only sessions with this label (shellper set); repeated: all of them; KEY=: without that label'
 complete -c shellper -n '_shtab_shellper_using; and test $_shtab_shellper_npos -eq 0' -a attach -d 'attach this terminal to a session: shellper attach [-c] NAME [-- COMMAND [ARGS...]]'
 complete -c shellper -n '_shtab_shellper_using attach' -s h -l help -d 'show this help message and exit'
 complete -c shellper -n '_shtab_shellper_using attach' -l dir -x -d 'as before the command'
@@ -184,6 +185,11 @@ complete -c shellper -n '_shtab_shellper_using status' -l dir -x -d 'as before t
 complete -c shellper -n '_shtab_shellper_using status' -l host -x -d 'as before the command'
 complete -c shellper -n '_shtab_shellper_using status' -l json -d 'the full status as JSON, for programs'
 complete -c shellper -n '_shtab_shellper_using status; and test $_shtab_shellper_npos -eq 0' -ka "(__shellper_names)" -d 'the session'"'"'s name'
+complete -c shellper -n '_shtab_shellper_using; and test $_shtab_shellper_npos -eq 0' -a set -d 'label a session: shellper set NAME KEY=VALUE... (KEY= removes one; ls --where KEY=VALUE finds it)'
+complete -c shellper -n '_shtab_shellper_using set' -s h -l help -d 'show this help message and exit'
+complete -c shellper -n '_shtab_shellper_using set' -l dir -x -d 'as before the command'
+complete -c shellper -n '_shtab_shellper_using set' -l host -x -d 'as before the command'
+complete -c shellper -n '_shtab_shellper_using set; and test $_shtab_shellper_npos -eq 0' -ka "(__shellper_names)" -d 'the session'"'"'s name'
 complete -c shellper -n '_shtab_shellper_using; and test $_shtab_shellper_npos -eq 0' -a completions -d 'print a shell'"'"'s completion script: shellper completions bash|zsh|fish'
 complete -c shellper -n '_shtab_shellper_using completions' -s h -l help -d 'show this help message and exit'
 complete -c shellper -n '_shtab_shellper_using completions' -l dir -x -d 'as before the command'
