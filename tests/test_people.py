@@ -191,7 +191,8 @@ def test_tail_n_ends_its_last_line(terminals: Terminals) -> None:
 
 LONG_ERROR = "RuntimeError: CUDA out of memory while allocating a tensor of a size nobody expected"
 JSON_KEYS = {"name", "state", "reason", "pid", "child_pid", "uptime", "clients", "ring_bytes", "last_exit", "command",
-             "next_restart_at", "owner", "containment", "cgroup", "labels", "locked", "answers", "status"}
+             "next_restart_at", "owner", "containment", "cgroup", "working_dir", "labels", "locked", "answers",
+             "status"}
 
 
 def test_ls_fits_the_terminal_and_l_shows_everything(terminals: Terminals) -> None:
@@ -257,3 +258,37 @@ def test_labels_are_set_listed_found_and_kept_in_the_record(terminals: Terminals
     status, said = _said(terminals, "set", "web", "k=\x1b[2J")
     assert status == 1 and "control character" in said, said
     assert json.loads(terminals.cli("status", "web", "--json").stdout)["labels"] == {"team": "infra"}  # unchanged
+
+
+# ------------------------------------------------------------------------------------ the working directory
+
+
+def _long_listing(terminals: Terminals) -> str:
+    listed = terminals.spawn(terminals.cli_args("ls", "-l"), dimensions=(24, 250))
+    listed.expect(pexpect.EOF)
+    said = listed.before.decode()
+    assert finish(listed) == 0
+    return said
+
+
+def test_ls_l_and_status_follow_the_sessions_directory(terminals: Terminals) -> None:
+    terminals.shell("wd")
+    term = terminals.attach("wd")
+    term.expect(PROMPT)
+    with tempfile.TemporaryDirectory(prefix="shph-wd-") as where:
+        term.send(f"cd {where}\r".encode())  # bash announces no directory: the kernel's word (/proc)
+        term.expect(PROMPT)
+        poll_until(lambda: re.search(rf"^ +wd +running .* {re.escape(where)} +bash", _long_listing(terminals), re.M),
+                   TIMEOUT, interval=0.1, what="ls -l showing the directory cd went to")
+        status, said = _said(terminals, "status", "wd")
+        assert status == 0 and f"now in {where} (the kernel says)" in said, said
+        # a shell that announces its directory (zsh, fish, VTE's bash snippet) is believed: OSC 7, its host this one
+        term.send(b"printf '\\033]7;file://%s/srv/from%%20osc7\\007' \"$(hostname)\"\r")
+        term.expect(PROMPT)
+        poll_until(lambda: "now in /srv/from osc7 (its shell says, by OSC 7)" in _said(terminals, "status", "wd")[1],
+                   TIMEOUT, interval=0.1, what="status showing the announced directory")
+        term.send(b"cd /\r")
+        term.expect(PROMPT)
+    term.send(DETACH)
+    term.expect(rb"\[detached\]")
+    assert finish(term) == 0

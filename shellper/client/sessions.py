@@ -45,6 +45,8 @@ class SessionInfo:
     containment: str | None = None
     """cgroup, systemd-scope or none (shellper.host.cgroup): live from the shellper, else from the record."""
     cgroup: str | None = None
+    working_dir: str | None = None
+    """Where the running program is now (its shell's OSC 7, else /proc): from a live shellper only."""
     labels: dict[str, str] = field(default_factory=dict)
     """shellper set's labels: live from the shellper, else from the record."""
     locked: bool = False
@@ -117,6 +119,8 @@ def inspect_session(directory: str | os.PathLike[str], name: str, probe: bool = 
             info.owner = reply.info.get("owner") or info.owner
             info.containment = reply.info.get("containment") or info.containment
             info.cgroup = reply.info.get("cgroup", info.cgroup)
+            working_dir = reply.info.get("working_dir")
+            info.working_dir = working_dir if isinstance(working_dir, str) else None
             labels = reply.info.get("labels")
             if isinstance(labels, dict):  # a shellper from before labels has none to say
                 info.labels = {str(k): str(v) for k, v in labels.items()}

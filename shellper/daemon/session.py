@@ -44,6 +44,7 @@ from shellper.host.logfile import LogFile
 from shellper.host.paths import SessionPaths, unlink_if_socket
 from shellper.host.reaper import SurvivorError, set_child_subreaper
 from shellper.host.record import SessionRecord, cmdline_sha256, new_instance_id
+from shellper.host.workdir import foreground_cwd
 from shellper.protocol import wire
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
@@ -59,6 +60,10 @@ def _legacy_codec() -> type[LegacyCodec]:
     from shellper.daemon.legacyconn import LegacyCodec
 
     return LegacyCodec
+
+
+WORKDIR_SCAN = 64 * 1024
+"""Output searched back for the shell's last OSC 7 (a prompt writes one); older than that, the kernel says."""
 
 
 class Session:
@@ -320,7 +325,27 @@ class Session:
             "cgroup": tree.cgroup.path if tree.cgroup is not None else None,
             "labels": dict(self.labels),
         }
+        info["working_dir"], info["working_dir_from"] = self._working_dir()
         return wire.StatusReply(state=journal.state, info=info)
+
+    def _working_dir(self) -> tuple[str | None, str | None]:
+        """Where the running child is now, and how that is known: the last OSC 7 its shell wrote (``osc7``;
+        ``HOST:PATH`` when it names another host), else the kernel's word (``proc``, shellper.host.workdir)."""
+        child = self.lifecycle.child
+        if child is None:
+            return None, None
+        ring = self.scrollback
+        tail = ring.read(max(ring.start, ring.end - WORKDIR_SCAN), WORKDIR_SCAN).data
+        announced = None
+        if b"7;" in tail:  # the parser (the screen model's) is loaded only for a shell that may have announced
+            from shellper.core.terminal.workdir import last_announced
+
+            announced = last_announced(tail)
+        if announced is not None:
+            here = announced.host in ("", "localhost", os.uname().nodename)
+            return (announced.path if here else f"{announced.host}:{announced.path}"), "osc7"
+        path = foreground_cwd(child.pid, child.master_fd)
+        return path, "proc" if path is not None else None
 
     def events_after(self, seq: int) -> list[wire.Event]:
         return self.journal.events_after(seq)

@@ -116,7 +116,7 @@ complete -c shellper -n '_shtab_shellper_using; and test $_shtab_shellper_npos -
 complete -c shellper -n '_shtab_shellper_using ls' -s h -l help -d 'show this help message and exit'
 complete -c shellper -n '_shtab_shellper_using ls' -l dir -x -d 'as before the command'
 complete -c shellper -n '_shtab_shellper_using ls' -l host -x -d 'as before the command'
-complete -c shellper -n '_shtab_shellper_using ls' -l long -s l -d 'every column (pids, ring, owner, containment) and each last exit in full'
+complete -c shellper -n '_shtab_shellper_using ls' -l long -s l -d 'every column (pids, ring, owner, containment, labels, current directory) and each last exit in full'
 complete -c shellper -n '_shtab_shellper_using ls' -l json -d 'one JSON array, for programs: the sessions, then the directory'"'"'s warm launcher if one runs ("kind": "launcher")'
 complete -c shellper -n '_shtab_shellper_using ls' -l where -x -d 'only sessions with this label (shellper set); repeated: all of them; KEY=: without that label'
 complete -c shellper -n '_shtab_shellper_using; and test $_shtab_shellper_npos -eq 0' -a attach -d 'attach this terminal to a session: shellper attach [-c] NAME [-- COMMAND [ARGS...]]'

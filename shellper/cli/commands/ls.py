@@ -11,7 +11,8 @@ if TYPE_CHECKING:
     from shellper.client.sessions import SessionInfo
 
 ARGUMENTS = (
-    Flag("--long", "-l", help="every column (pids, ring, owner, containment) and each last exit in full"),
+    Flag("--long", "-l", help="every column (pids, ring, owner, containment, labels, current directory) and each "
+         "last exit in full"),
     Flag("--json", help="one JSON array, for programs: the sessions, then the directory's warm launcher if one "
          "runs (\"kind\": \"launcher\")"),
     Value("--where", metavar="KEY=VALUE", repeated=True,
@@ -29,7 +30,7 @@ COMMAND_FLOOR = 16
 
 SHORT = ("", "NAME", "STATE", "UPTIME", "CLIENTS", "COMMAND", "LAST EXIT")
 LONG = ("", "NAME", "STATE", "PID", "CHILD", "UPTIME", "CLIENTS", "RING", "OWNER", "CONTAINMENT", "LABELS",
-        "COMMAND", "LAST EXIT")
+        "CWD", "COMMAND", "LAST EXIT")
 
 
 def handle(args: argparse.Namespace) -> int:
@@ -143,7 +144,7 @@ def _row(s: SessionInfo, long: bool) -> tuple[str, ...]:
     if long:
         cells: tuple[str, ...] = (finished, s.name, s.state, str(s.pid or "-"), str(s.child_pid or "-"),
                                   duration(s.uptime), clients, size(s.ring_bytes), s.owner or "-",
-                                  s.containment or "-", _labels(s.labels), command, last)
+                                  s.containment or "-", _labels(s.labels), s.working_dir or "-", command, last)
     else:
         cells = (finished, s.name, s.state, duration(s.uptime), clients, command, last)
     return tuple(map(printable, cells))

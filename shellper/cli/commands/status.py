@@ -61,6 +61,9 @@ def handle(args: argparse.Namespace) -> int:
                     f"up {duration(info.get('uptime'))}"))
     _print_containment(info.get("owner"), info.get("containment"), info.get("cgroup"))
     print("  command " + printable(f"{' '.join(info.get('argv') or [])} in {info.get('cwd')}"))
+    if info.get("working_dir"):
+        told = {"osc7": "its shell says, by OSC 7", "proc": "the kernel says"}.get(info.get("working_dir_from") or "")
+        print(printable(f"  now in {info['working_dir']}" + (f" ({told})" if told else "")))
     _print_labels(info.get("labels"))
     print(printable(f"  output {info.get('ring_end')} bytes, ring holds "
                     f"{info.get('ring_end', 0) - info.get('ring_start', 0)}"))
