@@ -3,6 +3,7 @@ console script, real sessions in a private runtime directory."""
 
 from __future__ import annotations
 
+import html.parser
 import json
 import os
 import re
@@ -292,3 +293,56 @@ def test_ls_l_and_status_follow_the_sessions_directory(terminals: Terminals) -> 
     term.send(DETACH)
     term.expect(rb"\[detached\]")
     assert finish(term) == 0
+
+
+# ------------------------------------------------------------------------------------ screen --html
+
+
+class _Page(html.parser.HTMLParser):
+    """What a browser would make of the page: its elements, its text, the styles of the text's spans."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[str] = []
+        self.text = ""
+        self.styled: list[tuple[str, str]] = []
+        self._style: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append(tag)
+        if tag == "span":
+            self._style.append(dict(attrs).get("style") or "")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "span":
+            self._style.pop()
+
+    def handle_data(self, data: str) -> None:
+        self.text += data
+        if self._style:
+            self.styled.append((data, self._style[-1]))
+
+
+def test_screen_html_is_a_page_with_the_colours_and_no_markup_of_the_programs(terminals: Terminals) -> None:
+    terminals.shell("agent")
+    term = terminals.attach("agent")
+    term.expect(PROMPT)
+    term.send(b"for i in $(seq 1 40); do echo early-$i; done\r")
+    term.expect(PROMPT)
+    hostile = "<script>alert(1)</script></pre><img src=x onerror=alert(2)> & done"
+    term.send(f"printf '\\033[1;31mFAILED\\033[0m \\033[38;2;0;128;255m%s\\033[0m\\n' '{hostile}'\r".encode())
+    term.expect(b"FAILED")
+    term.expect(PROMPT)
+    term.send(DETACH)
+    term.expect(rb"\[detached\]")
+    assert finish(term) == 0
+    page = _Page()
+    page.feed(terminals.cli("screen", "agent", "--html", "--scrollback", "100").stdout)
+    assert set(page.tags) == {"html", "head", "meta", "title", "style", "body", "pre", "span"}, page.tags
+    assert hostile in page.text  # as text, whole
+    assert ("FAILED", "color:#ff0000;font-weight:bold") in page.styled  # bold red: xterm's bright red
+    assert (hostile, "color:#0080ff") in page.styled
+    assert "early-1\n" in page.text and "early-40\n" in page.text  # the scrollback, then the screen
+    assert page.text.index("early-1\n") < page.text.index("FAILED")
+    status, said = _said(terminals, "screen", "agent", "--html", "--json")
+    assert status == 1 and "not with --json" in said, said

@@ -151,6 +151,7 @@ complete -c shellper -n '_shtab_shellper_using screen' -l dir -x -d 'as before t
 complete -c shellper -n '_shtab_shellper_using screen' -l host -x -d 'as before the command'
 complete -c shellper -n '_shtab_shellper_using screen' -l ansi -d 'with colours and attributes (SGR sequences)'
 complete -c shellper -n '_shtab_shellper_using screen' -l json -d 'the screen, cursor, title and output offset as JSON, for programs'
+complete -c shellper -n '_shtab_shellper_using screen' -l html -d 'a self-contained HTML page, colours kept (with --scrollback too), to share what a program did: shellper screen NAME --html --scrollback 1000 > NAME.html'
 complete -c shellper -n '_shtab_shellper_using screen' -l scrollback -x -d 'also the last N lines that scrolled off the main screen (a session keeps 1000)'
 complete -c shellper -n '_shtab_shellper_using screen; and test $_shtab_shellper_npos -eq 0' -ka "(__shellper_names)" -d 'the session'"'"'s name'
 complete -c shellper -n '_shtab_shellper_using; and test $_shtab_shellper_npos -eq 0' -a signal -d 'send a signal to the session'"'"'s child process group'
