@@ -346,3 +346,32 @@ def test_screen_html_is_a_page_with_the_colours_and_no_markup_of_the_programs(te
     assert page.text.index("early-1\n") < page.text.index("FAILED")
     status, said = _said(terminals, "screen", "agent", "--html", "--json")
     assert status == 1 and "not with --json" in said, said
+
+
+# ------------------------------------------------------------------------------------ SHELLPER_SESSION in prompts
+
+
+def _snippets(shell: str) -> str:
+    """The code blocks of docs/PROMPT.md's section for ``shell``, as a start-up file."""
+    with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "PROMPT.md")) as f:
+        section = f.read().split(f"## {shell} ")[1].split("\n## ")[0]
+    return "\n".join(re.findall(rf"```{shell}\n(.*?)```", section, re.S))
+
+
+def test_the_documented_bash_snippets_name_the_session_and_announce_its_directory(terminals: Terminals) -> None:
+    with tempfile.TemporaryDirectory(prefix="shph-rc-") as where:
+        rc = os.path.join(where, "bashrc")
+        with open(rc, "w") as f:
+            f.write("PS1='psh> '\n" + _snippets("bash"))
+        terminals.run("docs", "bash", "--rcfile", rc, "--noprofile", "-i")
+        term = terminals.attach("docs")
+        term.expect(rb"\[docs\] psh> ")
+        term.send(f"cd {where}\r".encode())
+        term.expect(rb"\[docs\] psh> ")
+        poll_until(lambda: f"now in {where} (its shell says, by OSC 7)" in _said(terminals, "status", "docs")[1],
+                   TIMEOUT, interval=0.1, what="status showing the directory bash announced")
+        term.send(b"cd /\r")
+        term.expect(rb"\[docs\] psh> ")
+        term.send(DETACH)
+        term.expect(rb"\[detached\]")
+        assert finish(term) == 0
