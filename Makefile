@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 .PHONY: demo tower-demo test check lint typecheck unit bench soak clean compile test-versions completions test-ts \
 	web-client
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.cfg
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	@# the distribution was named "shellper" before it became "shellper-pty": one checkout, one install
