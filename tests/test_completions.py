@@ -102,6 +102,37 @@ def test_bash_completes_a_hosts_names_after_host_colon(terminals: Terminals) -> 
         term.close(force=True)
 
 
+@pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed")
+def test_zsh_completes_a_live_sessions_name_on_tab(terminals: Terminals, tmp_path: Path) -> None:
+    terminals.run("zebra-two", "sleep", "60")
+    (tmp_path / "_shellper").write_text(_shellper("completions", "zsh").stdout)
+    env = dict(_env(), PS1="z$ ", SHELLPER_DIR=terminals.dir)
+    term = pexpect.spawn("zsh", ["-f"], env=env, timeout=TIMEOUT)
+    try:
+        term.sendline(f"fpath=({tmp_path} $fpath); autoload -U compinit; compinit -u -D; echo ready-$((1+1))")
+        term.expect("ready-2")
+        term.send("shellper attach zeb\t")
+        term.expect("zebra-two")
+        term.send("\x15shellper() { [ \"$1 $2 $4\" = '--host box --names' ] && print far-away }\r")
+        term.send("shellper stop box:far-a\t")
+        term.expect("box:far-away")
+    finally:
+        term.close(force=True)
+
+
+@pytest.mark.skipif(shutil.which("fish") is None, reason="fish is not installed")
+def test_fish_completes_session_names_here_and_on_a_host(terminals: Terminals) -> None:
+    terminals.run("zebra-three", "sleep", "60")
+    stand_in = ('function shellper; if test "$argv[1]" = --host; printf "far-away\\n"; else; command shellper $argv;'
+                ' end; end')
+    script = (f"shellper completions fish | source; complete -C 'shellper tail zeb'; {stand_in};"
+              " complete -C 'shellper stop box:f'")
+    done = subprocess.run(["fish", "--no-config", "-c", script],
+                          capture_output=True, text=True, timeout=60, env=dict(_env(), SHELLPER_DIR=terminals.dir))
+    assert done.returncode == 0, done.stderr
+    assert [line.split("\t")[0] for line in done.stdout.splitlines()] == ["zebra-three", "box:far-away"]
+
+
 def test_the_names_listing_is_hidden_and_asks_no_session(terminals: Terminals) -> None:
     terminals.run("n1", "sleep", "60")
     terminals.run("n2", "sleep", "60")
