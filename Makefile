@@ -157,7 +157,7 @@ SHARE := shellper/share
 completions: $(STAMP)
 	@# shellper's ship in the package (shellper completions SHELL, shellper man); tower-client's go to build/
 	$(BIN)/python tools/completions.py $(SHARE) $(COMPLETIONS)
-	@echo "shellper's completions and man page in $(SHARE), tower-client's in $(COMPLETIONS); see README.md (Shell completion)"
+	@echo "shellper's completions and man page in $(SHARE), tower-client's in $(COMPLETIONS)"
 
 clean:
 	rm -rf $(VENV) .venv-3.* build *.egg-info
