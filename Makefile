@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo tower-demo test check lint typecheck unit bench soak clean compile test-versions completions test-ts \
+.PHONY: demo tower-demo docs test check lint typecheck unit bench soak clean compile test-versions completions test-ts \
 	web-client
 
 $(STAMP): pyproject.toml setup.cfg
@@ -39,7 +39,8 @@ compile: $(STAMP)
 demo: compile
 	$(BIN)/python -m shellper.cli.demo
 
-# The example Tower (examples/tower.py): 10 sessions, a kill -9 of the Tower mid-flood, a restart, the figures.
+# The example Tower (examples/tower.py): 20 sessions (floods, a crash loop, SPAWN, input, stop), a kill -9 of the
+# Tower mid-flood, a restart, every kept stream compared with its ring, the figures.
 tower-demo: compile
 	$(BIN)/python examples/tower_demo.py
 
@@ -125,6 +126,7 @@ bench: compile
 	command -v dtach >/dev/null || (apt-get update -qq && apt-get install -y -qq dtach) || echo "dtach unavailable: its column will be empty"
 	$(BIN)/python -m bench.run
 	$(BIN)/python -m bench.launcher --check  # exits 1 when a launch or PSS figure misses issue 29's target beyond noise
+	$(BIN)/python -m bench.scale --check  # 200 sessions on a Fleet, Tower kill -9d and adopted: issue 30's targets
 
 # The long versions of the fault, hostile-input and soak tests (RELIABILITY.md). SOAK_SECONDS sets the
 # soak's length (default 600; CI: SOAK_SECONDS=120); SOAK_REPORT=file.json keeps its figures.
@@ -149,6 +151,23 @@ test-versions:
 		echo "== $$($$venv/bin/python --version) ($$py): $(SUITE)"; \
 		PYTHON_BASIC_REPL=1 $$venv/bin/python -m pytest -q -m "not slow" -p no:cacheprovider $(SUITE); \
 	done
+
+# The API reference of tower_client (the facade: every name it exports, from its docstrings) into build/docs,
+# with pdoc from the docs extra (installed on first use). A warning fails it, and so does a docstring
+# cross-reference that names nothing (pdoc would leave it as plain text): tests/unit/test_api_docs.py, which
+# make check and make test run too.
+DOCS := build/docs
+DOCS_STAMP := $(VENV)/.docs-installed
+$(DOCS_STAMP): pyproject.toml $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[docs]' --config-settings editable_mode=compat \
+		|| $(BIN)/python -m pip install --quiet -e '.[docs]'
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	rm -rf $(DOCS)
+	$(BIN)/python -W error -m pdoc --docformat restructuredtext -o $(DOCS) tower_client
+	$(PYTEST) tests/unit/test_api_docs.py
+	@echo "the API reference: $(DOCS)/index.html"
 
 # Shell completion (bash, zsh, fish; shtab) and man pages (argparse-manpage), generated from the argparse
 # parsers into build/: nothing of this runs, or is imported, when shellper does.

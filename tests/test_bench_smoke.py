@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from support.waiting import poll_until
 
 from bench.workloads import WORKLOADS
 
@@ -56,3 +58,51 @@ def test_the_connection_micro_benchmark_runs() -> None:
 
     results = bench_conn.run(repeat=1, scale=0.001)
     assert len(results) == 4 and all(ns > 0 for ns in results.values())
+
+
+def _scale(root: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "bench.scale", "--sessions", "3", "--rate", "20", "--window", "1.5",
+            "--repeats", "1", "--root", str(root), *extra]
+
+
+def test_the_scale_bench_runs_small_and_leaves_nothing(tmp_path: Path) -> None:
+    """bench.scale end to end with 3 sessions: both Towers' figures, the kill -9 and the adoption of all 3;
+    no timing is checked (the 200-session run with --check is make bench's)."""
+    root = tmp_path / "r"
+    root.mkdir(mode=0o700)
+    out = tmp_path / "scale.json"
+    done = subprocess.run(_scale(root, "--out", str(out)), cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    figures = json.loads(out.read_text())["figures"]
+    assert figures["launch"]["launched"] == 3 and figures["adopt"]["adopted"] == 3
+    assert figures["launch"]["cpu_per_item_us"] and figures["adopt"]["cpu_per_item_us"]
+    assert "repeat_not_adopted" not in figures["adopt"] and not figures["stop"]["stop_errors"]
+    assert "reconcile of 3" in done.stdout and "left after cleanup" not in done.stderr
+    assert list(root.iterdir()) == []
+    assert _processes_mentioning(str(root)) == []
+
+
+def test_the_scale_bench_interrupted_stops_every_session(tmp_path: Path) -> None:
+    """SIGTERM to bench.scale while its first Tower follows its sessions: every session and the Tower end,
+    and the run's directory is removed."""
+    root = tmp_path / "r"
+    root.mkdir(mode=0o700)
+    bench = subprocess.Popen(_scale(root, "--window", "60"), cwd=ROOT, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        def three_sessions() -> bool:
+            return any(len(list(run.glob("z*.sock"))) == 3 for run in root.glob("*/run"))
+
+        poll_until(three_sessions, timeout=120, what="the first Tower's 3 sessions")
+        assert len(_processes_mentioning(str(root))) >= 3
+        bench.send_signal(signal.SIGTERM)
+        _, err = bench.communicate(timeout=120)
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+            bench.wait()
+    assert bench.returncode == 130, err[-3000:]
+    assert "interrupted" in err and "left after cleanup" not in err
+    assert list(root.iterdir()) == []
+    assert _processes_mentioning(str(root)) == []

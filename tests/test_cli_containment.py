@@ -329,7 +329,7 @@ def test_launch_names_the_default_owner_and_leaves_the_config_alone(sessions: Se
     monkeypatch.setenv("SHELLPER_OWNER", "no good")
     with pytest.raises(ConfigError, match=r"^\$SHELLPER_OWNER: 'no good' contains white space"):
         launch(config)
-    with pytest.raises(ConfigError, match=r"^--owner: contains white space"):
+    with pytest.raises(ConfigError, match=r"^owner: contains white space"):
         launch(SessionConfig(name="api", argv=["cat"], dir=str(sessions.dir), cwd=str(ROOT), env={}, owner="a b"))
     assert left_in(sessions.dir) == []
 

@@ -33,7 +33,7 @@ BAD = [
     ({"argv": ["bash", 1]}, "argv", "list of strings"),
     ({"argv": None}, "argv", "list of strings"),
     ({"argv": ["ba\0sh"]}, "argv", "NUL"),
-    ({"argv": []}, "command", "no command"),
+    ({"argv": []}, "argv", "no command"),
     ({"name": None}, "name", "expected a string"),
     ({"dir": 3}, "dir", "expected a string"),
     ({"cwd": None}, "cwd", "expected a string"),
@@ -42,15 +42,19 @@ BAD = [
     ({"cols": "80"}, "cols", "integer"),
     ({"rows": True}, "rows", "integer"),
     ({"rows": 24.0}, "rows", "integer"),
-    ({"cols": 0}, "--cols/--rows", "outside"),
+    ({"cols": 0}, "cols", "outside"),
+    ({"rows": 70000}, "rows", "outside"),
     ({"ring_bytes": 1.5e6}, "ring_bytes", "integer"),
-    ({"ring_bytes": 1024}, "--ring-bytes", "outside"),
-    ({"stderr_mode": "file"}, "--stderr", "not one of"),
+    ({"ring_bytes": 1024}, "ring_bytes", "outside"),
+    ({"containment": "jail"}, "containment", "not one of"),
+    ({"cgroup_parent": "rel"}, "cgroup_parent", "absolute"),
+    ({"owner": "a b"}, "owner", "white space"),
+    ({"stderr_mode": "file"}, "stderr_mode", "not one of"),
     ({"grace": "5"}, "grace", "finite number"),
     ({"grace": math.nan}, "grace", "finite number"),
-    ({"grace": -1}, "--grace", "negative"),
+    ({"grace": -1}, "grace", "negative"),
     ({"husk_ttl": math.inf}, "husk_ttl", "finite number"),
-    ({"husk_ttl": -1.0}, "--husk-ttl", "negative"),
+    ({"husk_ttl": -1.0}, "husk_ttl", "negative"),
     ({"handshake_timeout": None}, "handshake_timeout", "finite number"),
     ({"handshake_timeout": 0}, "handshake_timeout", "positive"),
     ({"frame_timeout": float("inf")}, "frame_timeout", "finite number"),
@@ -61,11 +65,20 @@ BAD = [
 
 @pytest.mark.parametrize(("overrides", "option", "words"), BAD,
                          ids=[f"{option}-{i}" for i, (_, option, _) in enumerate(BAD)])
-def test_a_bad_option_is_refused_with_its_name(overrides: dict[str, Any], option: str, words: str) -> None:
+def test_a_bad_option_is_refused_with_its_name_when_built(overrides: dict[str, Any], option: str, words: str) -> None:
     with pytest.raises(ConfigError) as caught:
-        config(**overrides).validate()
+        config(**overrides)  # built: not later, inside a launch
     assert caught.value.option == option
+    assert str(caught.value).startswith(f"{option}: ")
     assert words in str(caught.value)
+    assert caught.value.command_line.startswith(f"{caught.value.flag or option}: ")  # what the CLI says
+
+
+def test_the_command_line_names_the_option_as_it_is_typed() -> None:
+    with pytest.raises(ConfigError) as caught:
+        config(ring_bytes=1024)
+    assert (caught.value.option, caught.value.flag) == ("ring_bytes", "--ring-bytes")
+    assert caught.value.command_line == "--ring-bytes: 1024 is outside 65536..1073741824"
 
 
 @pytest.mark.parametrize("overrides", [
@@ -84,7 +97,8 @@ def test_a_library_caller_s_bad_config_starts_nothing_and_leaves_nothing(tmp_pat
     """The case that motivated the type checks: ``env=None`` used to fail inside the daemon, after it had
     created the session's log, with "'NoneType' object is not iterable"."""
     directory = tmp_path / "run"
-    bad = config(dir=str(directory), env=None)
+    good = config(dir=str(directory))
+    good.env = None  # type: ignore[assignment] - a record changed after it was built is checked again
     with pytest.raises(ConfigError, match="env"):
-        launch(bad, start_prefork=Prefork.start)
+        launch(good, start_prefork=Prefork.start)
     assert not directory.exists() or os.listdir(directory) == []

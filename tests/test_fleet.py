@@ -24,6 +24,7 @@ from support.sessions import Sessions
 from support.waiting import poll_until
 
 import tower_client.fleet as fleet_module
+import tower_client.progress as progress_module
 from shellper.client.blocking import Client
 from shellper.host.identity import ProcessIdentity, boot_id
 from shellper.host.record import read_record
@@ -47,13 +48,16 @@ def shellper_identity(runtime_dir: Path, name: str) -> ProcessIdentity:
 
 
 def test_tower_killed_mid_flood_resumes_every_stream_exactly(tmp_path: Path) -> None:
-    """The example Tower, 20 sessions flooding, kill -9, restart: 0 bytes lost, 0 duplicated."""
-    out = subprocess.run([sys.executable, str(ROOT / "examples" / "tower_demo.py"), "--sessions", "20",
+    """The example Tower (20 sessions: 16 floods, a crash loop, SPAWN, input, stop), kill -9 mid-flood,
+    restart: every kept stream byte-equal to its session's ring, 0 bytes lost, 0 duplicated."""
+    out = subprocess.run([sys.executable, str(ROOT / "examples" / "tower_demo.py"), "--floods", "16",
                           "--seconds", "3", "--kill-after", "1.0", "--json"],
                          capture_output=True, timeout=240, cwd=ROOT)
     assert out.returncode == 0, out.stdout.decode() + out.stderr.decode()
     figures = json.loads(out.stdout)
+    assert figures["problems"] == []
     assert figures["streams_complete"] == 20
+    assert figures["streams_equal_to_ring"] == 19  # the stopped session has no ring left to compare with
     assert figures["consumed_before_kill"] > 0  # the kill really came mid-flood
     assert figures["consumed_before_kill"] < figures["bytes"]
     assert figures["lines_lost"] == 0 and figures["lines_duplicated"] == 0
@@ -314,6 +318,39 @@ def test_the_journal_commits_in_the_background_and_reads_back(tmp_path: Path) ->
         assert back is not None and (back.offset, back.event_seq) == (2000, 7)
 
     asyncio.run(main())
+
+
+def test_a_stream_of_acknowledgements_is_committed_at_most_every_interval_and_sync_does_not_wait(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Acknowledgements one event-loop turn apart for 0.4 s: background commits come at most every
+    COMMIT_INTERVAL (each encodes every session: back to back they were most of a Tower's CPU), and a sync()
+    commits at once however long the interval is."""
+    monkeypatch.setattr(progress_module, "write_atomic", lambda path, data: None)  # no fsync: commits as fast as asked
+
+    async def stream() -> int:
+        j = ProgressJournal.load(tmp_path / "j.json")
+        j.start("a", "inst1")
+        end, offset = time.monotonic() + 0.4, 0
+        while time.monotonic() < end:
+            offset += 1
+            j.ack_output("a", "inst1", offset)
+            await asyncio.sleep(0)
+        await j.sync()
+        return j.commits
+
+    assert asyncio.run(stream()) <= 0.4 / progress_module.COMMIT_INTERVAL + 3
+    monkeypatch.setattr(progress_module, "COMMIT_INTERVAL", 3600.0)
+
+    async def at_once() -> None:
+        j = ProgressJournal.load(tmp_path / "k.json")
+        j.start("a", "inst1")
+        await j.sync()  # the first commit: the interval starts now
+        j.ack_output("a", "inst1", 10)
+        async with asyncio.timeout(10):
+            await j.sync()
+        assert j.durable["a"].offset == 10
+
+    asyncio.run(at_once())
 
 
 # --------------------------------------------------------------------------------------------- agents

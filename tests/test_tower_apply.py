@@ -25,7 +25,9 @@ from support.waiting import poll_until
 
 from shellper.core.structs import replace
 from shellper.host.identity import ProcessIdentity, read_stat
+from shellper.host.paths import SessionPaths
 from shellper.host.record import read_record, write_record
+from shellper.host.shellpers import ProcTables, serves
 from shellper.protocol import wire
 from tower_client.apply import apply
 from tower_client.client import AsyncClient, AsyncResumingClient
@@ -369,3 +371,17 @@ def test_observe_reports_a_dead_shellper_and_clean_then_respawn(sessions: Sessio
     assert files(sessions.dir) == set()
 
 pytestmark = pytest.mark.kills_sessions
+
+
+def test_proc_tables_read_before_a_session_started_still_see_it(sessions: Sessions) -> None:
+    """discover reads /proc's lock and socket tables once for a whole directory; a session that started after
+    they were read is looked up afresh, so it is seen holding its lock and serving its socket, as without them."""
+    early = sessions.start("early", ["cat"])
+    tables = ProcTables()
+    assert tables.lock_owners(SessionPaths.for_name(sessions.dir, "early").lock) == (early.pid,)
+    assert serves(early.pid, read_record(early.record), str(sessions.dir), tables)
+    late = sessions.start("late", ["cat"])  # after the tables were read
+    record = read_record(late.record)
+    assert tables.lock_owners(SessionPaths.for_name(sessions.dir, "late").lock) == (late.pid,)
+    assert serves(late.pid, record, str(sessions.dir), tables)
+    assert not serves(early.pid, record, str(sessions.dir), tables)  # another session's shellper is not its server

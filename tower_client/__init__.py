@@ -13,7 +13,10 @@ and examples/ import nothing else. The modules behind it:
 * :mod:`~tower_client.fleet` - the supervisor layer: registry, launch, one merged stream (:mod:`~tower_client.stream`),
   a journal of what was consumed (:mod:`~tower_client.progress`), adopt after a restart, inotify
   (:mod:`~tower_client.inotify`), an agent's command line from the mint-or-reclaim verdict
-  (:mod:`~tower_client.agent`); its options are :mod:`~tower_client.options`.
+  (:mod:`~tower_client.agent`); its options are :mod:`~tower_client.options`; what it delivers is kept
+  exactly once by :mod:`~tower_client.sink`.
+* :mod:`~shellper.client.execute` and :mod:`~tower_client.execasync` - ``execute`` / ``execute_async``: a command
+  run in a session's shell and waited for, its output and exit status (docs/EXEC.md).
 * :mod:`~tower_client.web` - ``WebTerminal``: any session in a browser, as an ASGI app (protocol/WEB.md).
 
 ``Fleet``, and the other names the ``tower-client`` command (which imports this package) does not use, are
@@ -101,13 +104,17 @@ from tower_client.resume import Backoff, Reconnected, ResumeItem
 
 TYPE_CHECKING = False  # imported on first use: see _LAZY
 if TYPE_CHECKING:
+    from shellper.client.execute import execute
     from shellper.client.launch import LaunchError, LaunchFailure, LaunchInfo, launch
     from shellper.core.config import ConfigError, SessionConfig
+    from shellper.core.execmark import ExecError, ExecRefusal, ExecResult
     from shellper.core.exits import PolicyError, RestartPolicy
     from tower_client.agent import AgentCommand, AgentCommandError
     from tower_client.atomicfile import AtomicWriteError
+    from tower_client.execasync import execute_async
     from tower_client.fleet import Fleet
     from tower_client.fleetsession import SessionHandle
+    from tower_client.fleetstream import SessionStream
     from tower_client.inotify import InotifyError
     from tower_client.options import FleetPolicy, OnDeath, SessionOptions, SessionSpec
     from tower_client.progress import JournalPosition, ProgressError
@@ -117,6 +124,7 @@ if TYPE_CHECKING:
         RemoteClient,
         RemoteResumingClient,
     )
+    from tower_client.sink import FileSink, Sink
     from tower_client.stream import FleetItem, FleetState, Missed, Notice, OutputChunk, SessionEvent, StateChange
     from tower_client.web import WebTerminal
 
@@ -127,9 +135,13 @@ __all__ = [  # noqa: RUF022 - grouped by what a user looks for
     "AsyncClient", "AsyncRemoteClient", "AsyncRemoteResumingClient", "AsyncResumingClient", "Client",
     "RemoteClient", "RemoteResumingClient", "ResumingClient", "OutputPosition", "Reconnected", "ResumeItem",
     "socket_path",
+    # a command run in a session's shell, waited for (docs/EXEC.md)
+    "ExecRefusal", "ExecResult", "execute", "execute_async",
     # the Fleet and its stream
     "Fleet", "FleetItem", "FleetState", "JournalPosition", "Missed", "Notice", "OutputChunk", "SessionEvent",
-    "SessionHandle", "StateChange",
+    "SessionHandle", "SessionStream", "StateChange",
+    # keeping the output exactly once: a file per session instance, or a store of the Tower's own
+    "FileSink", "Sink",
     # a browser terminal (an ASGI app; a server from the shellper-pty[web] extra or the application's own)
     "WebTerminal",
     # options
@@ -145,7 +157,7 @@ __all__ = [  # noqa: RUF022 - grouped by what a user looks for
     "Labels",
     # errors: every one is a ShellperError
     "AgentCommandError", "AtomicWriteError", "BadArgument", "BadArgumentType", "BadHost", "BadName", "BadOwner",
-    "BadRequest", "BadSessionId", "ClientError", "ConfigError", "ConnectionRefused", "ExitRecordError",
+    "BadRequest", "BadSessionId", "ClientError", "ConfigError", "ConnectionRefused", "ExecError", "ExitRecordError",
     "FleetClosed", "FleetError", "FleetNotStarted", "Forbidden", "HostUnreachable", "IdentityError",
     "InotifyError", "InsideEventLoop", "InstanceMismatch", "InvalidRequest", "NotASocket", "NotRunning",
     "OwnerBusy", "OwnerLockUnavailable", "PathError", "PeerMismatch", "PolicyError", "ProcessGone",
@@ -160,15 +172,21 @@ _LAZY = {
     "LaunchFailure": "shellper.client.launch",
     "LaunchInfo": "shellper.client.launch",
     "launch": "shellper.client.launch",
+    "execute": "shellper.client.execute",
     "ConfigError": "shellper.core.config",
     "SessionConfig": "shellper.core.config",
+    "ExecError": "shellper.core.execmark",
+    "ExecRefusal": "shellper.core.execmark",
+    "ExecResult": "shellper.core.execmark",
     "PolicyError": "shellper.core.exits",
     "RestartPolicy": "shellper.core.exits",
     "AgentCommand": "tower_client.agent",
     "AgentCommandError": "tower_client.agent",
     "AtomicWriteError": "tower_client.atomicfile",
+    "execute_async": "tower_client.execasync",
     "Fleet": "tower_client.fleet",
     "SessionHandle": "tower_client.fleetsession",
+    "SessionStream": "tower_client.fleetstream",
     "InotifyError": "tower_client.inotify",
     "FleetPolicy": "tower_client.options",
     "OnDeath": "tower_client.options",
@@ -188,6 +206,8 @@ _LAZY = {
     "SessionEvent": "tower_client.stream",
     "StateChange": "tower_client.stream",
     "WebTerminal": "tower_client.web",
+    "FileSink": "tower_client.sink",
+    "Sink": "tower_client.sink",
 }
 """Names imported on first use, and the module that holds each: what the ``tower-client`` command, which imports
 this package, does not use (the Fleet above all, the launch, the remote and agent support), so it loads no

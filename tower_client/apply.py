@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,6 +73,8 @@ __all__ = [
 
 # --------------------------------------------------------------------------------------------- verify
 
+VERIFY_CONCURRENCY = 16
+"""Adopted sessions checked at once by apply."""
 VERIFY_CLIENT_NAME = "tower-client-verify"
 """The HELLO client name of verify_session's probe (a Fleet hides its attach and detach events)."""
 
@@ -140,6 +143,8 @@ class Outcome:
 
 @dataclass
 class Report:
+    """What apply did: one Outcome per decision, in order; ``ok`` if every one succeeded."""
+
     outcomes: list[Outcome] = field(default_factory=list)
 
     @property
@@ -224,11 +229,22 @@ def _apply_all(decisions: list[ReconcileDecision], grace: float, stop_timeout: f
                confirm_timeout: float) -> Report:
     report = Report()
     failed: set[str] = set()
-    for d in decisions:
+
+    def one(d: ReconcileDecision) -> Outcome:
         try:
-            outcome = _apply_one(d, grace, stop_timeout, probe_timeout, confirm_timeout, d.name in failed)
+            return _apply_one(d, grace, stop_timeout, probe_timeout, confirm_timeout, d.name in failed)
         except Exception as exc:  # one session's trouble must not stop the others
-            outcome = Outcome(d, "failed", False, error=f"{type(exc).__name__}: {exc}")
+            return Outcome(d, "failed", False, error=f"{type(exc).__name__}: {exc}")
+
+    # Adopting only checks who answers (a handshake: nothing signalled, nothing changed, and depending on
+    # nothing done before it): those checks run at once, each waiting on its own shellper.
+    adopts = [d for d in decisions if d.action is ReconcileAction.ADOPT]
+    verified: dict[int, Outcome] = {}
+    if len(adopts) > 1:
+        with ThreadPoolExecutor(min(VERIFY_CONCURRENCY, len(adopts)), thread_name_prefix="verify") as pool:
+            verified = dict(zip(map(id, adopts), pool.map(one, adopts), strict=True))
+    for d in decisions:
+        outcome = verified.get(id(d)) or one(d)
         if not outcome.ok:
             failed.add(d.name)
         report.outcomes.append(outcome)

@@ -231,7 +231,10 @@ class AsyncClient(ConnectionView):
                     if isinstance(event, Answered):
                         self._answer(event)
                     else:
-                        await self._push(event)
+                        self._push_now(event)
+                        if self._buffered >= self.max_buffered:  # the reader is behind: wait for it
+                            self._room.clear()
+                            await self._room.wait()
                 await self._read()
         except ClientError as exc:
             error = exc
@@ -256,14 +259,11 @@ class AsyncClient(ConnectionView):
         else:
             fut.set_result(answered.reply)
 
-    async def _push(self, frame: wire.Frame) -> None:
+    def _push_now(self, frame: wire.Frame) -> None:
         size = len(frame.data) if isinstance(frame, wire.Data) else 64
         self._frames.append((frame, size))
         self._buffered += size
         self._have.set()
-        if self._buffered >= self.max_buffered:
-            self._room.clear()
-            await self._room.wait()
 
     async def recv(self, timeout: float | None = None) -> wire.Frame | None:
         """The next frame (offsets, EXIT and event seq tracked), or None after ``timeout`` seconds.
@@ -277,6 +277,9 @@ class AsyncClient(ConnectionView):
             if self._task is None or self._task.done():
                 raise self.closed_error or SessionGone(self.path, "not connected")
             self._have.clear()
+            if timeout is None:  # a Fleet's reader, once a frame: no timer to set up and cancel
+                await self._have.wait()
+                continue
             try:
                 async with asyncio.timeout(timeout):
                     await self._have.wait()

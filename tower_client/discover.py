@@ -33,7 +33,7 @@ from shellper.host.identity import IdentityUnreadable, ProcessIdentity, boot_id,
 from shellper.host.ownfiles import hard_linked, is_this_socket
 from shellper.host.paths import PathError, SessionPaths, check_dir, record_temp_files, session_names
 from shellper.host.record import LockError, RecordError, SessionLock, SessionRecord, read_record
-from shellper.host.shellpers import lock_owners, serves
+from shellper.host.shellpers import ProcTables, lock_owners, serves
 from shellper.protocol import wire
 from tower_client.client import (
     AsyncClient,
@@ -58,8 +58,9 @@ __all__ = [
 
 PROBE_TIMEOUT = 2.0
 """Seconds a socket gets to connect and to send WELCOME + REPLAY."""
-PROBE_CONCURRENCY = 16
-"""Probes run at once: a directory of unresponsive sockets costs ~PROBE_TIMEOUT per 16 sessions."""
+PROBE_CONCURRENCY = 64
+"""Probes run at once: a directory of unresponsive sockets costs ~PROBE_TIMEOUT per 64 sessions. (16 made a
+look at 200 answering sessions ~12 % slower: bench/NOTES.md, issue 30.)"""
 PROBE_CLIENT_NAME = "tower-client-discover"
 
 Boot = Literal["current", "previous", "unknown"]
@@ -302,6 +303,11 @@ async def observe_async(directory: str | os.PathLike[str], name: str, *,
 
     ValueError if ``probe_timeout`` is not a finite number > 0."""
     check_probe_timeout(probe_timeout)
+    return await _observe(directory, name, probe_timeout, None)
+
+
+async def _observe(directory: str | os.PathLike[str], name: str, probe_timeout: float,
+                   tables: ProcTables | None) -> Observed:
     check_dir(directory)
     paths = SessionPaths.for_name(directory, name)
     facts: dict[str, Any] = {"name": name, "dir": str(paths.dir), "files": _files(paths),
@@ -327,7 +333,7 @@ async def observe_async(directory: str | os.PathLike[str], name: str, *,
         facts["locked"] = None
         facts["identity_detail"] = str(e)
     if facts["locked"]:
-        facts["lock_owners"] = lock_owners(paths.lock)
+        facts["lock_owners"] = lock_owners(paths.lock) if tables is None else tables.lock_owners(paths.lock)
     current_boot: str | None
     try:
         current_boot = boot_id()
@@ -346,7 +352,7 @@ async def observe_async(directory: str | os.PathLike[str], name: str, *,
             ident = ProcessIdentity(record.boot_id, record.shellper_pid, record.shellper_start_time)
             facts["identity"], facts["identity_detail"] = _identity(ident)
             if facts["identity"] == "verified":
-                facts["serving"] = serves(record.shellper_pid, record, str(paths.dir))
+                facts["serving"] = serves(record.shellper_pid, record, str(paths.dir), tables)
     welcome_child: int | None = None
     if "sock" in facts["files"] and not _is_socket(paths.socket):
         facts["probe"], facts["probe_detail"] = "error", "not a socket (a symlink is never followed)"
@@ -372,10 +378,11 @@ async def discover_async(directory: str | os.PathLike[str], *, probe_timeout: fl
     if d is None:
         return []
     gate = asyncio.Semaphore(concurrency)
+    tables = ProcTables()  # /proc's tables of every session, read once for the whole directory
 
     async def one(name: str) -> Observed:
         async with gate:
-            return await observe_async(d, name, probe_timeout=probe_timeout)
+            return await _observe(d, name, probe_timeout, tables)
 
     names = [n for n in session_names(d) if _is_session_name(d, n)]
     return _with_strays(list(await asyncio.gather(*(one(n) for n in names))), str(d), cgroup_parent)

@@ -55,7 +55,7 @@ from tower_client.errors import FleetClosed, FleetError, FleetNotStarted, Unknow
 from tower_client.fleetfollow import FLEET_CLIENT_NAME, STOP_MARGIN, Following
 from tower_client.fleetmember import Member
 from tower_client.fleetsession import SessionHandle
-from tower_client.fleetstream import MAX_PENDING_BYTES
+from tower_client.fleetstream import MAX_PENDING_BYTES, SessionStream
 from tower_client.inotify import DirWatch
 from tower_client.options import FleetPolicy, OnDeath, SessionOptions, SessionSpec
 from tower_client.progress import ProgressJournal
@@ -71,6 +71,8 @@ AGENT_RELAUNCHES = 3
 """Automatic relaunches of an agent whose conversation id was in use, per session and Fleet life."""
 IN_USE = re.compile(r"already in use", re.IGNORECASE)
 """What an agent CLI says when its conversation id is held (shellper's default fatal pattern too)."""
+ATTACH_CONCURRENCY = 32
+"""Adopted sessions a starting Fleet attaches to at once."""
 LAUNCH_COLUMN = "launch"
 AGENT_COLUMN = "agent"
 
@@ -102,6 +104,8 @@ class Fleet(Following):
         self._agent_relaunches: dict[str, int] = {}
         self._launching: set[str] = set()
         """Names being launched now: their record appears before their registry row."""
+        self._streams: dict[str, SessionStream] = {}
+        """Sessions whose items go to a stream of their own (SessionHandle.stream) instead of the merged one."""
 
     # ----------------------------------------------------------------------------------- life
 
@@ -130,21 +134,20 @@ class Fleet(Following):
         decisions = [d for d in decisions if d.name not in stops]
         report = self.report = await apply_async(decisions, grace=self.policy.grace, owner=self.owner)
         respawn: list[str] = []
+        adopt: list[SessionRecord] = []
         for outcome in report.outcomes:
             d = outcome.decision
             self._emit(Notice(d.name, str(d.action), d.reason, outcome.error or outcome.detail))
             if not outcome.ok or d.cgroup is not None:
                 continue
             if d.action is ReconcileAction.ADOPT and d.observed is not None and d.observed.record is not None:
-                try:
-                    await self._attach(d.observed.record, adopted=True)
-                except (ClientError, IdentityError, FleetError) as exc:
-                    self._emit(Notice(d.name, "failed", "adopt", str(exc)))
+                adopt.append(d.observed.record)
             elif d.action is ReconcileAction.RESPAWN:
                 respawn.append(d.name)
             elif d.action is ReconcileAction.TERMINATE and d.reason == "husk_expired":
                 self.registry.remove(d.name)
                 self.journal.forget(d.name)
+        await self._adopt_all(adopt)
         for name, grace in stops.items():
             await self._finish_stop(name, grace, [d for d in to_stop if d.name == name], report)
         for name in list(self.journal):
@@ -152,6 +155,23 @@ class Fleet(Following):
                 self.journal.forget(name)
         await self._save_registry()
         await self._bounded([self._relaunch(name, "respawn") for name in respawn])
+
+    async def _adopt_all(self, records: list[SessionRecord]) -> None:
+        """Attach to every adopted session, ATTACH_CONCURRENCY at once: each waits on its own shellper's
+        handshake, so 200 one after another made most of a restarted Tower's start (bench/NOTES.md)."""
+        gate = asyncio.Semaphore(ATTACH_CONCURRENCY)
+
+        async def one(record: SessionRecord) -> None:
+            async with gate:
+                try:
+                    await self._attach(record, adopted=True)
+                except (ClientError, IdentityError, FleetError) as exc:
+                    self._emit(Notice(record.name, "failed", "adopt", str(exc)))
+
+        results = await asyncio.gather(*(one(r) for r in records), return_exceptions=True)
+        for result in results:  # anything else, as from one at a time, once none is left half attached
+            if isinstance(result, BaseException):
+                raise result
 
     async def _finish_stop(self, name: str, grace: float, decisions: list[ReconcileDecision], report: Report) -> None:
         """Carry out a journalled stop: end the session if it runs (waiting out a shellper still stopping,
@@ -378,6 +398,7 @@ class Fleet(Following):
         if forget:
             self.registry.remove(name)
             self.journal.forget(name)
+            self._end_stream_of(name)
             await self._save_registry()
 
     async def stop_many(self, names: Iterable[str], grace: float | None = None) -> list[BaseException | None]:

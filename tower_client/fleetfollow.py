@@ -205,6 +205,7 @@ class Following(MergedStream):
             if not m.stopping:  # stopped from outside the Fleet (shellper stop, husk TTL): drop its row too
                 self.registry.remove(m.name)
                 self.journal.forget(m.name)
+                self._end_stream_of(m.name)
                 await self._save_registry()
             return
         if not m.died.is_set():
@@ -222,6 +223,7 @@ class Following(MergedStream):
         else:
             self.registry.remove(m.name)
             self.journal.forget(m.name)
+            self._end_stream_of(m.name)
             await self._save_registry()
 
     async def _clean_dead(self, name: str) -> None:

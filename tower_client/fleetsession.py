@@ -4,7 +4,8 @@
 process): what was spread over ``Fleet`` (launch, stop, spawn, relaunch) and ``fleet.client(name)`` (write,
 resize, signal, status) is here, with docstrings. The handle names the session, not one shellper instance:
 after a relaunch or a respawn it reaches the new one. Its output and events stay in the Fleet's one merged
-stream (``async for item in fleet``), where the Tower acknowledges them.
+stream (``async for item in fleet``) unless the handle's own :meth:`~SessionHandle.stream` is open: then they
+go there, and the Tower acknowledges them the same way.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from shellper.client.launch import LaunchInfo
 from shellper.protocol import wire
 from tower_client.client import AsyncClient, AsyncResumingClient, OutputPosition, SessionGone
 from tower_client.fleetmember import Member
+from tower_client.fleetstream import SessionStream
 from tower_client.progress import JournalPosition, ProgressJournal
 from tower_client.registry_file import RegistryFile
 from tower_client.stream import FleetState
@@ -30,6 +32,7 @@ class Fleet(Protocol):
     registry: RegistryFile
 
     def _member(self, name: str) -> Member: ...
+    def _open_stream(self, name: str) -> SessionStream: ...
     def state(self, name: str) -> FleetState | None: ...
     def client(self, name: str) -> AsyncResumingClient: ...
     async def spawn(self, name: str, argv: list[str] | None = None, *, cwd: str | None = None,
@@ -88,6 +91,16 @@ class SessionHandle:
         """Its registry row: the Tower's own columns, and the Fleet's ``launch`` (and ``agent``)."""
         self.fleet._member(self.name)
         return dict(self.fleet.registry.get(self.name) or {})
+
+    def stream(self) -> SessionStream:
+        """Its own stream of items (output, states, events, the Fleet's notices about it), as asyncssh's
+        process has its own output: ``async with handle.stream() as items: async for item in items: ...``.
+        While it is open the session's items go there and not to the merged stream; closed (leaving the
+        ``async with``), what it had not handed out and everything later goes to the merged stream again, in
+        order. Acknowledge as for the merged stream (``fleet.ack(item)`` or ``items.ack(item)``). One open
+        stream per session (FleetError for a second). It ends when the session leaves the Fleet, after its
+        last item, and when the Fleet closes."""
+        return self.fleet._open_stream(self.name)
 
     # ----------------------------------------------------------------------------------- the terminal
 

@@ -4,6 +4,11 @@
 :class:`~tower_client.fleetfollow.Following`, which builds on this): the queue every session's reader
 hands items to, the iteration a Tower takes them from (each output chunk taken makes room for its
 session's reader again), the acknowledgements, and the checks every request makes.
+
+An item goes to exactly one stream: a session's own (:class:`SessionStream`, ``fleet.session(name).stream()``)
+while one is open for its name, else the merged one. A session stream closed with items not taken hands them
+to the merged stream, ahead of that session's later items: each item is delivered once, in its session's order,
+and acknowledged the same way wherever it was taken.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from typing import Any
 
 from tower_client.apply import Report
 from tower_client.atomicfile import write_atomic
-from tower_client.errors import FleetClosed, FleetNotStarted, UnknownSession
+from tower_client.errors import FleetClosed, FleetError, FleetNotStarted, UnknownSession
 from tower_client.fleetmember import Member
 from tower_client.inotify import DirWatch
 from tower_client.options import FleetPolicy
@@ -49,6 +54,7 @@ class MergedStream:
     _closing: asyncio.Task[None] | None
     _agent_relaunches: dict[str, int]
     _launching: set[str]
+    _streams: dict[str, SessionStream]
 
     @property
     def closed(self) -> bool:
@@ -67,6 +73,8 @@ class MergedStream:
         """The Fleet is closed: its stream ends now, waking a reader waiting for the next item."""
         self._closed = True
         self._queue.put_nowait(_END)
+        for stream in list(self._streams.values()):
+            stream._end()
 
     def __aiter__(self) -> AsyncIterator[FleetItem]:
         return self
@@ -80,16 +88,25 @@ class MergedStream:
         if item is _END or self._closed:
             self._queue.put_nowait(_END)
             raise StopAsyncIteration
+        self._taken(item)
+        return item  # type: ignore[no-any-return]
+
+    def _taken(self, item: FleetItem) -> None:
+        """The Tower took ``item`` (from either stream): output taken makes room for its session's reader."""
         if isinstance(item, OutputChunk):
             m = self.members.get(item.session)
             if m is not None and m.instance_id == item.instance_id:
                 m.pending -= len(item.data)
                 if m.pending < MAX_PENDING_BYTES:
                     m.room.set()
-        return item  # type: ignore[no-any-return]
 
     async def next(self, timeout: float | None = None) -> FleetItem | None:
         """The next item, or None after ``timeout`` seconds with none; FleetClosed once the Fleet is closed."""
+        if not self._queue.empty() or timeout is None:  # one waiting already: no timer to set up and cancel
+            try:
+                return await self.__anext__()
+            except StopAsyncIteration:
+                raise FleetClosed(None, "this Fleet is closed: its stream has ended") from None
         try:
             async with asyncio.timeout(timeout):
                 return await self.__anext__()
@@ -113,7 +130,21 @@ class MergedStream:
 
     def _emit(self, item: FleetItem) -> None:
         if not self._closed:  # nobody reads a closed Fleet's stream
-            self._queue.put_nowait(item)
+            stream = self._streams.get(item.session)
+            (self._queue if stream is None else stream._queue).put_nowait(item)
+
+    def _open_stream(self, name: str) -> SessionStream:
+        self._member(name)
+        if name in self._streams:
+            raise FleetError(name, f"a stream of session {name!r} is open already: one at a time")
+        stream = self._streams[name] = SessionStream(self, name)
+        return stream
+
+    def _end_stream_of(self, name: str) -> None:
+        """``name`` has left the Fleet (stopped, reaped): its own stream ends after what it holds."""
+        stream = self._streams.pop(name, None)
+        if stream is not None:
+            stream._end()
 
     def _member(self, name: str) -> Member:
         self._check_live(name)
@@ -140,3 +171,80 @@ class MergedStream:
         async with self._registry_lock:
             data = self.registry.encode()
             await asyncio.to_thread(write_atomic, self.registry.path, data)
+
+
+class SessionStream:
+    """One session's own stream, as asyncssh's process has its own output: ``async for item in stream`` takes
+    that session's items only (output, states, events, the Fleet's notices about it), across its relaunches
+    and respawns, while the Fleet's merged stream carries the others (see
+    :meth:`~tower_client.fleetsession.SessionHandle.stream`). The iteration ends when the stream is closed, when
+    the session leaves the Fleet (stopped with ``forget``, reaped, stopped from outside) after its last
+    item, or when the Fleet closes."""
+
+    def __init__(self, fleet: MergedStream, name: str) -> None:
+        self.fleet = fleet
+        self.name = name
+        self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._ended = False
+
+    def __repr__(self) -> str:
+        return f"<SessionStream {self.name!r}{' closed' if self.closed else ''}>"
+
+    @property
+    def closed(self) -> bool:
+        """No more items come here (closed, the session left, or the Fleet closed)."""
+        return self._ended
+
+    def __aiter__(self) -> AsyncIterator[FleetItem]:
+        return self
+
+    async def __anext__(self) -> FleetItem:
+        """The next item of this session; the iteration ends at once when the Fleet closes (what was not
+        taken is not acknowledged: it comes again at the next start), as the merged stream's does."""
+        if self.fleet.closed:
+            raise StopAsyncIteration
+        item = await self._queue.get()
+        if item is _END or self.fleet.closed:
+            self._queue.put_nowait(_END)
+            raise StopAsyncIteration
+        self.fleet._taken(item)
+        return item  # type: ignore[no-any-return]
+
+    async def next(self, timeout: float | None = None) -> FleetItem | None:
+        """The next item, or None after ``timeout`` seconds with none; FleetClosed once the stream has ended."""
+        try:
+            async with asyncio.timeout(timeout):
+                return await self.__anext__()
+        except TimeoutError:
+            return None
+        except StopAsyncIteration:
+            raise FleetClosed(self.name, f"the stream of session {self.name!r} has ended") from None
+
+    def ack(self, item: FleetItem) -> None:
+        """``fleet.ack(item)``: the Tower consumed it (the same journal, wherever the item was taken)."""
+        self.fleet.ack(item)
+
+    def close(self) -> None:
+        """Stop taking this session's items here: the ones not taken, and every later one, go to the merged
+        stream (in order). Safe to call again."""
+        if self.fleet._streams.get(self.name) is self:
+            del self.fleet._streams[self.name]
+        left: list[Any] = []
+        while not self._queue.empty():
+            item = self._queue.get_nowait()
+            if item is not _END:
+                left.append(item)
+        self._end()
+        for item in left:
+            self.fleet._emit(item)
+
+    def _end(self) -> None:
+        if not self._ended:
+            self._ended = True
+            self._queue.put_nowait(_END)
+
+    async def __aenter__(self) -> SessionStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()

@@ -40,11 +40,6 @@ __all__ = ["FleetPolicy", "OnDeath", "RestartPolicy", "SessionOptions", "Session
 RESERVED_COLUMNS = frozenset({"name", "instance_id", "launch", "agent"})
 """Registry columns the Fleet writes itself (tower_client.fleet's LAUNCH_COLUMN and AGENT_COLUMN)."""
 
-_CLI_SPELLING = {"--cols/--rows": "cols", "--ring-bytes": "ring_bytes", "--stderr": "stderr_mode",
-                 "--grace": "grace", "--husk-ttl": "husk_ttl", "--containment": "containment",
-                 "--cgroup-parent": "cgroup_parent"}
-"""SessionConfig.validate names some options as the CLI spells them; a library caller gets the field."""
-
 
 class OnDeath(StrEnum):
     """What the Fleet does when a shellper dies while the Tower runs (not stopped: died)."""
@@ -135,12 +130,10 @@ class SessionOptions:
     def __post_init__(self) -> None:
         if isinstance(self.policy, Mapping):
             object.__setattr__(self, "policy", RestartPolicy.from_options(self.policy))  # PolicyError names a key
-        probe = SessionConfig(name="options", argv=["options"], dir="/", cwd="/", env={}, **self.config_fields())
-        try:
-            probe.validate()
+        try:  # a SessionConfig checks itself when built
+            SessionConfig(name="options", argv=["options"], dir="/", cwd="/", env={}, **self.config_fields())
         except ConfigError as exc:
-            where = _CLI_SPELLING.get(exc.option, exc.option)
-            raise ConfigError(f"options.{where}", str(exc).partition(": ")[2]) from None
+            raise ConfigError(f"options.{exc.option}", str(exc).partition(": ")[2]) from None
 
     def config_fields(self) -> dict[str, Any]:
         """The fields as SessionConfig's keyword arguments (the policy stays a RestartPolicy)."""

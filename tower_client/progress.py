@@ -4,7 +4,8 @@ Per session: the shellper instance, the output offset the Tower has taken everyt
 last event sequence number it has taken. The Tower acknowledges what it consumed (``ack_*``: memory
 only, cheap per chunk); a background commit rewrites the journal atomically (shellper-free
 :func:`~tower_client.atomicfile.write_atomic`: temp file, fsync, rename, fsync of the directory), one
-write for however many acknowledgements arrived meanwhile; ``await sync()`` returns once everything
+write for however many acknowledgements arrived meanwhile, at most one every ``COMMIT_INTERVAL``
+seconds while acknowledgements keep coming; ``await sync()`` commits at once and returns once everything
 acknowledged so far is on disk. After a kill -9 the journal holds the last committed positions, and
 the Tower resumes each stream there: ``resume_from`` = ``offset``, ``events_after`` = ``event_seq``.
 """
@@ -12,6 +13,7 @@ the Tower resumes each stream there: ``resume_from`` = ``offset``, ``events_afte
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 from collections.abc import Iterator
@@ -26,6 +28,10 @@ __all__ = ["JOURNAL_VERSION", "MAX_JOURNAL_BYTES", "JournalPosition", "ProgressE
 
 JOURNAL_VERSION = 1
 MAX_JOURNAL_BYTES = 16 * 1024 * 1024
+COMMIT_INTERVAL = 0.05
+"""Seconds between background commits while acknowledgements keep coming. Each commit encodes every
+session's position: back to back, 200 sessions streaming cost the Tower most of its CPU in commits
+(bench/NOTES.md, issue 30). A kill -9 redelivers at most this much more; sync() does not wait."""
 
 
 class ProgressError(ShellperError):
@@ -95,6 +101,10 @@ class ProgressJournal:
         self._durable_version = 0
         self._flusher: asyncio.Task[None] | None = None
         self._error: ProgressError | None = None
+        self._committed_at = -COMMIT_INTERVAL
+        """Event-loop time the last background commit ended."""
+        self._hurry = asyncio.Event()
+        """A sync() waits: the next commit starts now, whatever COMMIT_INTERVAL says."""
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> ProgressJournal:
@@ -124,8 +134,8 @@ class ProgressJournal:
         """Everything of ``instance_id``'s output before ``offset`` is consumed. An older instance's or an
         earlier offset is ignored: positions only move forward."""
         pos = self.acked.get(name)
-        if pos is not None and pos.instance_id == instance_id and offset > pos.offset:
-            self._set(name, replace(pos, offset=offset))
+        if pos is not None and pos.instance_id == instance_id and offset > pos.offset:  # per chunk: no replace()
+            self._set(name, JournalPosition(instance_id, offset, pos.event_seq, pos.stop))
 
     def ack_event(self, name: str, instance_id: str, seq: int) -> None:
         pos = self.acked.get(name)
@@ -154,6 +164,8 @@ class ProgressJournal:
 
     def _changed(self) -> None:
         self._version += 1
+        if self._flusher is not None and not self._flusher.done():  # per chunk: the commit under way takes it
+            return
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -186,13 +198,22 @@ class ProgressJournal:
         self.commits += 1
 
     async def _flush(self) -> None:
+        loop = asyncio.get_running_loop()
         while self._durable_version < self._version:
+            pause = self._committed_at + COMMIT_INTERVAL - loop.time()
+            if pause > 0 and not self._hurry.is_set():  # group what comes meanwhile into one commit
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(pause):
+                        await self._hurry.wait()
+            self._hurry.clear()
             version, snapshot, data = self._version, dict(self.acked), self.encode()
             try:
                 await asyncio.to_thread(self._write, data)  # fsync off the event loop
             except ProgressError as exc:
                 self._error = exc
                 return
+            finally:
+                self._committed_at = loop.time()
             self.durable, self._durable_version = snapshot, version
 
     async def sync(self) -> None:
@@ -204,6 +225,7 @@ class ProgressJournal:
                 raise error
             if self._flusher is None or self._flusher.done():
                 self._flusher = asyncio.get_running_loop().create_task(self._flush())
+            self._hurry.set()
             await asyncio.shield(self._flusher)
         if self._error is not None:
             error, self._error = self._error, None

@@ -118,6 +118,10 @@ MAX_INSTANCE_ID_LEN = 128
 
 
 class ReconcileAction(StrEnum):
+    """What reconcile decides for one session: adopt it (it is the registered instance and answers), terminate
+    it (it runs but must not), respawn it (registered, not running), clean what a dead one left, or leave it
+    alone (not provably this owner's, or in a state to wait out)."""
+
     ADOPT = "adopt"
     TERMINATE = "terminate"
     RESPAWN = "respawn"
@@ -181,6 +185,8 @@ class RegistryRow:
 
 @dataclass(frozen=True)
 class Registry:
+    """The sessions a Tower says it runs (its registry file, parsed): one row per name, ``path`` the file."""
+
     rows: tuple[RegistryRow, ...] = ()
     path: str | None = None
 
@@ -268,6 +274,9 @@ def load_registry(path: str | os.PathLike[str]) -> Registry:
 
 @dataclass(frozen=True)
 class ReconcileDecision:
+    """One session's decision: the action, the reason (one of REASONS) and a detail for people, with what was
+    observed of it and its registry row (None for either it lacks)."""
+
     name: str
     action: ReconcileAction
     reason: str

@@ -43,6 +43,8 @@ class FleetState(StrEnum):
 
 @dataclass(frozen=True)
 class OutputChunk:
+    """Output of ``session`` (shellper ``instance_id``): ``data`` starts at absolute ``offset`` of its stream."""
+
     session: str
     instance_id: str
     offset: int

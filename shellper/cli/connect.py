@@ -56,7 +56,7 @@ def reported(handle: Callable[[], int]) -> int:
             raise
         import sys
 
-        print(f"shellper: {exc}", file=sys.stderr)
+        print(f"shellper: {getattr(exc, 'command_line', exc)}", file=sys.stderr)  # ConfigError: as typed
         return 1
 
 

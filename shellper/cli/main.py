@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None, prefork: Prefork | None = None) -> int:
         return per_host_main(argv, line, groups, lambda part: main(part, prefork))
     if host is not None:
         return remote_main(argv, line, host)
-    if line.command in ("run", "attach") and line.child is not None:  # everything after the first -- is the child's
+    if line.command in ("run", "attach", "exec") and line.child is not None:  # all after the first -- is the child's
         args = _parse(argv[:len(argv) - len(line.child) - 1])
         # a command already begun before the -- (run NAME git log -- FILE) has it as one of its arguments
         args.command = [*args.command, "--", *line.child] if args.command else line.child

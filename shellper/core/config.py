@@ -45,11 +45,20 @@ def resolve_stderr_mode(mode: str) -> str:
 
 
 class ConfigError(ShellperError, ValueError):
-    """A session option that cannot work; ``option`` names it."""
+    """A session option that cannot work; ``option`` names it as SessionConfig's field (``ring_bytes``), and
+    ``flag`` as the command line spells it where that differs (``--ring-bytes``): the CLI says
+    :attr:`command_line`."""
 
-    def __init__(self, option: str, message: str) -> None:
+    def __init__(self, option: str, message: str, *, flag: str | None = None) -> None:
         super().__init__(f"{option}: {message}")
         self.option = option
+        self.flag = flag
+        self.message = message
+
+    @property
+    def command_line(self) -> str:
+        """The error as a command's user reads it: the option as they typed it."""
+        return f"{self.flag or self.option}: {self.message}"
 
 
 @signed
@@ -84,6 +93,8 @@ class SessionConfig:
         # (PolicyError names an unknown or bad one), instead of being refused later as "got dict".
         if isinstance(self.policy, dict):
             self.policy = RestartPolicy.from_options(self.policy)
+        # Checked when built, where the caller wrote the bad value, not later inside a launch or the daemon.
+        self.validate()
 
     def validate(self) -> None:
         """Raise ConfigError for the first option that cannot work, before any process is started.
@@ -93,17 +104,20 @@ class SessionConfig:
         """
         self._validate_types()
         if not self.argv:
-            raise ConfigError("command", "no command given (put it after --)")
+            raise ConfigError("argv", "no command given (put it after --)", flag="command")
         if not terminal_size_in_range(self.cols, self.rows):
-            raise ConfigError("--cols/--rows", f"size {self.cols}x{self.rows} is outside {TERMINAL_SIZE_RANGE}")
+            raise ConfigError("cols" if terminal_size_in_range(1, self.rows) else "rows",
+                              f"size {self.cols}x{self.rows} is outside {TERMINAL_SIZE_RANGE}", flag="--cols/--rows")
         if not MIN_RING_BYTES <= self.ring_bytes <= MAX_RING_BYTES:
-            raise ConfigError("--ring-bytes", f"{self.ring_bytes} is outside {MIN_RING_BYTES}..{MAX_RING_BYTES}")
+            raise ConfigError("ring_bytes", f"{self.ring_bytes} is outside {MIN_RING_BYTES}..{MAX_RING_BYTES}",
+                              flag="--ring-bytes")
         if self.stderr_mode not in STDERR_REQUESTS:
-            raise ConfigError("--stderr", f"{self.stderr_mode!r} is not one of {', '.join(STDERR_REQUESTS)}")
+            raise ConfigError("stderr_mode", f"{self.stderr_mode!r} is not one of {', '.join(STDERR_REQUESTS)}",
+                              flag="--stderr")
         if self.grace < 0:
-            raise ConfigError("--grace", "must not be negative")
+            raise ConfigError("grace", "must not be negative", flag="--grace")
         if self.husk_ttl is not None and self.husk_ttl < 0:
-            raise ConfigError("--husk-ttl", "must not be negative")
+            raise ConfigError("husk_ttl", "must not be negative", flag="--husk-ttl")
         if self.handshake_timeout <= 0:
             raise ConfigError("handshake_timeout", "must be positive")
         if self.frame_timeout <= 0:
@@ -112,11 +126,13 @@ class SessionConfig:
             try:
                 validate_owner(self.owner)
             except BadOwner as e:
-                raise ConfigError("--owner", e.reason) from None
+                raise ConfigError("owner", e.reason, flag="--owner") from None
         if self.containment not in CONTAINMENT_REQUESTS:
-            raise ConfigError("--containment", f"{self.containment!r} is not one of {', '.join(CONTAINMENT_REQUESTS)}")
+            raise ConfigError("containment", f"{self.containment!r} is not one of {', '.join(CONTAINMENT_REQUESTS)}",
+                              flag="--containment")
         if self.cgroup_parent is not None and not os.path.isabs(self.cgroup_parent):
-            raise ConfigError("--cgroup-parent", f"{self.cgroup_parent!r} is not an absolute path")
+            raise ConfigError("cgroup_parent", f"{self.cgroup_parent!r} is not an absolute path",
+                              flag="--cgroup-parent")
 
     def _validate_types(self) -> None:
         for option in ("name", "dir", "cwd", "term", "stderr_mode", "owner", "containment"):

@@ -44,7 +44,7 @@ from shellper.host.logfile import LogFile
 from shellper.host.paths import SessionPaths, unlink_if_socket
 from shellper.host.reaper import SurvivorError, set_child_subreaper
 from shellper.host.record import SessionRecord, cmdline_sha256, new_instance_id
-from shellper.host.workdir import foreground_cwd
+from shellper.host.shellstate import foreground_cwd
 from shellper.protocol import wire
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
@@ -330,7 +330,7 @@ class Session:
 
     def _working_dir(self) -> tuple[str | None, str | None]:
         """Where the running child is now, and how that is known: the last OSC 7 its shell wrote (``osc7``;
-        ``HOST:PATH`` when it names another host), else the kernel's word (``proc``, shellper.host.workdir)."""
+        ``HOST:PATH`` when it names another host), else the kernel's word (``proc``, shellper.host.shellstate)."""
         child = self.lifecycle.child
         if child is None:
             return None, None

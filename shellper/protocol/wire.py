@@ -92,6 +92,8 @@ SIGNALS = ("HUP", "INT", "QUIT", "TERM", "KILL", "CONT", "STOP", "TSTP", "WINCH"
 
 
 class FrameType(IntEnum):
+    """A frame's type byte on the wire (protocol/PROTOCOL.md, section 4)."""
+
     DATA = 0x01
     RESIZE = 0x02
     SIGNAL = 0x03

@@ -5,12 +5,13 @@
 #    source ~/.local/share/bash_completion/shellper
 # See also: https://github.com/scop/bash-completion/blob/main/doc/configuration.md
 
-_shtab_shellper_subparsers=(run ls attach send tail screen signal resize restart stop bridge status set completions man legacy-main)
+_shtab_shellper_subparsers=(run ls attach send exec tail screen signal resize restart stop bridge status set completions man legacy-main)
 
 _shtab_shellper_run_option_strings=(-h --help --dir --host --foreground --json --replace -f --cwd --env --no-inherit-env --cols --rows --term --ring-bytes --stderr --grace --husk-ttl --owner --containment --cgroup-parent --restart --backoff-initial --backoff-max --backoff-factor --jitter --healthy-uptime --min-uptime --breaker-count --breaker-window --same-error-count --clean-exit-count --clean-exit-uptime --max-restarts --prevent-codes --clean-signals --fatal-scan-lines --fatal-pattern --no-fatal-patterns)
 _shtab_shellper_ls_option_strings=(-h --help --dir --host --long -l --json --where)
 _shtab_shellper_attach_option_strings=(-h --help --dir --host -c --create --detach-key -e --read-only -r --no-replay --raw --relay)
 _shtab_shellper_send_option_strings=(-h --help --dir --host --enter)
+_shtab_shellper_exec_option_strings=(-h --help --dir --host --timeout)
 _shtab_shellper_tail_option_strings=(-h --help --dir --host --bytes --lines -n --follow -f --plain)
 _shtab_shellper_screen_option_strings=(-h --help --dir --host --ansi --json --html --scrollback)
 _shtab_shellper_signal_option_strings=(-h --help --dir --host)
@@ -27,6 +28,7 @@ _shtab_shellper_option_strings=(-h --help --version --dir --host)
 
 _shtab_shellper_attach_pos_0_COMPGEN=_shellper_names
 _shtab_shellper_send_pos_0_COMPGEN=_shellper_names
+_shtab_shellper_exec_pos_0_COMPGEN=_shellper_names
 _shtab_shellper_tail_pos_0_COMPGEN=_shellper_names
 _shtab_shellper_screen_pos_0_COMPGEN=_shellper_names
 _shtab_shellper_signal_pos_0_COMPGEN=_shellper_names
@@ -38,7 +40,7 @@ _shtab_shellper_set_pos_0_COMPGEN=_shellper_names
 
 _shtab_shellper_run___stderr_choices=(auto pty merged pipe)
 _shtab_shellper_run___restart_choices=(no on-failure always)
-_shtab_shellper_pos_0_choices=(run ls attach send tail screen signal resize restart stop bridge status set completions man legacy-main)
+_shtab_shellper_pos_0_choices=(run ls attach send exec tail screen signal resize restart stop bridge status set completions man legacy-main)
 
 _shtab_shellper_run_pos_1_nargs='*'
 _shtab_shellper_run__h_nargs=0
@@ -67,6 +69,9 @@ _shtab_shellper_attach___relay_nargs=0
 _shtab_shellper_send__h_nargs=0
 _shtab_shellper_send___help_nargs=0
 _shtab_shellper_send___enter_nargs=0
+_shtab_shellper_exec_pos_1_nargs='*'
+_shtab_shellper_exec__h_nargs=0
+_shtab_shellper_exec___help_nargs=0
 _shtab_shellper_tail__h_nargs=0
 _shtab_shellper_tail___help_nargs=0
 _shtab_shellper_tail___follow_nargs=0

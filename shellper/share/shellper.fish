@@ -64,8 +64,8 @@ function _shtab_shellper_using
   test "$_shtab_shellper_cmdpath" = "$argv"
 end
 
-set -g _shtab_shellper_commands run ls attach send tail screen signal resize restart stop bridge status set completions man legacy-main
-set -g _shtab_shellper_opts_with_value --backoff-factor --backoff-initial --backoff-max --breaker-count --breaker-window --bytes --cgroup-parent --clean-exit-count --clean-exit-uptime --clean-signals --cols --containment --cwd --detach-key --dir --env --fatal-pattern --fatal-scan-lines --grace --healthy-uptime --host --husk-ttl --jitter --lines --max-restarts --min-uptime --owner --prevent-codes --restart --ring-bytes --rows --same-error-count --scrollback --stderr --term --where -e -n
+set -g _shtab_shellper_commands run ls attach send exec tail screen signal resize restart stop bridge status set completions man legacy-main
+set -g _shtab_shellper_opts_with_value --backoff-factor --backoff-initial --backoff-max --breaker-count --breaker-window --bytes --cgroup-parent --clean-exit-count --clean-exit-uptime --clean-signals --cols --containment --cwd --detach-key --dir --env --fatal-pattern --fatal-scan-lines --grace --healthy-uptime --host --husk-ttl --jitter --lines --max-restarts --min-uptime --owner --prevent-codes --restart --ring-bytes --rows --same-error-count --scrollback --stderr --term --timeout --where -e -n
 
 complete -c shellper -e
 complete -c shellper -f
@@ -136,6 +136,12 @@ complete -c shellper -n '_shtab_shellper_using send' -l dir -x -d 'as before the
 complete -c shellper -n '_shtab_shellper_using send' -l host -x -d 'as before the command'
 complete -c shellper -n '_shtab_shellper_using send' -l enter -d 'press Enter after the text'
 complete -c shellper -n '_shtab_shellper_using send; and test $_shtab_shellper_npos -eq 0' -ka "(__shellper_names)" -d 'the session'"'"'s name'
+complete -c shellper -n '_shtab_shellper_using; and test $_shtab_shellper_npos -eq 0' -a exec -d 'run a command in a session'"'"'s shell and wait for it: its output, and its exit status as ours'
+complete -c shellper -n '_shtab_shellper_using exec' -s h -l help -d 'show this help message and exit'
+complete -c shellper -n '_shtab_shellper_using exec' -l dir -x -d 'as before the command'
+complete -c shellper -n '_shtab_shellper_using exec' -l host -x -d 'as before the command'
+complete -c shellper -n '_shtab_shellper_using exec' -l timeout -x -d 'after S seconds type Ctrl-C and exit 124, as timeout(1) does (0, the default: no limit)'
+complete -c shellper -n '_shtab_shellper_using exec; and test $_shtab_shellper_npos -eq 0' -ka "(__shellper_names)" -d 'the session'"'"'s name'
 complete -c shellper -n '_shtab_shellper_using; and test $_shtab_shellper_npos -eq 0' -a tail -d 'print a session'"'"'s recent output'
 complete -c shellper -n '_shtab_shellper_using tail' -s h -l help -d 'show this help message and exit'
 complete -c shellper -n '_shtab_shellper_using tail' -l dir -x -d 'as before the command'

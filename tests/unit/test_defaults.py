@@ -25,17 +25,19 @@ def test_the_wire_the_config_and_the_pty_agree_on_terminal_sizes(cols: object, r
 
     assert defaults.terminal_size_in_range(cols, rows) is ok
     frame = wire.Resize(cols=cols, rows=rows)  # type: ignore[arg-type]
-    config = SessionConfig(name="s", argv=["true"], dir="/tmp", cwd="/", env={},
-                           cols=cols, rows=rows)  # type: ignore[arg-type]
+    def config() -> SessionConfig:
+        return SessionConfig(name="s", argv=["true"], dir="/tmp", cwd="/", env={},
+                             cols=cols, rows=rows)  # type: ignore[arg-type]
+
     if ok:
         wire.check_request(frame)
-        config.validate()
+        config().validate()
         _check_size(cols, rows)  # type: ignore[arg-type]
         return
     with pytest.raises(wire.BadField):
         wire.check_request(frame)
     with pytest.raises(ConfigError):
-        config.validate()
+        config()  # checked when built
     if isinstance(cols, int) and isinstance(rows, int):
         with pytest.raises(ValueError, match=defaults.TERMINAL_SIZE_RANGE):
             _check_size(cols, rows)

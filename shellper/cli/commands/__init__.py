@@ -27,6 +27,7 @@ COMMANDS = {
     "ls": "list sessions",
     "attach": "attach this terminal to a session: shellper attach [-c] NAME [-- COMMAND [ARGS...]]",
     "send": "type text into a session",
+    "exec": "run a command in a session's shell and wait for it: its output, and its exit status as ours",
     "tail": "print a session's recent output",
     "screen": "print a session's screen as it is now (as tmux capture-pane -p)",
     "signal": "send a signal to the session's child process group",
