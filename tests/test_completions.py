@@ -63,6 +63,19 @@ def test_the_shipped_man_page_is_the_generators_and_man_prints_it(generated: Pat
     assert _shellper("man").stdout == shipped  # not a terminal: the roff source, to install or pipe
 
 
+@pytest.mark.skipif(shutil.which("man") is None, reason="man is not installed")
+def test_man_on_a_terminal_shows_the_manual() -> None:
+    term = pexpect.spawn(sys.executable, ["-m", "shellper", "man"], env=dict(_env(), MANPAGER="cat", PAGER="cat"),
+                         timeout=TIMEOUT, dimensions=(40, 100))
+    try:
+        term.expect(r"SHELLPER\(1\) +shellper manual")
+        term.expect("keep a terminal session alive")
+        term.expect(pexpect.EOF)
+    finally:
+        term.close(force=True)
+    assert term.exitstatus == 0
+
+
 def test_completions_refuses_another_shell() -> None:
     done = _shellper("completions", "tcsh")
     assert done.returncode == 2 and "'tcsh': one of bash, zsh, fish" in done.stderr
