@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 .PHONY: demo tower-demo docs test check lint typecheck unit bench soak clean compile test-versions completions test-ts \
 	web-client
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.cfg
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	@# the distribution was named "shellper" before it became "shellper-pty": one checkout, one install
@@ -45,7 +45,7 @@ tower-demo: compile
 	$(BIN)/python examples/tower_demo.py
 
 lint: $(STAMP)
-	$(BIN)/ruff check shellper tower_client tests bench examples
+	$(BIN)/ruff check shellper tower_client tests bench examples tools
 	$(BIN)/mypy
 
 # The suite runs in parallel (pytest-xdist): most of a test's time is spent waiting on processes, terminals
@@ -66,14 +66,14 @@ unit: compile web-client
 # Every edit: lint, types and the pure tests (tests/unit: no session, no terminal), in well under a minute;
 # the tests are CPU-bound, so one worker per core.
 check: compile
-	$(BIN)/ruff check shellper tower_client tests bench examples
+	$(BIN)/ruff check shellper tower_client tests bench examples tools
 	$(BIN)/mypy
 	$(PYTEST) -m "not slow" -n logical tests/unit
 
 # What CI runs: ruff first (seconds), then mypy and the TypeScript suites alongside the Python tests, whose
 # workers mostly wait (their output held back and shown after pytest's). Fails if any of them did.
 test: compile
-	$(BIN)/ruff check shellper tower_client tests bench examples
+	$(BIN)/ruff check shellper tower_client tests bench examples tools
 	@log=$$(mktemp -d); trap 'rm -rf "$$log"' EXIT; \
 	$(BIN)/mypy > "$$log/mypy" 2>&1 & mypy=$$!; \
 	$(MAKE) --no-print-directory test-ts > "$$log/ts" 2>&1 & ts=$$!; \
@@ -172,24 +172,11 @@ docs: $(DOCS_STAMP)
 # Shell completion (bash, zsh, fish; shtab) and man pages (argparse-manpage), generated from the argparse
 # parsers into build/: nothing of this runs, or is imported, when shellper does.
 COMPLETIONS := build/completions
-MAN := build/man
+SHARE := shellper/share
 completions: $(STAMP)
-	mkdir -p $(COMPLETIONS) $(MAN)
-	$(BIN)/shtab --shell=bash --prog shellper shellper.cli.argtree.build > $(COMPLETIONS)/shellper.bash
-	$(BIN)/shtab --shell=zsh --prog shellper shellper.cli.argtree.build > $(COMPLETIONS)/_shellper
-	$(BIN)/shtab --shell=fish --prog shellper shellper.cli.argtree.build > $(COMPLETIONS)/shellper.fish
-	$(BIN)/shtab --shell=bash --prog tower-client tower_client.cli._parser > $(COMPLETIONS)/tower-client.bash
-	$(BIN)/shtab --shell=zsh --prog tower-client tower_client.cli._parser > $(COMPLETIONS)/_tower-client
-	$(BIN)/shtab --shell=fish --prog tower-client tower_client.cli._parser > $(COMPLETIONS)/tower-client.fish
-	$(BIN)/argparse-manpage --module shellper.cli.argtree --function build --prog shellper --project-name shellper \
-		--version "$$($(BIN)/python -c 'import shellper; print(shellper.__version__)')" \
-		--description "keep a terminal session alive in a process of its own" \
-		--manual-title "shellper manual" --output $(MAN)/shellper.1
-	$(BIN)/argparse-manpage --module tower_client.cli --function _parser --prog tower-client --project-name shellper \
-		--version "$$($(BIN)/python -c 'import shellper; print(shellper.__version__)')" \
-		--description "adopt or terminate shellper sessions" \
-		--manual-title "shellper manual" --output $(MAN)/tower-client.1
-	@echo "completions in $(COMPLETIONS), man pages in $(MAN); see README.md (Shell completion)"
+	@# shellper's ship in the package (shellper completions SHELL, shellper man); tower-client's go to build/
+	$(BIN)/python tools/completions.py $(SHARE) $(COMPLETIONS)
+	@echo "shellper's completions and man page in $(SHARE), tower-client's in $(COMPLETIONS)"
 
 clean:
 	rm -rf $(VENV) .venv-3.* build *.egg-info

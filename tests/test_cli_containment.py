@@ -120,7 +120,8 @@ class Shell:
         lines = self("ls", "-l").stdout.splitlines()
         header = lines[0]
         starts = [header.index(column) for column in ("NAME", "STATE", "PID", "CHILD", "UPTIME", "CLIENTS",
-                                                      "RING", "OWNER", "CONTAINMENT", "COMMAND", "LAST EXIT")]
+                                                      "RING", "OWNER", "CONTAINMENT", "LABELS", "CWD", "COMMAND",
+                                                      "LAST EXIT")]
         columns = [header[a:b].strip() for a, b in zip(starts, [*starts[1:], None], strict=True)]
         row = next(line for line in lines[1:] if line.split()[0] == name)
         return {c: row[a:b].strip() for c, a, b in zip(columns, starts, [*starts[1:], None], strict=True)}

@@ -3,6 +3,7 @@ console script, real sessions in a private runtime directory."""
 
 from __future__ import annotations
 
+import html.parser
 import json
 import os
 import re
@@ -191,7 +192,8 @@ def test_tail_n_ends_its_last_line(terminals: Terminals) -> None:
 
 LONG_ERROR = "RuntimeError: CUDA out of memory while allocating a tensor of a size nobody expected"
 JSON_KEYS = {"name", "state", "reason", "pid", "child_pid", "uptime", "clients", "ring_bytes", "last_exit", "command",
-             "next_restart_at", "owner", "containment", "cgroup", "locked", "answers", "status"}
+             "next_restart_at", "owner", "containment", "cgroup", "working_dir", "labels", "locked", "answers",
+             "status"}
 
 
 def test_ls_fits_the_terminal_and_l_shows_everything(terminals: Terminals) -> None:
@@ -228,3 +230,148 @@ def test_a_session_started_again_no_longer_says_not_restarted(terminals: Termina
     listed = terminals.spawn(terminals.cli_args("ls", "-l"), dimensions=(24, 200))
     listed.expect(rb"again +running .*not restarted \(restart mode no\); started again since\r\n")
     assert finish(listed) == 0
+
+
+# ------------------------------------------------------------------------------------ labels
+
+
+def test_labels_are_set_listed_found_and_kept_in_the_record(terminals: Terminals) -> None:
+    terminals.run("web", "cat")
+    terminals.run("db", "cat")
+    status, said = _said(terminals, "set", "web", "team=infra", "task=T-42")
+    assert status == 0 and said == "", said
+    assert _said(terminals, "set", "db", "team=data") == (0, "")
+    status, said = _said(terminals, "ls", "--where", "team=infra")
+    assert status == 0 and re.search(r"^ +web +running", said, re.M) and "db" not in said, said
+    listed = terminals.spawn(terminals.cli_args("ls", "-l"), dimensions=(24, 200))
+    listed.expect(rb"web +running .* task=T-42,team=infra ")
+    assert finish(listed) == 0
+    assert _said(terminals, "set", "web", "task=") == (0, "")  # KEY= removes it
+    (web,) = (s for s in json.loads(terminals.cli("ls", "--json").stdout) if s["name"] == "web")
+    assert web["labels"] == {"team": "infra"}
+    with open(os.path.join(terminals.dir, "web.json")) as f:
+        assert json.load(f)["labels"] == {"team": "infra"}  # what a Tower reads, and ls of a dead shellper
+    assert _said(terminals, "set", "web") == (0, "team=infra\r\n")
+    status, said = _said(terminals, "status", "web")
+    assert status == 0 and "labels team=infra" in said, said
+    status, said = _said(terminals, "set", "web", "bad key=x", "ok=1")
+    assert status == 1 and "label key 'bad key'" in said, said
+    status, said = _said(terminals, "set", "web", "k=\x1b[2J")
+    assert status == 1 and "control character" in said, said
+    assert json.loads(terminals.cli("status", "web", "--json").stdout)["labels"] == {"team": "infra"}  # unchanged
+
+
+# ------------------------------------------------------------------------------------ the working directory
+
+
+def _long_listing(terminals: Terminals) -> str:
+    listed = terminals.spawn(terminals.cli_args("ls", "-l"), dimensions=(24, 250))
+    listed.expect(pexpect.EOF)
+    said = listed.before.decode()
+    assert finish(listed) == 0
+    return said
+
+
+def test_ls_l_and_status_follow_the_sessions_directory(terminals: Terminals) -> None:
+    terminals.shell("wd")
+    term = terminals.attach("wd")
+    term.expect(PROMPT)
+    with tempfile.TemporaryDirectory(prefix="shph-wd-") as where:
+        term.send(f"cd {where}\r".encode())  # bash announces no directory: the kernel's word (/proc)
+        term.expect(PROMPT)
+        poll_until(lambda: re.search(rf"^ +wd +running .* {re.escape(where)} +bash", _long_listing(terminals), re.M),
+                   TIMEOUT, interval=0.1, what="ls -l showing the directory cd went to")
+        status, said = _said(terminals, "status", "wd")
+        assert status == 0 and f"now in {where} (the kernel says)" in said, said
+        # a shell that announces its directory (zsh, fish, VTE's bash snippet) is believed: OSC 7, its host this one
+        term.send(b"printf '\\033]7;file://%s/srv/from%%20osc7\\007' \"$(hostname)\"\r")
+        term.expect(PROMPT)
+        poll_until(lambda: "now in /srv/from osc7 (its shell says, by OSC 7)" in _said(terminals, "status", "wd")[1],
+                   TIMEOUT, interval=0.1, what="status showing the announced directory")
+        term.send(b"cd /\r")
+        term.expect(PROMPT)
+    term.send(DETACH)
+    term.expect(rb"\[detached\]")
+    assert finish(term) == 0
+
+
+# ------------------------------------------------------------------------------------ screen --html
+
+
+class _Page(html.parser.HTMLParser):
+    """What a browser would make of the page: its elements, its text, the styles of the text's spans."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[str] = []
+        self.text = ""
+        self.styled: list[tuple[str, str]] = []
+        self._style: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append(tag)
+        if tag == "span":
+            self._style.append(dict(attrs).get("style") or "")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "span":
+            self._style.pop()
+
+    def handle_data(self, data: str) -> None:
+        self.text += data
+        if self._style:
+            self.styled.append((data, self._style[-1]))
+
+
+def test_screen_html_is_a_page_with_the_colours_and_no_markup_of_the_programs(terminals: Terminals) -> None:
+    terminals.shell("agent")
+    term = terminals.attach("agent")
+    term.expect(PROMPT)
+    term.send(b"for i in $(seq 1 40); do echo early-$i; done\r")
+    term.expect(PROMPT)
+    hostile = "<script>alert(1)</script></pre><img src=x onerror=alert(2)> & done"
+    term.send(f"printf '\\033[1;31mFAILED\\033[0m \\033[38;2;0;128;255m%s\\033[0m\\n' '{hostile}'\r".encode())
+    term.expect(b"FAILED")
+    term.expect(PROMPT)
+    term.send(DETACH)
+    term.expect(rb"\[detached\]")
+    assert finish(term) == 0
+    page = _Page()
+    page.feed(terminals.cli("screen", "agent", "--html", "--scrollback", "100").stdout)
+    assert set(page.tags) == {"html", "head", "meta", "title", "style", "body", "pre", "span"}, page.tags
+    assert hostile in page.text  # as text, whole
+    assert ("FAILED", "color:#ff0000;font-weight:bold") in page.styled  # bold red: xterm's bright red
+    assert (hostile, "color:#0080ff") in page.styled
+    assert "early-1\n" in page.text and "early-40\n" in page.text  # the scrollback, then the screen
+    assert page.text.index("early-1\n") < page.text.index("FAILED")
+    status, said = _said(terminals, "screen", "agent", "--html", "--json")
+    assert status == 1 and "not with --json" in said, said
+
+
+# ------------------------------------------------------------------------------------ SHELLPER_SESSION in prompts
+
+
+def _snippets(shell: str) -> str:
+    """The code blocks of docs/PROMPT.md's section for ``shell``, as a start-up file."""
+    with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "PROMPT.md")) as f:
+        section = f.read().split(f"## {shell} ")[1].split("\n## ")[0]
+    return "\n".join(re.findall(rf"```{shell}\n(.*?)```", section, re.S))
+
+
+def test_the_documented_bash_snippets_name_the_session_and_announce_its_directory(terminals: Terminals) -> None:
+    with tempfile.TemporaryDirectory(prefix="shph-rc-") as where:
+        rc = os.path.join(where, "bashrc")
+        with open(rc, "w") as f:
+            f.write("PS1='psh> '\n" + _snippets("bash"))
+        terminals.run("docs", "bash", "--rcfile", rc, "--noprofile", "-i")
+        term = terminals.attach("docs")
+        term.expect(rb"\[docs\] psh> ")
+        term.send(f"cd {where}\r".encode())
+        term.expect(rb"\[docs\] psh> ")
+        poll_until(lambda: f"now in {where} (its shell says, by OSC 7)" in _said(terminals, "status", "docs")[1],
+                   TIMEOUT, interval=0.1, what="status showing the directory bash announced")
+        term.send(b"cd /\r")
+        term.expect(rb"\[docs\] psh> ")
+        term.send(DETACH)
+        term.expect(rb"\[detached\]")
+        assert finish(term) == 0

@@ -68,7 +68,7 @@ def full_record() -> SessionRecord:
         breaker={"open": False, "failures": [1.0, 2.0]}, ring_bytes=4 << 20, stderr_mode="pipe",
         exits=[ExitRecord(ExitClass.CRASH, SessionState.BACKOFF, "crash: exit 1 after 3 s", 1700000000.5, code=1,
                           uptime=3.0, child_pid=4242, restart_in=2.0, restarts=3, breaker={"state": "closed"})],
-        exit_count=1,
+        exit_count=1, labels={"team": "infra", "task/id": "T-42"},
     )
     return r
 
@@ -90,6 +90,12 @@ def test_defaults_round_trip_and_ints_accepted_for_floats() -> None:
     assert back == r
     assert isinstance(back.created_at, float)
     assert back.version  # filled from the package metadata (or the fallback)
+
+
+def test_a_record_from_before_labels_reads_as_one_without() -> None:
+    obj = json.loads(full_record().to_json())
+    del obj["labels"]
+    assert SessionRecord.from_json(json.dumps(obj).encode()).labels == {}
 
 
 def test_unknown_keys_are_tolerated() -> None:
@@ -194,6 +200,13 @@ def test_group_ids_of_zero_are_valid() -> None:
         (_mutated(owner=5), "'owner'"),
         (_mutated(name="main\x1b[2J"), "'name'"),
         (_mutated(name="../main"), "'name'"),
+        (_mutated(labels=["a=b"]), "'labels'"),
+        (_mutated(labels={"k": "v\x1b[2J"}), "'labels'"),
+        (_mutated(labels={"two words": "v"}), "'labels'"),
+        (_mutated(labels={"k": ""}), "'labels'"),
+        (_mutated(labels={"k": 1}), "'labels'"),
+        (_mutated(labels={"k": "v" * 257}), "'labels'"),
+        (_mutated(labels={f"k{i}": "v" for i in range(33)}), "'labels'"),
     ],
 )
 def test_bad_records_raise_record_error(data: bytes, reason: str) -> None:

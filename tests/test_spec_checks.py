@@ -103,7 +103,7 @@ def test_every_frame_only_the_shellper_sends_is_refused_release_too(sessions: Se
     ]
     assert {type(f) for f in shellper_only} | {wire.Pong} == set(wire.FRAME_CLASSES.values()) - {
         wire.Data, wire.Resize, wire.Signal, wire.Ping, wire.Hello, wire.Spawn, wire.Status, wire.Stop,
-        wire.ScreenRequest}
+        wire.ScreenRequest, wire.Labels}
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     with contextlib.closing(sock):
         sock.connect(str(sessions.dir / "s2c.sock"))

@@ -82,7 +82,8 @@ DAEMON = _BOTH | {
     "shellper.host.child", "shellper.host.reaper", "shellper.host.shellpers", "shellper.protocol",
     "shellper.protocol.firstframe", "shellper.protocol.wire",
     # issue 28: the parts of a connection, out of clientconn (its pump, terminal sink, codec, and protocol rules)
-    "shellper.daemon.pump", "shellper.daemon.terminalsink", "shellper.daemon.wirecodec", "shellper.protocol.server"}
+    "shellper.daemon.pump", "shellper.daemon.terminalsink", "shellper.daemon.wirecodec", "shellper.protocol.server",
+    "shellper.host.shellstate"}  # what /proc says of the session's program, where it is now (issue 31)
 """The package's modules a session loads to serve a Tower (the console script's, inherited from the prefork's
 fork, among them). Not the screen emulator, the version-1 codec, the remote or bridge code, nor argparse."""
 

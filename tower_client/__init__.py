@@ -60,6 +60,7 @@ from shellper.protocol.wire import (
     Frame,
     FrameType,
     Gap,
+    Labels,
     Ping,
     Pong,
     ProtocolError,
@@ -153,6 +154,7 @@ __all__ = [  # noqa: RUF022 - grouped by what a user looks for
     # frames
     "Data", "Error", "Event", "Exit", "Frame", "FrameType", "Gap", "Ping", "Pong", "Release", "Replay", "Reply",
     "Resize", "ScreenReply", "ScreenRequest", "Signal", "Spawn", "Status", "StatusReply", "Stop", "Welcome",
+    "Labels",
     # errors: every one is a ShellperError
     "AgentCommandError", "AtomicWriteError", "BadArgument", "BadArgumentType", "BadHost", "BadName", "BadOwner",
     "BadRequest", "BadSessionId", "ClientError", "ConfigError", "ConnectionRefused", "ExecError", "ExitRecordError",

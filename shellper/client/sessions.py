@@ -12,7 +12,7 @@ import time
 from shellper.client.blocking import Client, ClientError
 from shellper.core.exitrecord import ExitRecord, ExitRecordError, exit_line
 from shellper.core.names import LOCK_SUFFIX, RECORD_SUFFIX, SOCKET_SUFFIX
-from shellper.core.structs import asdict, record
+from shellper.core.structs import asdict, field, record
 from shellper.host.paths import session_names
 from shellper.host.record import LockError, RecordError, SessionLock, SessionRecord, read_record
 from shellper.protocol import wire
@@ -45,6 +45,10 @@ class SessionInfo:
     containment: str | None = None
     """cgroup, systemd-scope or none (shellper.host.cgroup): live from the shellper, else from the record."""
     cgroup: str | None = None
+    working_dir: str | None = None
+    """Where the running program is now (its shell's OSC 7, else /proc): from a live shellper only."""
+    labels: dict[str, str] = field(default_factory=dict)
+    """shellper set's labels: live from the shellper, else from the record."""
     locked: bool = False
     answers: bool = False
     record: SessionRecord | None = None
@@ -90,6 +94,7 @@ def inspect_session(directory: str | os.PathLike[str], name: str, probe: bool = 
         info.reason = record.state_reason
         info.owner = record.owner or None  # "" in a record written before owners existed
         info.containment, info.cgroup = record.containment, record.cgroup
+        info.labels = dict(record.labels)
         info.uptime = time.time() - record.created_at
         info.command = " ".join(record.command)
         info.next_restart_at = record.next_restart_at
@@ -114,6 +119,11 @@ def inspect_session(directory: str | os.PathLike[str], name: str, probe: bool = 
             info.owner = reply.info.get("owner") or info.owner
             info.containment = reply.info.get("containment") or info.containment
             info.cgroup = reply.info.get("cgroup", info.cgroup)
+            working_dir = reply.info.get("working_dir")
+            info.working_dir = working_dir if isinstance(working_dir, str) else None
+            labels = reply.info.get("labels")
+            if isinstance(labels, dict):  # a shellper from before labels has none to say
+                info.labels = {str(k): str(v) for k, v in labels.items()}
             info.clients = max(0, len(reply.info.get("clients") or []) - 1)  # not counting this probe
             end, start = reply.info.get("ring_end", 0), reply.info.get("ring_start", 0)
             info.ring_bytes = end - start

@@ -44,6 +44,7 @@ from shellper.host.logfile import LogFile
 from shellper.host.paths import SessionPaths, unlink_if_socket
 from shellper.host.reaper import SurvivorError, set_child_subreaper
 from shellper.host.record import SessionRecord, cmdline_sha256, new_instance_id
+from shellper.host.shellstate import foreground_cwd
 from shellper.protocol import wire
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
@@ -59,6 +60,10 @@ def _legacy_codec() -> type[LegacyCodec]:
     from shellper.daemon.legacyconn import LegacyCodec
 
     return LegacyCodec
+
+
+WORKDIR_SCAN = 64 * 1024
+"""Output searched back for the shell's last OSC 7 (a prompt writes one); older than that, the kernel says."""
 
 
 class Session:
@@ -77,6 +82,8 @@ class Session:
         self._cmdline_sha256 = cmdline_sha256()
         self.owner = config.owner or default_owner()
         self.created_at = time.time()
+        self.labels: dict[str, str] = {}
+        """shellper set's labels (shellper.core.labels), kept in the record."""
         clients: dict[int, ClientConn] = {}
         self.output = Output(loop, log, config.ring_bytes, clients)
         self.scrollback = self.output.scrollback
@@ -239,7 +246,8 @@ class Session:
             restarts=life.restarts, breaker=life.supervisor.snapshot(), ring_bytes=self.config.ring_bytes,
             stderr_mode=resolve_stderr_mode(self.config.stderr_mode), version=__version__,
             owner=self.owner, containment=tree.containment,
-            cgroup=tree.cgroup.path if tree.cgroup is not None else None, cgroup_id=tree.cgroup_id)
+            cgroup=tree.cgroup.path if tree.cgroup is not None else None, cgroup_id=tree.cgroup_id,
+            labels=dict(self.labels))
 
     # ----------------------------------------------------------------------------------- for connections
 
@@ -315,8 +323,29 @@ class Session:
             "record_error": journal.record_error, "output_held": self.output.pacer.holding,
             "owner": self.owner, "containment": tree.containment,
             "cgroup": tree.cgroup.path if tree.cgroup is not None else None,
+            "labels": dict(self.labels),
         }
+        info["working_dir"], info["working_dir_from"] = self._working_dir()
         return wire.StatusReply(state=journal.state, info=info)
+
+    def _working_dir(self) -> tuple[str | None, str | None]:
+        """Where the running child is now, and how that is known: the last OSC 7 its shell wrote (``osc7``;
+        ``HOST:PATH`` when it names another host), else the kernel's word (``proc``, shellper.host.shellstate)."""
+        child = self.lifecycle.child
+        if child is None:
+            return None, None
+        ring = self.scrollback
+        tail = ring.read(max(ring.start, ring.end - WORKDIR_SCAN), WORKDIR_SCAN).data
+        announced = None
+        if b"7;" in tail:  # the parser (the screen model's) is loaded only for a shell that may have announced
+            from shellper.core.terminal.workdir import last_announced
+
+            announced = last_announced(tail)
+        if announced is not None:
+            here = announced.host in ("", "localhost", os.uname().nodename)
+            return (announced.path if here else f"{announced.host}:{announced.path}"), "osc7"
+        path = foreground_cwd(child.pid, child.master_fd)
+        return path, "proc" if path is not None else None
 
     def events_after(self, seq: int) -> list[wire.Event]:
         return self.journal.events_after(seq)
@@ -331,6 +360,15 @@ class Session:
 
     def screen_reply(self, request: wire.ScreenRequest) -> wire.ScreenReply:
         return self.output.screen.reply(request)
+
+    def set_labels(self, changes: dict[str, str]) -> dict[str, str]:
+        """A LABELS request: the labels changed (all or none: BadLabel) and the record written; the labels now."""
+        from shellper.core.labels import apply_changes
+
+        self.labels = apply_changes(self.labels, changes)
+        self.log.write(f"labels set: {', '.join(f'{k}={v}' for k, v in sorted(changes.items()))}")
+        self.journal.write_record()
+        return dict(self.labels)
 
     def rendered_replay(self, scrollback: int, limit: int | None = None) -> bytes:
         return self.output.screen.rendered(scrollback, limit)

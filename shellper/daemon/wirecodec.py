@@ -67,7 +67,8 @@ class WireCodec:
         self._handlers: dict[FrameType, Callable[[Any, int | None], None]] = {
             FrameType.DATA: self._input, FrameType.STATUS: self._status, FrameType.PING: self._ping,
             FrameType.PONG: self._pong, FrameType.SCREEN: self._screen, FrameType.RESIZE: self._resize,
-            FrameType.STOP: self._stop, FrameType.SIGNAL: self._signal, FrameType.SPAWN: self._spawn}
+            FrameType.STOP: self._stop, FrameType.SIGNAL: self._signal, FrameType.SPAWN: self._spawn,
+            FrameType.LABELS: self._labels}
 
     @property
     def role(self) -> Role | None:
@@ -148,6 +149,16 @@ class WireCodec:
 
     def _signal(self, frame: wire.Signal, rid: int | None) -> None:
         self.conn.signal_child(frame.signal, rid)
+
+    def _labels(self, frame: wire.Labels, rid: int | None) -> None:
+        from shellper.core.labels import BadLabel
+
+        try:
+            labels = self.conn.session.set_labels(frame.set)
+        except BadLabel as exc:
+            self.conn.refuse(frame.TYPE, rid, "bad_field", f"set: {exc}")
+            return
+        self.conn.answer(frame.TYPE, rid, {"labels": labels})
 
     def _spawn(self, frame: wire.Spawn, rid: int | None) -> None:
         spawn = frame if rid is not None or frame.id is None else structs.replace(frame, id=None)

@@ -140,6 +140,8 @@ class SessionRecord:
     """The session's cgroup directory (shellper.host.cgroup), when containment is not none."""
     cgroup_id: int | None = None
     """The inode of that directory: a cgroup made again under the same name is not the recorded one."""
+    labels: dict[str, str] = field(default_factory=dict)
+    """``shellper set``'s key=value pairs (shellper.core.labels); {} in records written before labels existed."""
 
     def to_dict(self) -> dict[str, Any]:
         """The record as the file holds it (each exit in its wire form)."""
@@ -244,6 +246,20 @@ def _is_owner(v: Any) -> bool:
     return True
 
 
+def _is_labels(v: Any) -> bool:
+    """Labels as shellper.core.labels allows them: a record is a file, and ls prints what it holds. That
+    module is loaded only for a record that has some."""
+    if v == {}:
+        return True
+    from shellper.core.labels import BadLabel, validate_labels
+
+    try:
+        validate_labels(v)
+    except BadLabel:
+        return False
+    return True
+
+
 def _is_name(v: Any) -> bool:
     try:
         validate_name(v)
@@ -285,6 +301,7 @@ _CHECKS: dict[str, Callable[[Any], bool]] = {
     "containment": lambda v: v in tuple(Containment),
     "cgroup": _opt(lambda v: isinstance(v, str) and v.startswith("/")),
     "cgroup_id": _opt(_nonneg),
+    "labels": _is_labels,
 }
 assert set(_CHECKS) == {f.name for f in structs.fields(SessionRecord)}
 

@@ -1,8 +1,10 @@
 """What a session's program is doing, seen from /proc on its own host: its argv as it is now (after an
-``exec bash``), and what holds its terminal's foreground (``shellper exec`` types only into a shell at its
-prompt)."""
+``exec bash``), what holds its terminal's foreground (``shellper exec`` types only into a shell at its
+prompt), and the directory it is in (``ls -l``, ``status``: the shellper asks)."""
 
 from __future__ import annotations
+
+import os
 
 from shellper.core.structs import record
 from shellper.host.identity import IdentityUnreadable, boot_id, cmdline
@@ -65,3 +67,24 @@ def foreground(pid: int) -> Foreground | None:
         return None
     leader = _stat_fields(tpgid)
     return Foreground(tpgid, leader[0] if leader is not None else "?")
+
+
+def foreground_cwd(child_pid: int, master_fd: int) -> str | None:
+    """The directory of the PTY's foreground process group leader (the program a person is running, else the
+    shell), else of the child itself, taken only from a process verifiably in the session: its session id is
+    the child's, the child leading the PTY's session (a pid used again by another is not read). None when
+    neither can be read (gone, another user's)."""
+    try:
+        leader = os.tcgetpgrp(master_fd)
+    except OSError:
+        leader = child_pid
+    for pid in dict.fromkeys((leader, child_pid)):
+        try:
+            if os.getsid(pid) != child_pid:
+                continue
+            path = os.readlink(f"/proc/{pid}/cwd")
+            if os.getsid(pid) == child_pid:  # and still: the pid was not used again meanwhile
+                return path
+        except OSError:
+            continue
+    return None

@@ -275,6 +275,7 @@ ID_REPLIES: dict[wire.FrameType, wire.FrameType] = {
     wire.FrameType.STOP: wire.FrameType.REPLY,
     wire.FrameType.STATUS: wire.FrameType.STATUS_REPLY,
     wire.FrameType.SCREEN: wire.FrameType.SCREEN_REPLY,
+    wire.FrameType.LABELS: wire.FrameType.REPLY,
 }
 """Version 3: the requests that carry an ``id``, and the frame that answers one that went well (any of
 them may be answered by a REPLY that is not ok)."""

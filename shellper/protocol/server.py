@@ -16,25 +16,26 @@ from shellper.protocol import wire
 from shellper.protocol.wire import Feature, FrameType, Role, supports
 
 CLIENT_FRAMES = frozenset({FrameType.DATA, FrameType.RESIZE, FrameType.SIGNAL, FrameType.SPAWN, FrameType.STOP,
-                           FrameType.STATUS, FrameType.PING, FrameType.PONG, FrameType.SCREEN})
+                           FrameType.STATUS, FrameType.PING, FrameType.PONG, FrameType.SCREEN, FrameType.LABELS})
 """The frame types a client sends; any other known type is the shellper's (a non-fatal ERROR)."""
 _TOWER_ONLY = frozenset({FrameType.SIGNAL, FrameType.SPAWN, FrameType.STOP})
 
 MAY_SEND: dict[Role, frozenset[FrameType]] = {
     Role.TOWER: CLIENT_FRAMES,
     Role.TERMINAL: CLIENT_FRAMES - _TOWER_ONLY,
-    Role.VIEWER: CLIENT_FRAMES - _TOWER_ONLY - {FrameType.DATA, FrameType.RESIZE},
+    Role.VIEWER: CLIENT_FRAMES - _TOWER_ONLY - {FrameType.DATA, FrameType.RESIZE, FrameType.LABELS},
 }
 """The rights table: what each role may send. Anything else of CLIENT_FRAMES is refused (``forbidden``)."""
 
 WHY_NOT: dict[FrameType, str] = {
     FrameType.DATA: "a {role} may not send input",
     FrameType.RESIZE: "a {role} may not resize",
+    FrameType.LABELS: "a {role} may not label the session",
 }
 """What a refusal by MAY_SEND says, by frame type; the tower's requests say TOWER_ONLY_TEXT."""
 TOWER_ONLY_TEXT = "{frame} is accepted only from the tower, not a {role}"
 
-NEEDS: dict[FrameType, Feature] = {FrameType.SCREEN: Feature.SCREEN}
+NEEDS: dict[FrameType, Feature] = {FrameType.SCREEN: Feature.SCREEN, FrameType.LABELS: Feature.REPLY}
 """Frames a version before their feature's does not have (a non-fatal ERROR ``protocol``)."""
 
 HELD_WHILE_STOPPING = frozenset({FrameType.RESIZE, FrameType.SIGNAL, FrameType.SPAWN})

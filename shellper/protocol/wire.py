@@ -114,6 +114,7 @@ class FrameType(IntEnum):
     REPLY = 0x12
     SCREEN = 0x13
     SCREEN_REPLY = 0x14
+    LABELS = 0x15
 
 
 # --------------------------------------------------------------------------------------------- errors
@@ -550,6 +551,16 @@ class ScreenReply(Frame):
 
 
 @_frame
+class Labels(Frame):
+    """Version 3: set the session's labels (shellper.core.labels): each key of ``set`` to its value, an empty
+    value removing the key. Answered, with an ``id``, by a REPLY whose result holds the labels now."""
+
+    TYPE = FrameType.LABELS
+    set: dict[str, str] = wfield("str_map", default={})
+    id: int | None = wfield("uint", nullable=True, default=None)
+
+
+@_frame
 class StatusReply(Frame):
     """The answer to STATUS: the session state and a map of details (pids, ring, clients, exits)."""
 
@@ -621,7 +632,7 @@ REPLY_CODES = ("bad_field", "missing_field", "bad_signal", "forbidden", "not_run
                "internal")
 """The error codes a REPLY carries (PROTOCOL.md 5, REPLY): a client may meet others from a newer shellper."""
 ID_REQUESTS = frozenset({FrameType.RESIZE, FrameType.SIGNAL, FrameType.SPAWN, FrameType.STOP, FrameType.STATUS,
-                         FrameType.SCREEN})
+                         FrameType.SCREEN, FrameType.LABELS})
 """The requests that may carry an ``id`` (version 3) and are then answered exactly once."""
 
 _DATA_TYPE = int(FrameType.DATA)
@@ -629,7 +640,7 @@ _DATA_TYPE = int(FrameType.DATA)
 FRAME_CLASSES: dict[int, type[Frame]] = {
     cls.TYPE: cls
     for cls in (Data, Resize, Signal, Exit, Replay, Ping, Pong, Hello, Welcome, Spawn, Error, Event, Status,
-                StatusReply, Stop, Gap, Release, Reply, ScreenRequest, ScreenReply)
+                StatusReply, Stop, Gap, Release, Reply, ScreenRequest, ScreenReply, Labels)
 }
 
 

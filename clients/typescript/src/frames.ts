@@ -51,6 +51,7 @@ export const FrameType = {
   REPLY: 0x12,
   SCREEN: 0x13,
   SCREEN_REPLY: 0x14,
+  LABELS: 0x15,
 } as const;
 export type FrameName = keyof typeof FrameType;
 export const FRAME_NAMES: ReadonlyMap<number, FrameName> = new Map(
@@ -165,6 +166,8 @@ export interface ScreenReply {
   format: string;
   id: bigint | null;
 }
+/** Version 3: set the session's labels (an empty value removes one), answered by REPLY `{labels}`. */
+export interface Labels { type: "LABELS"; set: Record<string, string>; id: bigint | null }
 /** Version 3: the one answer to a request that carried an `id` (section 7.5). */
 export interface Reply {
   type: "REPLY";
@@ -178,9 +181,9 @@ export interface Reply {
 
 export type Frame =
   | Data | Resize | Signal | Exit | Replay | Ping | Pong | Hello | Welcome | Spawn
-  | ErrorFrame | EventFrame | Status | StatusReply | Stop | Gap | Release | Reply | Screen | ScreenReply;
+  | ErrorFrame | EventFrame | Status | StatusReply | Stop | Gap | Release | Reply | Screen | ScreenReply | Labels;
 /** The requests that may carry an `id` on a version-3 connection. */
-export const ID_REQUESTS: ReadonlySet<FrameName> = new Set<FrameName>(["RESIZE", "SIGNAL", "SPAWN", "STOP", "STATUS", "SCREEN"]);
+export const ID_REQUESTS: ReadonlySet<FrameName> = new Set<FrameName>(["RESIZE", "SIGNAL", "SPAWN", "STOP", "STATUS", "SCREEN", "LABELS"]);
 export type FrameOf<N extends FrameName> = Extract<Frame, { type: N }>;
 
 /** A frame to encode: optional fields may be left out (they take the table's default). */
@@ -290,6 +293,7 @@ export const FIELDS: { readonly [N in FrameName]: readonly FieldSpec[] } = {
   REPLY: [req("id", "u64"), req("frame_type", "uint"), req("ok", "bool"), opt("code", "str", ""), opt("message", "str", ""),
     opt("result", "map", {})],
   SCREEN: [nil("id", "u64"), opt("format", "str", "text"), opt("scrollback", "uint", 0)],
+  LABELS: [opt("set", "str_map", {}), nil("id", "u64")],
   SCREEN_REPLY: [
     req("offset", "u64"),
     req("cols", "uint"),

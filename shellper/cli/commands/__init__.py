@@ -37,6 +37,9 @@ COMMANDS = {
     "bridge": "connect stdin and stdout to a session's socket, byte for byte (the far end of an ssh channel: "
               "shellper.client.remote)",
     "status": "a session's state, exits and clients",
+    "set": "label a session: shellper set NAME KEY=VALUE... (KEY= removes one; ls --where KEY=VALUE finds it)",
+    "completions": "print a shell's completion script: shellper completions bash|zsh|fish",
+    "man": "show the manual page (its roff source when stdout is not a terminal)",
     "legacy-main": "for a Tower written for the original shellper: start a session from its JSON launch config, "
                    "speaking protocol version 1 (docs/LEGACY.md)",
 }

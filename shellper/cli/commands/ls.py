@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shellper.cli.options import Flag
+from shellper.cli.options import SUPPRESS, Flag, Value
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
 if TYPE_CHECKING:
@@ -11,9 +11,13 @@ if TYPE_CHECKING:
     from shellper.client.sessions import SessionInfo
 
 ARGUMENTS = (
-    Flag("--long", "-l", help="every column (pids, ring, owner, containment) and each last exit in full"),
+    Flag("--long", "-l", help="every column (pids, ring, owner, containment, labels, current directory) and each "
+         "last exit in full"),
     Flag("--json", help="one JSON array, for programs: the sessions, then the directory's warm launcher if one "
          "runs (\"kind\": \"launcher\")"),
+    Value("--where", metavar="KEY=VALUE", repeated=True,
+          help="only sessions with this label (shellper set); repeated: all of them; KEY=: without that label"),
+    Flag("--names", help=SUPPRESS),  # the names alone, one a line, asking no session: what completion offers
 )
 
 LS_COMMAND_WIDTH = 30
@@ -25,8 +29,8 @@ COMMAND_FLOOR = 16
 """COMMAND is cut to this before LAST EXIT is cut at all."""
 
 SHORT = ("", "NAME", "STATE", "UPTIME", "CLIENTS", "COMMAND", "LAST EXIT")
-LONG = ("", "NAME", "STATE", "PID", "CHILD", "UPTIME", "CLIENTS", "RING", "OWNER", "CONTAINMENT", "COMMAND",
-        "LAST EXIT")
+LONG = ("", "NAME", "STATE", "PID", "CHILD", "UPTIME", "CLIENTS", "RING", "OWNER", "CONTAINMENT", "LABELS",
+        "CWD", "COMMAND", "LAST EXIT")
 
 
 def handle(args: argparse.Namespace) -> int:
@@ -37,14 +41,25 @@ def handle(args: argparse.Namespace) -> int:
     from shellper.host.paths import existing_runtime_dir
 
     exists = existing_runtime_dir(session_dir(args))
+    if args.names:
+        from shellper.host.paths import session_names
+
+        for name in session_names(session_dir(args)) if exists else []:
+            print(name)
+        return 0
     sessions = list_sessions(session_dir(args)) if exists else []
+    if args.where:
+        from shellper.core.labels import matches
+
+        wanted = _wanted(args.where)
+        sessions = [s for s in sessions if matches(s.labels, wanted)]
     if args.json:
         listed = [s.to_dict() for s in sessions]
         launcher = _launcher(session_dir(args)) if exists else None
         print(json.dumps(listed if launcher is None else [*listed, launcher], indent=2))
         return 0
     if not sessions:
-        print(f"no sessions in {session_dir(args)}")
+        print(f"no sessions in {session_dir(args)}" + (f" with {' '.join(args.where)}" if args.where else ""))
         return 0
     # A leading "+" marks a finished session (as abduco does), blank otherwise, so a row's first word is still its
     # name unless it finished; COMMAND and LAST EXIT, last, are cut to fit a terminal (not with -l). Scripts: --json.
@@ -56,6 +71,20 @@ def handle(args: argparse.Namespace) -> int:
     for r in rows:
         print("  ".join(_cut(c, w).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
     return 0
+
+
+def _wanted(where: list[str]) -> dict[str, str]:
+    from shellper.cli.connect import CliError
+    from shellper.core.labels import BadLabel, parse_assignment
+
+    try:
+        return dict(parse_assignment(text) for text in where)
+    except BadLabel as exc:
+        raise CliError(f"ls: --where {exc}") from None
+
+
+def _labels(labels: dict[str, str]) -> str:
+    return ",".join(f"{key}={value}" for key, value in sorted(labels.items())) or "-"
 
 
 def _launcher(directory: str) -> dict[str, object] | None:
@@ -115,7 +144,7 @@ def _row(s: SessionInfo, long: bool) -> tuple[str, ...]:
     if long:
         cells: tuple[str, ...] = (finished, s.name, s.state, str(s.pid or "-"), str(s.child_pid or "-"),
                                   duration(s.uptime), clients, size(s.ring_bytes), s.owner or "-",
-                                  s.containment or "-", command, last)
+                                  s.containment or "-", _labels(s.labels), s.working_dir or "-", command, last)
     else:
         cells = (finished, s.name, s.state, duration(s.uptime), clients, command, last)
     return tuple(map(printable, cells))

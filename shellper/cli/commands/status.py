@@ -61,6 +61,10 @@ def handle(args: argparse.Namespace) -> int:
                     f"up {duration(info.get('uptime'))}"))
     _print_containment(info.get("owner"), info.get("containment"), info.get("cgroup"))
     print("  command " + printable(f"{' '.join(info.get('argv') or [])} in {info.get('cwd')}"))
+    if info.get("working_dir"):
+        told = {"osc7": "its shell says, by OSC 7", "proc": "the kernel says"}.get(info.get("working_dir_from") or "")
+        print(printable(f"  now in {info['working_dir']}" + (f" ({told})" if told else "")))
+    _print_labels(info.get("labels"))
     print(printable(f"  output {info.get('ring_end')} bytes, ring holds "
                     f"{info.get('ring_end', 0) - info.get('ring_start', 0)}"))
     print(printable(f"  exits {info.get('exit_count')}, restarts {info.get('restarts')}"))
@@ -80,6 +84,13 @@ def _print_containment(owner: str | None, containment: str | None, cgroup: str |
     print(printable(f"  owner {owner or '-'}, containment {containment or '-'}"))
     if cgroup:
         print(printable(f"  cgroup {cgroup}"))
+
+
+def _print_labels(labels: object) -> None:
+    from shellper.core.terminal.text import printable
+
+    if isinstance(labels, dict) and labels:
+        print(printable("  labels " + " ".join(f"{key}={value}" for key, value in sorted(labels.items()))))
 
 
 def _status_of_dead(args: argparse.Namespace, paths: SessionPaths) -> int:
@@ -111,6 +122,7 @@ def _status_of_dead(args: argparse.Namespace, paths: SessionPaths) -> int:
         print(f"  shellper pid {record.shellper_pid} (gone), child pid {record.child_pid or '-'} (recorded)")
         _print_containment(record.owner, record.containment, record.cgroup)
         print("  command " + printable(f"{' '.join(record.command)} in {record.cwd}"))
+        _print_labels(record.labels)
         print(f"  exits {record.exit_count}, restarts {record.restarts}")
         if record.exits:  # nobody is left to restart it: no countdown
             print(printable(f"  last exit: {exit_line(record.exits[-1], 'stale', None, time.time())}"))
