@@ -73,7 +73,7 @@ complete -c shellper -f
 complete -c shellper -n _shtab_shellper_using -s h -l help -d 'show this help message and exit'
 complete -c shellper -n _shtab_shellper_using -l version -d 'show program'"'"'s version number and exit'
 complete -c shellper -n _shtab_shellper_using -l dir -x -d 'runtime directory (default $SHELLPER_DIR, $XDG_RUNTIME_DIR/shellper, /tmp/shellper-$UID)'
-complete -c shellper -n _shtab_shellper_using -l host -x -d 'run the command on this ssh destination (user@host, an alias of ~/.ssh/config) through its shared connection; HOST:NAME names a session there too ($SHELLPER_SSH: the ssh command; $SHELLPER_REMOTE: shellper'"'"'s command there)'
+complete -c shellper -n _shtab_shellper_using -l host -x -d 'run the command on this ssh destination (user@host, an alias of ~/.ssh/config) through its shared connection; HOST:NAME names a session there too ($SHELLPER_SSH: the ssh command; $SHELLPER_REMOTE: shellper'"'"'s command there, else its own copy, installed on first use)'
 complete -c shellper -n '_shtab_shellper_using; and test $_shtab_shellper_npos -eq 0' -a run -d 'start a session: shellper run NAME [options] -- COMMAND [ARGS...]'
 complete -c shellper -n '_shtab_shellper_using run' -s h -l help -d 'show this help message and exit'
 complete -c shellper -n '_shtab_shellper_using run' -l dir -x -d 'as before the command'
