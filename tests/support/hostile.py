@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from shellper.core import labels
 from shellper.protocol import legacy, wire
 from support.paths import ROOT
 from support.soak import RawConn, hello
@@ -20,7 +21,7 @@ INTERESTING_LENGTHS = [0, 1, 2**24 - 1, wire.MAX_FRAME_SIZE, wire.MAX_FRAME_SIZE
 VECTORS = ROOT / "protocol" / "vectors"
 CLIENT_FRAMES = {wire.FrameType.DATA, wire.FrameType.RESIZE, wire.FrameType.SIGNAL, wire.FrameType.SPAWN,
                  wire.FrameType.STOP, wire.FrameType.STATUS, wire.FrameType.PING, wire.FrameType.PONG,
-                 wire.FrameType.SCREEN}
+                 wire.FrameType.SCREEN, wire.FrameType.LABELS}
 TOWER_ONLY = {wire.FrameType.SIGNAL, wire.FrameType.SPAWN, wire.FrameType.STOP}
 
 
@@ -105,7 +106,8 @@ def judge(stream: bytes, ring_low: int, ring_high: int, event_low: int = 0, even
         rid = getattr(ev, "id", None) if version >= wire.REPLY_VERSION else None
         if kind not in CLIENT_FRAMES:
             v.answers.append(("error", "protocol", int(kind)))
-        elif kind in TOWER_ONLY or (role == "viewer" and kind in (wire.FrameType.DATA, wire.FrameType.RESIZE)):
+        elif kind in TOWER_ONLY or (role == "viewer" and kind in (wire.FrameType.DATA, wire.FrameType.RESIZE,
+                                                                  wire.FrameType.LABELS)):
             v.answers.append(("error", "forbidden", int(kind)) if rid is None else ("reply", rid, "forbidden"))
         elif isinstance(ev, wire.Resize) and not (1 <= ev.cols <= 65535 and 1 <= ev.rows <= 65535):
             if rid is not None:
@@ -115,6 +117,21 @@ def judge(stream: bytes, ring_low: int, ring_high: int, event_low: int = 0, even
             return v
         elif isinstance(ev, wire.Resize) and rid is not None:
             v.answers.append(("reply", rid, ""))
+        elif isinstance(ev, wire.Labels) and version < wire.REPLY_VERSION:  # version 3 (PROTOCOL.md 0x15)
+            v.answers.append(("error", "protocol", int(kind)))
+        elif isinstance(ev, wire.Labels):
+            try:
+                labels.apply_changes({}, ev.set)
+            except labels.BadLabel:
+                v.answers.append(("error", "bad_field", int(kind)) if rid is None else ("reply", rid, "bad_field"))
+                continue
+            if any(ev.set.values()):
+                # Labels a frame adds stay on the session for the next connections, which may then hold too
+                # many for this one's (MAX_LABELS): removals and empty requests are judged, additions not.
+                v.skip = "labels added"
+                return v
+            if rid is not None:
+                v.answers.append(("reply", rid, ""))
         elif isinstance(ev, wire.Ping):
             v.answers.append(("pong", ev.nonce))
         elif isinstance(ev, wire.Status):
