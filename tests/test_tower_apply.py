@@ -385,3 +385,21 @@ def test_proc_tables_read_before_a_session_started_still_see_it(sessions: Sessio
     assert tables.lock_owners(SessionPaths.for_name(sessions.dir, "late").lock) == (late.pid,)
     assert serves(late.pid, record, str(sessions.dir), tables)
     assert not serves(early.pid, record, str(sessions.dir), tables)  # another session's shellper is not its server
+
+
+def test_proc_tables_do_not_name_a_holder_the_inode_number_had_before(tmp_path: Path) -> None:
+    """/proc/locks names files by inode number: a lock file removed after the table was read may have its number
+    given to a new one, so the table's holder is believed only if it has this very file open (seen under load,
+    where discover then said another process held a session's lock)."""
+    import fcntl
+
+    lock = tmp_path / "x.lock"
+    with lock.open("w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        st = lock.stat()
+        tables = ProcTables()
+        tables.lock_owners(lock)  # reads the table
+        key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+        # the table as it would read had the inode number been another file's, locked by another process
+        tables._locks = {key: (os.getppid(),)}
+        assert tables.lock_owners(lock) == (os.getpid(),)

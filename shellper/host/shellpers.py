@@ -133,9 +133,28 @@ class ProcTables:
         except OSError:
             return None
         key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-        if key in self._locks and self._locks[key] != ():
-            return self._locks[key]
+        owners = self._locks.get(key, ())
+        # An entry is trusted only when each holder has this very file open now: the file locked when the
+        # table was read may since have been removed and its inode number given to this one.
+        if owners and all(_has_open(pid, st) for pid in owners) and any(pid > 0 for pid in owners):
+            return owners
         return lock_owners(path)
+
+
+def _has_open(pid: int, st: os.stat_result) -> bool:
+    """``pid`` (0: in another pid namespace, not checkable) holds an fd on the file ``st`` describes."""
+    if pid <= 0:
+        return True
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            held = os.stat(f"/proc/{pid}/fd/{fd}")
+            if held.st_ino == st.st_ino and held.st_dev == st.st_dev:
+                return True
+    return False
 
 
 def session_cgroup(record: SessionRecord, directory: str) -> SessionCgroup | None:
