@@ -12,7 +12,8 @@ STAMP := $(VENV)/.installed
 
 $(STAMP): pyproject.toml setup.cfg
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
+	@# the pip the venv comes with (Python 3.11's is 23.x) installs all of this; upgrading it cost a fresh clone
+	@# a round trip to the index and a reinstall on every bootstrap
 	@# the distribution was named "shellper" before it became "shellper-pty": one checkout, one install
 	-@$(BIN)/python -m pip uninstall --quiet --yes shellper >/dev/null 2>&1; rm -rf shellper.egg-info
 	$(BIN)/python -m pip install --quiet -e '.[test,lint,build,web]' --config-settings editable_mode=compat \

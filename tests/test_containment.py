@@ -425,6 +425,8 @@ def test_stop_of_a_churning_fork_bomb_ends_it_or_fails_naming_what_survived(sess
     running fails, naming it, with the record kept. Under cgroup, cgroup.kill ends it. The bomb runs in a
     cgroup of the test's own (under cgroup, inside the session's in it), by which the test ends it whatever
     happens."""
+    if launches == "warm" and mode == "none" and nofile < 400:
+        pytest.skip("warm under containment none: make soak only (its 400 run), to keep the suite's time")
     assert CGROUP_PARENT is not None
     jail = os.path.join(CGROUP_PARENT, f"bomb-jail-{os.getpid()}")
     os.mkdir(jail)

@@ -259,6 +259,20 @@ def test_a_plain_attach_starts_without_the_cli_pathlib_or_re() -> None:
     assert done.stdout.strip() == ""
 
 
+def _unit_modules_building_records(unit: Path) -> list[Path]:
+    """The unit test modules that import a module using shellper.core.structs (directly: a module that only
+    imports such a module builds its records through it, and its own tests import that module too)."""
+    repo = unit.parent.parent
+    users = {".".join(p.relative_to(repo).with_suffix("").parts)
+             for top in ("shellper", "tower_client") for p in (repo / top).rglob("*.py")
+             if "structs" in p.read_text()}
+    users = {m.removesuffix(".__init__") for m in users}
+    # the layers and the house's shape read the source as text; the screen emulator's tables build no record
+    unread = {"test_layers.py", "test_house_shape.py", "test_screen.py"}
+    return sorted(t for t in unit.glob("test_*.py")
+                  if t.name not in unread and any(m in t.read_text() for m in users))
+
+
 def test_the_pure_cores_pass_with_the_standard_dataclasses_too() -> None:
     """With SHELLPER_RECORDS=dataclasses every record is a standard dataclass: the unit tests (ring, modes,
     exits and restart policy, wire, states, the session record, reconcile, ...) must pass so too, which keeps
@@ -270,15 +284,14 @@ def test_the_pure_cores_pass_with_the_standard_dataclasses_too() -> None:
                               timeout=60)
     assert switched.stdout.split() == ["True", "True"]
     unit = Path(__file__).parent / "unit"
-    # The whole unit suite again, in one process: workers of its own would each collect it again (twice the
-    # CPU); its property tests take fewer examples so (conftest.RECORDS_RERUN_EXAMPLES), and conftest runs
-    # this test first in a parallel run so it does not finish alone after the rest.
-    # Left out: the layers and the house's shape (the source read as text and syntax trees: no record built)
-    # and the screen emulator's tables, half the unit suite's time, whose module (shellper.core.terminal.screen)
-    # defines and builds no record.
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(unit),
-                           "--ignore", str(unit / "test_layers.py"), "--ignore", str(unit / "test_house_shape.py"),
-                           "--ignore", str(unit / "test_screen.py")],
+    # The unit tests of every module that defines records, again, in one process: workers of its own would
+    # each collect them again (twice the CPU); its property tests take fewer examples so
+    # (conftest.RECORDS_RERUN_EXAMPLES), and conftest runs this test first in a parallel run so it does not
+    # finish alone after the rest. A unit test module that imports none of them builds no record of ours
+    # (the layers, the house's shape, the screen emulator's tables: most of the per-test overhead).
+    picked = _unit_modules_building_records(unit)
+    assert len(picked) >= 10, picked  # the selection below cannot come up empty and pass
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *map(str, picked)],
                           env=env, capture_output=True, text=True, timeout=600, cwd=unit.parent.parent)
     assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-2000:]
     assert " passed" in done.stdout.splitlines()[-1]
