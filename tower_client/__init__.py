@@ -14,7 +14,7 @@ and examples/ import nothing else. The modules behind it:
   a journal of what was consumed (:mod:`~tower_client.progress`), adopt after a restart, inotify
   (:mod:`~tower_client.inotify`), an agent's command line from the mint-or-reclaim verdict
   (:mod:`~tower_client.agent`); its options are :mod:`~tower_client.options`; what it delivers is kept
-  exactly once by :mod:`~tower_client.sink`.
+  exactly once by :mod:`~tower_client.sink`; a range of a ring read by its offsets by :mod:`~tower_client.ringread`.
 * :mod:`~shellper.client.execute` and :mod:`~tower_client.execasync` - ``execute`` / ``execute_async``: a command
   run in a session's shell and waited for, its output and exit status (docs/EXEC.md).
 * :mod:`~tower_client.web` - ``WebTerminal``: any session in a browser, as an ASGI app (protocol/WEB.md).
@@ -124,6 +124,7 @@ if TYPE_CHECKING:
         RemoteClient,
         RemoteResumingClient,
     )
+    from tower_client.ringread import OutputRange, read_output
     from tower_client.sink import FileSink, Sink
     from tower_client.stream import FleetItem, FleetState, Missed, Notice, OutputChunk, SessionEvent, StateChange
     from tower_client.web import WebTerminal
@@ -142,6 +143,8 @@ __all__ = [  # noqa: RUF022 - grouped by what a user looks for
     "SessionHandle", "SessionStream", "StateChange",
     # keeping the output exactly once: a file per session instance, or a store of the Tower's own
     "FileSink", "Sink",
+    # a range of a session's output read by its offsets, while its ring holds it
+    "OutputRange", "read_output",
     # a browser terminal (an ASGI app; a server from the shellper-pty[web] extra or the application's own)
     "WebTerminal",
     # options
@@ -184,6 +187,8 @@ _LAZY = {
     "AgentCommandError": "tower_client.agent",
     "AtomicWriteError": "tower_client.atomicfile",
     "execute_async": "tower_client.execasync",
+    "OutputRange": "tower_client.ringread",
+    "read_output": "tower_client.ringread",
     "Fleet": "tower_client.fleet",
     "SessionHandle": "tower_client.fleetsession",
     "SessionStream": "tower_client.fleetstream",
