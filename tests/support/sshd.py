@@ -160,9 +160,13 @@ def _no_python_bin(world: SshWorld) -> None:
 def _client_config(world: SshWorld, key: Path, down_port: int) -> None:
     user = os.environ.get("USER") or "root"
     lines = []
+    # The run's cgroup parent goes along (the sessions a test starts there are contained under it, as here, and
+    # the machine's default parent is never made); no launcher, as conftest.
+    parent = os.environ.get("SHELLPER_CGROUP_PARENT")
+    extra = f" SHELLPER_CGROUP_PARENT={parent}" if parent else ""
     for host in world.hosts.values():
         lines += [f"Host {host.alias}", "  HostName 127.0.0.1", f"  Port {host.port}",
-                  f"  SetEnv SHELLPER_DIR={host.runtime} SHELLPER_LAUNCHER=off"]  # no launcher, as conftest
+                  f"  SetEnv SHELLPER_DIR={host.runtime} SHELLPER_LAUNCHER=off{extra}"]
     alpha = world.hosts[HOSTS[0]]
     lines += [f"Host {FRESH}", "  HostName 127.0.0.1", f"  Port {alpha.port}", "  SetEnv SHELLPER_LAUNCHER=off"]
     lines += [f"Host {DOWN}", "  HostName 127.0.0.1", f"  Port {down_port}",
