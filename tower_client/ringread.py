@@ -62,7 +62,8 @@ async def read_output(path: str | os.PathLike[str], start: int = 0, end: int | N
                     raise SessionGone(client.path, f"fell behind the ring while reading: {frame.missed} bytes "
                                                    f"before offset {frame.offset} were not delivered")
     except TimeoutError:
-        raise Timeout(client.path, f"the output up to offset {end} did not arrive within {timeout:g} s") from None
+        wanted = "its WELCOME and REPLAY" if end is None else f"the output up to offset {end}"
+        raise Timeout(client.path, f"{wanted} did not arrive within {timeout:g} s") from None
     finally:
         await client.close()
     first = replay.offset
