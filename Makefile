@@ -10,14 +10,10 @@ STAMP := $(VENV)/.installed
 .PHONY: demo tower-demo docs test check lint typecheck unit bench soak clean compile test-versions completions test-ts \
 	web-client
 
-$(STAMP): pyproject.toml setup.cfg
-	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	@# the pip the venv comes with (Python 3.11's is 23.x) installs all of this; upgrading it cost a fresh clone
-	@# a round trip to the index and a reinstall on every bootstrap
+$(STAMP): pyproject.toml setup.cfg tools/bootstrap-venv
 	@# the distribution was named "shellper" before it became "shellper-pty": one checkout, one install
-	-@$(BIN)/python -m pip uninstall --quiet --yes shellper >/dev/null 2>&1; rm -rf shellper.egg-info
-	$(BIN)/python -m pip install --quiet -e '.[test,lint,build,web]' --config-settings editable_mode=compat \
-		|| $(BIN)/python -m pip install --quiet -e '.[test,lint,build,web]'
+	-@test -x $(BIN)/python && $(BIN)/python -m pip uninstall --quiet --yes shellper >/dev/null 2>&1; rm -rf shellper.egg-info
+	tools/bootstrap-venv $(PY) $(VENV) '.[test,lint,build,web]'
 	@# The full-screen programs tests/test_screens.py reattaches; as root, apt installs the missing ones
 	@# (the tests skip, saying why, where they are still missing).
 	-@command -v vim >/dev/null && command -v less >/dev/null && command -v htop >/dev/null \
@@ -160,8 +156,7 @@ test-versions:
 DOCS := build/docs
 DOCS_STAMP := $(VENV)/.docs-installed
 $(DOCS_STAMP): pyproject.toml $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[docs]' --config-settings editable_mode=compat \
-		|| $(BIN)/python -m pip install --quiet -e '.[docs]'
+	tools/bootstrap-venv $(PY) $(VENV) '.[docs]'
 	touch $(DOCS_STAMP)
 
 docs: $(DOCS_STAMP)
