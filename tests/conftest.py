@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.launchers import end, launcher_processes, left_by_the_test
+from support.launchers import end, left_by_the_test, pids_now
 from support.processes import children
 from support.run import (
     CGROUP_PARENT,
@@ -112,7 +112,7 @@ def no_leaks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     fds_before = _open_fds()
     kids_before = children(os.getpid())
     cgroups_before = session_cgroups() | launcher_cgroups()
-    launchers_before = set(launcher_processes())
+    pids_before = pids_now()
     default_parent_before = default_parent_exists()
     yield
     made = default_parent_made(default_parent_before)
@@ -122,7 +122,7 @@ def no_leaks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         extra_kids = children(os.getpid()) - kids_before
         extra_fds = _open_fds() - fds_before
         extra_cgroups = (session_cgroups() | launcher_cgroups()) - cgroups_before
-        extra_launchers = left_by_the_test(launchers_before, kept_root)
+        extra_launchers = left_by_the_test(pids_before, kept_root)
         if not extra_kids and not extra_fds and not extra_cgroups and not extra_launchers and made is None:
             return
         if time.monotonic() > deadline:

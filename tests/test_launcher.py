@@ -521,13 +521,13 @@ def test_ls_json_lists_the_launcher_after_the_sessions(wd: WarmDir) -> None:
 def test_the_leak_guard_sees_a_launcher_its_test_left() -> None:
     """support.launchers, which conftest's leak guard asks: a launcher started during a test in a directory of
     the test's own is reported until something ends it, and a removed directory's one is gone on its own."""
-    from support.launchers import end_launchers, launcher_processes, left_by_the_test, wait_listening
+    from support.launchers import end_launchers, left_by_the_test, pids_now, wait_listening
     from support.run import CGROUP_PARENT, launcher_cgroups
     from support.sessions import private_dir
 
     from shellper.host.launchercgroup import leaf_name
 
-    before = set(launcher_processes())
+    before = pids_now()
     kept, removed = private_dir("spk-"), private_dir("spr-")
     leaves = {leaf_name(str(kept)), leaf_name(str(removed))} if CGROUP_PARENT is not None else set()
     try:
