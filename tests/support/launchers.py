@@ -25,9 +25,10 @@ from shellper.host import warmstart
 from shellper.host.identity import IdentityError, ProcessIdentity, open_verified
 
 MODULE = b"shellper.daemon.launcher"
-MADE: set[str] = set()
-"""The private runtime directories this process made (support.sessions.private_dir): a launcher left in one
-after its test is the test's leak."""
+MADE: dict[str, frozenset[str]] = {}
+"""The private runtime directories this process made (support.sessions.private_dir), each with the pids there were
+then (:func:`pids_now`): a launcher left in one after its test is the test's leak, and only a process started since
+can be its launcher."""
 
 
 def pids_now() -> frozenset[str]:
@@ -85,7 +86,8 @@ def end_launchers(directory: str | Path) -> list[ProcessIdentity]:
     """End the launchers of ``directory``, and remove the socket and lock
     file a killed one leaves (as the next launcher would); what was ended."""
     directory = os.path.abspath(directory)
-    ended = [ident for ident, where in launcher_processes().items() if os.path.abspath(where) == directory]
+    found = launcher_processes(new_since=MADE.get(directory))
+    ended = [ident for ident, where in found.items() if os.path.abspath(where) == directory]
     for ident in ended:
         end(ident)
     for name in (warmstart.SOCKET_NAME, warmstart.LOCK_NAME):

@@ -38,7 +38,7 @@ from shellper.host.cgroup import find_session_cgroups
 from shellper.host.identity import ProcessIdentity, boot_id, read_stat
 from shellper.host.record import SessionRecord, write_record
 from shellper.protocol import wire
-from support.launchers import MADE, end_launchers, wait_listening
+from support.launchers import MADE, end_launchers, pids_now, wait_listening
 from support.paths import ROOT
 from support.processes import identity, kill_verified, tree
 from support.run import CGROUP_PARENT, remove_cgroup_tree
@@ -67,10 +67,18 @@ def left_in(directory: str | Path) -> list[str]:
 
 def private_dir(prefix: str) -> Path:
     """A fresh 0700 directory under /tmp (short: a socket path is at most 107 bytes)."""
+    before = pids_now()
     path = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
     os.chmod(path, 0o700)
-    MADE.add(str(path))
+    MADE[str(path)] = before
     return path
+
+
+def remove_private_dir(path: Path, *, ignore_errors: bool = True) -> None:
+    """End ``path``'s launchers (one still starting would write into it meanwhile), then remove it."""
+    end_launchers(path)
+    shutil.rmtree(path, ignore_errors=ignore_errors)
+    MADE.pop(str(path), None)  # gone: the leak guard tells a launcher left there by its missing directory
 
 
 @dataclass
@@ -171,8 +179,7 @@ def runtime_dir() -> Iterator[Path]:
     """A private runtime directory short enough for socket paths, removed at the end."""
     path = private_dir("sp-")
     yield path
-    end_launchers(path)
-    shutil.rmtree(path, ignore_errors=True)
+    remove_private_dir(path)
 
 
 @pytest.fixture
@@ -193,8 +200,7 @@ def other(request: pytest.FixtureRequest) -> Iterator[Sessions]:
         yield s
         problems = s.cleanup()
     finally:
-        end_launchers(s.dir)
-        shutil.rmtree(s.dir, ignore_errors=True)
+        remove_private_dir(s.dir)
     if problems:
         pytest.fail("; ".join(problems))
 
@@ -234,5 +240,4 @@ def cli_runtime_dir() -> Iterator[Path]:
             subprocess.run([sys.executable, "-m", "shellper", "--dir", str(directory), "stop", "--grace", "0.5",
                             sock.stem],
                            capture_output=True, timeout=60)
-        end_launchers(directory)  # not left to the removal: one still starting would write into it meanwhile
-        shutil.rmtree(directory)
+        remove_private_dir(directory, ignore_errors=False)
