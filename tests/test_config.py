@@ -59,6 +59,8 @@ BAD = [
     ({"handshake_timeout": 0}, "handshake_timeout", "positive"),
     ({"frame_timeout": float("inf")}, "frame_timeout", "finite number"),
     ({"frame_timeout": -1.0}, "frame_timeout", "positive"),
+    ({"max_unread_bytes": 0}, "max_unread_bytes", "positive"),
+    ({"max_unread_bytes": 1.5}, "max_unread_bytes", "integer"),
     ({"policy": 3}, "policy", "RestartPolicy"),
 ]
 

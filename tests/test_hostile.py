@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import resource
 import select
 import selectors
@@ -47,6 +48,7 @@ from support.soak import RawConn, child, hello, identity, is_dead, quiet_fds, rs
 from support.waiting import poll_until, wait_gone
 
 from shellper.client.launch import LaunchError
+from shellper.core.defaults import MAX_UNREAD_BYTES
 from shellper.daemon.transport import CLOSE_DRAIN
 from shellper.host.paths import SessionPaths, UnsafeDirError
 from shellper.host.record import MAX_RECORD_BYTES, LockError, read_record
@@ -262,8 +264,9 @@ class FuzzScale:
 
 
 @pytest.fixture
-def target(sessions: Sessions) -> Iterator[tuple[str, Watcher, int]]:
-    info = sessions.start("fuzz", child("drain", "0.05"))
+def target(sessions: Sessions, request: pytest.FixtureRequest) -> Iterator[tuple[str, Watcher, int]]:
+    """A session whose child drains its input; an indirect parameter gives its config's changes."""
+    info = sessions.start("fuzz", child("drain", "0.05"), **getattr(request, "param", {}))
     watcher = Watcher(info.socket)
     # Until the child is in raw mode, a fuzzed ^C or ^\ would be a real signal from a real terminal.
     poll_until(lambda: watcher.next >= len(b"READY\n"), 10, what="READY")
@@ -344,11 +347,19 @@ def test_each_bad_client_gets_its_error_and_is_closed(target: tuple[str, Watcher
     watcher.ping()
 
 
-@pytest.mark.parametrize("request_frame", [wire.Status(), wire.Ping(nonce=1)], ids=["STATUS", "PING"])
+UNREAD_BOUND = 1 << 20
+"""The PING case's max_unread_bytes: 8 MiB (the default) of 13-byte PONGs is 650,000 PINGs to decode."""
+
+
+@pytest.mark.parametrize(("request_frame", "target", "bound"),
+                         [(wire.Status(), {}, MAX_UNREAD_BYTES),
+                          (wire.Ping(nonce=1), {"max_unread_bytes": UNREAD_BOUND}, UNREAD_BOUND)],
+                         ids=["STATUS", "PING"], indirect=["target"])
 def test_client_that_never_reads_its_answers_is_dropped(target: tuple[str, Watcher, int],
-                                                         request_frame: wire.Frame) -> None:
+                                                         request_frame: wire.Frame, bound: int) -> None:
     """Requests are 5 bytes, a STATUS_REPLY a kilobyte: a client asking without reading must not grow the
-    shellper's memory without bound. It is dropped once MAX_UNREAD_BYTES of answers are queued for it."""
+    shellper's memory without bound. It is dropped once its config's max_unread_bytes of answers are queued for
+    it (checked after each frame: at most one answer more)."""
     path, watcher, pid = target
     base_rss = rss_mib(pid)
     burst = wire.encode(request_frame) * 10_000
@@ -371,7 +382,9 @@ def test_client_that_never_reads_its_answers_is_dropped(target: tuple[str, Watch
           f"shellper RSS {base_rss:.0f} MiB, peak {peak:.0f} MiB")
     assert peak < base_rss + 64
     watcher.ping()
-    assert "too_slow" in (Path(path).with_suffix(".log")).read_text()
+    said = re.search(r"too_slow.*?(\d+) bytes of answers left unread", Path(path).with_suffix(".log").read_text())
+    assert said is not None
+    assert bound < int(said[1]) <= bound + 2048, said[0]
 
 
 # --------------------------------------------------------------------------------------------- forbidden frames

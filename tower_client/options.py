@@ -28,6 +28,7 @@ from shellper.core.defaults import (
     DEFAULT_TERM,
     FRAME_TIMEOUT,
     HANDSHAKE_TIMEOUT,
+    MAX_UNREAD_BYTES,
 )
 from shellper.core.execve import env_problem, has_nul
 from shellper.core.exits import RestartPolicy
@@ -122,6 +123,8 @@ class SessionOptions:
     """Seconds a session whose child is fatal lives on before exiting (None: until stopped)."""
     handshake_timeout: float = HANDSHAKE_TIMEOUT
     frame_timeout: float = FRAME_TIMEOUT
+    max_unread_bytes: int = MAX_UNREAD_BYTES
+    """Bytes of answers a client may leave unread before it is dropped (ERROR too_slow)."""
     policy: RestartPolicy = field(default_factory=RestartPolicy)
     """When the child is restarted, and when the shellper gives up (the breaker)."""
     containment: str = "auto"

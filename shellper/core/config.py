@@ -17,6 +17,7 @@ from shellper.core.defaults import (
     FRAME_TIMEOUT,
     HANDSHAKE_TIMEOUT,
     MAX_RING_BYTES,
+    MAX_UNREAD_BYTES,
     MIN_RING_BYTES,
     STDERR_REQUESTS,
     TERMINAL_SIZE_RANGE,
@@ -80,6 +81,7 @@ class SessionConfig:
     husk_ttl: float | None = None
     handshake_timeout: float = HANDSHAKE_TIMEOUT
     frame_timeout: float = FRAME_TIMEOUT
+    max_unread_bytes: int = MAX_UNREAD_BYTES
     policy: RestartPolicy = field(default_factory=RestartPolicy)
     owner: str = ""
     """Who the session belongs to (shellper.core.owner); "" means the default owner, resolved at launch."""
@@ -122,6 +124,8 @@ class SessionConfig:
             raise ConfigError("handshake_timeout", "must be positive")
         if self.frame_timeout <= 0:
             raise ConfigError("frame_timeout", "must be positive")
+        if self.max_unread_bytes <= 0:
+            raise ConfigError("max_unread_bytes", "must be positive")
         if self.owner:
             try:
                 validate_owner(self.owner)
@@ -151,7 +155,7 @@ class SessionConfig:
             problem = env_problem(key, value)
             if problem is not None:
                 raise ConfigError("env", problem)
-        for option in ("cols", "rows", "ring_bytes"):
+        for option in ("cols", "rows", "ring_bytes", "max_unread_bytes"):
             value = getattr(self, option)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ConfigError(option, f"expected an integer, got {value!r:.40}")

@@ -32,6 +32,10 @@ and exits kept for ``tail`` and ``status``) before it stops itself: long enough 
 ended, short enough that husks do not pile up. A Tower passes its own; ``launch()``'s config keeps None (forever)."""
 HANDSHAKE_TIMEOUT = 10.0
 """Seconds a new connection has to send its HELLO."""
+MAX_UNREAD_BYTES = 8 * 1024 * 1024
+"""Bytes a client may leave unread before it is dropped as too slow (checked after each frame it sends): output
+alone stays far below it (a slow client stops getting live output), so only answers (PONG, STATUS_REPLY) to
+requests it never reads pile up to it."""
 FRAME_TIMEOUT = 30.0
 """Seconds a client has, after its handshake, to finish a frame it has begun sending (counted while the shellper
 reads it): an unfinished frame holds up to 16 MiB. Ample for 16 MiB through a slow ssh link."""

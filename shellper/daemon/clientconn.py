@@ -49,6 +49,8 @@ if TYPE_CHECKING:
         def handshake_timeout(self) -> float: ...
         @property
         def frame_timeout(self) -> float: ...
+        @property
+        def max_unread_bytes(self) -> int: ...
 
         def admit(self, client: ClientConn) -> bool: ...
         def hold_partial(self, delta: int) -> bool: ...
@@ -65,10 +67,6 @@ HIGH_WATER = 256 * 1024
 """Socket write buffer above which a client counts as slow and stops receiving live output."""
 MAX_CLIENTS = 256
 """Connections one session serves at once (pending ones included)."""
-MAX_UNREAD_BYTES = 8 * 1024 * 1024
-"""Bytes written to a client and not yet taken by its socket, checked after each frame it sends us.
-Output alone stays below HIGH_WATER + one REPLAY_CHUNK; only answers (PONG, STATUS_REPLY) to requests
-it never reads can pile up past this. Then it is too slow: closed at once, its buffer freed."""
 MAX_PARTIAL_BYTES = 64 * 1024 * 1024
 """Bytes of unfinished frames a session's connections may hold together (four 16 MiB frames): a connection whose
 unfinished frame would take more is closed (ERROR busy). Without it, 256 clients could hold 4 GiB."""
@@ -226,7 +224,8 @@ class ClientConn:
 
     def unread_too_much(self) -> bool:
         """After a frame the client sent: whether it asks and never reads the answers (then it is dropped)."""
-        if self.transport is None or self.transport.get_write_buffer_size() <= MAX_UNREAD_BYTES:
+        # bytes written and not yet taken by its socket: output alone stays below HIGH_WATER + one REPLAY_CHUNK
+        if self.transport is None or self.transport.get_write_buffer_size() <= self.session.max_unread_bytes:
             return False
         self._drop_unread()
         return True

@@ -259,6 +259,10 @@ class Session:
     def frame_timeout(self) -> float:
         return self.config.frame_timeout
 
+    @property
+    def max_unread_bytes(self) -> int:
+        return self.config.max_unread_bytes
+
     def hold_partial(self, delta: int) -> bool:
         return self.registry.hold_partial(delta)
 
