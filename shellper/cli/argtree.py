@@ -61,12 +61,47 @@ def _add(parser: argparse.ArgumentParser, args: Iterable[Arg]) -> None:
         target.add_argument(*arg.names, **kwargs)  # type: ignore[arg-type]
 
 
+class _Parsers(dict):  # type: ignore[type-arg]
+    """A command's parser, made when first looked up: argparse builds a parser (and its help formatter) per
+    command, which every run of the CLI paid for the sixteen commands it does not run."""
+
+    def __init__(self, make: Any) -> None:
+        super().__init__()
+        self.make = make
+
+    def __getitem__(self, name: str) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser | None = super().__getitem__(name)
+        if parser is None:
+            parser = self.make(name)
+            self[name] = parser
+        return parser
+
+    def values(self) -> Any:  # every parser, made
+        return [self[name] for name in self]
+
+    def items(self) -> Any:
+        return [(name, self[name]) for name in self]
+
+
 class _Commands(argparse._SubParsersAction):  # type: ignore[type-arg]
-    """The COMMAND choice: a command's parser gets its options the first time it is chosen."""
+    """The COMMAND choice: a command's parser is made, and gets its options, the first time it is chosen."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.filled: set[str] = set()
+        self._made: dict[str, dict[str, Any]] = {}
+        self._name_parser_map = self.choices = _Parsers(self._make)
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser | None:
+        """Record ``name`` and its line of help; the parser comes on first use (:class:`_Parsers`)."""
+        self._choices_actions.append(self._ChoicesPseudoAction(name, (), kwargs.pop("help")))
+        kwargs.setdefault("prog", f"{self._prog_prefix} {name}")
+        self._made[name] = kwargs
+        dict.__setitem__(self.choices, name, None)
+        return None
+
+    def _make(self, name: str) -> argparse.ArgumentParser:
+        return self._parser_class(**self._made[name])  # type: ignore[no-any-return]
 
     def fill(self, command: str) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = self.choices[command]
