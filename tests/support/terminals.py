@@ -8,7 +8,6 @@ import os
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -17,9 +16,9 @@ from typing import Any
 import pexpect
 import psutil
 
-from support.launchers import end_launchers
+from support.launchers import MADE, end_launchers
 from support.paths import ROOT, SHELLPER_CLI
-from support.sessions import left_in
+from support.sessions import left_in, private_dir
 
 TIMEOUT = 10.0
 PROMPT = b"psh> "
@@ -127,6 +126,7 @@ class Terminals:
         end_launchers(self.dir)  # not left to the removal below: one still starting would write into it meanwhile
         leftovers = left_in(self.dir)
         shutil.rmtree(self.dir, ignore_errors=True)
+        MADE.pop(self.dir, None)
         assert not problems, problems
         assert not leftovers, f"files left in the runtime dir: {leftovers}"
 
@@ -161,7 +161,7 @@ def adopt(sessions: Terminals, name: str) -> dict[str, Any]:
 def shell_terminals(prefix: str) -> Iterator[Terminals]:
     """A module's ``terminals`` fixture (``yield from`` it): a private runtime directory under /tmp named
     ``prefix``..., the CLI's environment with the shell prompt the tests expect, torn down after."""
-    s = Terminals(tempfile.mkdtemp(prefix=prefix, dir="/tmp"), {**cli_env(), "PS1": "psh> ", "HISTFILE": ""})
+    s = Terminals(str(private_dir(prefix)), {**cli_env(), "PS1": "psh> ", "HISTFILE": ""})
     try:
         yield s
     finally:
