@@ -15,6 +15,7 @@ import argparse
 import time
 from typing import Any
 
+from shellper.core.defaults import MAX_UNREAD_BYTES
 from shellper.core.ring import Scrollback
 from shellper.daemon.clientconn import ClientConn
 from shellper.protocol import wire
@@ -42,6 +43,7 @@ class _Session:
     """Just enough of shellper.daemon.session.Session for a connection's handshake and its hot paths."""
 
     handshake_timeout = frame_timeout = 10.0
+    max_unread_bytes = MAX_UNREAD_BYTES
     cols, rows, event_seq, stopping = 80, 24, 0, False
 
     def __init__(self) -> None:
