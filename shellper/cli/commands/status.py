@@ -20,7 +20,6 @@ def handle(args: argparse.Namespace) -> int:
 
     from shellper.cli.connect import CliError, connect, session_dir, trusted_paths
     from shellper.cli.show import duration
-    from shellper.client.stop import silent_shellper
     from shellper.core.exitrecord import ExitRecordError, exit_line
     from shellper.core.terminal.text import printable
     from shellper.host.record import SessionLock
@@ -30,6 +29,8 @@ def handle(args: argparse.Namespace) -> int:
     try:
         client = connect(args, wire.Role.VIEWER, replay_bytes=0)
     except CliError as exc:  # no answer: if the shellper is gone and left its record, show what that says
+        from shellper.client.stop import silent_shellper  # the stop logic only when no shellper answers
+
         silent = silent_shellper(paths, exc.cause) if exc.cause is not None else None
         if silent is not None:
             pid = silent[0].shellper_pid
