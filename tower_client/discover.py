@@ -36,13 +36,13 @@ from shellper.host.record import LockError, RecordError, SessionLock, SessionRec
 from shellper.host.shellpers import ProcTables, lock_owners, serves
 from shellper.protocol import wire
 from tower_client.client import (
-    AsyncClient,
     ClientError,
     ConnectionRefused,
     RemoteError,
     SessionNotFound,
     Timeout,
 )
+from tower_client.probe import handshake
 
 __all__ = [
     "PROBE_CONCURRENCY",
@@ -229,12 +229,11 @@ def _identity(ident: ProcessIdentity) -> tuple[IdentityState, str]:
 
 async def _probe(paths: SessionPaths, timeout: float) -> tuple[dict[str, Any], int | None]:
     """Facts from a handshake, and the child pid WELCOME reported."""
-    client = AsyncClient(paths.socket, wire.Role.VIEWER, client_name=PROBE_CLIENT_NAME, connect_timeout=timeout,
-                         handshake_timeout=timeout)
     try:
-        welcome = await client.connect(replay_bytes=0)
+        welcome, peer = await handshake(str(paths.socket), wire.Role.VIEWER, PROBE_CLIENT_NAME, timeout,
+                                        replay_bytes=0)
         facts = {"probe": "answered", "welcome_instance_id": welcome.instance_id, "welcome_name": welcome.name,
-                 "welcome_pid": welcome.shellper_pid, "peer_pid": client.peer_pid(), "state": welcome.state,
+                 "welcome_pid": welcome.shellper_pid, "peer_pid": peer, "state": welcome.state,
                  "probe_detail": f"WELCOME from pid {welcome.shellper_pid} ({welcome.state})"}
         return facts, welcome.child_pid
     except SessionNotFound as e:
@@ -247,8 +246,6 @@ async def _probe(paths: SessionPaths, timeout: float) -> tuple[dict[str, Any], i
         return {"probe": "rejected", "probe_detail": e.message}, None
     except ClientError as e:
         return {"probe": "error", "probe_detail": f"{type(e).__name__}: {e.message}"}, None
-    finally:
-        await client.close()
 
 
 _CHILD_STATE: dict[IdentityState, ChildState] = {
