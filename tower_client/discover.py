@@ -25,6 +25,7 @@ from typing import Any, Literal
 from shellper.core.errors import BadArgument, InsideEventLoop
 from shellper.core.states import SessionState
 from shellper.host.cgroup import (
+    LeafName,
     OrphanCgroup,
     default_parent,
     find_session_cgroups,
@@ -271,6 +272,11 @@ def _child(record: SessionRecord, welcome_child: int | None, answered: bool) -> 
     return ("alive" if alive else "gone"), pid
 
 
+def _leaf_name(path: str) -> str | None:
+    leaf = LeafName.parse(os.path.basename(path))
+    return None if leaf is None else leaf.name
+
+
 def _with_strays(observed: list[Observed], directory: str, cgroup_parent: str | None) -> list[Observed]:
     """Attach to each name the session cgroups under ``cgroup_parent`` its record does not name; a name
     known only by such a cgroup gets an observation of its own (no files)."""
@@ -278,7 +284,10 @@ def _with_strays(observed: list[Observed], directory: str, cgroup_parent: str | 
     if parent is None:
         return observed
     by_name: dict[str, list[OrphanCgroup]] = {}
-    for found in find_session_cgroups(parent, directory):
+    # A cgroup its own session's record names is no stray (filtered out below): not read at all.
+    own = {o.record.cgroup for o in observed if o.record is not None and o.record.cgroup
+           and _leaf_name(o.record.cgroup) == o.name}
+    for found in find_session_cgroups(parent, directory, skip=own):
         by_name.setdefault(found.leaf.name, []).append(found)
     out: list[Observed] = []
     for obs in observed:
