@@ -485,7 +485,10 @@ class AsyncClient(ConnectionView):
             self._writer.transport.abort()
 
     async def close(self) -> None:
-        self._end(SessionGone(self.path, "closed by this client"))
+        if self._live:
+            self._end(SessionGone(self.path, "closed by this client"))
+        elif self._ended is not None and not self._ended.done():  # a handshake that failed: nothing to say
+            self._ended.set_result(None)
         self.conn.close()
         writer, self._writer = self._writer, None
         if writer is not None:
