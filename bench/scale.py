@@ -136,6 +136,7 @@ async def _tower(args: argparse.Namespace) -> None:
     measuring = False
     window_end = 0.0
     spy: subprocess.Popen[bytes] | None = None
+    profiler: Any = None
     window_cpu = window_sys = 0.0
     commits = 0
     warm_deadline = time.monotonic() + 60
@@ -153,6 +154,10 @@ async def _tower(args: argparse.Namespace) -> None:
                     spy = subprocess.Popen([args.py_spy, "record", "--pid", str(os.getpid()), "-d", f"{args.window:g}",
                                             "-r", "250", "-f", "raw", "-o", f"{args.dir}/../spy.txt"],
                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                if args.profile and args.adopt:  # cProfile of the window's main thread (bench use)
+                    import cProfile
+                    profiler = cProfile.Profile()
+                    profiler.enable()
                 count, slice_start, slice_cpu = 0, now, _cpu()
                 window_cpu, window_sys, commits = slice_cpu, _sys_cpu(), fleet.journal.commits
             continue
@@ -162,6 +167,9 @@ async def _tower(args: argparse.Namespace) -> None:
                 slices.append((cpu - slice_cpu) / count * 1e6)
             items_total += count
             count, slice_start, slice_cpu = 0, now, cpu
+    if profiler is not None:
+        profiler.disable()
+        profiler.dump_stats(args.profile)
     out["cpu_per_item_us"] = slices
     if measuring:  # what the kernel's share was, and how often the journal was committed
         out["sys_share"] = (_sys_cpu() - window_sys) / max(_cpu() - window_cpu, 1e-9)
@@ -253,6 +261,9 @@ def _cleanup(run_dir: Path, procs: list[subprocess.Popen[str]]) -> list[str]:
         if any(p.suffix == ".json" and not p.name.startswith(".") for p in run_dir.iterdir()):
             subprocess.run([*shellper_cli(), "stop", "--all", "--dir", str(run_dir), "--grace", "1"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300, check=False)
+        if not any(p.suffix == ".json" for p in run_dir.iterdir()):  # no session left: the warm launcher's
+            with contextlib.suppress(OSError):  # turn (it exits when its socket is removed)
+                (run_dir / ".launcher.sock").unlink()
         settle = time.monotonic() + 2
         while _ours(run_dir) and time.monotonic() < settle:
             time.sleep(0.05)  # polling other processes' exits: nothing to wait on
@@ -377,6 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--check", action="store_true", help="exit 1 when a figure misses its target beyond noise")
     p.add_argument("--py-spy", default="", help="py-spy binary: sample the adopting Tower's window (bench use)")
     p.add_argument("--py-spy-out", default="/tmp/bench-scale-spy.txt", help="where its raw samples go")
+    p.add_argument("--profile", default="", help="cProfile the adopting Tower's window into this file (bench use)")
     p.add_argument("--tower", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--adopt", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--dir", help=argparse.SUPPRESS)
@@ -390,6 +402,7 @@ def main(argv: list[str] | None = None) -> int:
     before = os.getloadavg()[0]
     try:
         extra = ("--py-spy", args.py_spy, "--py-spy-out", args.py_spy_out) if args.py_spy else ()
+        extra += ("--profile", str(Path(args.profile).resolve())) if args.profile else ()
         figures = run(args.sessions, args.rate, args.window, args.repeats, args.root, args.concurrency, extra)
     except Interrupted as exc:
         print(f"bench.scale: interrupted ({exc}); every session it started was stopped", file=sys.stderr)

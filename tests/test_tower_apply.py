@@ -6,6 +6,7 @@ Each scenario checks the decision *and* the effect on real processes, by pid + s
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import select
@@ -29,7 +30,7 @@ from shellper.host.paths import SessionPaths
 from shellper.host.record import read_record, write_record
 from shellper.host.shellpers import ProcTables, serves
 from shellper.protocol import wire
-from tower_client.apply import apply
+from tower_client.apply import ADOPT_FRESH, VERIFY_CLIENT_NAME, apply
 from tower_client.client import AsyncClient, AsyncResumingClient
 from tower_client.discover import discover, observe
 from tower_client.reconcile import ReconcileAction, Registry, RegistryRow, reconcile
@@ -114,6 +115,40 @@ def test_registered_live_shellper_is_adopted_and_resumed_without_loss(sessions: 
 
     assert asyncio.run(after_restart()) == everything[resume_at:]
     assert alive(identity(info.pid))
+
+
+def test_adopt_takes_discovers_fresh_handshake_and_only_that(sessions: Sessions) -> None:
+    """One probe per session: apply's adopt check is discover's handshake when that is fresh and the process
+    that answered still runs; a stale look, or a record whose start ticks are not the process's, gets a
+    handshake of its own (seen as the verify client's attach by a tower already connected)."""
+    info = sessions.start("fresh", ["cat"])
+    decisions = _decisions(sessions.dir, RegistryRow("fresh", info.instance_id))
+    assert [d.action for d in decisions] == [ReconcileAction.ADOPT]
+    obs = decisions[0].observed
+    assert obs is not None and obs.record is not None
+    stale = [dataclasses.replace(decisions[0], observed=dataclasses.replace(
+        obs, observed_at=obs.observed_at - ADOPT_FRESH - 1))]
+    other = replace(obs.record, shellper_start_time=obs.record.shellper_start_time + 1)
+    not_that_process = [dataclasses.replace(decisions[0], observed=dataclasses.replace(obs, record=other))]
+
+    async def watched() -> tuple[list[str], int]:
+        async with AsyncClient(info.socket) as tower:
+            await tower.connect(replay_bytes=0)
+            details = [(await asyncio.to_thread(apply, d)).outcomes[0].detail
+                       for d in (decisions, stale, not_that_process)]
+            verifies = 0
+            async with asyncio.timeout(10):
+                while verifies < 2:  # the last one's attach comes after whatever the first one made
+                    frame = await tower.recv()
+                    if isinstance(frame, wire.Event) and frame.kind == "client_attached" \
+                            and frame.data.get("client") == VERIFY_CLIENT_NAME:
+                        verifies += 1
+            return details, verifies
+
+    details, verifies = asyncio.run(watched())
+    assert "answered discover" in details[0], details
+    assert "answered discover" not in details[1] and "answered discover" not in details[2], details
+    assert verifies == 2  # the stale look's and the other record's handshakes; none for the fresh one
 
 
 def test_unregistered_shellper_is_terminated_with_its_whole_tree(sessions: Sessions) -> None:
@@ -269,7 +304,7 @@ from pathlib import Path
 from shellper.host.identity import boot_id, read_stat
 from shellper.core.owner import default_owner
 from shellper.host.record import SessionRecord, write_record
-from tower_client.apply import apply
+from tower_client.apply import ADOPT_FRESH, VERIFY_CLIENT_NAME, apply
 from tower_client.client import AsyncClient, AsyncResumingClient
 from tower_client.discover import discover
 from tower_client.reconcile import Registry, RegistryRow, reconcile

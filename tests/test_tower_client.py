@@ -15,6 +15,7 @@ from support.waiting import poll_until
 from shellper.core.exitrecord import ExitClass
 from shellper.protocol import wire
 from tower_client.client import (
+    READ_SIZE,
     AsyncClient,
     AsyncResumingClient,
     Backoff,
@@ -196,6 +197,35 @@ def test_resume_from_offset_gives_exact_bytes(sessions: Sessions) -> None:
         assert bytes(seen) + again.replay.data == bytes(full)
         assert again.output.next_offset == len(full)
         await again.close()
+
+    asyncio.run(main())
+
+
+def test_async_client_stops_reading_past_max_buffered_and_loses_nothing(sessions: Sessions) -> None:
+    """A caller that does not take frames: past ``max_buffered`` bytes queued the client stops reading its
+    socket (the ring keeps what follows); once the caller takes them it reads on, and the stream is exact."""
+    flood = 600_000
+    info = sessions.start("buffered", ["sh", "-c", f"head -c {flood} /dev/zero | tr '\\0' x; echo end; sleep 300"])
+
+    async def main() -> None:
+        tower = AsyncClient(info.socket, max_buffered=64 * 1024)
+        await tower.connect()
+        got = bytearray(tower.replay.data if tower.replay else b"")
+        assert tower._writer is not None
+        transport = tower._writer.transport
+        async with asyncio.timeout(10):
+            while transport.is_reading():  # polled: what is queued meanwhile is the point
+                await asyncio.sleep(0.01)
+        assert 64 * 1024 <= tower._buffered < 64 * 1024 + READ_SIZE
+        async with asyncio.timeout(10):
+            while b"end\r\n" not in got:
+                frame = await tower.recv()
+                assert not isinstance(frame, wire.Gap)
+                if isinstance(frame, wire.Data):
+                    got += frame.data
+        assert transport.is_reading()
+        assert bytes(got) == b"x" * flood + b"end\r\n" and tower.output.next_offset == len(got)
+        await tower.close()
 
     asyncio.run(main())
 

@@ -12,13 +12,16 @@
   by a live session), then remove its files under its lock (:func:`shellper.host.cleanup.clean_session`).
 * adopt: connect as a viewer and check the instance id and peer pid; the connection is closed again.
   The Tower then attaches its own (resuming) client with ``expect_instance_id`` from the record -
-  returning open connections would force one concurrency model on it.
+  returning open connections would force one concurrency model on it. When discover's own handshake
+  made those checks less than ADOPT_FRESH seconds ago and the process that answered it still runs (its
+  start ticks), that handshake stands: one probe per session, not two.
 * respawn / leave: reported only; the Tower relaunches with its own launch parameters.
 """
 from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -48,12 +51,12 @@ from shellper.host.cleanup import (
     clean_session,
     clear_dead,
 )
-from shellper.host.identity import IdentityMismatch, ProcessGone
+from shellper.host.identity import IdentityMismatch, IdentityUnreadable, ProcessGone, boot_id, read_stat
 from shellper.host.paths import SessionPaths
 from shellper.host.record import AlreadyRunning, LockError, SessionLock, SessionRecord
 from shellper.host.survivors import SurvivorReport, end_cgroup
 from shellper.protocol import wire
-from tower_client.discover import PROBE_TIMEOUT, check_probe_timeout, not_in_a_loop
+from tower_client.discover import PROBE_TIMEOUT, Observed, check_probe_timeout, not_in_a_loop
 from tower_client.reconcile import ReconcileAction, ReconcileDecision
 
 __all__ = [
@@ -77,6 +80,9 @@ VERIFY_CONCURRENCY = 16
 """Adopted sessions checked at once by apply."""
 VERIFY_CLIENT_NAME = "tower-client-verify"
 """The HELLO client name of verify_session's probe (a Fleet hides its attach and detach events)."""
+ADOPT_FRESH = 5.0
+"""Seconds for which discover's handshake stands for apply's adopt check (see :func:`answered_as_recorded`).
+An adopt signals nothing, and the Tower's own connection checks the instance again (expect_instance_id)."""
 
 
 
@@ -90,6 +96,23 @@ def verify_session(record: SessionRecord, paths: SessionPaths,
         return welcome
     finally:
         client.close()
+
+
+def answered_as_recorded(obs: Observed, record: SessionRecord, now: float) -> bool:
+    """Discover's handshake, at most ADOPT_FRESH seconds old, made verify_session's checks (WELCOME's instance
+    id and pid, and the peer's pid, are the record's), and the process that answered still runs: the
+    record's pid, not a zombie, with the record's start ticks in this boot. A shellper keeps its instance
+    id for its life, so the answer would be the same; any doubt (/proc unreadable) means a new handshake."""
+    if not (obs.probe == "answered" and obs.record == record and obs.welcome_instance_id == record.instance_id
+            and obs.welcome_pid == record.shellper_pid and obs.peer_pid == record.shellper_pid
+            and 0 <= now - obs.observed_at <= ADOPT_FRESH):
+        return False
+    try:
+        st = read_stat(record.shellper_pid)
+        return (st is not None and st.state != "Z" and st.start_time == record.shellper_start_time
+                and boot_id() == record.boot_id)
+    except IdentityUnreadable:
+        return False
 
 
 # --------------------------------------------------------------------------------------------- terminate
@@ -238,11 +261,18 @@ def _apply_all(decisions: list[ReconcileDecision], grace: float, stop_timeout: f
 
     # Adopting only checks who answers (a handshake: nothing signalled, nothing changed, and depending on
     # nothing done before it): those checks run at once, each waiting on its own shellper.
-    adopts = [d for d in decisions if d.action is ReconcileAction.ADOPT]
     verified: dict[int, Outcome] = {}
+    now = time.time()
+    for d in decisions:  # what discover's handshake verified a moment ago needs no second one
+        obs = d.observed
+        if d.action is ReconcileAction.ADOPT and obs is not None and obs.record is not None \
+                and answered_as_recorded(obs, obs.record, now):
+            verified[id(d)] = Outcome(d, "adopted", True, f"instance {obs.welcome_instance_id} answered "
+                                      f"discover ({obs.state}); pid {obs.record.shellper_pid} still runs")
+    adopts = [d for d in decisions if d.action is ReconcileAction.ADOPT and id(d) not in verified]
     if len(adopts) > 1:
         with ThreadPoolExecutor(min(VERIFY_CONCURRENCY, len(adopts)), thread_name_prefix="verify") as pool:
-            verified = dict(zip(map(id, adopts), pool.map(one, adopts), strict=True))
+            verified.update(zip(map(id, adopts), pool.map(one, adopts), strict=True))
     for d in decisions:
         outcome = verified.get(id(d)) or one(d)
         if not outcome.ok:

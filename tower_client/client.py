@@ -14,7 +14,7 @@ import os
 import socket
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Generic, TypeVar
 
@@ -52,11 +52,13 @@ from shellper.protocol.connection import (
     result_int,
     send_error,
 )
+from tower_client.framereader import SinkReader, open_sink_stream
 from tower_client.resume import (
     RECEIVE,
     Backoff,
     Deliver,
     GiveUp,
+    Phase,
     Reconnect,
     Reconnected,
     Reopen,
@@ -117,11 +119,13 @@ def socket_path(directory: str | os.PathLike[str], name: str) -> Path:
 class AsyncClient(ConnectionView):
     """One asyncio connection to a shellper: ``await connect()``, then ``async for frame in client``.
 
-    The I/O around a :class:`~shellper.protocol.connection.Connection`: a reader task feeds it what
-    arrives, answers ``status()``/``ping()`` waiters with the replies it matches, and queues the rest
-    (bounded by MAX_BUFFERED bytes) for ``recv()`` / iteration. REPLAY is consumed by ``connect()``
-    and kept in ``replay``; iteration yields DATA, GAP, EXIT, EVENT, ERROR and any unsolicited reply,
-    and ends when the shellper closes the connection (``closed_error`` says why).
+    The I/O around a :class:`~shellper.protocol.connection.Connection`: what arrives is fed to it in the
+    event loop's read callback (no task per connection), which answers ``status()``/``ping()`` waiters
+    with the replies it matches and queues the rest (bounded by MAX_BUFFERED bytes: past it the socket
+    is not read) for ``recv()`` / iteration; ``on_frames``, if set, is called there once frames are
+    queued. REPLAY is consumed by ``connect()`` and kept in ``replay``; iteration yields DATA, GAP, EXIT,
+    EVENT, ERROR and any unsolicited reply, and ends when the shellper closes the connection
+    (``closed_error`` says why).
     """
 
     def __init__(self, path: str | os.PathLike[str], role: str = wire.Role.TOWER, *, client_name: str = CLIENT_NAME,
@@ -140,14 +144,17 @@ class AsyncClient(ConnectionView):
         self.conn = Connection(self.path, role, client_name, max_frame)
         self.output = self.conn.output
         self.closed_error: ClientError | None = None
-        self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._live = False
+        """The handshake is done and the connection has not ended: arriving bytes are decoded into frames."""
+        self._ended: asyncio.Future[None] | None = None
+        """Done once the live connection has ended (the shellper's end, an error, close())."""
+        self._paused = False
         self._frames: deque[tuple[wire.Frame, int]] = deque()
         self._buffered = 0
         self._have = asyncio.Event()
-        self._room = asyncio.Event()
-        self._room.set()
+        self.on_frames: Callable[[], None] | None = None
+        """Called from the read callback once frames are queued (a Fleet takes them there, not in a task)."""
         self._waiters: dict[Request, asyncio.Future[wire.Frame]] = {}
         self._nonce = 0
 
@@ -172,27 +179,33 @@ class AsyncClient(ConnectionView):
                 reader, writer = await self._open_stream()
         except (OSError, TimeoutError) as exc:
             raise connect_error(self.path, exc, self.connect_timeout) from None
-        self._reader, self._writer = reader, writer
+        self._writer = writer
         conn = self.conn = Connection(self.path, self.role, self.client_name, self.max_frame)
         self.output = conn.output
+        self._ended = asyncio.get_running_loop().create_future()
         try:
             self._write(conn.hello(resume_from=resume_from, replay_bytes=replay_bytes, events_after=events_after,
                                    expect_instance_id=expect_instance_id, expect_pid=expect_pid,
                                    peer_pid=self.peer_pid() if expect_pid is not None else None,
                                    rendered=rendered, size=size))
+            if isinstance(reader, SinkReader):  # from now on (the HELLO is sent) bytes go to the connection
+                reader.sink, reader.failed = self._received, self._failed
+            else:  # a subclass's plain StreamReader: a task moves its bytes to the same place
+                self._pipe(reader)
             try:
                 async with asyncio.timeout(self.handshake_timeout):
                     while conn.state is not ConnState.OPEN:
                         if conn.next_event() is None:  # WELCOME, then REPLAY: the connection keeps them
-                            await self._read()
+                            self._have.clear()
+                            await self._have.wait()
             except TimeoutError:
                 raise Timeout(self.path, f"no WELCOME/REPLAY within {self.handshake_timeout:g} s") from None
         except BaseException:
             await self.close()
             raise
         assert conn.welcome is not None
-        loop = asyncio.get_running_loop()
-        self._task = loop.create_task(self._read_loop(), name=f"shellper-client {self.path}")
+        self._live = True
+        self._pump()  # what came with the REPLAY
         return conn.welcome
 
     async def _open_stream(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -206,49 +219,113 @@ class AsyncClient(ConnectionView):
         try:
             await asyncio.get_running_loop().sock_connect(sock, self.path)
             check_server(sock, self.path)  # closes it if it refuses
-            return await asyncio.open_unix_connection(sock=sock)
+            return await open_sink_stream(sock)
         except BaseException:
             sock.close()
             raise
 
-    async def _read(self) -> None:
-        assert self._reader is not None
-        try:
-            chunk = await self._reader.read(READ_SIZE)
-        except OSError as exc:
-            self.conn.connection_lost(exc)
-            return
-        self.conn.receive_data(chunk)
+    def _pipe(self, reader: asyncio.StreamReader) -> None:
+        """Feed a plain StreamReader's bytes to ``_received`` from a task (until the connection ends)."""
+        async def pipe() -> None:
+            while self._ended is not None and not self._ended.done():
+                try:
+                    chunk = await reader.read(READ_SIZE)
+                except OSError as exc:
+                    self._failed(exc)
+                    return
+                self._received(chunk)
+                if not chunk:
+                    return
+
+        task = asyncio.get_running_loop().create_task(pipe(), name=f"shellper-client {self.path}")
+        assert self._ended is not None
+        self._ended.add_done_callback(lambda _: task.cancel())
 
     # ----------------------------------------------------------------------------------- reading
 
-    async def _read_loop(self) -> None:
+    def _received(self, chunk: bytes) -> None:
+        """Bytes from the socket (``b""``: its end), in the event loop's read callback: before the handshake is
+        done they wait for connect(); then they are decoded into frames at once."""
+        if self._ended is None or self._ended.done():
+            return  # closed by this client: nothing more is read
         conn = self.conn
-        error: ClientError = SessionGone(self.path, "the shellper closed the connection")
-        try:
-            while True:
-                while (event := conn.next_event()) is not None:
-                    if isinstance(event, Answered):
-                        self._answer(event)
-                    else:
-                        self._push_now(event)
-                        if self._buffered >= self.max_buffered:  # the reader is behind: wait for it
-                            self._room.clear()
-                            await self._room.wait()
-                await self._read()
-        except ClientError as exc:
-            error = exc
-        except asyncio.CancelledError:
-            error = SessionGone(self.path, "closed by this client")
-            raise
-        finally:
-            self.closed_error = error
+        if self._live:
+            frame = conn.sole_data_frame(chunk) if chunk else None
+            if frame is not None:  # one whole DATA frame, the common case: no decoder
+                size = len(frame.data)
+                self._frames.append((frame, size))
+                self._buffered += size
+                self._queued(True)
+                return
+            conn.receive_data(chunk)
+            self._pump()
+        else:
+            conn.receive_data(chunk)
             self._have.set()
-            self._room.set()
-            for fut in self._waiters.values():
-                if not fut.done():
-                    fut.set_exception(error)
-            self._waiters.clear()
+
+    def _failed(self, exc: Exception) -> None:
+        """Reading the socket failed (a reset, an error): the connection's end like any other."""
+        if self._ended is None or self._ended.done():
+            return
+        self.conn.connection_lost(exc if isinstance(exc, OSError) else OSError(str(exc)))
+        if self._live:
+            self._pump()
+        else:
+            self._have.set()
+
+    def _pump(self) -> None:
+        """Take every frame the connection holds: replies to their waiters, the rest queued for recv()."""
+        conn, frames = self.conn, self._frames
+        queued = len(frames)
+        try:
+            while (event := conn.next_event()) is not None:
+                if type(event) is wire.Data:  # the hot path
+                    size = len(event.data)
+                    frames.append((event, size))
+                    self._buffered += size
+                elif isinstance(event, Answered):
+                    self._answer(event)
+                else:
+                    frames.append((event, 64))
+                    self._buffered += 64
+        except ClientError as exc:
+            self._end(exc)
+        self._queued(len(frames) > queued)
+
+    def _queued(self, more: bool) -> None:
+        """Frames were queued (``more``): past MAX_BUFFERED bytes the socket is not read until recv() has taken
+        some; ``on_frames`` may take them now; else recv() is woken."""
+        if self._buffered >= self.max_buffered and not self._paused and self._live:  # the reader is behind
+            self._paused = True
+            self._transport_call("pause_reading")
+        if more and self.on_frames is not None:
+            try:
+                self.on_frames()
+            except Exception as exc:  # a taker's bug must not end the transport: asyncio reports it
+                asyncio.get_running_loop().call_exception_handler(
+                    {"message": f"on_frames of {self.path} failed", "exception": exc})
+        if self._frames or not self._live:
+            self._have.set()
+
+    def _transport_call(self, what: str) -> None:
+        transport = self._writer.transport if self._writer is not None else None
+        if transport is not None and not transport.is_closing():
+            with contextlib.suppress(RuntimeError, AttributeError):
+                getattr(transport, what)()
+
+    def _end(self, error: ClientError) -> None:
+        """The live connection has ended with ``error`` (once): recv() raises it after the frames queued,
+        every request waiting fails with it."""
+        if self._ended is None or self._ended.done():
+            return
+        self._live = False
+        self.closed_error = error
+        self._ended.set_result(None)
+        self._have.set()
+        for fut in self._waiters.values():
+            if not fut.done():
+                fut.set_exception(error)
+        self._waiters.clear()
 
     def _answer(self, answered: Answered) -> None:
         fut = self._waiters.pop(answered.request, None)
@@ -259,22 +336,14 @@ class AsyncClient(ConnectionView):
         else:
             fut.set_result(answered.reply)
 
-    def _push_now(self, frame: wire.Frame) -> None:
-        size = len(frame.data) if isinstance(frame, wire.Data) else 64
-        self._frames.append((frame, size))
-        self._buffered += size
-        self._have.set()
-
     async def recv(self, timeout: float | None = None) -> wire.Frame | None:
         """The next frame (offsets, EXIT and event seq tracked), or None after ``timeout`` seconds.
 
         Raises ``closed_error`` (SessionGone, ProtocolViolation, ...) once the connection has ended and
         every frame received before that has been handed out.
         """
-        if self._task is None and not self._frames:
-            raise self.closed_error or SessionGone(self.path, "not connected")
         while not self._frames:
-            if self._task is None or self._task.done():
+            if not self._live:
                 raise self.closed_error or SessionGone(self.path, "not connected")
             self._have.clear()
             if timeout is None:  # a Fleet's reader, once a frame: no timer to set up and cancel
@@ -285,12 +354,21 @@ class AsyncClient(ConnectionView):
                     await self._have.wait()
             except TimeoutError:
                 return None
+        return self.take()
+
+    def take(self) -> wire.Frame:
+        """The next frame queued (IndexError if none: ``has_frames`` says), delivered: what recv() returns."""
         frame, size = self._frames.popleft()
         self._buffered -= size
-        if self._buffered < self.max_buffered:
-            self._room.set()
+        if self._paused and self._buffered < self.max_buffered:
+            self._paused = False
+            self._transport_call("resume_reading")
         self.conn.deliver(frame)
         return frame
+
+    @property
+    def has_frames(self) -> bool:
+        return bool(self._frames)
 
     def __aiter__(self) -> AsyncIterator[wire.Frame]:
         return self
@@ -407,13 +485,10 @@ class AsyncClient(ConnectionView):
             self._writer.transport.abort()
 
     async def close(self) -> None:
-        task, self._task = self._task, None
-        if task is not None and not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        elif task is not None and self.closed_error is None:
-            self.closed_error = SessionGone(self.path, "closed by this client")
+        if self._live:
+            self._end(SessionGone(self.path, "closed by this client"))
+        elif self._ended is not None and not self._ended.done():  # a handshake that failed: nothing to say
+            self._ended.set_result(None)
         self.conn.close()
         writer, self._writer = self._writer, None
         if writer is not None:
@@ -528,6 +603,9 @@ class AsyncResumingClient(_Resuming[AsyncClient]):
                  request_timeout: float = REQUEST_TIMEOUT) -> None:
         self._settle(path, role, client_name, backoff, expect_instance_id)
         self._timeouts = (connect_timeout, handshake_timeout, request_timeout)
+        self.on_frames: Callable[[], None] | None = None
+        """Given to each connection's AsyncClient: called in the read callback once frames are queued, so a
+        caller can take them with :meth:`take_ready` there (a Fleet does), without a task step per read."""
 
     def _new_client(self) -> AsyncClient:
         """A client for the next connection (tower_client.remote_clients' reaches another host)."""
@@ -538,12 +616,14 @@ class AsyncResumingClient(_Resuming[AsyncClient]):
     async def _open(self, ask: Reopen) -> wire.Welcome:
         client = self._new_client()
         try:
-            return self._opened(client, await client.connect(
+            welcome = self._opened(client, await client.connect(
                 resume_from=ask.resume_from, replay_bytes=ask.replay_bytes, events_after=ask.events_after,
                 expect_instance_id=ask.expect_instance_id))
         except BaseException:
             await client.close()
             raise
+        client.on_frames = self.on_frames
+        return welcome
 
     async def connect(self, *, resume_from: int | None = None, replay_bytes: int | None = None,
                       events_after: int | None = None) -> wire.Welcome:
@@ -579,6 +659,27 @@ class AsyncResumingClient(_Resuming[AsyncClient]):
                     await self._reconnect(step)
                 case GiveUp(error):
                     raise error
+
+    def take_frames_with(self, on_frames: Callable[[], None] | None) -> None:
+        """Have ``on_frames`` called in the read callback once the live connection (and every later one) has
+        queued frames: it takes them with :meth:`take_ready`."""
+        self.on_frames = on_frames
+        if self.client is not None:
+            self.client.on_frames = on_frames
+
+    def take_ready(self) -> ResumeItem | None:
+        """The next item if it is at hand without waiting (one the stream queued, or a frame the live
+        connection has decoded), as recv() would return it; None when recv() would have to wait, reconnect
+        or raise (then call recv())."""
+        st = self.state
+        if st.items:
+            step = st.next_step()
+            assert isinstance(step, Deliver)
+            return step.item
+        client = self.client
+        if client is not None and client.has_frames and st.phase is Phase.LIVE:
+            return st.received(client.take())
+        return None
 
     def __aiter__(self) -> AsyncIterator[ResumeItem]:
         return self
@@ -639,12 +740,12 @@ class AsyncResumingClient(_Resuming[AsyncClient]):
 
     async def _closed_by_peer(self, client: AsyncClient) -> None:
         """Wait (at most STOP_EXIT_TIMEOUT) until the shellper closed the connection: it is exiting."""
-        task = client._task
-        if task is None or task.done():
+        ended = client._ended
+        if ended is None or ended.done():
             return
         with contextlib.suppress(TimeoutError, asyncio.CancelledError):
             async with asyncio.timeout(STOP_EXIT_TIMEOUT):
-                await asyncio.shield(task)
+                await asyncio.shield(ended)
 
     async def status(self, timeout: float | None = None) -> wire.StatusReply:
         return await self._current().status(timeout)

@@ -25,6 +25,7 @@ from typing import Any, Literal
 from shellper.core.errors import BadArgument, InsideEventLoop
 from shellper.core.states import SessionState
 from shellper.host.cgroup import (
+    LeafName,
     OrphanCgroup,
     default_parent,
     find_session_cgroups,
@@ -36,13 +37,13 @@ from shellper.host.record import LockError, RecordError, SessionLock, SessionRec
 from shellper.host.shellpers import ProcTables, lock_owners, serves
 from shellper.protocol import wire
 from tower_client.client import (
-    AsyncClient,
     ClientError,
     ConnectionRefused,
     RemoteError,
     SessionNotFound,
     Timeout,
 )
+from tower_client.probe import handshake
 
 __all__ = [
     "PROBE_CONCURRENCY",
@@ -229,12 +230,11 @@ def _identity(ident: ProcessIdentity) -> tuple[IdentityState, str]:
 
 async def _probe(paths: SessionPaths, timeout: float) -> tuple[dict[str, Any], int | None]:
     """Facts from a handshake, and the child pid WELCOME reported."""
-    client = AsyncClient(paths.socket, wire.Role.VIEWER, client_name=PROBE_CLIENT_NAME, connect_timeout=timeout,
-                         handshake_timeout=timeout)
     try:
-        welcome = await client.connect(replay_bytes=0)
+        welcome, peer = await handshake(str(paths.socket), wire.Role.VIEWER, PROBE_CLIENT_NAME, timeout,
+                                        replay_bytes=0)
         facts = {"probe": "answered", "welcome_instance_id": welcome.instance_id, "welcome_name": welcome.name,
-                 "welcome_pid": welcome.shellper_pid, "peer_pid": client.peer_pid(), "state": welcome.state,
+                 "welcome_pid": welcome.shellper_pid, "peer_pid": peer, "state": welcome.state,
                  "probe_detail": f"WELCOME from pid {welcome.shellper_pid} ({welcome.state})"}
         return facts, welcome.child_pid
     except SessionNotFound as e:
@@ -247,8 +247,6 @@ async def _probe(paths: SessionPaths, timeout: float) -> tuple[dict[str, Any], i
         return {"probe": "rejected", "probe_detail": e.message}, None
     except ClientError as e:
         return {"probe": "error", "probe_detail": f"{type(e).__name__}: {e.message}"}, None
-    finally:
-        await client.close()
 
 
 _CHILD_STATE: dict[IdentityState, ChildState] = {
@@ -274,6 +272,11 @@ def _child(record: SessionRecord, welcome_child: int | None, answered: bool) -> 
     return ("alive" if alive else "gone"), pid
 
 
+def _leaf_name(path: str) -> str | None:
+    leaf = LeafName.parse(os.path.basename(path))
+    return None if leaf is None else leaf.name
+
+
 def _with_strays(observed: list[Observed], directory: str, cgroup_parent: str | None) -> list[Observed]:
     """Attach to each name the session cgroups under ``cgroup_parent`` its record does not name; a name
     known only by such a cgroup gets an observation of its own (no files)."""
@@ -281,7 +284,10 @@ def _with_strays(observed: list[Observed], directory: str, cgroup_parent: str | 
     if parent is None:
         return observed
     by_name: dict[str, list[OrphanCgroup]] = {}
-    for found in find_session_cgroups(parent, directory):
+    # A cgroup its own session's record names is no stray (filtered out below): not read at all.
+    own = {o.record.cgroup for o in observed if o.record is not None and o.record.cgroup
+           and _leaf_name(o.record.cgroup) == o.name}
+    for found in find_session_cgroups(parent, directory, skip=own):
         by_name.setdefault(found.leaf.name, []).append(found)
     out: list[Observed] = []
     for obs in observed:

@@ -57,7 +57,7 @@ from tower_client.fleetfollow import FLEET_CLIENT_NAME, STOP_MARGIN
 from tower_client.fleethosts import HOST_COLUMN, HostFollowing
 from tower_client.fleetmember import Member
 from tower_client.fleetsession import SessionHandle
-from tower_client.fleetstream import MAX_PENDING_BYTES, SessionStream
+from tower_client.fleetstream import MAX_PENDING_BYTES, Inbox, SessionStream
 from tower_client.inotify import DirWatch
 from tower_client.options import FleetPolicy, OnDeath, SessionOptions, SessionSpec
 from tower_client.progress import ProgressJournal
@@ -96,7 +96,7 @@ class Fleet(HostFollowing):
         self.members: dict[str, Member] = {}
         self.report: Report | None = None
         """What the start's apply did."""
-        self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._queue = Inbox()
         self._watch: DirWatch | None = None
         self._registry_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[Any]] = set()

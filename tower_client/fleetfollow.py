@@ -101,6 +101,7 @@ class Following(MergedStream):
         if welcome.event_seq <= pos.event_seq:  # no held event comes: say the state now
             self._announce(m)
         m.task = asyncio.get_running_loop().create_task(self._read(m), name=f"fleet {name}")
+        client.take_frames_with(lambda: self._take_ready(m))
 
     def _announce(self, m: Member) -> None:
         """The state WELCOME named, unless the events handed out already ended on it: a Tower adopting a
@@ -128,32 +129,50 @@ class Following(MergedStream):
         m.died.set()
 
     async def _read(self, m: Member) -> None:
+        """The session's stream into the merged one. Frames are mostly taken in the client's read callback
+        (``_take_ready``: no task step per read); this task takes the rest, waits for room, and sees the
+        connection's end and its reconnections through recv()."""
         client = m.client
         assert client is not None
         end: BaseException | None = None
         try:
             while True:
-                frame = await client.recv()
-                if frame is None:
-                    continue
-                item = self._item(m, client, frame)
-                if item is None:
-                    continue
-                if isinstance(item, OutputChunk):
-                    m.pending += len(item.data)
-                    if m.pending >= MAX_PENDING_BYTES:
-                        m.room.clear()
-                self._emit(item)
-                if isinstance(item, StateChange) and item.state is FleetState.FATAL:
-                    self._id_in_use(m, item)
+                self._take_ready(m)
                 if not m.room.is_set() and not m.stopping:  # a stop must not wait for the Tower to read
                     await m.room.wait()
+                    continue
+                frame = await client.recv()
+                if frame is not None:
+                    self._follow(m, client, frame)
         except ClientError as exc:
             end = exc
         except asyncio.CancelledError:
             raise
         with contextlib.suppress(asyncio.CancelledError):
             await self._ended(m, end)
+
+    def _take_ready(self, m: Member) -> None:
+        """Follow every frame at hand while the Tower has room for this session's output."""
+        client = m.client
+        if client is None or m.task is None:
+            return
+        while m.room.is_set() or m.stopping:
+            frame = client.take_ready()
+            if frame is None:
+                return
+            self._follow(m, client, frame)
+
+    def _follow(self, m: Member, client: AsyncResumingClient, frame: object) -> None:
+        item = self._item(m, client, frame)
+        if item is None:
+            return
+        if isinstance(item, OutputChunk):
+            m.pending += len(item.data)
+            if m.pending >= MAX_PENDING_BYTES:
+                m.room.clear()
+        self._emit(item)
+        if isinstance(item, StateChange) and item.state is FleetState.FATAL:
+            self._id_in_use(m, item)
 
     def _item(self, m: Member, client: AsyncResumingClient, frame: object) -> FleetItem | None:
         if type(frame) is wire.Data:

@@ -14,6 +14,8 @@ and acknowledged the same way wherever it was taken.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -35,6 +37,53 @@ that does not keep up) instead of the Tower's memory growing."""
 _END = object()
 
 
+class Inbox:
+    """An unbounded queue for one stream's items: asyncio.Queue's ``put_nowait``, ``get``, ``get_nowait`` and
+    ``empty``, without its bookkeeping for bounds and ``join()`` (a Fleet puts and takes every item once)."""
+
+    __slots__ = ("_items", "_waiters")
+
+    def __init__(self) -> None:
+        self._items: deque[Any] = deque()
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    def empty(self) -> bool:
+        return not self._items
+
+    def put_nowait(self, item: Any) -> None:
+        self._items.append(item)
+        self._wake()
+
+    def get_nowait(self) -> Any:
+        if not self._items:
+            raise asyncio.QueueEmpty
+        return self._items.popleft()
+
+    async def get(self) -> Any:
+        items = self._items
+        while not items:
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            except BaseException:  # cancelled: a wake-up meant for this getter goes to the next one
+                waiter.cancel()
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(waiter)
+                if items:
+                    self._wake()
+                raise
+        return items.popleft()
+
+    def _wake(self) -> None:
+        waiters = self._waiters
+        while waiters:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+
 class MergedStream:
     """The Fleet's stream and shared state (set by :class:`~tower_client.fleet.Fleet`'s constructor)."""
 
@@ -45,7 +94,7 @@ class MergedStream:
     journal: ProgressJournal
     members: dict[str, Member]
     report: Report | None
-    _queue: asyncio.Queue[Any]
+    _queue: Inbox
     _watch: DirWatch | None
     _registry_lock: asyncio.Lock
     _tasks: set[asyncio.Task[Any]]

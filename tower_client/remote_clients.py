@@ -38,6 +38,7 @@ from tower_client.client import (
     AsyncResumingClient,
     ResumingClient,
 )
+from tower_client.framereader import open_sink_stream
 from tower_client.resume import Backoff
 
 __all__ = ["AsyncRemoteClient", "AsyncRemoteResumingClient", "RemoteClient", "RemoteResumingClient",
@@ -105,7 +106,7 @@ class AsyncRemoteClient(AsyncClient):
         finally:
             theirs.close()
         try:
-            return await asyncio.open_unix_connection(sock=ours)
+            return await open_sink_stream(ours)
         except BaseException:
             ours.close()
             raise

@@ -28,6 +28,7 @@ import os
 import select
 import signal
 import time
+from collections.abc import Collection
 
 from shellper.core.errors import ShellperError
 from shellper.core.structs import record
@@ -610,8 +611,9 @@ def _leaves(parent: str) -> list[tuple[str, LeafName]]:
     return [(os.path.join(parent, entry), leaf) for entry in entries if (leaf := LeafName.parse(entry)) is not None]
 
 
-def find_session_cgroups(parent: str, runtime_dir: str) -> list[OrphanCgroup]:
-    """Every session cgroup under ``parent`` that carries ``runtime_dir``'s key (records not consulted)."""
+def find_session_cgroups(parent: str, runtime_dir: str, skip: Collection[str] = ()) -> list[OrphanCgroup]:
+    """Every session cgroup under ``parent`` that carries ``runtime_dir``'s key (records not consulted), but
+    those at a path in ``skip`` (a caller's known ones: their proof and state are not read)."""
     key = dir_key(runtime_dir)
     mount = find_mount()
     out: list[OrphanCgroup] = []
@@ -621,6 +623,8 @@ def find_session_cgroups(parent: str, runtime_dir: str) -> list[OrphanCgroup]:
         if leaf.dir_key != key:
             continue
         group = SessionCgroup(path, mount)
+        if group.path in skip:
+            continue
         _, unproven = proof(group.path)
         out.append(OrphanCgroup(group.path, leaf, group.populated(), group.populated(SHELLPER_SUB), unproven))
     return out

@@ -480,6 +480,14 @@ class Connection(StreamPosition):
             self.output.next_offset += len(payload)
         return payload
 
+    def sole_data_frame(self, chunk: bytes) -> wire.Data | None:
+        """As ``sole_data``, for a caller that queues frames and delivers each as it hands it out: the DATA
+        frame, not delivered yet. None otherwise, with nothing consumed: ``receive_data`` it as usual."""
+        if not self._streaming or self._eof:
+            return None
+        payload = self.decoder.sole_data(chunk)
+        return None if payload is None else wire.Data(bytes(payload))
+
     def next_event(self) -> ConnEvent | None:
         """The next frame (or :class:`Answered`), None until more bytes arrive. Raises the connection's
         :attr:`error` once it has ended (a refused or mismatched handshake, a protocol violation, the end

@@ -3,6 +3,7 @@ inotify's event buffer, the journal's and the registry file's formats."""
 
 from __future__ import annotations
 
+import json
 import struct
 from pathlib import Path
 from typing import Any
@@ -159,6 +160,33 @@ def test_journal_positions_only_move_forward_within_an_instance(tmp_path: Path) 
     assert j.get("a") == JournalPosition("two", 0, 0)
     j.save()
     assert ProgressJournal.load(tmp_path / "j").get("a") == JournalPosition("two", 0, 0)
+
+
+def test_journal_encodes_only_moved_rows_as_json_dumps_would(tmp_path: Path) -> None:
+    """encode() keeps each row's text with its position: after rows move, come and go, the bytes are still
+    those of json.dumps over every row (odd names and ids, a stop, a non-finite one, an int subclass)."""
+    j = ProgressJournal(tmp_path / "j")
+
+    def dumps() -> bytes:
+        rows: dict[str, Any] = {}
+        for name, p in sorted(j.acked.items()):
+            rows[name] = {"instance_id": p.instance_id, "offset": p.offset, "event_seq": p.event_seq}
+            if p.stop is not None:
+                rows[name]["stop"] = p.stop
+        return json.dumps({"version": 1, "sessions": rows}, separators=(",", ":")).encode()
+
+    assert j.encode() == dumps()
+    for i in range(5):
+        j.start(f"s{i}", f"i\u00e9\"{i}\u2028")
+    j.ack_output("s1", 'i\u00e9"1\u2028', 10)
+    j.intend_stop("s2", 'i\u00e9"2\u2028', 2.5)
+    j.intend_stop("s3", 'i\u00e9"3\u2028', float("inf"))
+    assert j.encode() == dumps()
+    j.ack_output("s1", 'i\u00e9"1\u2028', 20)
+    j.forget("s0")
+    j.acked["s4"] = JournalPosition("x", True, 3)  # a bool is an int: json.dumps writes true
+    assert j.encode() == dumps()
+    assert json.loads(j.encode())["sessions"]["s1"]["offset"] == 20
 
 
 @pytest.mark.parametrize(("content", "error"), [
