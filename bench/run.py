@@ -164,6 +164,8 @@ def build_rows(results: dict[str, Any], micro: dict[str, Any]) -> list[Row]:
         sp, dt = _get(ig, "shellper_mib_s"), _get(ig, "dtach_mib_s")
         rows.append(Row("ingest", f"{ig['bytes'] // MiB} MiB with no client, launch included, median of "
                         f"{ig['runs']}", "MiB/s", sp, dt, None, [at_least("shellper/dtach", _ratio(sp, dt), 1.0)]))
+        rows.append(Row("ingest", "  of which launch -> returned (shellper: launch(); dtach: dtach -n + socket)", "ms",
+                        _get(ig, "shellper_launch_ms"), _get(ig, "dtach_launch_ms")))
 
     la = section("launch")
     if la:
