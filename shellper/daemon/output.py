@@ -223,7 +223,7 @@ class Output:
                     frame = wire.encode_data(data)
                 client.on_output(old_end, data, frame)
             if self.paced:
-                self.pacer.on_output()
+                self.pacer.on_output(old_end + len(data))
 
     def notice(self, text: str) -> tuple[int, int] | None:
         """A one-line notice for people attached; it is part of the output stream (and the ring), in the
