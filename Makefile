@@ -121,7 +121,7 @@ test-ts: $(STAMP)
 
 bench: compile
 	command -v dtach >/dev/null || (apt-get update -qq && apt-get install -y -qq dtach) || echo "dtach unavailable: its column will be empty"
-	$(BIN)/python -m bench.run
+	$(BIN)/python -m bench.run --check  # exits 1 when ingest, attach flood or echo misses issue 29's target beyond noise
 	$(BIN)/python -m bench.launcher --check  # exits 1 when a launch or PSS figure misses issue 29's target beyond noise
 	$(BIN)/python -m bench.scale --check  # 200 sessions on a Fleet, Tower kill -9d and adopted: issue 30's targets
 

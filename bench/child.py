@@ -4,6 +4,7 @@ exactly the same bytes.
     child.py flood BYTES [--now] [--banner]   wait for a byte of input (or start at once with --now),
                                               write BYTES of 99 'x' + newline lines, then MARKER; repeat
                                               on every further input byte; exit on end of input
+             [--done-file PATH]               create PATH once the --now flood's last write returned
     child.py echo [--banner]                  write back every input byte at once
 
 ``--banner`` writes BANNER at start (a replaying client shows it); ``--ready-file PATH`` creates PATH
@@ -62,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     f = sub.add_parser("flood")
     f.add_argument("bytes", type=int)
     f.add_argument("--now", action="store_true", help="flood once at start, without waiting for input")
+    f.add_argument("--done-file", help="with --now: create this file once the flood is written")
     e = sub.add_parser("echo")
     for p in (f, e):
         p.add_argument("--banner", action="store_true")
@@ -80,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
             _write_all(data)
     if args.now:
         flood(args.bytes)
+        if args.done_file:
+            open(args.done_file, "xb").close()
     while True:
         go = os.read(0, 1)
         if not go:

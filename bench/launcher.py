@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from bench.harness import median
+from bench.noise import judge, quartiles, spread
 from shellper.client.blocking import Client
 from shellper.client.launch import LaunchInfo, launch
 from shellper.client.warm import start_launcher
@@ -193,25 +194,6 @@ def main() -> int:
     if missed:
         print(f"missed beyond noise: {'; '.join(missed)}")
     return 1 if args.check and missed else 0
-
-
-def quartiles(values: list[float]) -> tuple[float, float]:
-    ordered = sorted(values)
-    return ordered[len(ordered) // 4], ordered[(3 * len(ordered)) // 4]
-
-
-def spread(values: list[float]) -> float:
-    """The interquartile range relative to the median: how much a median of these moves between runs."""
-    q1, q3 = quartiles(values)
-    return (q3 - q1) / median(values) if median(values) else 0.0
-
-
-def judge(what: str, value: float, limit: float, missed: list[str], noise: str) -> str:
-    """`` PASS``/`` FAIL`` for ``value`` against ``limit`` (the target plus its noise); a miss is noted."""
-    if value <= limit:
-        return f"  PASS ({what}; {noise})"
-    missed.append(f"{what}: {value:.2f}")
-    return f"  FAIL ({what}; {noise})"
 
 
 if __name__ == "__main__":

@@ -1,10 +1,13 @@
 """``make bench``: shellper next to a raw PTY and dtach, in one table, saved as JSON.
 
-    python -m bench.run [--quick] [--idle-seconds S] [--only throughput,echo,...] [--out PATH]
+    python -m bench.run [--quick] [--idle-seconds S] [--only throughput,echo,...] [--out PATH] [--check]
 
 Every figure is printed with its ratio and, where the project set one, its target and PASS/FAIL.
-Targets are reported, never asserted: a run always completes and always writes the JSON. Everything
-the run starts lives in a private runtime directory and is stopped by pid at the end.
+A run always completes and always writes the JSON. Issue 29's gates (detached ingest, attach flood,
+echo p50 and p99, each against dtach's in the same run) are printed after the table with their ratio
+and noise; with ``--check`` (``make bench``) the exit status is 1 when one misses its target by more
+than its measured noise. Everything the run starts lives in a private runtime directory and is
+stopped by pid at the end.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import Lab, MiB, shellper_cli
+from bench.noise import RatioGate
 from bench.workloads import WORKLOADS, Settings, run_all
 
 DEFAULT_OUT = Path(__file__).resolve().with_name("results") / "latest.json"
@@ -155,6 +159,14 @@ def build_rows(results: dict[str, Any], micro: dict[str, Any]) -> list[Row]:
         rows.append(Row("memory", f"marginal PSS per session ({m.get('many_sessions')} x cat)", "MiB",
                         mib("marginal_pss")))
 
+    ig = section("ingest")
+    if ig:
+        sp, dt = _get(ig, "shellper_mib_s"), _get(ig, "dtach_mib_s")
+        rows.append(Row("ingest", f"{ig['bytes'] // MiB} MiB with no client, launch included, median of "
+                        f"{ig['runs']}", "MiB/s", sp, dt, None, [at_least("shellper/dtach", _ratio(sp, dt), 1.0)]))
+        rows.append(Row("ingest", "  of which launch -> returned (shellper: launch(); dtach: dtach -n + socket)", "ms",
+                        _get(ig, "shellper_launch_ms"), _get(ig, "dtach_launch_ms")))
+
     la = section("launch")
     if la:
         sp, dt, py = _get(la, "shellper_ms"), _get(la, "dtach_ms"), _get(la, "python_ms")
@@ -213,6 +225,31 @@ def build_rows(results: dict[str, Any], micro: dict[str, Any]) -> list[Row]:
         metric, _, unit = name.rpartition(" (")
         rows.append(Row("ring", metric, unit.rstrip(")"), value))
     return rows
+
+
+GATES = (
+    ("ingest", "shellper_runs_mib_s", "dtach_runs_mib_s", RatioGate("detached ingest", 1.0, True)),
+    ("throughput", "shellper_runs", "dtach_runs", RatioGate("attach flood, delivered MiB/s", 1.0, True)),
+    ("echo", "shellper_rounds_p50_us", "dtach_rounds_p50_us", RatioGate("echo p50", 1.0, False)),
+    ("echo", "shellper_rounds_p99_us", "dtach_rounds_p99_us", RatioGate("echo p99", 1.0, False)),
+)
+"""Issue 29's targets: (workload, shellper's repeated figures, dtach's, the gate)."""
+
+
+def _figures(section: dict[str, Any], key: str) -> list[float]:
+    """A workload's repeated figures; a flood's runs are records, judged by their delivered rate."""
+    got = section.get(key) or []
+    return [f["delivered"] / MiB / f["seconds"] if isinstance(f, dict) else float(f) for f in got]
+
+
+def gates(results: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """Each gate's verdict line (ratio and noise), and the misses beyond noise; a workload not run is n/a."""
+    lines: list[str] = []
+    missed: list[str] = []
+    for workload, ours, theirs, gate in GATES:
+        section = results.get(workload) or {}
+        lines.append(gate.verdict(_figures(section, ours), _figures(section, theirs), missed))
+    return lines, missed
 
 
 def _fmt(value: float | None, unit: str = "") -> str:
@@ -289,6 +326,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--root", type=Path, default=Path("/tmp"),
                    help="where the private runtime directory is made (default /tmp; keep it short)")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON output (default {DEFAULT_OUT})")
+    p.add_argument("--check", action="store_true", help="exit 1 when an issue 29 gate (ingest, attach flood, "
+                   "echo p50/p99 against dtach) misses its target by more than its measured noise")
     args = p.parse_args(argv)
     signal.signal(signal.SIGTERM, _terminated)  # unwind through Lab.close: nothing is left running
     only = [w.strip() for w in args.only.split(",") if w.strip()]
@@ -317,6 +356,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = build_rows(results, micro)
     table = render(rows)
     print(table)
+    verdicts, missed = gates(results)
+    print("\nissue 29 gates (a miss beyond the noise fails --check):")
+    print("\n".join(verdicts))
     report = {
         "meta": {
             "started": started, "seconds": time.time() - started, "quick": args.quick,
@@ -329,6 +371,8 @@ def main(argv: list[str] | None = None) -> int:
         "micro": micro,
         "rows": [dataclasses.asdict(r) for r in rows],
         "table": table,
+        "gates": verdicts,
+        "missed": missed,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2, default=str) + "\n")
@@ -336,7 +380,9 @@ def main(argv: list[str] | None = None) -> int:
     passed = sum(1 for r in rows for c in r.checks if c.ok)
     print(f"\ntargets: {passed} pass, {failed} fail; load average {load_before[0]:.2f} before, "
           f"{os.getloadavg()[0]:.2f} after; written to {args.out}")
-    return 0
+    if missed:
+        print(f"missed beyond noise: {'; '.join(missed)}")
+    return 1 if args.check and missed else 0
 
 
 if __name__ == "__main__":

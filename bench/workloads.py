@@ -1,4 +1,4 @@
-"""The seven workloads: each sets up what it compares, measures, tears down, and returns plain numbers.
+"""The eight workloads: each sets up what it compares, measures, tears down, and returns plain numbers.
 
 Three ways of putting a program's output on a terminal are compared: ``raw`` (the program on the
 harness's PTY itself), ``dtach`` (``dtach -n`` + ``dtach -a``) and ``shellper`` (``shellper run`` +
@@ -59,9 +59,12 @@ class Settings:
     runs: int = 5  # floods per kind, interleaved; 3 left the median at the mercy of one noisy run (+-15 % here)
     echo_trips: int = 2000
     echo_warmup: int = 200
+    echo_rounds: int = 5  # the trips cut into this many stretches of time, a p50 and p99 each: the gates' noise
     ring_bytes: int = 8 * MiB
     replay_runs: int = 5
     big_flood: int = 1024 * MiB
+    ingest_bytes: int = 8 * MiB  # issue 29's detached ingest: 8 MiB written with no client, the launch included
+    ingest_runs: int = 7
     many_sessions: int = 50
     launch_runs: int = 15
     idle_seconds: float = 10.0
@@ -76,7 +79,7 @@ class Settings:
         return cls(flood_bytes=4 * MiB, runs=1, echo_trips=100, echo_warmup=20, replay_runs=1, big_flood=32 * MiB,
                    many_sessions=4, launch_runs=2, idle_seconds=idle_seconds if idle_seconds is not None else 1.0,
                    scale_sessions=4, scale_bytes=1 * MiB, codec_seconds=0.06, ring_bench_total=8 * MiB,
-                   timeout=60.0)
+                   timeout=60.0, ingest_bytes=1 * MiB, ingest_runs=1)
 
 
 def _mib_s(nbytes: int, seconds: float) -> float:
@@ -259,6 +262,11 @@ def echo(lab: Lab, s: Settings) -> dict[str, Any]:
         out[f"{kind}_p50_us"] = percentile(got, 50)
         out[f"{kind}_p99_us"] = percentile(got, 99)
         out[f"{kind}_max_us"] = max(got)
+        # Consecutive stretches of the same minutes for every kind (the kinds take turns block by block).
+        size = max(1, len(got) // max(1, s.echo_rounds))
+        stretches = [got[i:i + size] for i in range(0, len(got) - size + 1, size)]
+        out[f"{kind}_rounds_p50_us"] = [percentile(part, 50) for part in stretches]
+        out[f"{kind}_rounds_p99_us"] = [percentile(part, 99) for part in stretches]
     return out
 
 
@@ -375,6 +383,39 @@ def memory(lab: Lab, s: Settings) -> dict[str, Any]:
     out["many_rss_total"] = sum(rss_bytes(i.pid) for i in infos)
     out["marginal_pss"] = total_pss / s.many_sessions
     sp.stop(*names)
+    return out
+
+
+def ingest(lab: Lab, s: Settings) -> dict[str, Any]:
+    """Detached ingest (issue 29): launch -> a child's ``flood --now`` of ``ingest_bytes`` written, no client
+    attached; shellper and dtach taking turns. Both end at the same point: the child's last write returned,
+    which is when the server has read all but what the PTY buffers."""
+    out: dict[str, Any] = {"bytes": s.ingest_bytes, "runs": s.ingest_runs}
+    rates: dict[str, list[float]] = {kind: [] for kind in ("shellper", "dtach") if kind in _kinds(lab)}
+    launches: dict[str, list[float]] = {kind: [] for kind in rates}
+    for _ in range(s.ingest_runs):
+        for kind, got in rates.items():
+            name = lab.name("in")
+            done = lab.ready_file(name)
+            argv = child_argv("flood", str(s.ingest_bytes), "--now", "--done-file", str(done))
+            t0 = time.perf_counter()
+            if kind == "dtach":
+                assert lab.dtachs is not None
+                pid = lab.dtachs.start(name, argv)
+            else:
+                pid = lab.shellpers.start(name, argv).pid
+            launches[kind].append(time.perf_counter() - t0)  # part of the figure, as in the issue's
+            wait_file(done, timeout=s.timeout, pid=pid)
+            got.append(_mib_s(s.ingest_bytes, time.perf_counter() - t0))
+            if kind == "dtach":
+                assert lab.dtachs is not None
+                lab.dtachs.stop(name)
+            else:
+                lab.shellpers.stop(name)
+    for kind, got in rates.items():
+        out[f"{kind}_mib_s"] = median(got)
+        out[f"{kind}_runs_mib_s"] = got
+        out[f"{kind}_launch_ms"] = median(launches[kind]) * 1000
     return out
 
 
@@ -576,6 +617,7 @@ WORKLOADS: dict[str, Callable[[Lab, Settings], dict[str, Any]]] = {
     "echo": echo,
     "replay": replay,
     "memory": memory,
+    "ingest": ingest,
     "launch": launch_time,
     "idle": idle,
     "scale": scale,

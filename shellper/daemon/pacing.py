@@ -52,11 +52,12 @@ class OutputPacer:
         self._exempt: set[int] = set()
         """Client ids that stalled and are not waited for until they catch up."""
 
-    def on_output(self) -> None:
-        """New output is in the ring: hold further output if a paced client is now too far behind."""
+    def on_output(self, end: int | None = None) -> None:
+        """New output is in the ring (which now ends at ``end``, when the caller has it): hold further output
+        if a paced client is now too far behind."""
         if self.holding:
             return
-        end, limit, exempt = self._end(), self.limit, self._exempt
+        end, limit, exempt = self._end() if end is None else end, self.limit, self._exempt
         for reader in self._readers():
             if end - reader.pos >= limit and reader.client_id not in exempt:
                 self.holding = True

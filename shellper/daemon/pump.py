@@ -68,7 +68,7 @@ class OutputPump:
                 terminal.write(data)
             else:
                 transport.write(frame)
-            self.pos = self.ring.end
+            self.pos = old_end + len(data)  # the ring's end now, without two property hops per client per read
         else:
             self.run()
 

@@ -104,7 +104,14 @@ class TerminalSink:
     def terminal_input(self, data: bytes) -> None:
         """Keys typed on the handed-over terminal: to the child, up to the detach byte (which, typed twice,
         is sent through: shellper.core.detachkeys)."""
-        data, end, after = read_keys(data, self.detach_byte)
+        key = self.detach_byte
+        if key is None or key not in data:  # a keystroke's hot path: nothing to split or copy
+            conn = self.conn
+            if self.terminal is not None and conn.role is not Role.VIEWER:
+                self.follow_size()
+                conn.input(data)
+            return
+        data, end, after = read_keys(data, key)
         conn = self.conn
         if data and conn.role is not Role.VIEWER and self.terminal is not None:
             self.follow_size()  # a resize attach has not reported yet must reach the child before these keys
