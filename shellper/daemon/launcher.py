@@ -405,7 +405,9 @@ def launcher_main(argv: list[str]) -> int:
         for module in PREWARM:  # what every session runs, and what some load later: shared, not copied
             with contextlib.suppress(ImportError):
                 importlib.import_module(module)
+        from shellper.daemon.settle import settle
 
+        settle()  # what each session would write into its classes, written once here
         gc.collect()
         gc.freeze()  # what is imported stays out of every later collection: shared, never copied
         launcher.listen()
