@@ -7,10 +7,12 @@ For each class the session's modules define:
 - a record's ``__init__`` is compiled (shellper.core.structs defers it to the first instance, which would
   compile it in every session and write the class's dict);
 - its attribute-cache version tag is assigned (the first lookup in a session would write the type);
-- the shared key table of its instances' dicts gets the names its methods set on ``self`` (the first instance
-  in a session would write the table, and each name's refcount, scattered over other pages).
+- the shared key table of its instances' dicts gets a record's fields and the names its methods set on
+  ``self`` (the first instance in a session would write the table, and each name's refcount, scattered over
+  other pages).
 Nothing runs the class's own code: the probe instance is made by ``object.__new__`` and its attributes set by
-``object.__setattr__``, and a class with its own ``__new__``, ``__del__`` or ``__setattr__`` is left alone.
+``object.__setattr__``, and a class with its own ``__new__`` or ``__del__`` is left alone, and one with its
+own ``__setattr__`` unless it is a record (whose ``__init__`` goes round a frozen one's as we do).
 """
 
 from __future__ import annotations
@@ -61,17 +63,20 @@ def _classes(prefix: str) -> Iterator[type]:
 def _fill_shared_keys(cls: type) -> None:
     new: object = cls.__new__
     set_attribute: object = cls.__setattr__
-    if not cls.__flags__ & _MANAGED_DICT or new is not object.__new__ or set_attribute is not object.__setattr__ \
-            or hasattr(cls, "__del__"):
+    record = structs.is_record(cls)  # a frozen one's __setattr__ refuses; its __init__ goes round it, as we do
+    if not cls.__flags__ & _MANAGED_DICT or new is not object.__new__ or hasattr(cls, "__del__") \
+            or (set_attribute is not object.__setattr__ and not record):
         return
-    names = [n for n in _self_attributes(cls) if not hasattr(getattr(cls, n, None), "__set__")]
-    if not names:
+    names = dict.fromkeys(f.name for f in structs.fields(cls)) if record else {}
+    names.update(dict.fromkeys(_self_attributes(cls)))
+    settable = [n for n in names if not hasattr(getattr(cls, n, None), "__set__")]
+    if not settable:
         return
     try:
         probe: object = object.__new__(cls)
     except TypeError:  # abstract
         return
-    for name in names[:_SHARED_KEYS_MAX]:
+    for name in settable[:_SHARED_KEYS_MAX]:
         object.__setattr__(probe, name, None)
 
 

@@ -81,6 +81,11 @@ class Rec:
     name: str
     size: int = 0
     tags: list = field(default_factory=list)
+
+
+@record(frozen=True)
+class Frozen:
+    name: str
 '''
 
 
@@ -101,7 +106,7 @@ def test_the_names_a_class_sets_on_self_come_from_its_methods_and_its_bases(modu
 
 
 def test_settling_runs_none_of_a_class_s_own_code(module: types.ModuleType) -> None:
-    assert settle("settleprobe.") == 7
+    assert settle("settleprobe.") == 8
     assert module.CALLED == []
 
 
@@ -115,5 +120,8 @@ def test_a_record_s_init_is_compiled_and_instances_are_as_before(module: types.M
     assert vars(plain) == {"a": 1, "b": 2, "c": plain.c}  # nothing of the probe's
     plain.later(4)
     assert plain.d == 4
+    assert module.Frozen("f").name == "f"
+    with pytest.raises(AttributeError):  # FrozenInstanceError
+        module.Frozen("f").name = "g"
     guarded = module.Guarded()
     assert guarded.value == 0 and vars(guarded) == {"plain": 2} and module.CALLED == ["setter"]
