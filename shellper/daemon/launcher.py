@@ -376,7 +376,8 @@ def _inotify_watch(directory: str) -> int:
 def warm_up() -> None:
     """What the launcher does once so that its sessions need not after their fork, where each write copies a
     page it shares with the launcher: import what they run (PREWARM), settle its classes, and read what every
-    session reads the same (the boot id, cached: reading it imports the ascii codec)."""
+    session reads the same (the boot id, cached: reading it imports the ascii codec), and make what every
+    session makes the same (the libc handle prctl goes through: a ctypes class of its own each time)."""
     import importlib
 
     for module in PREWARM:  # what every session runs, and what some load later: shared, not copied
@@ -384,10 +385,13 @@ def warm_up() -> None:
             importlib.import_module(module)
     from shellper.daemon.settle import settle
     from shellper.host.identity import IdentityError, boot_id
+    from shellper.host.reaper import get_child_subreaper
 
     settle()
     with contextlib.suppress(IdentityError):
         boot_id()
+    with contextlib.suppress(OSError):
+        get_child_subreaper()  # a query: it loads the libc handle and prctl, which each session made anew
 
 
 def launcher_main(argv: list[str]) -> int:
