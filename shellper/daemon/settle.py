@@ -69,7 +69,7 @@ def _fill_shared_keys(cls: type) -> None:
         return
     names = dict.fromkeys(f.name for f in structs.fields(cls)) if record else {}
     names.update(dict.fromkeys(_self_attributes(cls)))
-    settable = [n for n in names if not hasattr(getattr(cls, n, None), "__set__")]
+    settable = [n for n in names if not _is_data_descriptor(cls, n)]
     if not settable:
         return
     try:
@@ -78,6 +78,15 @@ def _fill_shared_keys(cls: type) -> None:
         return
     for name in settable[:_SHARED_KEYS_MAX]:
         object.__setattr__(probe, name, None)
+
+
+def _is_data_descriptor(cls: type, name: str) -> bool:
+    """Whether ``name`` on ``cls`` is a property or the like (setting it would run its code), found in the
+    classes' own dicts: ``getattr`` on the class could run a descriptor's ``__get__``."""
+    for klass in cls.__mro__:
+        if name in vars(klass):
+            return hasattr(type(vars(klass)[name]), "__set__")
+    return False
 
 
 def _self_attributes(cls: type) -> list[str]:

@@ -43,11 +43,25 @@ class Guarded:
 
     @property
     def value(self):
+        CALLED.append("getter")
         return 0
 
     @value.setter
     def value(self, v):
         CALLED.append("setter")
+
+
+class Loud:
+    def __get__(self, obj, owner=None):
+        CALLED.append("__get__")
+        return 1
+
+
+class Shadowed:
+    loud = Loud()  # not a data descriptor: what __init__ sets shadows it
+
+    def __init__(self):
+        self.loud = 2
 
 
 class OwnSetattr:
@@ -106,7 +120,7 @@ def test_the_names_a_class_sets_on_self_come_from_its_methods_and_its_bases(modu
 
 
 def test_settling_runs_none_of_a_class_s_own_code(module: types.ModuleType) -> None:
-    assert settle("settleprobe.") == 8
+    assert settle("settleprobe.") == 10
     assert module.CALLED == []
 
 
@@ -124,4 +138,6 @@ def test_a_record_s_init_is_compiled_and_instances_are_as_before(module: types.M
     with pytest.raises(AttributeError):  # FrozenInstanceError
         module.Frozen("f").name = "g"
     guarded = module.Guarded()
-    assert guarded.value == 0 and vars(guarded) == {"plain": 2} and module.CALLED == ["setter"]
+    assert vars(guarded) == {"plain": 2} and module.CALLED == ["setter"]
+    assert module.Shadowed().loud == 2
+    assert guarded.value == 0 and module.CALLED == ["setter", "getter"]
