@@ -357,9 +357,11 @@ def _shed_inherited() -> None:
 def _inotify_watch(directory: str) -> int:
     """An inotify descriptor watching ``directory`` for its own removal and for changes to names in it."""
     import ctypes
-    import ctypes.util
 
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+    # The process's own symbols (libc's among them), not ctypes.util.find_library: that imports subprocess,
+    # threading, tempfile and random, whose at-fork hooks then ran in every session forked (twice: the
+    # intermediate and the daemon), copying their pages.
+    libc = ctypes.CDLL(None, use_errno=True)
     fd = int(libc.inotify_init1(os.O_CLOEXEC | os.O_NONBLOCK))
     if fd < 0:
         raise OSError(ctypes.get_errno(), "inotify_init1")
@@ -369,6 +371,27 @@ def _inotify_watch(directory: str) -> int:
         os.close(fd)
         raise OSError(err, f"inotify_add_watch {directory}")
     return fd
+
+
+def warm_up() -> None:
+    """What the launcher does once so that its sessions need not after their fork, where each write copies a
+    page it shares with the launcher: import what they run (PREWARM), settle its classes, and read what every
+    session reads the same (the boot id, cached: reading it imports the ascii codec), and make what every
+    session makes the same (the libc handle prctl goes through: a ctypes class of its own each time)."""
+    import importlib
+
+    for module in PREWARM:  # what every session runs, and what some load later: shared, not copied
+        with contextlib.suppress(ImportError):
+            importlib.import_module(module)
+    from shellper.daemon.settle import settle
+    from shellper.host.identity import IdentityError, boot_id
+    from shellper.host.reaper import get_child_subreaper
+
+    settle()
+    with contextlib.suppress(IdentityError):
+        boot_id()
+    with contextlib.suppress(OSError):
+        get_child_subreaper()  # a query: it loads the libc handle and prctl, which each session made anew
 
 
 def launcher_main(argv: list[str]) -> int:
@@ -400,12 +423,7 @@ def launcher_main(argv: list[str]) -> int:
         return 0
     try:
         launcher.cgroup = LauncherCgroup.move_out(directory)
-        import importlib
-
-        for module in PREWARM:  # what every session runs, and what some load later: shared, not copied
-            with contextlib.suppress(ImportError):
-                importlib.import_module(module)
-
+        warm_up()
         gc.collect()
         gc.freeze()  # what is imported stays out of every later collection: shared, never copied
         launcher.listen()
