@@ -500,6 +500,44 @@ def test_a_plain_run_is_handed_to_the_launcher_without_argparse(wd: WarmDir) -> 
     assert done.returncode != 0 and done.stderr.startswith("shellper: ") and "Traceback" not in done.stderr
 
 
+_QUICK_RUN = """
+import os, sys
+from shellper.cli.entry import entry
+real_exit = os._exit
+
+def leave(code):
+    with open(os.environ["MODULES_OUT"], "w") as f:
+        f.write("\\n".join(sorted(sys.modules)))
+    real_exit(code)
+
+os._exit = leave
+entry()
+"""
+QUICK_RUN_NEVER = {"socket", "selectors", "array", "shlex", "shellper.daemon", "shellper.daemon.prefork",
+                   "shellper.host.cgroup", "shellper.host.identity", "argparse", "shellper.cli.main",
+                   "shellper.cli.argtree", "subprocess", "hashlib", "typing"}
+"""What a warm `shellper run --dir D NAME --containment none -- cat` (the quick path) does without: socket.py
+(shellper.host.trust.connect_session_plain), the prefork's module and the cgroup code (a launch that starts no
+prefork and needs no scope), shlex (a --dir that needs no quotes), the parser."""
+
+
+def test_a_warm_quick_run_loads_nothing_it_does_not_use(wd: WarmDir, tmp_path: Path) -> None:
+    wd.ensure_launcher()
+    out = tmp_path / "modules"
+    done = subprocess.run([sys.executable, "-c", _QUICK_RUN, "--dir", str(wd.dir), "run", "--json", "quick",
+                           "--containment", "none", "--", "cat"], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "MODULES_OUT": str(out)})
+    assert done.returncode == 0, done.stderr
+    info = LaunchInfo.from_dict(json.loads(done.stdout))
+    wd.started.append(info)
+    assert is_warm(info)
+    loaded = set(out.read_text().split())
+    assert "shellper.client.warm" in loaded
+    assert loaded & QUICK_RUN_NEVER == set()
+    echoes(wd, "quick", b"quick")
+    wd.stop("quick")
+
+
 def test_ls_json_lists_the_launcher_after_the_sessions(wd: WarmDir) -> None:
     def listed() -> list[dict[str, object]]:
         done = subprocess.run([*SHELLPER_CLI, "--dir", str(wd.dir), "ls", "--json"], capture_output=True, text=True,
