@@ -1,5 +1,6 @@
 """What a launch waits for: the session reports ready before its first record's fsyncs (bench/NOTES.md, "A warm
-run's time, end to end"), which come right after, from the session's loop."""
+run's time, end to end"), which come right after, from the session's loop; a warm uncontained session's move back
+to its caller's cgroup runs in a thread while it sets up, and is waited for before its child is forked."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from pathlib import Path
 import pytest
 from support.sessions import Sessions
 
+from shellper.host import cgroup, warmstart
 from shellper.host import record as rec
-from shellper.host import warmstart
 from shellper.host.record import SessionRecord, read_record, sync_record, write_record
 
 _FSYNC_PROBE = """
@@ -88,3 +89,39 @@ def test_sync_record_never_follows_a_symlink(tmp_path: Path) -> None:
     (tmp_path / "r.json").symlink_to(target)
     with pytest.raises(OSError):
         sync_record(tmp_path / "r.json")
+
+
+def test_the_move_back_to_the_launchers_origin_runs_in_a_thread_and_is_waited_for(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """cgroup.start_back_to_launcher_origin: the write to the origin's cgroup.procs is made by another thread; the
+    next back_to_launcher_origin() waits for it and returns its outcome, and moves nothing twice."""
+    import _thread
+
+    origin = tmp_path / "origin"
+    origin.mkdir()
+    (origin / "cgroup.procs").write_text("")
+    writers: list[int] = []
+    real = cgroup._write
+
+    def noted(path: str, text: str) -> None:
+        writers.append(_thread.get_ident())
+        real(path, text)
+
+    monkeypatch.setattr(cgroup, "_write", noted)
+    monkeypatch.setattr(cgroup, "LAUNCHER_ORIGIN", [str(origin)])
+    cgroup.start_back_to_launcher_origin()
+    assert cgroup.back_to_launcher_origin() is None
+    assert writers != [] and writers[0] != _thread.get_ident() and len(writers) == 1
+    assert (origin / "cgroup.procs").read_text() == "0" and cgroup.LAUNCHER_ORIGIN == []
+    assert cgroup.back_to_launcher_origin() is None and len(writers) == 1, "moved once"
+
+    monkeypatch.setattr(cgroup, "LAUNCHER_ORIGIN", [str(tmp_path / "gone")])
+    cgroup.start_back_to_launcher_origin()
+    why = cgroup.back_to_launcher_origin()
+    assert why is not None and why.startswith("could not move into its caller's cgroup")
+
+
+def test_without_an_origin_nothing_moves_and_no_thread_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cgroup, "LAUNCHER_ORIGIN", [])
+    cgroup.start_back_to_launcher_origin()
+    assert cgroup._MOVING == [] and cgroup.back_to_launcher_origin() is None

@@ -427,6 +427,7 @@ def test_it_lives_in_a_cgroup_of_its_own_not_its_callers(wd: WarmDir) -> None:
         for info in (cold, warm_info):
             assert _cgroup(info.pid) == _cgroup(cold.pid)
             assert _own_leaf(info.pid) == jail, "an uncontained session lives where its caller does"
+            assert info.child_pid is not None and _own_leaf(info.child_pid) == jail, "its child forked after the move"
         for info in (cold, warm_info):
             wd.stop(info.name)
         poll_until(lambda: not Path(jail, "cgroup.procs").read_text().split(), what="the jail empty")

@@ -33,6 +33,10 @@ from shellper.core.errors import ShellperError
 from shellper.core.structs import record
 from shellper.host.identity import PidFd, ProcessGone
 
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
+if TYPE_CHECKING:
+    from _thread import LockType
+
 V2_MOUNTS = ("/sys/fs/cgroup", "/sys/fs/cgroup/unified")
 """Where a cgroup v2 hierarchy is looked for: the unified mount, or the v2 part of a hybrid one."""
 DEFAULT_PARENT_NAME = "shellper"
@@ -91,9 +95,45 @@ started by (shellper.host.launchercgroup), set in the fork. An uncontained sessi
 (:func:`back_to_launcher_origin`); a contained one makes its own leaf from where it is, as a cold one does."""
 
 
+_MOVING: list[tuple[LockType, list[str | None]]] = []
+"""The move :func:`start_back_to_launcher_origin` started: a lock held until it is done, and its outcome."""
+
+
+def start_back_to_launcher_origin() -> None:
+    """Start :func:`back_to_launcher_origin` in a thread of its own, if :data:`LAUNCHER_ORIGIN` is set: the move
+    waits for an RCU grace period (bench/NOTES.md, "A warm run's time, end to end"), which the session's set-up
+    then overlaps. The next back_to_launcher_origin() waits for it and returns its outcome; nothing may fork
+    before that (a child forked meanwhile would stay where it was born)."""
+    if not LAUNCHER_ORIGIN or _MOVING:
+        return
+    import _thread  # not threading: the daemon never loads it (tests/test_start_up_imports.py)
+
+    done = _thread.allocate_lock()
+    done.acquire()
+    outcome: list[str | None] = []
+
+    def move() -> None:
+        try:
+            outcome.append(_move_to_origin())
+        finally:
+            done.release()
+
+    _MOVING.append((done, outcome))
+    _thread.start_new_thread(move, ())
+
+
 def back_to_launcher_origin() -> str | None:
-    """Move this process into :data:`LAUNCHER_ORIGIN`, if set: where a cold start of the same caller would run.
-    Why it could not (the session then stays in the launcher's cgroup), else None."""
+    """Move this process into :data:`LAUNCHER_ORIGIN`, if set: where a cold start of the same caller would run
+    (or wait for the move :func:`start_back_to_launcher_origin` started). Why it could not (the session then
+    stays in the launcher's cgroup), else None."""
+    if _MOVING:
+        done, outcome = _MOVING.pop()
+        done.acquire()
+        return outcome[0] if outcome else "could not move into its caller's cgroup: the move failed"
+    return _move_to_origin()
+
+
+def _move_to_origin() -> str | None:
     if not LAUNCHER_ORIGIN:
         return None
     target = LAUNCHER_ORIGIN.pop()
