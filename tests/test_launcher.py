@@ -247,6 +247,29 @@ def test_a_stale_launcher_is_replaced_never_used(wd: WarmDir) -> None:
     wd.stop("s2")
 
 
+def test_a_launcher_whose_code_changes_on_disk_exits(wd: WarmDir, tmp_path: Path) -> None:
+    """A launcher watches its package's directories: a module written (or touched, added, removed) after it
+    started means a caller may run other code than it holds, so it exits at once, its files with it. The caller
+    sends only warmstart.code_identity() (no walk of the package); this is what keeps that exact."""
+    import shellper
+
+    copy = tmp_path / "pkg"
+    shutil.copytree(Path(shellper.__file__).parent, copy / "shellper")
+    env = {"PYTHONPATH": str(copy)}
+    for change in ("written", "added"):
+        subprocess.run([sys.executable, "-P", "-m", warm.LAUNCHER_MODULE, str(wd.dir)], env=env,
+                       start_new_session=True, check=True, timeout=30)
+        launcher = poll_until(wd.listening, what="the launcher of the copy listening")
+        assert _environ(launcher).get("PYTHONPATH") == str(copy), "it runs the copy"
+        if change == "written":
+            with open(copy / "shellper" / "core" / "names.py", "a") as module:
+                module.write("# changed\n")
+        else:
+            (copy / "shellper" / "core" / "added.py").write_text("")
+        assert wait_gone(launcher), f"a launcher whose package was {change} lives on"
+        assert not (wd.dir / warmstart.SOCKET_NAME).exists()
+
+
 def test_another_uid_cannot_start_a_session_through_it(wd: WarmDir) -> None:
     if os.geteuid() != 0:
         pytest.skip("acting as another user needs root")
@@ -255,7 +278,7 @@ def test_another_uid_cannot_start_a_session_through_it(wd: WarmDir) -> None:
     os.chmod(wd.dir, 0o711)  # as if misconfigured: only SO_PEERCRED stands between them and the launcher
     os.chmod(sock_path, 0o666)
     report_r, report_w = os.pipe()
-    request = {"stamp": warmstart.package_stamp(), **warmstart.caller_state(), "cwd": "/",
+    request = {"stamp": warmstart.code_identity(), **warmstart.caller_state(), "cwd": "/",
                "config": json.dumps({"name": "x", "argv": ["true"], "dir": str(wd.dir), "cwd": "/", "env": {}})}
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the other user
@@ -340,7 +363,7 @@ def test_a_bad_request_is_refused_unlogged_and_the_launcher_serves_on(wd: WarmDi
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.connect(str(wd.dir / warmstart.SOCKET_NAME))
-            warmstart.send_message(sock, {"stamp": warmstart.package_stamp(), "config": bad,
+            warmstart.send_message(sock, {"stamp": warmstart.code_identity(), "config": bad,
                                           **warmstart.caller_state()}, [ready_w])
             with pytest.raises((EOFError, warmstart.LauncherError, ConnectionResetError)):
                 warmstart.recv_message(sock)

@@ -54,7 +54,7 @@ def warm_launch(config: SessionConfig, directory: str) -> int | None:
         return None
     ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
     try:
-        warmstart.send_message(sock, {"stamp": warmstart.package_stamp(), "config": config.to_json(),
+        warmstart.send_message(sock, {"stamp": warmstart.code_identity(), "config": config.to_json(),
                                       **warmstart.caller_state()}, [ready_w])
         os.close(ready_w)
         ready_w = -1

@@ -52,6 +52,30 @@ def enabled() -> bool:
     return os.environ.get(LAUNCHER_ENV, "").lower() not in ("off", "0", "no", "false")
 
 
+def code_identity(root: str | None = None) -> str:
+    """Which code a caller runs, as its request says it: the version, the package's directory and that
+    directory's device and inode (one stat: a tree put in its place is another). A launcher runs the same code
+    while it also saw no change under that directory since it started (it watches it: shellper.daemon.launcher),
+    which :func:`package_stamp` (a walk of every file) would tell a caller only at the price of that walk on each
+    launch."""
+    root = root or _root()
+    st = os.stat(root)
+    return f"{shellper.__version__}:{root}:{st.st_dev}:{st.st_ino}"
+
+
+def package_dirs(root: str | None = None) -> list[str]:
+    """The package's directories, as :func:`package_stamp` walks them (not ``__pycache__``, nor a linked one)."""
+    found = []
+    for directory, subdirs, _ in os.walk(root or _root()):
+        subdirs[:] = [d for d in subdirs if d != "__pycache__"]
+        found.append(directory)
+    return found
+
+
+def _root() -> str:
+    return os.path.dirname(os.path.abspath(shellper.__file__))
+
+
 def package_stamp() -> str:
     """Which code this process runs: the version and a hash of every file of the package (path, size,
     mtime), so an upgrade or an edit in place makes a launcher started before it stale."""
@@ -60,7 +84,7 @@ def package_stamp() -> str:
     except ImportError:  # pragma: no cover - an interpreter built without it
         from hashlib import sha256
 
-    root = os.path.dirname(os.path.abspath(shellper.__file__))
+    root = _root()
     lines: list[str] = []
     _stamp_lines(root, "", lines)
     digest = sha256(shellper.__version__.encode())
