@@ -101,18 +101,20 @@ def test_the_move_back_to_the_launchers_origin_runs_in_a_thread_and_is_waited_fo
     origin.mkdir()
     (origin / "cgroup.procs").write_text("")
     writers: list[int] = []
-    real = cgroup._write
+    real = os.write
 
-    def noted(path: str, text: str) -> None:
-        writers.append(_thread.get_ident())
-        real(path, text)
+    def noted(fd: int, data: bytes) -> int:
+        if os.readlink(f"/proc/self/fd/{fd}") == str(origin / "cgroup.procs"):
+            writers.append(_thread.get_ident())
+        return real(fd, data)
 
-    monkeypatch.setattr(cgroup, "_write", noted)
+    monkeypatch.setattr(cgroup.os, "write", noted)
     monkeypatch.setattr(cgroup, "LAUNCHER_ORIGIN", [str(origin)])
     cgroup.start_back_to_launcher_origin()
+    assert cgroup.LAUNCHER_ORIGIN == []
     assert cgroup.back_to_launcher_origin() is None
-    assert writers != [] and writers[0] != _thread.get_ident() and len(writers) == 1
-    assert (origin / "cgroup.procs").read_text() == "0" and cgroup.LAUNCHER_ORIGIN == []
+    assert len(writers) == 1 and writers[0] != _thread.get_ident()
+    assert (origin / "cgroup.procs").read_text() == "0"
     assert cgroup.back_to_launcher_origin() is None and len(writers) == 1, "moved once"
 
     monkeypatch.setattr(cgroup, "LAUNCHER_ORIGIN", [str(tmp_path / "gone")])

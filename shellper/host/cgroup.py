@@ -103,23 +103,49 @@ def start_back_to_launcher_origin() -> None:
     """Start :func:`back_to_launcher_origin` in a thread of its own, if :data:`LAUNCHER_ORIGIN` is set: the move
     waits for an RCU grace period (bench/NOTES.md, "A warm run's time, end to end"), which the session's set-up
     then overlaps. The next back_to_launcher_origin() waits for it and returns its outcome; nothing may fork
-    before that (a child forked meanwhile would stay where it was born)."""
+    before that (a child forked meanwhile would stay where it was born).
+
+    The file is opened here and the thread only writes: this returns once the thread is in that write, which
+    holds no GIL, so the wait runs while the set-up does (a thread with Python to run first would wait for the
+    GIL until the set-up blocked, and start the grace period no sooner)."""
     if not LAUNCHER_ORIGIN or _MOVING:
         return
     import _thread  # not threading: the daemon never loads it (tests/test_start_up_imports.py)
 
+    target = LAUNCHER_ORIGIN.pop()
     done = _thread.allocate_lock()
     done.acquire()
     outcome: list[str | None] = []
+    _MOVING.append((done, outcome))
+    try:
+        fd = os.open(os.path.join(target, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        outcome.append(_not_moved(target, exc))
+        done.release()
+        return
+    writing = _thread.allocate_lock()
+    writing.acquire()
 
     def move() -> None:
         try:
-            outcome.append(_move_to_origin())
+            writing.release()
+            os.write(fd, b"0")
+            outcome.append(None)
+        except OSError as exc:
+            outcome.append(_not_moved(target, exc))
         finally:
+            os.close(fd)
             done.release()
 
-    _MOVING.append((done, outcome))
-    _thread.start_new_thread(move, ())
+    try:
+        _thread.start_new_thread(move, ())
+    except RuntimeError:  # no thread to be had (a limit): the move as before, here and now
+        move()
+    writing.acquire()
+
+
+def _not_moved(target: str, exc: OSError) -> str:
+    return f"could not move into its caller's cgroup {target}: {exc.strerror}"
 
 
 def back_to_launcher_origin() -> str | None:
@@ -140,7 +166,7 @@ def _move_to_origin() -> str | None:
     try:
         _write(os.path.join(target, "cgroup.procs"), "0")
     except OSError as exc:
-        return f"could not move into its caller's cgroup {target}: {exc.strerror}"
+        return _not_moved(target, exc)
     return None
 
 
