@@ -562,6 +562,28 @@ def test_a_warm_quick_run_loads_nothing_it_does_not_use(wd: WarmDir, tmp_path: P
     wd.stop("quick")
 
 
+def test_the_quick_path_fails_as_the_full_cli_does(wd: WarmDir) -> None:
+    """Bad input to a plain `run` where a launcher listens (the quick path, no parser) gives the exit status,
+    the stderr and the --json line the full CLI gives (SHELLPER_LAUNCHER=off: argparse and a cold start)."""
+    wd.ensure_launcher()
+    entry = "import sys; from shellper.cli.entry import entry; entry()"
+    running = wd.start("dup", ["cat"])
+    cases = (["bad/name", "--", "cat"], ["--json", "bad/name"], ["x1", "--cwd", "/nonexistent-l29", "--", "cat"],
+             ["--json", "x2", "--containment", "bogus", "--", "cat"], ["x3", "--", "/nonexistent-l29/prog"],
+             ["--json", "x4", "--", "/nonexistent-l29/prog"], ["dup", "--", "cat"], ["--json", "dup"])
+    for case in cases:
+        got = []
+        for launcher in ("on", "off"):
+            done = subprocess.run([sys.executable, "-c", entry, "--dir", str(wd.dir), "run", *case],
+                                  capture_output=True, text=True, timeout=60,
+                                  env={**os.environ, warmstart.LAUNCHER_ENV: launcher})
+            got.append((done.returncode, done.stdout, done.stderr))
+        assert got[0] == got[1], case
+        assert got[0][0] != 0 and got[0][2].startswith("shellper: ") and "Traceback" not in got[0][2], case
+    assert wait_gone(running.pid, 0) is False, "the running one is left alone"
+    wd.stop("dup")
+
+
 def test_ls_json_lists_the_launcher_after_the_sessions(wd: WarmDir) -> None:
     def listed() -> list[dict[str, object]]:
         done = subprocess.run([*SHELLPER_CLI, "--dir", str(wd.dir), "ls", "--json"], capture_output=True, text=True,
