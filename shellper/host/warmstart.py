@@ -52,21 +52,21 @@ def enabled() -> bool:
     return os.environ.get(LAUNCHER_ENV, "").lower() not in ("off", "0", "no", "false")
 
 
-def code_identity(root: str | None = None) -> str:
+def code_identity() -> str:
     """Which code a caller runs, as its request says it: the version, the package's directory and that
     directory's device and inode (one stat: a tree put in its place is another). A launcher runs the same code
     while it also saw no change under that directory since it started (it watches it: shellper.daemon.launcher),
     which :func:`package_stamp` (a walk of every file) would tell a caller only at the price of that walk on each
     launch."""
-    root = root or _root()
+    root = _root()
     st = os.stat(root)
     return f"{shellper.__version__}:{root}:{st.st_dev}:{st.st_ino}"
 
 
-def package_dirs(root: str | None = None) -> list[str]:
+def package_dirs() -> list[str]:
     """The package's directories, as :func:`package_stamp` walks them (not ``__pycache__``, nor a linked one)."""
     found = []
-    for directory, subdirs, _ in os.walk(root or _root()):
+    for directory, subdirs, _ in os.walk(_root()):
         subdirs[:] = [d for d in subdirs if d != "__pycache__"]
         found.append(directory)
     return found
@@ -95,7 +95,7 @@ def package_stamp() -> str:
 def _stamp_lines(root: str, below: str, lines: list[str]) -> None:
     """``below/NAME.py:size:mtime_ns`` of each module in ``root + below``, then of its subpackages (sorted, but
     ``__pycache__``), as os.walk visits them; one scandir a directory and a stat relative to it a file, half
-    of what os.walk took (every request carries the stamp)."""
+    of what os.walk took (a launcher's start and ``ls --json`` take it; a request carries code_identity)."""
     try:
         with os.scandir(root + below) as it:
             entries = sorted((entry.name, entry) for entry in it)
