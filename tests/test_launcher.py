@@ -247,6 +247,29 @@ def test_a_stale_launcher_is_replaced_never_used(wd: WarmDir) -> None:
     wd.stop("s2")
 
 
+def test_a_launcher_whose_code_changes_on_disk_exits(wd: WarmDir, tmp_path: Path) -> None:
+    """A launcher watches its package's directories: a module written (or touched, added, removed) after it
+    started means a caller may run other code than it holds, so it exits at once, its files with it. The caller
+    sends only warmstart.code_identity() (no walk of the package); this is what keeps that exact."""
+    import shellper
+
+    copy = tmp_path / "pkg"
+    shutil.copytree(Path(shellper.__file__).parent, copy / "shellper")
+    env = {"PYTHONPATH": str(copy)}
+    for change in ("written", "added"):
+        subprocess.run([sys.executable, "-P", "-m", warm.LAUNCHER_MODULE, str(wd.dir)], env=env,
+                       start_new_session=True, check=True, timeout=30)
+        launcher = poll_until(wd.listening, what="the launcher of the copy listening")
+        assert _environ(launcher).get("PYTHONPATH") == str(copy), "it runs the copy"
+        if change == "written":
+            with open(copy / "shellper" / "core" / "names.py", "a") as module:
+                module.write("# changed\n")
+        else:
+            (copy / "shellper" / "core" / "added.py").write_text("")
+        assert wait_gone(launcher), f"a launcher whose package was {change} lives on"
+        assert not (wd.dir / warmstart.SOCKET_NAME).exists()
+
+
 def test_another_uid_cannot_start_a_session_through_it(wd: WarmDir) -> None:
     if os.geteuid() != 0:
         pytest.skip("acting as another user needs root")
@@ -255,7 +278,7 @@ def test_another_uid_cannot_start_a_session_through_it(wd: WarmDir) -> None:
     os.chmod(wd.dir, 0o711)  # as if misconfigured: only SO_PEERCRED stands between them and the launcher
     os.chmod(sock_path, 0o666)
     report_r, report_w = os.pipe()
-    request = {"stamp": warmstart.package_stamp(), **warmstart.caller_state(), "cwd": "/",
+    request = {"stamp": warmstart.code_identity(), **warmstart.caller_state(), "cwd": "/",
                "config": json.dumps({"name": "x", "argv": ["true"], "dir": str(wd.dir), "cwd": "/", "env": {}})}
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the other user
@@ -340,7 +363,7 @@ def test_a_bad_request_is_refused_unlogged_and_the_launcher_serves_on(wd: WarmDi
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.connect(str(wd.dir / warmstart.SOCKET_NAME))
-            warmstart.send_message(sock, {"stamp": warmstart.package_stamp(), "config": bad,
+            warmstart.send_message(sock, {"stamp": warmstart.code_identity(), "config": bad,
                                           **warmstart.caller_state()}, [ready_w])
             with pytest.raises((EOFError, warmstart.LauncherError, ConnectionResetError)):
                 warmstart.recv_message(sock)
@@ -427,6 +450,7 @@ def test_it_lives_in_a_cgroup_of_its_own_not_its_callers(wd: WarmDir) -> None:
         for info in (cold, warm_info):
             assert _cgroup(info.pid) == _cgroup(cold.pid)
             assert _own_leaf(info.pid) == jail, "an uncontained session lives where its caller does"
+            assert info.child_pid is not None and _own_leaf(info.child_pid) == jail, "its child forked after the move"
         for info in (cold, warm_info):
             wd.stop(info.name)
         poll_until(lambda: not Path(jail, "cgroup.procs").read_text().split(), what="the jail empty")
@@ -498,6 +522,66 @@ def test_a_plain_run_is_handed_to_the_launcher_without_argparse(wd: WarmDir) -> 
     done = subprocess.run([sys.executable, "-c", entry, "--dir", str(wd.dir), "run", "--json", "bad/name", "--",
                            "cat"], capture_output=True, text=True, timeout=60)
     assert done.returncode != 0 and done.stderr.startswith("shellper: ") and "Traceback" not in done.stderr
+
+
+_QUICK_RUN = """
+import os, sys
+from shellper.cli.entry import entry
+real_exit = os._exit
+
+def leave(code):
+    with open(os.environ["MODULES_OUT"], "w") as f:
+        f.write("\\n".join(sorted(sys.modules)))
+    real_exit(code)
+
+os._exit = leave
+entry()
+"""
+QUICK_RUN_NEVER = {"socket", "selectors", "array", "shlex", "shellper.daemon", "shellper.daemon.prefork",
+                   "shellper.host.cgroup", "shellper.host.identity", "argparse", "shellper.cli.main",
+                   "shellper.cli.argtree", "subprocess", "hashlib", "typing"}
+"""What a warm `shellper run --dir D NAME --containment none -- cat` (the quick path) does without: socket.py
+(shellper.host.trust.connect_session_plain), the prefork's module and the cgroup code (a launch that starts no
+prefork and needs no scope), shlex (a --dir that needs no quotes), the parser."""
+
+
+def test_a_warm_quick_run_loads_nothing_it_does_not_use(wd: WarmDir, tmp_path: Path) -> None:
+    wd.ensure_launcher()
+    out = tmp_path / "modules"
+    done = subprocess.run([sys.executable, "-c", _QUICK_RUN, "--dir", str(wd.dir), "run", "--json", "quick",
+                           "--containment", "none", "--", "cat"], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "MODULES_OUT": str(out)})
+    assert done.returncode == 0, done.stderr
+    info = LaunchInfo.from_dict(json.loads(done.stdout))
+    wd.started.append(info)
+    assert is_warm(info)
+    loaded = set(out.read_text().split())
+    assert "shellper.client.warm" in loaded
+    assert loaded & QUICK_RUN_NEVER == set()
+    echoes(wd, "quick", b"quick")
+    wd.stop("quick")
+
+
+def test_the_quick_path_fails_as_the_full_cli_does(wd: WarmDir) -> None:
+    """Bad input to a plain `run` where a launcher listens (the quick path, no parser) gives the exit status,
+    the stderr and the --json line the full CLI gives (SHELLPER_LAUNCHER=off: argparse and a cold start)."""
+    wd.ensure_launcher()
+    entry = "import sys; from shellper.cli.entry import entry; entry()"
+    running = wd.start("dup", ["cat"])
+    cases = (["bad/name", "--", "cat"], ["--json", "bad/name"], ["x1", "--cwd", "/nonexistent-l29", "--", "cat"],
+             ["--json", "x2", "--containment", "bogus", "--", "cat"], ["x3", "--", "/nonexistent-l29/prog"],
+             ["--json", "x4", "--", "/nonexistent-l29/prog"], ["dup", "--", "cat"], ["--json", "dup"])
+    for case in cases:
+        got = []
+        for launcher in ("on", "off"):
+            done = subprocess.run([sys.executable, "-c", entry, "--dir", str(wd.dir), "run", *case],
+                                  capture_output=True, text=True, timeout=60,
+                                  env={**os.environ, warmstart.LAUNCHER_ENV: launcher})
+            got.append((done.returncode, done.stdout, done.stderr))
+        assert got[0] == got[1], case
+        assert got[0][0] != 0 and got[0][2].startswith("shellper: ") and "Traceback" not in got[0][2], case
+    assert wait_gone(running.pid, 0) is False, "the running one is left alone"
+    wd.stop("dup")
 
 
 def test_ls_json_lists_the_launcher_after_the_sessions(wd: WarmDir) -> None:

@@ -110,9 +110,9 @@ COMMAND = {"shellper", "shellper.cli", "shellper.cli.argscan", "shellper.cli.arg
            "shellper.cli.options", "shellper.client", "shellper.core", "shellper.core.containment",
            "shellper.core.defaults", "shellper.core.errors", "shellper.core.exitrecord", "shellper.core.names",
            "shellper.core.owner", "shellper.core.signals", "shellper.core.states", "shellper.core.structs",
-           "shellper.core.trust", "shellper.daemon", "shellper.daemon.prefork", "shellper.host",
-           "shellper.host.paths", "shellper.host.record"}
-"""What every command parsed by argparse loads (``shellper.cli.main``)."""
+           "shellper.core.trust", "shellper.host", "shellper.host.paths", "shellper.host.record"}
+"""What every command parsed by argparse loads (``shellper.cli.main``): not the prefork's module, which only a
+launch that starts one imports (issue 29)."""
 _TALKS = {"shellper.client.blocking", "shellper.core.peertext", "shellper.host.trust", "shellper.protocol",
           "shellper.protocol.connection", "shellper.protocol.wire"}
 LS = COMMAND | _TALKS | {"shellper.cli.commands.ls", "shellper.cli.show", "shellper.client.sessions",

@@ -2,7 +2,8 @@
 else a prefork (for ``run``) and the CLI.
 
 Like :mod:`shellper.daemon.prefork` and :mod:`shellper.cli.argscan` (with the option table it reads), this
-imports only os and sys at first, so the prefork is started before any of the package's other imports.
+imports only os and sys at first, so the prefork is started before any of the package's other imports (the
+prefork's module only when one is started: the quick paths need none).
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import os
 import sys
 
 from shellper.cli.argscan import Scan, may_detach, names_a_host, scan
-from shellper.daemon.prefork import Prefork
 
 
 def entry() -> None:
@@ -48,7 +48,11 @@ def entry() -> None:
         code = run_main(line)
         if code is not None:
             _leave(code)
-    prefork = Prefork.start(_label(line)) if may_detach(line) and not listens else None
+    prefork = None
+    if may_detach(line) and not listens:  # imported here: a quick path that returned needed none (nor signal)
+        from shellper.daemon.prefork import Prefork
+
+        prefork = Prefork.start(_label(line))
     try:
         from shellper.cli.main import main
 

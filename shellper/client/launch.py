@@ -23,7 +23,6 @@ from shellper.core.config import SessionConfig
 from shellper.core.launchfailure import LaunchError as LaunchError  # re-exported: launch() raises it
 from shellper.core.launchfailure import LaunchFailure as LaunchFailure  # re-exported: LaunchError.reason
 from shellper.core.structs import fields, record
-from shellper.host.cgroup import scope_prefix
 from shellper.host.paths import SessionPaths, open_nofollow
 from shellper.host.prelaunch import prepare as prepare  # re-exported: what launch() checks first
 from shellper.host.prelaunch import with_owner as with_owner
@@ -112,7 +111,7 @@ def launch(
     event loop). The ``shellper`` CLI starts it through shellper.daemon.prefork instead: ``prefork``, the
     one it may have started before parsing, else one ``start_prefork`` (``Prefork.start``) starts now.
     """
-    scope = None if config.containment == "none" else scope_prefix(config.name, config.cgroup_parent)
+    scope = None if config.containment == "none" else _scope_prefix(config)
     if scope is not None and prefork is not None:
         prefork.cancel()  # a prefork would stay in the caller's cgroup: start one inside a systemd scope
     prepared: tuple[SessionConfig, SessionPaths] | None = None
@@ -198,6 +197,13 @@ def _cold_launch(config: SessionConfig, timeout: float, scope: list[str] | None,
     finally:
         os.close(ready_r)
     return _launch_reply(config, paths, reply)
+
+
+def _scope_prefix(config: SessionConfig) -> list[str] | None:
+    """shellper.host.cgroup.scope_prefix, imported only by a launch that may need a scope (not ``none``)."""
+    from shellper.host.cgroup import scope_prefix
+
+    return scope_prefix(config.name, config.cgroup_parent)
 
 
 def _launcher_wanted() -> bool:

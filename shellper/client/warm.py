@@ -16,7 +16,7 @@ import sys
 
 from shellper.core.errors import ShellperError
 from shellper.host import warmstart
-from shellper.host.trust import connect_session
+from shellper.host.trust import connect_session_plain
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ def warm_launch(config: SessionConfig, directory: str) -> int | None:
         return None
     path = os.path.join(directory, warmstart.SOCKET_NAME)
     try:
-        sock = connect_session(path, 5.0)
+        sock = connect_session_plain(path, 5.0)
     except OSError as exc:
         if exc.errno in (errno.ENOENT, errno.ECONNREFUSED):  # none yet, or one that was killed
             start_launcher(directory, wait=False)
@@ -54,17 +54,17 @@ def warm_launch(config: SessionConfig, directory: str) -> int | None:
         return None
     ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
     try:
-        with sock:
-            warmstart.send_message(sock, {"stamp": warmstart.package_stamp(), "config": config.to_json(),
-                                          **warmstart.caller_state()}, [ready_w])
-            os.close(ready_w)
-            ready_w = -1
-            reply, _ = warmstart.recv_message(sock)
+        warmstart.send_message(sock, {"stamp": warmstart.code_identity(), "config": config.to_json(),
+                                      **warmstart.caller_state()}, [ready_w])
+        os.close(ready_w)
+        ready_w = -1
+        reply, _ = warmstart.recv_message(sock)
     except (OSError, ValueError, EOFError, ShellperError) as exc:  # EOFError: it closed without an answer
         os.close(ready_r)
         _log_once(directory, f"cold start: the launcher failed: {exc}")
         return None
     finally:
+        sock.close()
         if ready_w >= 0:
             os.close(ready_w)
     if reply.get("ok") is True:

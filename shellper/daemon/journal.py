@@ -15,7 +15,7 @@ import time
 from collections import deque
 
 from shellper.core.states import SessionState
-from shellper.host.record import RecordError, SessionLock, write_record
+from shellper.host.record import RecordError, SessionLock, sync_record, write_record
 from shellper.protocol import wire
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
@@ -53,6 +53,10 @@ class Journal:
         """The record as it should read now (the session gathers it)."""
         self._publish = publish
         """Sends an encoded EVENT to the clients that want events."""
+        self.unsynced = False
+        """Until the session has reported ready (:meth:`sync`), records are written without their fsyncs: they
+        are waits for the disk on the launch path, and only a crash of the machine, which ends the session too,
+        could tell the difference. True from :meth:`defer_sync` until :meth:`sync`."""
 
     # ----------------------------------------------------------------------------------- events
 
@@ -110,7 +114,7 @@ class Journal:
             return
         record = self._describe()
         try:
-            write_record(self.paths.record, record)
+            write_record(self.paths.record, record, sync=not self.unsynced)
         except (OSError, RecordError) as exc:  # disk full, directory removed: keep serving, say so
             if self.record_error is None:
                 self.log.write(f"could not write record {self.paths.record}: {exc}")
@@ -119,6 +123,23 @@ class Journal:
             if self.record_error is not None:
                 self.log.write(f"record written again after: {self.record_error}")
             self.record_error = None
+
+    def defer_sync(self) -> None:
+        """Write records without fsyncs until :meth:`sync` (the start, before the session reports ready)."""
+        self.unsynced = True
+
+    def sync(self) -> None:
+        """Make the records written since :meth:`defer_sync` durable (the record file and its directory), and
+        write the next ones with their fsyncs again."""
+        if not self.unsynced:
+            return
+        self.unsynced = False
+        if self.lock is None or not self.lock_is_ours() or self.record_error is not None:
+            return  # stopped, displaced or not written: nothing of ours to make durable
+        try:
+            sync_record(self.paths.record)
+        except OSError as exc:
+            self.log.write(f"could not fsync record {self.paths.record}: {exc}")
 
     # ----------------------------------------------------------------------------------- the lock
 

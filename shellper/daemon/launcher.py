@@ -55,6 +55,12 @@ loading privately. tests/test_start_up_imports.py holds it to what a session loa
 _UCRED = struct.Struct("3i")
 _IN_DELETE_SELF, _IN_MOVE_SELF, _IN_DELETE, _IN_MOVED_FROM, _IN_MOVED_TO = 0x400, 0x800, 0x200, 0x40, 0x80
 _IN_IGNORED = 0x8000
+_IN_MODIFY, _IN_ATTRIB, _IN_CREATE, _IN_Q_OVERFLOW, _IN_ISDIR = 0x2, 0x4, 0x100, 0x4000, 0x40000000
+_IN_ONLYDIR = 0x01000000
+_CODE_MASK = (_IN_MODIFY | _IN_ATTRIB | _IN_CREATE | _IN_DELETE | _IN_MOVED_FROM | _IN_MOVED_TO | _IN_DELETE_SELF
+              | _IN_MOVE_SELF | _IN_ONLYDIR)
+"""What changes the package's code as warmstart.package_stamp sees it: a module written, touched, added, removed
+or renamed, a directory added or removed, the package directory itself removed or moved."""
 _IN_EVENT = struct.Struct("iIII")
 _OUR_NAMES = {warmstart.SOCKET_NAME, warmstart.LOCK_NAME}
 _KEPT_ENV = {"PYTHONPATH", "LC_CTYPE", "SHELLPER_CGROUP_PARENT"}
@@ -79,13 +85,18 @@ def _ended(signum: int, frame: object) -> None:
 class Launcher:
     """The resident process's state: its socket, lock, directory watch and the stamp of the code it runs."""
 
-    def __init__(self, directory: str, stamp: str, idle: float = warmstart.IDLE_EXIT) -> None:
+    def __init__(self, directory: str, stamp: str, identity: str, idle: float = warmstart.IDLE_EXIT) -> None:
         self.directory = directory
         self.stamp = stamp
+        """warmstart.package_stamp() as it started (its lock file says it, for ``ls --json``)."""
+        self.identity = identity
+        """warmstart.code_identity() as it started: what a caller running the same code sends."""
         self.idle = idle
         self.socket_path = os.path.join(directory, warmstart.SOCKET_NAME)
         self.lock_fd = -1
         self.watch_fd = -1
+        """One inotify descriptor: the package's directories (:meth:`watch_code`), then the runtime directory."""
+        self.directory_wd = -1
         self.listener: socket.socket | None = None
         self.socket_ino = 0
         self.started = 0
@@ -96,6 +107,15 @@ class Launcher:
         """Its caller's cgroups (/proc/PID/cgroup), read before it moved: a caller elsewhere starts cold."""
         self.cgroup = LauncherCgroup(None, None)
         self.log_made = False
+
+    def watch_code(self) -> None:
+        """Watch every directory of the package (warmstart.package_dirs) for a change to its code, before the
+        stamp is taken and the modules imported: once one comes, this launcher's code may no longer be what a
+        caller runs, and it exits (:meth:`_watched`), so no caller needs the stamp (a walk of the package) to
+        tell."""
+        self.watch_fd = _inotify_open()
+        for directory in warmstart.package_dirs():
+            _add_watch(self.watch_fd, directory, _CODE_MASK)
 
     def claim(self) -> bool:
         """Take the directory's launcher lock; False if another launcher holds it or the directory is not
@@ -116,7 +136,8 @@ class Launcher:
         # A socket a launcher killed before it could remove it (we hold the lock): removed before the watch
         # starts, which would take its removal for someone else's.
         unlink_if_socket(self.socket_path)
-        self.watch_fd = _inotify_watch(self.directory)
+        self.directory_wd = _add_watch(self.watch_fd, self.directory, _IN_DELETE_SELF | _IN_MOVE_SELF | _IN_DELETE
+                                       | _IN_MOVED_FROM | _IN_MOVED_TO | _IN_ONLYDIR)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         old = os.umask(0o177)
         try:
@@ -167,14 +188,19 @@ class Launcher:
         except BlockingIOError:
             return None
         offset = 0
+        changed = None
         while offset < len(data):
-            _, mask, _, length = _IN_EVENT.unpack_from(data, offset)
+            wd, mask, _, length = _IN_EVENT.unpack_from(data, offset)
             name = data[offset + _IN_EVENT.size:offset + _IN_EVENT.size + length].rstrip(b"\0").decode(errors="replace")
             offset += _IN_EVENT.size + length
-            if mask & (_IN_DELETE_SELF | _IN_MOVE_SELF | _IN_IGNORED) or name in _OUR_NAMES:
-                self.removed = True
-                return f"its {name or 'runtime directory'} was removed or replaced"
-        return None
+            if wd == self.directory_wd:
+                if mask & (_IN_DELETE_SELF | _IN_MOVE_SELF | _IN_IGNORED) or name in _OUR_NAMES:
+                    self.removed = True
+                    return f"its {name or 'runtime directory'} was removed or replaced"
+            elif mask & (_IN_Q_OVERFLOW | _IN_DELETE_SELF | _IN_MOVE_SELF) or name.endswith(".py") \
+                    or (mask & _IN_ISDIR and name != "__pycache__"):
+                changed = changed or f"stale: its code changed on disk ({name or 'a package directory'})"
+        return changed
 
     def _accept(self) -> str | None:
         assert self.listener is not None
@@ -201,9 +227,15 @@ class Launcher:
             return None
         message, fds = warmstart.recv_message(conn, with_fds=1)
         try:
-            if message.get("stamp") != self.stamp:
-                warmstart.send_message(conn, {"stale": f"launcher runs {self.stamp}, caller {message.get('stamp')}"})
-                return f"stale: a caller runs other code ({message.get('stamp')})"
+            # A change queued before this caller connected, which poll has not reported yet: never the old code.
+            why = self._watched()
+            if why is not None and self.removed:
+                warmstart.send_message(conn, {"cold": why})
+                return why
+            if why is not None or message.get("stamp") != self.identity:
+                warmstart.send_message(conn, {"stale": why or f"launcher runs {self.identity}, caller "
+                                                             f"{message.get('stamp')}"})
+                return why or f"stale: a caller runs other code ({message.get('stamp')})"
             refusal = _refusal(pid, message, self.origin) or (None if len(fds) == 1 else "no readiness pipe came")
             if refusal is not None:
                 warmstart.send_message(conn, {"cold": refusal})
@@ -354,23 +386,33 @@ def _shed_inherited() -> None:
         os.execve(sys.executable, [sys.executable, "-P", "-m", "shellper.daemon.launcher", *sys.argv[1:]], env)
 
 
-def _inotify_watch(directory: str) -> int:
-    """An inotify descriptor watching ``directory`` for its own removal and for changes to names in it."""
+def _libc() -> Any:
     import ctypes
 
     # The process's own symbols (libc's among them), not ctypes.util.find_library: that imports subprocess,
     # threading, tempfile and random, whose at-fork hooks then ran in every session forked (twice: the
     # intermediate and the daemon), copying their pages.
-    libc = ctypes.CDLL(None, use_errno=True)
-    fd = int(libc.inotify_init1(os.O_CLOEXEC | os.O_NONBLOCK))
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _inotify_open() -> int:
+    """A non-blocking inotify descriptor, without watches yet."""
+    import ctypes
+
+    fd = int(_libc().inotify_init1(os.O_CLOEXEC | os.O_NONBLOCK))
     if fd < 0:
         raise OSError(ctypes.get_errno(), "inotify_init1")
-    mask = _IN_DELETE_SELF | _IN_MOVE_SELF | _IN_DELETE | _IN_MOVED_FROM | _IN_MOVED_TO | 0x01000000  # IN_ONLYDIR
-    if libc.inotify_add_watch(fd, os.fsencode(directory), mask) < 0:
-        err = ctypes.get_errno()
-        os.close(fd)
-        raise OSError(err, f"inotify_add_watch {directory}")
     return fd
+
+
+def _add_watch(fd: int, directory: str, mask: int) -> int:
+    """Watch ``directory`` on the inotify descriptor ``fd`` (its watch descriptor)."""
+    import ctypes
+
+    wd = int(_libc().inotify_add_watch(fd, os.fsencode(directory), mask))
+    if wd < 0:
+        raise OSError(ctypes.get_errno(), f"inotify_add_watch {directory}")
+    return wd
 
 
 def warm_up() -> None:
@@ -408,11 +450,13 @@ def launcher_main(argv: list[str]) -> int:
     if os.fork():
         return 0  # the spawner reaps this one; the launcher is nobody's child
     directory = argv[0]
-    stamp = stamp or warmstart.package_stamp()
-    launcher = Launcher(directory, stamp, idle)
+    launcher = Launcher(directory, stamp, stamp, idle)
     for sig in _EXIT_SIGNALS:
         _BEFORE[sig] = signal.signal(sig, _ended)
     try:
+        launcher.watch_code()  # first: a change from here on makes it stale, whatever it read or imported
+        launcher.stamp = stamp or warmstart.package_stamp()
+        launcher.identity = stamp or warmstart.code_identity()
         if not launcher.claim():
             return 0
     except OSError as exc:

@@ -39,6 +39,10 @@ def detached_daemon(config: SessionConfig, ready_fd: int) -> int:
     if os.fork():
         return 0  # the launcher reaps this intermediate; the daemon is nobody's child to wait for
     os.set_inheritable(ready_fd, False)
+    if config.containment == "none":  # forked warm: back to the caller's cgroup while the session sets up
+        from shellper.host.cgroup import start_back_to_launcher_origin
+
+        start_back_to_launcher_origin()
     paths = SessionPaths.for_name(config.dir, config.name)
     log = LogFile(paths.log)
 

@@ -405,8 +405,10 @@ def serve(config: SessionConfig, paths: SessionPaths, log: LogFile,
     loop.on_error = report
     try:
         session = Session(config, paths, log, loop)
+        session.journal.defer_sync()  # the record's fsyncs wait until the caller has its answer
         session.start()
         on_ready(session.info_line())
+        loop.call_soon(session.journal.sync)
         loop.call_soon(session.tree.join)
         loop.run()
     finally:

@@ -131,7 +131,8 @@ class SessionTree:
 
     def _uncontained(self) -> None:
         """Without a cgroup of its own: where a cold start would run (a warm launcher's session goes back to its
-        caller's cgroup, on the launch path: an RCU grace period), and never inside another session's."""
+        caller's cgroup, on the launch path: an RCU grace period, which a ``--containment none`` one started in a
+        thread as it began, shellper.daemon.main), and never inside another session's. Before the child's fork."""
         failed = back_to_launcher_origin()
         if failed:
             self.log.write(failed)

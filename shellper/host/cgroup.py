@@ -34,6 +34,10 @@ from shellper.core.errors import ShellperError
 from shellper.core.structs import record
 from shellper.host.identity import PidFd, ProcessGone
 
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
+if TYPE_CHECKING:
+    from _thread import LockType
+
 V2_MOUNTS = ("/sys/fs/cgroup", "/sys/fs/cgroup/unified")
 """Where a cgroup v2 hierarchy is looked for: the unified mount, or the v2 part of a hybrid one."""
 DEFAULT_PARENT_NAME = "shellper"
@@ -92,16 +96,78 @@ started by (shellper.host.launchercgroup), set in the fork. An uncontained sessi
 (:func:`back_to_launcher_origin`); a contained one makes its own leaf from where it is, as a cold one does."""
 
 
+_MOVING: list[tuple[LockType, list[str | None]]] = []
+"""The move :func:`start_back_to_launcher_origin` started: a lock held until it is done, and its outcome."""
+
+
+def start_back_to_launcher_origin() -> None:
+    """Start :func:`back_to_launcher_origin` in a thread of its own, if :data:`LAUNCHER_ORIGIN` is set: the move
+    waits for an RCU grace period (bench/NOTES.md, "A warm run's time, end to end"), which the session's set-up
+    then overlaps. The next back_to_launcher_origin() waits for it and returns its outcome; nothing may fork
+    before that (a child forked meanwhile would stay where it was born).
+
+    The file is opened here and the thread only writes: this returns once the thread is in that write, which
+    holds no GIL, so the wait runs while the set-up does (a thread with Python to run first would wait for the
+    GIL until the set-up blocked, and start the grace period no sooner)."""
+    if not LAUNCHER_ORIGIN or _MOVING:
+        return
+    import _thread  # not threading: the daemon never loads it (tests/test_start_up_imports.py)
+
+    target = LAUNCHER_ORIGIN.pop()
+    done = _thread.allocate_lock()
+    done.acquire()
+    outcome: list[str | None] = []
+    _MOVING.append((done, outcome))
+    try:
+        fd = os.open(os.path.join(target, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        outcome.append(_not_moved(target, exc))
+        done.release()
+        return
+    writing = _thread.allocate_lock()
+    writing.acquire()
+
+    def move() -> None:
+        try:
+            writing.release()
+            os.write(fd, b"0")
+            outcome.append(None)
+        except OSError as exc:
+            outcome.append(_not_moved(target, exc))
+        finally:
+            os.close(fd)
+            done.release()
+
+    try:
+        _thread.start_new_thread(move, ())
+    except RuntimeError:  # no thread to be had (a limit): the move as before, here and now
+        move()
+    writing.acquire()
+
+
+def _not_moved(target: str, exc: OSError) -> str:
+    return f"could not move into its caller's cgroup {target}: {exc.strerror}"
+
+
 def back_to_launcher_origin() -> str | None:
-    """Move this process into :data:`LAUNCHER_ORIGIN`, if set: where a cold start of the same caller would run.
-    Why it could not (the session then stays in the launcher's cgroup), else None."""
+    """Move this process into :data:`LAUNCHER_ORIGIN`, if set: where a cold start of the same caller would run
+    (or wait for the move :func:`start_back_to_launcher_origin` started). Why it could not (the session then
+    stays in the launcher's cgroup), else None."""
+    if _MOVING:
+        done, outcome = _MOVING.pop()
+        done.acquire()
+        return outcome[0] if outcome else "could not move into its caller's cgroup: the move failed"
+    return _move_to_origin()
+
+
+def _move_to_origin() -> str | None:
     if not LAUNCHER_ORIGIN:
         return None
     target = LAUNCHER_ORIGIN.pop()
     try:
         _write(os.path.join(target, "cgroup.procs"), "0")
     except OSError as exc:
-        return f"could not move into its caller's cgroup {target}: {exc.strerror}"
+        return _not_moved(target, exc)
     return None
 
 

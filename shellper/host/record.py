@@ -317,11 +317,13 @@ def _fsync_dir(directory: str) -> None:
         os.close(fd)
 
 
-def write_record(path: str | os.PathLike[str], record: SessionRecord) -> None:
+def write_record(path: str | os.PathLike[str], record: SessionRecord, *, sync: bool = True) -> None:
     """Atomically replace ``path`` with ``record`` (temp file 0600 in the same dir, fsync, rename, fsync dir).
 
     A symlink planted at ``path`` is replaced by the rename, never written through; a directory there
     is refused. Failures raise RecordError (with ``errno`` set for I/O errors); the temp file is removed.
+    ``sync=False`` leaves out both fsyncs, for :func:`sync_record` to make later: a reader on this machine
+    sees the same file either way; only a crash of the machine in between can lose or empty it.
     """
     p = os.fspath(path)
     try:
@@ -349,7 +351,8 @@ def write_record(path: str | os.PathLike[str], record: SessionRecord) -> None:
             while view:
                 n = os.write(fd, view)
                 view = view[n:]
-            os.fsync(fd)
+            if sync:
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.rename(tmp, p)
@@ -359,10 +362,24 @@ def write_record(path: str | os.PathLike[str], record: SessionRecord) -> None:
     except BaseException:
         _silent_unlink(tmp)
         raise
+    if not sync:
+        return
     try:
         _fsync_dir(directory or ".")
     except OSError as e:
         raise RecordError(p, f"written, but fsync of the directory failed: {e.strerror}", e.errno) from e
+
+
+def sync_record(path: str | os.PathLike[str]) -> None:
+    """Make a record written with ``write_record(..., sync=False)`` durable: fsync the file now at ``path``
+    (never through a symlink), then its directory. OSError if either fails."""
+    p = os.fspath(path)
+    fd = open_nofollow(p, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    _fsync_dir(os.path.dirname(p) or ".")
 
 
 def _silent_unlink(path: str) -> None:

@@ -10,12 +10,16 @@ the check and the connect. Plain strings and no heavy imports: ``shellper attach
 
 from __future__ import annotations
 
+import _socket  # the C module alone: socket.py (with selectors, array and four enums) costs a warm `run` ~3 ms
 import os
-import socket
 import stat
 import struct
 
 from shellper.core.trust import NotASocket, UntrustedSocket, dir_refusal, peer_refusal
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see CONTRIBUTING.md, "Start-up cost"
+if TYPE_CHECKING:
+    import socket
 
 _UCRED = struct.Struct("3i")
 """struct ucred: pid, uid, gid."""
@@ -49,18 +53,18 @@ def check_socket_file(path: str) -> None:
         raise NotASocket(path, f"is {kind}, not a session socket: remove it if it is not needed")
 
 
-def peer_uid(sock: socket.socket) -> int | None:
+def peer_uid(sock: _socket.socket) -> int | None:
     """The uid of the process at the other end of a connected Unix socket (SO_PEERCRED), None if unreadable
     or if there is no peer (pid 0: a connect() that did not complete)."""
     try:
-        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
+        creds = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, _UCRED.size)
     except OSError:
         return None
     pid, uid, _ = _UCRED.unpack(creds)
     return int(uid) if pid > 0 else None
 
 
-def check_server(sock: socket.socket, path: str) -> None:
+def check_server(sock: _socket.socket, path: str) -> None:
     """UntrustedSocket if the process that serves the connected ``sock`` is not ours; the socket is then
     closed, so nothing can be sent on it."""
     uid = peer_uid(sock)
@@ -74,14 +78,29 @@ def connect_session(path: str, timeout: float | None) -> socket.socket:
     """A blocking socket connected to the session socket at ``path`` once the directory, the file and the
     server have passed; UntrustedSocket or NotASocket if not, the OSError of connect() if it failed (the
     caller words it). Nothing is left open on failure."""
-    check_socket_dir(path)
-    check_socket_file(path)
+    import socket
+
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    _connect_checked(sock, path, timeout)
+    return sock
+
+
+def connect_session_plain(path: str, timeout: float | None) -> _socket.socket:
+    """:func:`connect_session` without socket.py: the C module's socket (no ``with``, no makefile), for the warm
+    launcher's one request on a `run`'s quick path (shellper.client.warm). The same checks, in the same order."""
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
+    _connect_checked(sock, path, timeout)
+    return sock
+
+
+def _connect_checked(sock: _socket.socket, path: str, timeout: float | None) -> None:
+    """Check the directory and the file, connect ``sock`` (closed on any failure), then check the server."""
     try:
+        check_socket_dir(path)
+        check_socket_file(path)
         sock.settimeout(timeout)
         sock.connect(path)
     except BaseException:
         sock.close()
         raise
     check_server(sock, path)
-    return sock

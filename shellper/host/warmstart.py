@@ -9,8 +9,8 @@ process's argv (docs/DESIGN.md, "The warm launcher").
 
 from __future__ import annotations
 
+import _socket  # not socket.py: a `run`'s quick path sends its request without it (shellper.host.trust)
 import os
-import socket
 import struct
 
 import shellper
@@ -52,6 +52,30 @@ def enabled() -> bool:
     return os.environ.get(LAUNCHER_ENV, "").lower() not in ("off", "0", "no", "false")
 
 
+def code_identity() -> str:
+    """Which code a caller runs, as its request says it: the version, the package's directory and that
+    directory's device and inode (one stat: a tree put in its place is another). A launcher runs the same code
+    while it also saw no change under that directory since it started (it watches it: shellper.daemon.launcher),
+    which :func:`package_stamp` (a walk of every file) would tell a caller only at the price of that walk on each
+    launch."""
+    root = _root()
+    st = os.stat(root)
+    return f"{shellper.__version__}:{root}:{st.st_dev}:{st.st_ino}"
+
+
+def package_dirs() -> list[str]:
+    """The package's directories, as :func:`package_stamp` walks them (not ``__pycache__``, nor a linked one)."""
+    found = []
+    for directory, subdirs, _ in os.walk(_root()):
+        subdirs[:] = [d for d in subdirs if d != "__pycache__"]
+        found.append(directory)
+    return found
+
+
+def _root() -> str:
+    return os.path.dirname(os.path.abspath(shellper.__file__))
+
+
 def package_stamp() -> str:
     """Which code this process runs: the version and a hash of every file of the package (path, size,
     mtime), so an upgrade or an edit in place makes a launcher started before it stale."""
@@ -60,15 +84,33 @@ def package_stamp() -> str:
     except ImportError:  # pragma: no cover - an interpreter built without it
         from hashlib import sha256
 
-    root = os.path.dirname(os.path.abspath(shellper.__file__))
+    root = _root()
+    lines: list[str] = []
+    _stamp_lines(root, "", lines)
     digest = sha256(shellper.__version__.encode())
-    for directory, subdirs, files in os.walk(root):
-        subdirs[:] = sorted(d for d in subdirs if d != "__pycache__")
-        for name in sorted(files):
-            if name.endswith(".py"):
-                st = os.stat(os.path.join(directory, name))
-                digest.update(f"{directory[len(root):]}/{name}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+    digest.update("".join(lines).encode())
     return f"{shellper.__version__}-{digest.hexdigest()[:16]}"
+
+
+def _stamp_lines(root: str, below: str, lines: list[str]) -> None:
+    """``below/NAME.py:size:mtime_ns`` of each module in ``root + below``, then of its subpackages (sorted, but
+    ``__pycache__``), as os.walk visits them; one scandir a directory and a stat relative to it a file, half
+    of what os.walk took (a launcher's start and ``ls --json`` take it; a request carries code_identity)."""
+    try:
+        with os.scandir(root + below) as it:
+            entries = sorted((entry.name, entry) for entry in it)
+    except OSError:  # as os.walk: a directory it cannot list is left out
+        return
+    subdirs = []
+    for name, entry in entries:
+        if entry.is_dir():
+            if name != "__pycache__" and not entry.is_symlink():  # os.walk lists, never enters, a linked one
+                subdirs.append(name)
+        elif name.endswith(".py"):
+            st = entry.stat()
+            lines.append(f"{below}/{name}:{st.st_size}:{st.st_mtime_ns}\n")
+    for name in subdirs:
+        _stamp_lines(root, f"{below}/{name}", lines)
 
 
 def caller_state() -> dict[str, Any]:
@@ -87,23 +129,26 @@ def caller_state() -> dict[str, Any]:
             "nice": os.getpriority(os.PRIO_PROCESS, 0)}
 
 
-def send_message(sock: socket.socket, message: dict[str, Any], fds: list[int] | tuple[int, ...] = ()) -> None:
+def send_message(sock: _socket.socket, message: dict[str, Any], fds: list[int] | tuple[int, ...] = ()) -> None:
     import json
 
     data = json.dumps(message).encode()
     payload = _LENGTH.pack(len(data)) + data
-    sent = socket.send_fds(sock, [payload], list(fds)) if fds else sock.send(payload)
+    rights = [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))] if fds else []
+    sent = sock.sendmsg([payload], rights)  # socket.send_fds, without socket.py
     if sent < len(payload):
         sock.sendall(payload[sent:])
 
 
-def recv_message(sock: socket.socket, *, with_fds: int = 0) -> tuple[dict[str, Any], list[int]]:
+def recv_message(sock: _socket.socket, *, with_fds: int = 0) -> tuple[dict[str, Any], list[int]]:
     """One message and the descriptors that came with its first bytes (the caller closes them)."""
     import json
 
     fds: list[int] = []
     if with_fds:
-        data, fds, flags, _ = socket.recv_fds(sock, 65536, with_fds, socket.MSG_CMSG_CLOEXEC)
+        import socket  # the launcher's side: it has it already
+
+        data, fds, flags, _ = socket.recv_fds(sock, 65536, with_fds, socket.MSG_CMSG_CLOEXEC)  # type: ignore[arg-type]
         if flags & socket.MSG_CTRUNC:
             _close(fds)
             raise LauncherError("launcher: descriptors cut off")
@@ -129,7 +174,7 @@ def recv_message(sock: socket.socket, *, with_fds: int = 0) -> tuple[dict[str, A
     return message, fds
 
 
-def _recv_some(sock: socket.socket) -> bytes:
+def _recv_some(sock: _socket.socket) -> bytes:
     chunk = sock.recv(65536)
     if not chunk:
         raise LauncherError("launcher: the other end closed mid-message")

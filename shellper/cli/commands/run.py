@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from shellper.client.launch import LaunchInfo
     from shellper.core.exits import RestartPolicy
     from shellper.core.launchfailure import LaunchFailure
+    from shellper.daemon.prefork import Prefork
     from shellper.host.paths import SessionPaths
 
 POLICY = "restart_policy_"
@@ -161,7 +162,6 @@ def handle(args: argparse.Namespace) -> int:
     from shellper.client.launch import LaunchError, launch
     from shellper.core.config import SessionConfig
     from shellper.core.launchfailure import LaunchFailure
-    from shellper.daemon.prefork import Prefork
     from shellper.host.terminfo import session_term
 
     command = list(args.command) or default_command()
@@ -182,7 +182,7 @@ def handle(args: argparse.Namespace) -> int:
         return run_foreground(config)
     try:
         # the CLI is single-threaded: forking or posix_spawn is safe
-        info = launch(config, start_prefork=Prefork.start, prefork=args.prefork)
+        info = launch(config, start_prefork=_start_prefork, prefork=args.prefork)
     except LaunchError as exc:
         _failed_line(args, config.name, str(exc), exc.reason)
         raise
@@ -192,6 +192,13 @@ def handle(args: argparse.Namespace) -> int:
         raise CliError(f"run: session {config.name!r} started (pid {info.pid}), but its info line could not "
                        f"be written: {exc.strerror or exc}") from None
     return 0
+
+
+def _start_prefork(label: tuple[str, ...]) -> Prefork:
+    """shellper.daemon.prefork.Prefork.start, imported only by a launch that starts one (a warm one does not)."""
+    from shellper.daemon.prefork import Prefork
+
+    return Prefork.start(label)
 
 
 def _failed_line(args: argparse.Namespace, name: str, error: str, reason: LaunchFailure) -> None:
@@ -209,13 +216,24 @@ def _started_line(args: argparse.Namespace, info: LaunchInfo) -> str:
     """``run``'s line for a person: what started, and how to attach and detach."""
     where = ""
     if args.dir is not None:
-        import shlex
-
-        where = f" --dir {shlex.quote(args.dir)}"
+        where = f" --dir {_quoted(args.dir)}"
     child = f", child pid {info.child_pid}" if info.child_pid else ""
     target = f"{args.attach_host}:{info.name}" if args.attach_host else info.name  # run on a host, from another
     return (f"started {info.name} (pid {info.pid}{child}): `shellper{where} attach {target}` to attach, "
             "Ctrl-\\ to detach")
+
+
+_PLAIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_@%+=:,./-")
+"""The characters shlex.quote leaves a word of unquoted."""
+
+
+def _quoted(word: str) -> str:
+    """shlex.quote(word), without importing shlex for the usual word that needs no quotes (a directory)."""
+    if word and _PLAIN.issuperset(word):
+        return word
+    import shlex
+
+    return shlex.quote(word)
 
 
 STOPPING_WAIT = DEFAULT_GRACE + 15.0
