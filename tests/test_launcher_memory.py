@@ -14,7 +14,7 @@ import sys
 from shellper.daemon import launcher
 
 launcher.warm_up()
-served = launcher.Launcher(sys.argv[1], "test")
+served = launcher.Launcher(sys.argv[1], "test", "test")
 assert served.claim()
 served.listen()
 served.close()
