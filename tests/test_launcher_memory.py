@@ -13,9 +13,10 @@ _WARMED = """
 import sys
 from shellper.daemon import launcher
 
-launcher.warm_up()
 served = launcher.Launcher(sys.argv[1], "test", "test")
+served.watch_code()  # the order launcher_main keeps
 assert served.claim()
+launcher.warm_up()
 served.listen()
 served.close()
 loaded = set(sys.modules)
