@@ -155,7 +155,7 @@ FLOOD_CHILD = r"""
 import os, sys, tty
 tty.setraw(0)
 os.write(1, b"READY\r\n")
-base = bytes(65 + (i * 7) % 26 for i in range(1 << 20))
+base = (bytes(65 + (i * 7) % 26 for i in range(26)) * 40330)[:1 << 20]  # period 26: built whole, not byte by byte
 total, burst = int(sys.argv[1]), int(sys.argv[2])
 for k in range(total):
     if k % burst == 0:
@@ -164,7 +164,7 @@ for k in range(total):
     while view:
         view = view[os.write(1, view):]
 """
-_BASE = bytes(65 + (i * 7) % 26 for i in range(BLOCK))
+_BASE = (bytes(65 + (i * 7) % 26 for i in range(26)) * (BLOCK // 26 + 1))[:BLOCK]  # the same bytes the child makes
 
 
 def flood_bytes(offset: int, n: int) -> bytes:
@@ -319,7 +319,7 @@ import os, sys, tty
 tty.setraw(0)
 os.write(1, b"READY\r\n")
 os.read(0, 1)
-view = memoryview(bytes(65 + i % 26 for i in range(1 << 20)))
+view = memoryview((bytes(range(65, 91)) * 40330)[:1 << 20])
 while view:
     view = view[os.write(1, view):]
 if sys.argv[1] == "wait":
