@@ -255,7 +255,8 @@ def test_a_launcher_whose_code_changes_on_disk_exits(wd: WarmDir, tmp_path: Path
 
     copy = tmp_path / "pkg"
     shutil.copytree(Path(shellper.__file__).parent, copy / "shellper")
-    env = {"PYTHONPATH": str(copy)}
+    # the run's cgroup parent too: without it a launcher run as root would make the machine's default one
+    env = {"PYTHONPATH": str(copy), **{k: v for k, v in os.environ.items() if k == "SHELLPER_CGROUP_PARENT"}}
     for change in ("written", "added"):
         subprocess.run([sys.executable, "-P", "-m", warm.LAUNCHER_MODULE, str(wd.dir)], env=env,
                        start_new_session=True, check=True, timeout=30)
