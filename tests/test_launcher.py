@@ -603,6 +603,36 @@ def test_ls_json_lists_the_launcher_after_the_sessions(wd: WarmDir) -> None:
     wd.stop("l")
 
 
+_LOG_BEFORE_LOCK = """
+import os, sys
+from shellper.daemon import launcher
+from shellper.host import warmstart
+
+served = launcher.Launcher(sys.argv[1], "test", "test")
+served.watch_code()
+assert served.claim()
+made = warmstart.log_line
+def log_line(directory, text, *, create=False):
+    print("lock said", repr(os.pread(served.lock_fd, 4096, 0)), "when the log was made", create)
+    return made(directory, text, create=create)
+warmstart.log_line = log_line
+served.listen()
+served.close()
+"""
+
+
+def test_a_launcher_makes_its_log_before_it_says_it_serves(tmp_path: Path) -> None:
+    """Whoever sees a launcher serving (warmstart.launcher_status reads its lock file) may remove its directory:
+    the launcher makes no file after that, so the removal cannot race one (rmtree failed, "Directory not
+    empty", when the log came after)."""
+    directory = tmp_path / "run"
+    directory.mkdir(mode=0o700)
+    done = subprocess.run([sys.executable, "-P", "-c", _LOG_BEFORE_LOCK, str(directory)], capture_output=True,
+                          text=True, timeout=60, cwd=Path(__file__).resolve().parent.parent)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["lock said b'' when the log was made True"]
+
+
 def test_the_leak_guard_sees_a_launcher_its_test_left() -> None:
     """support.launchers, which conftest's leak guard asks: a launcher started during a test in a directory of
     the test's own is reported until something ends it, and a removed directory's one is gone on its own."""

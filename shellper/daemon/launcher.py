@@ -147,14 +147,16 @@ class Launcher:
         listener.listen(64)
         self.listener = listener
         self.socket_ino = os.lstat(self.socket_path).st_ino
+        # The log is made before the lock file says who serves (warmstart.launcher_status reads that): once a
+        # launcher is seen serving, it makes no more files, so removing its directory then cannot race one.
+        stays = f"; in its caller's cgroup: {self.cgroup.why}" if self.cgroup.why else ""
+        self.log_made = warmstart.log_line(self.directory, f"launcher {os.getpid()} started ({self.stamp}){stays}",
+                                           create=True)
         stat = read_stat(os.getpid())
         about = {"pid": os.getpid(), "start_time": stat.start_time if stat else None, "stamp": self.stamp,
                  "socket": self.socket_path, "idle_exit": self.idle}
         os.ftruncate(self.lock_fd, 0)
         os.pwrite(self.lock_fd, json.dumps(about).encode(), 0)
-        stays = f"; in its caller's cgroup: {self.cgroup.why}" if self.cgroup.why else ""
-        self.log_made = warmstart.log_line(self.directory, f"launcher {os.getpid()} started ({self.stamp}){stays}",
-                                           create=True)
 
     def serve(self) -> str:
         """Start sessions until idle, replaced or removed; why it stopped."""
