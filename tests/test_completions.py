@@ -29,13 +29,14 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     bin_dir = Path(sys.executable).parent
     # A stamp made now is newer than every file the bootstrap rule depends on, so make never runs that rule
     # (which reinstalls the package under the running suite) and uses this interpreter's venv as it is.
-    stamp = out / "installed"
+    stamp = tmp_path_factory.mktemp("stamp") / "installed"
     stamp.touch()
     done = subprocess.run(["make", "-s", "completions", f"COMPLETIONS={out}", f"SHARE={out}", f"BIN={bin_dir}",
                            f"STAMP={stamp}"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     yield out
     shutil.rmtree(out)
+    shutil.rmtree(stamp.parent)
 
 
 @pytest.fixture
