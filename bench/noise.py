@@ -2,7 +2,7 @@
 
 A figure fails its gate only when it misses the target by more than the noise measured in the same run,
 so a loaded machine does not fail ``make bench`` but a change that makes every session pay does. Pure:
-no processes, no clocks; ``bench.launcher`` and ``bench.run`` both judge with it.
+no processes, no clocks; ``bench.launcher`` and ``bench.run`` judge with it, and ``bench.scale`` takes its noise.
 """
 
 from __future__ import annotations

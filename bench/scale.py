@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import median, percentile, shellper_cli
+from bench.noise import spread
 
 CPU_PER_ITEM_US = 50.0
 """Tower CPU per delivered item, microseconds, at most (issue 30)."""
@@ -294,16 +295,6 @@ def _remove_cgroups(run_dir: Path) -> list[str]:
     return left
 
 
-def _spread(values: list[float]) -> float:
-    """Relative interquartile range: the noise a figure is judged with."""
-    if len(values) < 4:
-        return 0.0
-    ordered = sorted(values)
-    q1, q3 = percentile(ordered, 25), percentile(ordered, 75)
-    mid = median(ordered)
-    return (q3 - q1) / mid if mid else 0.0
-
-
 def run(sessions: int, rate: float, window: float, repeats: int, root: Path, concurrency: int,
         extra: tuple[str, ...] = ()) -> dict[str, Any]:
     base = Path(tempfile.mkdtemp(prefix="sps-", dir=root))
@@ -354,7 +345,7 @@ def report(figures: dict[str, Any], sessions: int, load: tuple[float, float]) ->
              f"{la.get('sys_share', 0):.0%} and {ad.get('sys_share', 0):.0%}"]
 
     def judge(what: str, samples: list[float], limit: float, unit: str) -> None:
-        value, noise = median(samples), _spread(samples)
+        value, noise = median(samples), spread(samples)
         ok = value <= limit * (1 + noise)
         if not ok:
             missed.append(f"{what} {value:.1f} {unit} > {limit:g} {unit} (+{noise:.0%} noise)")
