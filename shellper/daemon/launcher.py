@@ -388,13 +388,19 @@ def _shed_inherited() -> None:
         os.execve(sys.executable, [sys.executable, "-P", "-m", "shellper.daemon.launcher", *sys.argv[1:]], env)
 
 
+_LIBC: list[Any] = []
+
+
 def _libc() -> Any:
+    """One handle for every inotify call (each ctypes.CDLL makes classes of its own)."""
     import ctypes
 
     # The process's own symbols (libc's among them), not ctypes.util.find_library: that imports subprocess,
     # threading, tempfile and random, whose at-fork hooks then ran in every session forked (twice: the
     # intermediate and the daemon), copying their pages.
-    return ctypes.CDLL(None, use_errno=True)
+    if not _LIBC:
+        _LIBC.append(ctypes.CDLL(None, use_errno=True))
+    return _LIBC[0]
 
 
 def _inotify_open() -> int:
