@@ -103,6 +103,9 @@ web-client:
 	@if command -v npm >/dev/null 2>&1; then $(MAKE) --no-print-directory $(WEB_STAMP); \
 	else echo "web-client: skipped: npm is not installed (the browser tests will skip)"; fi
 
+# The cgroup v2 mount (empty without one): test-ts and bench make a cgroup parent of their own under it.
+CGROUP_MOUNT = $(BIN)/python -c 'from shellper.host.cgroup import find_mount; print(find_mount() or "")'
+
 # The TypeScript client's tests start sessions outside pytest: as root they get a cgroup parent of their own,
 # made and removed here, not the default MOUNT/shellper, which would be left behind.
 test-ts: $(STAMP)
@@ -111,7 +114,7 @@ test-ts: $(STAMP)
 	elif [ "$$(node -p 'process.versions.node.split(".")[0]')" -lt 20 ]; then \
 		echo "test-ts: skipped: node $$(node --version) is older than 20"; \
 	else \
-		mount=$$($(BIN)/python -c 'from shellper.host.cgroup import find_mount; print(find_mount() or "")'); \
+		mount=$$($(CGROUP_MOUNT)); \
 		parent=; if [ -n "$$mount" ] && mkdir "$$mount/shellper-ts-$$$$" 2>/dev/null; then parent="$$mount/shellper-ts-$$$$"; fi; \
 		$(MAKE) --no-print-directory $(TS_STAMP) && cd $(TS) && rm -rf dist && node_modules/.bin/tsc -p . \
 		&& SHELLPER=$(abspath $(BIN))/shellper SHELLPER_CGROUP_PARENT=$$parent \
@@ -126,7 +129,7 @@ bench: compile
 	@# bench.scale: 200 sessions on a Fleet, the Tower killed with -9 and adopted (issue 30).
 	@# As root, the sessions and launchers get a cgroup parent of their own, removed after, not the machine's
 	@# default MOUNT/shellper, which would be left behind (as in test-ts).
-	@rc=0; mount=$$($(BIN)/python -c 'from shellper.host.cgroup import find_mount; print(find_mount() or "")'); \
+	@rc=0; mount=$$($(CGROUP_MOUNT)); \
 	parent=; if [ -n "$$mount" ] && mkdir "$$mount/shellper-bench-$$$$" 2>/dev/null; then parent="$$mount/shellper-bench-$$$$"; fi; \
 	export SHELLPER_CGROUP_PARENT=$$parent; \
 	$(BIN)/python -m bench.run --check || rc=1; \
