@@ -227,6 +227,55 @@ def test_a_hand_made_cgroup_named_like_a_sessions_is_never_signalled(sessions: S
     assert alive(identity(real.pid))
 
 
+@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace, to SIGKILL a shellper at its setxattr")
+def test_a_shellper_killed_before_its_cgroup_proof_leaves_nothing_after_reconcile(sessions: Sessions) -> None:
+    """make test's kill soak found it: a shellper SIGKILLed between making its leaf and setting the proof left a
+    leaf that no reconcile would touch. strace delivers the SIGKILL at exactly that setxattr."""
+    assert CGROUP_PARENT is not None
+    strace = ["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=setxattr", "-e", "inject=setxattr:signal=SIGKILL"]
+    started = subprocess.run([*strace, *SHELLPER_CLI, "--dir", str(sessions.dir), "run", "--containment", "cgroup",
+                              "--cgroup-parent", CGROUP_PARENT, "k", "--", "sleep", "300"],
+                             capture_output=True, text=True, timeout=60)
+    assert started.returncode != 0 and "exited before it was ready" in started.stderr, started
+    key = cgroup.dir_key(str(sessions.dir))
+    leaves = [os.path.join(CGROUP_PARENT, e) for e in os.listdir(CGROUP_PARENT)
+              if (leaf := cgroup.LeafName.parse(e)) is not None and leaf.dir_key == key]
+    assert len(leaves) == 1 and cgroup.bare(leaves[0]) and "no shellper proof" in cgroup.proof(leaves[0])[1]
+    applied = tower(sessions.dir, "reconcile", "--apply")
+    assert "which held nothing" in applied.stdout, applied
+    assert not os.path.exists(leaves[0]) and left_in(sessions.dir) == []
+
+
+def test_a_bare_leaf_without_proof_is_removed_and_anything_more_is_left(sessions: Sessions) -> None:
+    """A shellper SIGKILLed between making its leaf and setting the proof left a leaf that reconcile would never
+    touch (make test's kill soak found one). A leaf of this user holding nothing, not even a sub-cgroup, is now
+    removed; an unproven one with a sub-cgroup, or another user's, is still left."""
+    assert CGROUP_PARENT is not None
+
+    def leaf(name: str, subs: tuple[str, ...] = ()) -> str:
+        path = os.path.join(CGROUP_PARENT, str(cgroup.LeafName.of(str(sessions.dir), default_owner(), name,
+                                                                  secrets.token_hex(16))))
+        for sub in ("", *subs):
+            os.mkdir(os.path.join(path, sub))
+        return path
+
+    cut_short, with_sub, foreign = leaf("k"), leaf("s", ("child",)), leaf("f")
+    os.chown(foreign, 65534, 65534)
+    try:
+        found = reconcile(Registry(), discover(sessions.dir), now=time.time())
+        assert [(d.name, d.action, d.reason) for d in found] == [
+            ("f", ReconcileAction.LEAVE, "stray_cgroup_unproven"), ("k", ReconcileAction.CLEAN, "stray_cgroup_bare"),
+            ("s", ReconcileAction.LEAVE, "stray_cgroup_unproven")]
+        report = apply(found, grace=0.3)
+        assert [(o.decision.name, o.result) for o in report.outcomes] == [
+            ("f", "reported"), ("k", "cleaned"), ("s", "reported")]
+        assert not os.path.exists(cut_short) and os.path.isdir(with_sub) and os.path.isdir(foreign)
+    finally:
+        for path in (with_sub, foreign, cut_short):
+            for root, _dirs, _files in os.walk(path, topdown=False):
+                os.rmdir(root)
+
+
 # --------------------------------------------------------------------------------------------- 9: leaked leaves
 
 

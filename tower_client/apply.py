@@ -36,6 +36,7 @@ from shellper.host.cgroup import (
     SHELLPER_SUB,
     LeafName,
     SessionCgroup,
+    bare,
     default_parent,
     dir_key,
     find_leaked_leaves,
@@ -290,12 +291,14 @@ def _clean_stray(d: ReconcileDecision, directory: str, grace: float, confirm_tim
     if mount is None or leaf is None or leaf.dir_key != dir_key(directory) or leaf.name != d.name:
         return Outcome(d, "skipped", False, f"{d.cgroup} is not a session cgroup of {directory}")
     _, unproven = proof(d.cgroup)
-    if unproven:
+    if unproven and d.reason != "stray_cgroup_bare":
         return Outcome(d, "skipped", False, f"{unproven}: nothing signalled")
     group = SessionCgroup(d.cgroup, mount)
     if SessionLock.is_locked(SessionPaths.for_name(directory, d.name).lock):
         return Outcome(d, "skipped", False, f"session {d.name!r} is starting or running now: {d.cgroup} may be "
                        "its new cgroup; nothing signalled")
+    if unproven:
+        return _remove_bare(d)
     if group.populated(SHELLPER_SUB):
         return Outcome(d, "skipped", False, f"a shellper now lives in {d.cgroup}: nothing signalled")
     ended = end_cgroup(d.name, group, grace, confirm_timeout)
@@ -303,6 +306,22 @@ def _clean_stray(d: ReconcileDecision, directory: str, grace: float, confirm_tim
         return Outcome(d, "failed", False, _survivor_note(ended).lstrip(", ;"), survivors=ended.pids,
                        error=ended.suspect or ended.kept)
     return Outcome(d, "cleaned", True, f"removed cgroup {d.cgroup}" + _survivor_note(ended), survivors=ended.pids)
+
+
+def _remove_bare(d: ReconcileDecision) -> Outcome:
+    """rmdir an unproven leaf that held nothing when reconcile looked, if it still holds nothing: the kernel
+    refuses the rmdir of a cgroup with a process or a cgroup inside, so nobody is signalled either way."""
+    assert d.cgroup is not None
+    if not bare(d.cgroup):
+        return Outcome(d, "skipped", False, f"{d.cgroup} no longer holds nothing, and carries no shellper proof: "
+                       "nothing signalled")
+    try:
+        os.rmdir(d.cgroup)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        return Outcome(d, "skipped", False, f"{d.cgroup} could not be removed ({e.strerror}): nothing signalled")
+    return Outcome(d, "cleaned", True, f"removed cgroup {d.cgroup}, which held nothing")
 
 
 def _apply_one(d: ReconcileDecision, grace: float, stop_timeout: float | None, probe_timeout: float,

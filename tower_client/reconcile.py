@@ -19,6 +19,7 @@ situation                                         decisions                   re
 ================================================  ==========================  ======================
 a session cgroup the record does not name:        (one decision per cgroup, before the others)
   another owner's                                 leave                       other_owner
+  no proof, but bare (a start cut short)          clean (rmdir only)          stray_cgroup_bare
   no proof it is a shellper's (hand-made)         leave                       stray_cgroup_unproven
   its shellper/ part populated                    leave                       stray_cgroup_live
   otherwise                                       clean (that cgroup)         stray_cgroup
@@ -135,7 +136,7 @@ REASONS = frozenset({
     "pid_reused", "identity_unreadable", "dead", "not_lock_owner", "instance_mismatch", "peer_mismatch",
     "stopping", "unreachable", "unregistered", "superseded", "husk_expired", "husk", "running",
     "other_owner", "lock_missing", "stray_cgroup", "stray_cgroup_live", "name_mismatch",
-    "stray_cgroup_unproven",
+    "stray_cgroup_unproven", "stray_cgroup_bare",
 })
 
 
@@ -326,6 +327,9 @@ def _strays(name: str, row: RegistryRow | None, obs: Observed | None, owner: str
     for found in obs.stray_cgroups if obs is not None else ():
         if found.leaf.owner_key != owner_key(owner):
             action, reason, detail = ReconcileAction.LEAVE, "other_owner", f"cgroup {found.path} is another owner's"
+        elif found.unproven and found.bare:
+            action, reason, detail = (ReconcileAction.CLEAN, "stray_cgroup_bare", f"{found.unproven}, but holds "
+                                      "nothing (a start cut short before its proof): removed, nobody signalled")
         elif found.unproven:
             action, reason, detail = (ReconcileAction.LEAVE, "stray_cgroup_unproven", f"{found.unproven}: named like a "
                                       "session cgroup, but not verifiably one; left alone")

@@ -653,18 +653,34 @@ def verify_dead_session(path: str | None, inode: int | None, runtime_dir: str, n
     return group, ""
 
 
+def bare(path: str) -> bool:
+    """The leaf is this user's and holds nothing: no process and no cgroup below it. A shellper killed between
+    making its leaf and setting the proof (:meth:`SessionCgroup.create`) leaves exactly this; removing it
+    (``rmdir``, which the kernel refuses once anything is inside) signals nobody, so it needs no proof."""
+    try:
+        if os.stat(path, follow_symlinks=False).st_uid != os.geteuid():
+            return False
+        with os.scandir(path) as entries:
+            if any(entry.is_dir(follow_symlinks=False) for entry in entries):
+                return False
+        return not events_populated(_read(os.path.join(path, "cgroup.events")))
+    except OSError:
+        return False
+
+
 @record(frozen=True)
 class OrphanCgroup:
     """A session cgroup of a runtime directory that no record names; ``shellper_alive``: its shellper/ is
     populated (a live shellper whose files are gone, or a stranger that moved in), so it is reported, never
     killed; ``unproven``: why it is not verifiably a shellper's (:func:`proof`; "" if it is), so it is
-    reported, never touched."""
+    reported, never signalled; ``bare``: unproven, but :func:`bare`, so it may be removed."""
 
     path: str
     leaf: LeafName
     populated: bool
     shellper_alive: bool
     unproven: str = ""
+    bare: bool = False
 
 
 def _leaves(parent: str) -> list[tuple[str, LeafName]]:
@@ -692,7 +708,8 @@ def find_session_cgroups(parent: str, runtime_dir: str, skip: Collection[str] = 
         if group.path in skip:
             continue
         _, unproven = proof(group.path)
-        out.append(OrphanCgroup(group.path, leaf, group.populated(), group.populated(SHELLPER_SUB), unproven))
+        out.append(OrphanCgroup(group.path, leaf, group.populated(), group.populated(SHELLPER_SUB), unproven,
+                                bool(unproven) and bare(group.path)))
     return out
 
 

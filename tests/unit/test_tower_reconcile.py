@@ -146,6 +146,12 @@ CASES: list[tuple[str, RegistryRow | None, Observed | None, float | None, list[t
     ("stray-cgroup-unproven", None, replace(LIVE, files=frozenset(), record=None, stray_cgroups=(
         OrphanCgroup(STRAY.path, STRAY.leaf, True, False, "carries no shellper proof"),)), None,
      [(L, "stray_cgroup_unproven")]),
+    ("stray-cgroup-bare", ROW, replace(LIVE, files=frozenset(), record=None, stray_cgroups=(
+        OrphanCgroup(STRAY.path, STRAY.leaf, False, False, "carries no shellper proof", True),)), None,
+     [(C, "stray_cgroup_bare"), (R, "not_running")]),
+    ("stray-cgroup-bare-other-owner", None, replace(LIVE, files=frozenset(), record=None, stray_cgroups=(
+        OrphanCgroup(STRAY.path, LeafName.of("/r", "someone-else", "s", "d" * 32), False, False, "no proof",
+                     True),)), None, [(L, "other_owner")]),
     ("stray-cgroup-other-owner", None, replace(LIVE, files=frozenset(), record=None, stray_cgroups=(
         OrphanCgroup(STRAY.path, LeafName.of("/r", "someone-else", "s", "d" * 32), True, False),)), None,
      [(L, "other_owner")]),
