@@ -27,8 +27,10 @@ test("the README's Tower launches a session, types into it, sees its exit and st
     assert.match(stdout, /hello from job/);
     assert.match(stdout, /\[crash: exit 3 .*session exited\]/);
     assert.match(stdout, /\[session over at offset \d+\]/);
-    // the shellper closes its connections before it removes its files (PROTOCOL.md, STOP)
+    // The shellper closes its connections before it removes its files (PROTOCOL.md, STOP), and moves its log
+    // to logs/ before it lets its lock go, last: until then, removing the directory races with that move.
     await pollUntil(() => !existsSync(join(sessions.dir, "job.sock")), 10_000, "the session's socket to go");
+    await pollUntil(() => !existsSync(join(sessions.dir, "job.lock")), 10_000, "the session's lock to go");
   } finally {
     if (existsSync(join(sessions.dir, "job.sock"))) await run(SHELLPER, ["stop", "job", "--dir", sessions.dir]).catch(() => undefined);
     await sessions.cleanup();
