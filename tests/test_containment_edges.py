@@ -240,7 +240,8 @@ def test_a_shellper_killed_before_its_cgroup_proof_leaves_nothing_after_reconcil
     key = cgroup.dir_key(str(sessions.dir))
     leaves = [os.path.join(CGROUP_PARENT, e) for e in os.listdir(CGROUP_PARENT)
               if (leaf := cgroup.LeafName.parse(e)) is not None and leaf.dir_key == key]
-    assert len(leaves) == 1 and cgroup.bare(leaves[0]) and "no shellper proof" in cgroup.proof(leaves[0])[1]
+    assert len(leaves) == 1 and "no shellper proof" in cgroup.proof(leaves[0])[1]
+    assert cgroup.SessionCgroup(leaves[0], cgroup.find_mount() or "").bare()
     applied = tower(sessions.dir, "reconcile", "--apply")
     assert "which held nothing" in applied.stdout, applied
     assert not os.path.exists(leaves[0]) and left_in(sessions.dir) == []

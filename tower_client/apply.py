@@ -36,7 +36,6 @@ from shellper.host.cgroup import (
     SHELLPER_SUB,
     LeafName,
     SessionCgroup,
-    bare,
     default_parent,
     dir_key,
     find_leaked_leaves,
@@ -298,7 +297,7 @@ def _clean_stray(d: ReconcileDecision, directory: str, grace: float, confirm_tim
         return Outcome(d, "skipped", False, f"session {d.name!r} is starting or running now: {d.cgroup} may be "
                        "its new cgroup; nothing signalled")
     if unproven:
-        return _remove_bare(d)
+        return _remove_bare(d, group)
     if group.populated(SHELLPER_SUB):
         return Outcome(d, "skipped", False, f"a shellper now lives in {d.cgroup}: nothing signalled")
     ended = end_cgroup(d.name, group, grace, confirm_timeout)
@@ -308,20 +307,15 @@ def _clean_stray(d: ReconcileDecision, directory: str, grace: float, confirm_tim
     return Outcome(d, "cleaned", True, f"removed cgroup {d.cgroup}" + _survivor_note(ended), survivors=ended.pids)
 
 
-def _remove_bare(d: ReconcileDecision) -> Outcome:
-    """rmdir an unproven leaf that held nothing when reconcile looked, if it still holds nothing: the kernel
+def _remove_bare(d: ReconcileDecision, group: SessionCgroup) -> Outcome:
+    """Remove an unproven leaf that held nothing when reconcile looked, if it still holds nothing: the kernel
     refuses the rmdir of a cgroup with a process or a cgroup inside, so nobody is signalled either way."""
-    assert d.cgroup is not None
-    if not bare(d.cgroup):
-        return Outcome(d, "skipped", False, f"{d.cgroup} no longer holds nothing, and carries no shellper proof: "
+    if not os.path.isdir(group.path):
+        return Outcome(d, "already_gone", True, f"{group.path} is gone")
+    if not group.bare() or not group.remove():
+        return Outcome(d, "skipped", False, f"{group.path} no longer holds nothing, and carries no shellper proof: "
                        "nothing signalled")
-    try:
-        os.rmdir(d.cgroup)
-    except FileNotFoundError:
-        pass
-    except OSError as e:
-        return Outcome(d, "skipped", False, f"{d.cgroup} could not be removed ({e.strerror}): nothing signalled")
-    return Outcome(d, "cleaned", True, f"removed cgroup {d.cgroup}, which held nothing")
+    return Outcome(d, "cleaned", True, f"removed cgroup {group.path}, which held nothing")
 
 
 def _apply_one(d: ReconcileDecision, grace: float, stop_timeout: float | None, probe_timeout: float,

@@ -407,6 +407,21 @@ class SessionCgroup:
         except FileNotFoundError:
             return False
 
+    def bare(self) -> bool:
+        """The leaf is this user's and holds nothing: no process and no cgroup below it. A shellper killed
+        between making its leaf and setting the proof (:meth:`create`) leaves exactly this; removing it
+        (:meth:`remove`: an ``rmdir``, which the kernel refuses once anything is inside) signals nobody, so it
+        needs no proof."""
+        try:
+            if os.stat(self.path, follow_symlinks=False).st_uid != os.geteuid():
+                return False
+            with os.scandir(self.path) as entries:
+                if any(entry.is_dir(follow_symlinks=False) for entry in entries):
+                    return False
+        except OSError:
+            return False
+        return not self.populated()
+
     def procs(self, which: str | None = None, *, spare: str | None = None) -> list[int]:
         """Pids directly in ``which`` and every cgroup below it but ``spare``'s (a snapshot: verify before use)."""
         out: list[int] = []
@@ -653,27 +668,12 @@ def verify_dead_session(path: str | None, inode: int | None, runtime_dir: str, n
     return group, ""
 
 
-def bare(path: str) -> bool:
-    """The leaf is this user's and holds nothing: no process and no cgroup below it. A shellper killed between
-    making its leaf and setting the proof (:meth:`SessionCgroup.create`) leaves exactly this; removing it
-    (``rmdir``, which the kernel refuses once anything is inside) signals nobody, so it needs no proof."""
-    try:
-        if os.stat(path, follow_symlinks=False).st_uid != os.geteuid():
-            return False
-        with os.scandir(path) as entries:
-            if any(entry.is_dir(follow_symlinks=False) for entry in entries):
-                return False
-        return not events_populated(_read(os.path.join(path, "cgroup.events")))
-    except OSError:
-        return False
-
-
 @record(frozen=True)
 class OrphanCgroup:
     """A session cgroup of a runtime directory that no record names; ``shellper_alive``: its shellper/ is
     populated (a live shellper whose files are gone, or a stranger that moved in), so it is reported, never
     killed; ``unproven``: why it is not verifiably a shellper's (:func:`proof`; "" if it is), so it is
-    reported, never signalled; ``bare``: unproven, but :func:`bare`, so it may be removed."""
+    reported, never signalled; ``bare``: unproven, but :meth:`SessionCgroup.bare`, so it may be removed."""
 
     path: str
     leaf: LeafName
@@ -709,7 +709,7 @@ def find_session_cgroups(parent: str, runtime_dir: str, skip: Collection[str] = 
             continue
         _, unproven = proof(group.path)
         out.append(OrphanCgroup(group.path, leaf, group.populated(), group.populated(SHELLPER_SUB), unproven,
-                                bool(unproven) and bare(group.path)))
+                                bool(unproven) and group.bare()))
     return out
 
 
